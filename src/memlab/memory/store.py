@@ -1,0 +1,1084 @@
+"""The memory store: SQLite records, a vector index, the entity graph, the full write path.
+
+Write path (seed 000), in this order: validate → scrub credentials → content hash (first 16 hex
+of SHA-256 of the scrubbed text) → tenant-scoped dedup (same agent: no write; other agent:
+corroboration, ``observed_by`` capped) → supersession (facts by ``key``, statuses by
+``subject``; decisions are immutable) → entities and graph → SQLite commit → vectors.
+
+SQLite is the source of truth (it also keeps each vector as a BLOB); the chromadb collection is an
+index under the same ids, reconciled from SQLite when a persisted store is opened. With
+``path=None`` the same code runs fully in memory (SQLite ``:memory:``, no chromadb unless asked).
+
+Every time-dependent method takes ``now`` (epoch seconds or ISO 8601) so that a replay can run
+the store on a recorded clock; it defaults to the wall clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from memlab.memory.entities import Entity, EntityExtractor
+from memlab.memory.graph import EntityGraph
+from memlab.memory.records import (
+    CATEGORIES,
+    GLOBAL_CLIENT,
+    IMPORTANCE_LEVELS,
+    KNOWLEDGE_CATEGORIES,
+    MEMORY_TYPES,
+    RELATION_TYPES,
+    DecisionImmutableError,
+    MemoryInputError,
+    MemoryRecord,
+    UnknownMemoryError,
+)
+from memlab.memory.scrub import Scrubber
+from memlab.memory.vectors import ChromaIndex, ExactIndex
+from memlab.timeutil import coerce_ts
+
+log = logging.getLogger("memlab.store")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS memories (
+    idx INTEGER PRIMARY KEY,
+    id TEXT UNIQUE NOT NULL,
+    client_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    active INTEGER NOT NULL,
+    payload TEXT NOT NULL,
+    vector BLOB
+);
+CREATE INDEX IF NOT EXISTS memories_hash ON memories(content_hash, client_id, type, active);
+CREATE TABLE IF NOT EXISTS versions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    memory_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    change TEXT NOT NULL,
+    payload TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS entities (
+    idx INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    type TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS entity_memory_links (
+    entity_idx INTEGER NOT NULL,
+    memory_idx INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    PRIMARY KEY (entity_idx, memory_idx, role)
+);
+CREATE TABLE IF NOT EXISTS entity_relationships (
+    src INTEGER NOT NULL,
+    dst INTEGER NOT NULL,
+    relation TEXT NOT NULL,
+    strength REAL NOT NULL,
+    PRIMARY KEY (src, dst, relation)
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+_NO_END = np.inf
+_RECORD_FIELDS = tuple(f.name for f in fields(MemoryRecord))
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """What a store call did.
+
+    Attributes:
+        id: The id of the memory the text now lives in (the existing one on dedup).
+        action: ``"created"``, ``"deduplicated"`` (same agent, no write) or ``"corroborated"``.
+        superseded: The id this write superseded, if any.
+        redactions: How many credentials were scrubbed from the text.
+    """
+
+    id: str
+    action: str
+    superseded: str | None = None
+    redactions: int = 0
+
+
+class _Columns:
+    """Growable numpy columns mirroring the records, for vectorised filters and scoring."""
+
+    SPEC: tuple[tuple[str, Any, Any], ...] = (
+        ("created_at", np.float64, np.nan),
+        ("last_accessed_at", np.float64, np.nan),
+        ("access_count", np.int64, 0),
+        ("confidence", np.float64, 1.0),
+        ("active", bool, False),
+        ("forgotten", bool, False),
+        ("valid_from", np.float64, np.nan),
+        ("valid_to", np.float64, _NO_END),
+        ("client", np.int32, -1),
+        ("type", "<U8", ""),
+    )
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.cap = 0
+        for name, dtype, fill in self.SPEC:
+            setattr(self, name, np.full(0, fill, dtype=dtype))
+
+    def append(self) -> int:
+        if self.n == self.cap:
+            new_cap = max(1024, 2 * self.cap)
+            for name, dtype, fill in self.SPEC:
+                old = getattr(self, name)
+                new = np.full(new_cap, fill, dtype=dtype)
+                new[: self.n] = old[: self.n]
+                setattr(self, name, new)
+            self.cap = new_cap
+        self.n += 1
+        return self.n - 1
+
+    def view(self, name: str) -> np.ndarray:
+        return getattr(self, name)[: self.n]
+
+
+def content_hash(text: str) -> str:
+    """First 16 hex characters of SHA-256 of ``text`` (the seed's ``content_hash``)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _check_choice(value: Any, name: str, choices: Sequence[str], *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"field '{name}' must be a string, got {type(value).__name__}")
+    if value not in choices:
+        raise MemoryInputError(f"field '{name}': {value!r} is not one of {', '.join(choices)}")
+
+
+def _check_str(value: Any, name: str, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"field '{name}' must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise MemoryInputError(f"field '{name}' must not be empty")
+
+
+class MemoryStore:
+    """Agent memories with their lifecycle, entity graph and vectors.
+
+    Args:
+        path: Directory of a persisted store (``memlab.sqlite3`` and ``chroma/`` inside), or
+            ``None`` for a store that lives in memory.
+        embedder: Embeds text when a write brings no embedding; ``None`` stores such memories
+            without a vector.
+        max_observed_by: Cap of the corroboration list (seed 000: ``MAX_OBSERVED_BY = 20``).
+        max_text_chars: Longest text accepted.
+        chroma: Keep a chromadb collection in step with the store. ``None`` means yes for a
+            persisted store and no in memory (an in-memory store builds an ephemeral collection on
+            first use of :meth:`chroma_index`).
+        scrubber: Credential scrubber; ``None`` uses :class:`~memlab.memory.scrub.Scrubber`.
+        extractor: Entity extractor; ``None`` uses
+            :class:`~memlab.memory.entities.EntityExtractor`.
+        repair: On opening a persisted store, bring chromadb in line with SQLite.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        embedder: Any | None = None,
+        max_observed_by: int = 20,
+        max_text_chars: int = 20_000,
+        chroma: bool | None = None,
+        scrubber: Scrubber | None = None,
+        extractor: EntityExtractor | None = None,
+        repair: bool = True,
+    ) -> None:
+        self.path = None if path is None else Path(path)
+        self.embedder = embedder
+        self.max_observed_by = max_observed_by
+        self.max_text_chars = max_text_chars
+        self.scrubber = scrubber if scrubber is not None else Scrubber()
+        self.extractor = extractor if extractor is not None else EntityExtractor()
+        self.graph = EntityGraph()
+        self.vectors = ExactIndex()
+        self._records: list[MemoryRecord] = []
+        self._index: dict[str, int] = {}
+        self._cols = _Columns()
+        self._clients: dict[str, int] = {}
+        self._dedup: dict[tuple[str, str, str], int] = {}
+        self._by_key: dict[tuple[str, str], int] = {}
+        self._by_subject: dict[tuple[str, str], int] = {}
+        self._batch_depth = 0
+        self._chroma_pending: dict[str, int] = {}
+        self._chroma: ChromaIndex | None = None
+        self.version = 0
+        if self.path is None:
+            self._db = sqlite3.connect(":memory:", isolation_level=None)
+            self._use_chroma = bool(chroma)
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path / "memlab.sqlite3", isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._use_chroma = True if chroma is None else bool(chroma)
+        self._db.executescript(_SCHEMA)
+        if self._use_chroma:
+            self._chroma = ChromaIndex(None if self.path is None else self.path / "chroma")
+        self._load()
+        if self.path is not None and self._chroma is not None and repair:
+            self._reconcile()
+
+    # ------------------------------------------------------------------ basics
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, memory_id: object) -> bool:
+        return memory_id in self._index
+
+    def close(self) -> None:
+        """Flush pending vectors and close SQLite."""
+        self._flush_chroma()
+        self._db.close()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, memory_id: str) -> MemoryRecord:
+        """The record of ``memory_id`` (raises :class:`UnknownMemoryError`)."""
+        try:
+            return self._records[self._index[memory_id]]
+        except KeyError:
+            raise UnknownMemoryError(f"unknown memory id {memory_id!r}") from None
+
+    def idx(self, memory_id: str) -> int:
+        """Row index of ``memory_id``."""
+        try:
+            return self._index[memory_id]
+        except KeyError:
+            raise UnknownMemoryError(f"unknown memory id {memory_id!r}") from None
+
+    def record_at(self, idx: int) -> MemoryRecord:
+        """The record stored at row ``idx``."""
+        return self._records[idx]
+
+    @property
+    def ids(self) -> list[str]:
+        """Every memory id in row order."""
+        return [r.id for r in self._records]
+
+    def ids_of(self, rows: Sequence[int] | np.ndarray) -> list[str]:
+        """Memory ids of store rows."""
+        return [self._records[int(i)].id for i in rows]
+
+    @property
+    def texts(self) -> list[str]:
+        """Every (scrubbed) text in row order."""
+        return [r.text for r in self._records]
+
+    def column(self, name: str) -> np.ndarray:
+        """A read-only view of a numpy column (see ``_Columns.SPEC``) over all rows."""
+        view = self._cols.view(name)
+        view = view.view()
+        view.flags.writeable = False
+        return view
+
+    def client_code(self, client_id: str) -> int:
+        """Integer code of a client id (-1 when the store has never seen it)."""
+        return self._clients.get(client_id, -1)
+
+    # ------------------------------------------------------------------ write path
+    def prepare_text(self, text: str) -> tuple[str, int]:
+        """Validate and scrub ``text`` exactly as :meth:`store` will: (scrubbed text, redactions).
+
+        Replays call this to embed the scrubbed text ahead of the writes.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"field 'text' must be a string, got {type(text).__name__}")
+        if not text.strip():
+            raise MemoryInputError("field 'text' must not be empty")
+        if len(text) > self.max_text_chars:
+            raise MemoryInputError(
+                f"field 'text' is {len(text)} characters long; the limit is {self.max_text_chars}"
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MemoryInputError("field 'text' is not valid UTF-8") from None
+        return self.scrubber.scrub(text)
+
+    def store(
+        self,
+        text: str,
+        type: str = "event",
+        *,
+        source_agent: str = "unknown",
+        client_id: str = GLOBAL_CLIENT,
+        key: str | None = None,
+        subject: str | None = None,
+        status_value: str | None = None,
+        importance: str = "medium",
+        category: str | None = None,
+        knowledge_category: str = "general",
+        valid_from: float | str | None = None,
+        metadata: dict[str, Any] | None = None,
+        confidence: float = 1.0,
+        now: float | str | None = None,
+        embedding: np.ndarray | Sequence[float] | None = None,
+        id: str | None = None,
+    ) -> WriteResult:
+        """Store one memory through the full write path (see the module docstring).
+
+        Args:
+            text: Memory content; credentials are scrubbed before anything else sees it.
+            type: ``event``, ``fact``, ``decision`` or ``status``.
+            source_agent: The agent writing.
+            client_id: Tenant scope (``"global"`` is system-wide).
+            key: Facts: upsert key (a new fact with the key of an active fact supersedes it).
+            subject: Statuses: what the status is about (supersedes by subject).
+            status_value: Statuses: the value.
+            importance: ``critical``, ``high``, ``medium`` or ``low``.
+            category: ``semantic``, ``episodic``, ``procedural`` or ``None``.
+            knowledge_category: One of the seed's knowledge categories.
+            valid_from: Facts/statuses: when it became true (default: ``now``).
+            metadata: Arbitrary JSON-serialisable metadata.
+            confidence: Base confidence in [0, 1].
+            now: The write time (default: wall clock).
+            embedding: Vector of the *scrubbed* text; computed with the embedder when ``None``.
+            id: Memory id to use (default: a deterministic UUID).
+
+        Returns:
+            A :class:`WriteResult`.
+
+        Raises:
+            TypeError, MemoryInputError: On bad input (nothing is stored).
+            DecisionImmutableError: On a decision whose key names an active decision.
+        """
+        scrubbed, redactions = self.prepare_text(text)
+        _check_choice(type, "type", MEMORY_TYPES, optional=False)
+        _check_str(source_agent, "source_agent", optional=False)
+        _check_str(client_id, "client_id", optional=False)
+        _check_str(key, "key", optional=True)
+        _check_str(subject, "subject", optional=True)
+        if status_value is not None and not isinstance(status_value, str):
+            raise TypeError("field 'status_value' must be a string")
+        _check_choice(importance, "importance", IMPORTANCE_LEVELS, optional=False)
+        _check_choice(category, "category", CATEGORIES, optional=True)
+        _check_choice(knowledge_category, "knowledge_category", KNOWLEDGE_CATEGORIES, optional=False)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError(f"field 'metadata' must be an object, got {builtin_type(metadata)}")
+        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
+            raise TypeError("field 'confidence' must be a number")
+        if not 0.0 <= float(confidence) <= 1.0:
+            raise MemoryInputError(f"field 'confidence' must lie in [0, 1], got {confidence}")
+        if id is not None:
+            _check_str(id, "id", optional=False)
+            if id in self._index:
+                raise MemoryInputError(f"field 'id': {id!r} is already in the store")
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        t_valid = coerce_ts(valid_from, field="valid_from")
+        vector = None
+        if embedding is not None:
+            vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
+            if not np.all(np.isfinite(vector)):
+                raise MemoryInputError("field 'embedding' holds a non-finite value")
+        h = content_hash(scrubbed)
+
+        existing = self._dedup.get((client_id, type, h))
+        if existing is not None:
+            return self._corroborate(existing, source_agent, t_now, redactions)
+
+        old_idx: int | None = None
+        if type == "fact":
+            if key is None:
+                log.warning("fact stored without a key: it can never be superseded")
+            else:
+                old_idx = self._by_key.get((client_id, key))
+        elif type == "status":
+            if subject is None:
+                log.warning("status stored without a subject: it can never be superseded")
+            else:
+                old_idx = self._by_subject.get((client_id, subject))
+        elif type == "decision" and key is not None:
+            for rec in self._records:
+                if rec.type == "decision" and rec.active and rec.key == key:
+                    raise DecisionImmutableError(
+                        f"decision {rec.id} has key {key!r}: decisions are immutable and "
+                        "can never be superseded; store a new decision with another key"
+                    )
+
+        if vector is None and self.embedder is not None:
+            vector = np.asarray(self.embedder.embed([scrubbed])[0], dtype=np.float32)
+
+        mem_id = id if id is not None else self._new_id(h, client_id, type, t_now)
+        rec = MemoryRecord(
+            id=mem_id,
+            text=scrubbed,
+            type=type,
+            source_agent=source_agent,
+            client_id=client_id,
+            observed_by=[source_agent],
+            observation_count=1,
+            category=category,
+            importance=importance,
+            knowledge_category=knowledge_category,
+            content_hash=h,
+            created_at=t_now,
+            confidence=float(confidence),
+            key=key,
+            subject=subject,
+            status_value=status_value,
+            valid_from=t_valid if t_valid is not None else t_now,
+            metadata=dict(metadata) if metadata else {},
+        )
+        with self.batch():
+            idx = self._append(rec, vector)
+            superseded = None
+            if old_idx is not None:
+                superseded = self._supersede(old_idx, idx, t_now)
+            self._index_entities(idx)
+        return WriteResult(mem_id, "created", superseded, redactions)
+
+    def _new_id(self, h: str, client_id: str, type_: str, t_now: float) -> str:
+        seed = f"{h}|{client_id}|{type_}|{t_now!r}|{len(self._records)}".encode()
+        return str(uuid.UUID(bytes=hashlib.sha256(seed).digest()[:16], version=4))
+
+    def _append(self, rec: MemoryRecord, vector: np.ndarray | None) -> int:
+        idx = self._cols.append()
+        self._records.append(rec)
+        self._index[rec.id] = idx
+        code = self._clients.setdefault(rec.client_id, len(self._clients))
+        c = self._cols
+        c.created_at[idx] = rec.created_at
+        c.last_accessed_at[idx] = np.nan if rec.last_accessed_at is None else rec.last_accessed_at
+        c.access_count[idx] = rec.access_count
+        c.confidence[idx] = rec.confidence
+        c.active[idx] = rec.active
+        c.forgotten[idx] = rec.forgotten_reason is not None
+        c.valid_from[idx] = rec.valid_from if rec.valid_from is not None else rec.created_at
+        c.valid_to[idx] = _NO_END if rec.valid_to is None else rec.valid_to
+        c.client[idx] = code
+        c.type[idx] = rec.type
+        self.vectors.set(idx, vector)
+        if rec.active:
+            self._dedup[(rec.client_id, rec.type, rec.content_hash)] = idx
+            if rec.type == "fact" and rec.key is not None:
+                self._by_key[(rec.client_id, rec.key)] = idx
+            if rec.type == "status" and rec.subject is not None:
+                self._by_subject[(rec.client_id, rec.subject)] = idx
+        blob = None if vector is None else self.vectors.get(idx).tobytes()
+        self._db.execute(
+            "INSERT INTO memories (idx, id, client_id, type, content_hash, active, payload, vector)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (idx, rec.id, rec.client_id, rec.type, rec.content_hash, int(rec.active),
+             self._payload(rec), blob),
+        )
+        self._version(rec, "created", rec.created_at)
+        if vector is not None:
+            self._chroma_pending[rec.id] = idx
+        self.version += 1
+        return idx
+
+    @staticmethod
+    def _payload(rec: MemoryRecord) -> str:
+        return json.dumps(
+            {name: getattr(rec, name) for name in _RECORD_FIELDS}, ensure_ascii=False
+        )
+
+    def _version(self, rec: MemoryRecord, change: str, at: float) -> None:
+        self._db.execute(
+            "INSERT INTO versions (memory_id, at, change, payload) VALUES (?, ?, ?, ?)",
+            (rec.id, at, change, self._payload(rec)),
+        )
+
+    def _save(self, idx: int, change: str | None, at: float) -> None:
+        """Write a changed record back to SQLite (and the columns), logging a version."""
+        rec = self._records[idx]
+        c = self._cols
+        c.last_accessed_at[idx] = np.nan if rec.last_accessed_at is None else rec.last_accessed_at
+        c.access_count[idx] = rec.access_count
+        c.confidence[idx] = rec.confidence
+        c.active[idx] = rec.active
+        c.forgotten[idx] = rec.forgotten_reason is not None
+        c.valid_to[idx] = _NO_END if rec.valid_to is None else rec.valid_to
+        self._db.execute(
+            "UPDATE memories SET active = ?, payload = ? WHERE idx = ?",
+            (int(rec.active), self._payload(rec), idx),
+        )
+        if change is not None:
+            self._version(rec, change, at)
+            if self.vectors.present[idx]:
+                self._chroma_pending[rec.id] = idx
+        self.version += 1
+
+    def _deactivate(self, idx: int) -> None:
+        rec = self._records[idx]
+        rec.active = False
+        if self._dedup.get((rec.client_id, rec.type, rec.content_hash)) == idx:
+            del self._dedup[(rec.client_id, rec.type, rec.content_hash)]
+        if rec.key is not None and self._by_key.get((rec.client_id, rec.key)) == idx:
+            del self._by_key[(rec.client_id, rec.key)]
+        if rec.subject is not None and self._by_subject.get((rec.client_id, rec.subject)) == idx:
+            del self._by_subject[(rec.client_id, rec.subject)]
+
+    def _supersede(self, old_idx: int, new_idx: int, t_now: float) -> str:
+        old, new = self._records[old_idx], self._records[new_idx]
+        if old.type == "decision":
+            raise DecisionImmutableError(f"decision {old.id} can never be superseded")
+        self._deactivate(old_idx)
+        old.superseded_by = new.id
+        old.superseded_at = t_now
+        old.valid_to = t_now
+        new.supersedes = old.id
+        self._save(old_idx, "superseded", t_now)
+        self._save(new_idx, None, t_now)
+        return old.id
+
+    def _corroborate(self, idx: int, agent: str, t_now: float, redactions: int) -> WriteResult:
+        rec = self._records[idx]
+        if agent in rec.observed_by:
+            return WriteResult(rec.id, "deduplicated", None, redactions)
+        if len(rec.observed_by) < self.max_observed_by:
+            rec.observed_by.append(agent)
+            rec.observation_count = len(rec.observed_by)
+            with self.batch():
+                self._save(idx, "corroborated", t_now)
+        return WriteResult(rec.id, "corroborated", None, redactions)
+
+    def _index_entities(self, idx: int) -> None:
+        rec = self._records[idx]
+        mentions = self.extractor.extract(
+            rec.text,
+            client_id=None if rec.client_id == GLOBAL_CLIENT else rec.client_id,
+            source_agent=rec.source_agent,
+        )
+        ent_idxs: list[int] = []
+        for m in mentions:
+            e = self._entity_idx(m.entity)
+            self.graph.link(e, idx, m.role)
+            self._db.execute(
+                "INSERT OR IGNORE INTO entity_memory_links (entity_idx, memory_idx, role)"
+                " VALUES (?, ?, ?)",
+                (e, idx, m.role),
+            )
+            if e not in ent_idxs:
+                ent_idxs.append(e)
+        rec.entities = [{"name": m.entity.name, "type": m.entity.type} for m in mentions]
+        if len(ent_idxs) > 1:
+            self.graph.co_occur(ent_idxs)
+            pairs = [
+                (a, b) for i, a in enumerate(ent_idxs) for b in ent_idxs[i + 1 :]
+            ]
+            self._save_relations(pairs, "co_occurrence")
+        self._db.execute(
+            "UPDATE memories SET payload = ? WHERE idx = ?", (self._payload(rec), idx)
+        )
+
+    def _entity_idx(self, entity: Entity) -> int:
+        n_before = self.graph.n_entities
+        e = self.graph.add_entity(entity)
+        if self.graph.n_entities > n_before:
+            stored = self.graph.entity(e)
+            self._db.execute(
+                "INSERT OR REPLACE INTO entities (idx, name, type) VALUES (?, ?, ?)",
+                (e, stored.name, stored.type),
+            )
+        return e
+
+    def _save_relations(self, pairs: Sequence[tuple[int, int]], relation: str) -> None:
+        rows = []
+        for a, b in pairs:
+            src, dst = (min(a, b), max(a, b)) if relation == "co_occurrence" else (a, b)
+            rows.append((src, dst, relation, float(self.graph.strength(src, dst, relation))))
+        self._db.executemany(
+            "INSERT INTO entity_relationships (src, dst, relation, strength) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (src, dst, relation) DO UPDATE SET strength = excluded.strength",
+            rows,
+        )
+
+    def relate(
+        self,
+        from_entity: str,
+        relation: str,
+        to_entity: str,
+        *,
+        from_type: str = "concept",
+        to_type: str = "concept",
+        now: float | str | None = None,
+    ) -> float:
+        """Record a typed relationship between two entities; returns its new strength.
+
+        Names resolve through the alias cache and the graph (an unknown name becomes a new
+        entity of ``from_type`` / ``to_type``).
+        """
+        _check_choice(relation, "relation", RELATION_TYPES, optional=False)
+        _check_str(from_entity, "from", optional=False)
+        _check_str(to_entity, "to", optional=False)
+        with self.batch():
+            a = self._resolve_entity(from_entity, from_type)
+            b = self._resolve_entity(to_entity, to_type)
+            strength = self.graph.add_relation(a, b, relation)
+            self._save_relations([(a, b)], relation)
+        self.version += 1
+        return float(strength)
+
+    def _resolve_entity(self, name: str, type_: str) -> int:
+        found = self.graph.find(name)
+        if found is not None:
+            return found
+        alias = self.extractor.aliases.resolve(name) if hasattr(self.extractor, "aliases") else None
+        return self._entity_idx(alias if alias is not None else Entity(name, type_))
+
+    def retire(
+        self, memory_id: str, change: str, *, now: float | str | None = None, **updates: Any
+    ) -> MemoryRecord:
+        """Deactivate a memory, set payload fields (``expired_at=…``), and log the change.
+
+        Lifecycle jobs (TTL expiry, merges) use this; it refuses decisions.
+        """
+        idx = self.idx(memory_id)
+        rec = self._records[idx]
+        if rec.type == "decision":
+            raise DecisionImmutableError(f"decision {memory_id} is immutable")
+        unknown = sorted(set(updates) - set(_RECORD_FIELDS))
+        if unknown:
+            raise TypeError(f"unknown payload field(s): {', '.join(unknown)}")
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        with self.batch():
+            self._deactivate(idx)
+            for name, value in updates.items():
+                setattr(rec, name, value)
+            self._save(idx, change, t_now)
+        return rec
+
+    def save(self, memory_id: str, change: str, *, now: float | str | None = None) -> None:
+        """Persist in-place edits of a record's descriptive fields and log a version.
+
+        For fields that do not move it through the lifecycle (``knowledge_category``,
+        ``consolidated``, ``metadata``); lifecycle moves go through :meth:`retire`.
+        """
+        idx = self.idx(memory_id)
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        with self.batch():
+            self._save(idx, change, t_now)
+
+    def persist_relations(self) -> None:
+        """Rewrite the relationship table from the graph (after a Hebbian update)."""
+        edges = self.graph.edges_frame()
+        with self.batch():
+            self._db.execute("DELETE FROM entity_relationships")
+            self._db.executemany(
+                "INSERT INTO entity_relationships (src, dst, relation, strength)"
+                " VALUES (?, ?, ?, ?)",
+                edges.select("src", "dst", "relation", "strength").rows(),
+            )
+
+    def forget(self, memory_id: str, reason: str, *, now: float | str | None = None) -> None:
+        """Soft-delete a memory (seed 003 ``forget``): inactive, reason kept, never returned."""
+        idx = self.idx(memory_id)
+        rec = self._records[idx]
+        _check_str(reason, "reason", optional=False)
+        if rec.type == "decision":
+            raise DecisionImmutableError(
+                f"decision {memory_id} is immutable (an audit trail) and cannot be forgotten"
+            )
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        self.retire(
+            memory_id,
+            "forgotten",
+            now=t_now,
+            forgotten_reason=reason,
+            expired_at=t_now,
+            valid_to=rec.valid_to if rec.valid_to is not None else t_now,
+        )
+
+    def correct(
+        self,
+        memory_id: str,
+        new_text: str,
+        reason: str,
+        *,
+        now: float | str | None = None,
+        source_agent: str | None = None,
+        embedding: np.ndarray | Sequence[float] | None = None,
+    ) -> WriteResult:
+        """Supersede a memory with corrected text (seed 004 ``correct_memory``), linked both ways."""
+        idx = self.idx(memory_id)
+        old = self._records[idx]
+        _check_str(reason, "reason", optional=False)
+        if old.type == "decision":
+            raise DecisionImmutableError(
+                f"decision {memory_id} is immutable and cannot be corrected; "
+                "record a new decision instead"
+            )
+        if not old.active:
+            raise MemoryInputError(f"memory {memory_id} is not active and cannot be corrected")
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        with self.batch():
+            self._deactivate(idx)
+            result = self.store(
+                new_text,
+                old.type,
+                source_agent=source_agent or old.source_agent,
+                client_id=old.client_id,
+                key=old.key,
+                subject=old.subject,
+                status_value=old.status_value,
+                importance=old.importance,
+                category=old.category,
+                knowledge_category=old.knowledge_category,
+                metadata={**old.metadata, "correction_reason": reason},
+                now=t_now,
+                embedding=embedding,
+            )
+            new_idx = self._index[result.id]
+            old.superseded_by = result.id
+            old.superseded_at = t_now
+            old.valid_to = t_now
+            self._records[new_idx].supersedes = old.id
+            self._save(idx, "corrected", t_now)
+            self._save(new_idx, None, t_now)
+        return WriteResult(result.id, "created", old.id, result.redactions)
+
+    # ------------------------------------------------------------------ read side
+    def visible_mask(
+        self,
+        *,
+        client_id: str | None = None,
+        at_time: float | str | None = None,
+        include_superseded: bool = False,
+        now: float | str | None = None,
+    ) -> np.ndarray:
+        """Which rows a read may see; every stage filters through this one function.
+
+        Args:
+            client_id: Scope: that client's memories and ``"global"`` ones; ``None`` = all.
+            at_time: Temporal query: memories valid then (``valid_from <= t < valid_to``),
+                superseded versions included, forgotten ones never.
+            include_superseded: Show inactive history too (forgotten memories stay hidden).
+            now: Rows created after ``now`` are invisible (replays never see the future).
+        """
+        c = self._cols
+        n = c.n
+        mask = np.ones(n, dtype=bool)
+        if now is not None:
+            mask &= c.created_at[:n] <= coerce_ts(now, field="now")
+        if client_id is not None:
+            codes = [self._clients.get(client_id, -2), self._clients.get(GLOBAL_CLIENT, -2)]
+            mask &= np.isin(c.client[:n], codes)
+        if at_time is not None:
+            t = coerce_ts(at_time, field="at_time")
+            mask &= (c.valid_from[:n] <= t) & (t < c.valid_to[:n]) & ~c.forgotten[:n]
+        elif include_superseded:
+            mask &= ~c.forgotten[:n]
+        else:
+            mask &= c.active[:n]
+        return mask
+
+    def touch(self, memory_ids: Sequence[str], *, now: float | str | None = None) -> None:
+        """Count a search hit for each id: ``access_count += 1``, ``last_accessed_at = now``."""
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        with self.batch():
+            for mid in memory_ids:
+                idx = self.idx(mid)
+                rec = self._records[idx]
+                rec.access_count += 1
+                rec.last_accessed_at = t_now
+                self._save(idx, None, t_now)
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 10,
+        client_id: str | None = None,
+        at_time: float | str | None = None,
+        include_superseded: bool = False,
+        now: float | str | None = None,
+        decay_factor: float = 0.98,
+        boost_weight: float = 0.3,
+        min_similarity: float = 0.3,
+        touch: bool = True,
+    ) -> pl.DataFrame:
+        """Seed 000's vector search: cosine ≥ ``min_similarity`` × decay × access boost.
+
+        A convenience for interactive use; evaluations compose stages instead. Returned hits
+        count as accesses unless ``touch=False``.
+
+        Returns:
+            A frame ``mem_id, text, type, similarity, effective_score``, best first.
+        """
+        from memlab.memory.lifecycle import days_since, lifecycle_factor
+
+        if self.embedder is None:
+            raise MemoryInputError("search needs an embedder: pass embedder= to MemoryStore")
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        qvec = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
+        sims = self.vectors.similarities(qvec)
+        mask = self.visible_mask(
+            client_id=client_id, at_time=at_time, include_superseded=include_superseded, now=t_now
+        ) & (sims >= min_similarity)
+        rows = np.flatnonzero(mask)
+        c = self._cols
+        factor = lifecycle_factor(
+            c.type[rows],
+            c.confidence[rows],
+            days_since(t_now, c.last_accessed_at[rows], c.created_at[rows]),
+            c.access_count[rows],
+            decay_factor=decay_factor,
+            boost_weight=boost_weight,
+        )
+        scores = sims[rows] * factor
+        order = np.lexsort((rows, -scores))[:k]
+        hits = rows[order]
+        frame = pl.DataFrame(
+            {
+                "mem_id": [self._records[i].id for i in hits],
+                "text": [self._records[i].text for i in hits],
+                "type": [self._records[i].type for i in hits],
+                "similarity": sims[hits].astype(np.float64),
+                "effective_score": scores[order].astype(np.float64),
+            },
+            schema={
+                "mem_id": pl.String,
+                "text": pl.String,
+                "type": pl.String,
+                "similarity": pl.Float64,
+                "effective_score": pl.Float64,
+            },
+        )
+        if touch and len(hits):
+            self.touch(frame["mem_id"].to_list(), now=t_now)
+        return frame
+
+    def history(self, memory_id: str) -> pl.DataFrame:
+        """Every saved version of a memory: ``seq, at, change, payload`` (JSON)."""
+        rows = self._db.execute(
+            "SELECT seq, at, change, payload FROM versions WHERE memory_id = ? ORDER BY seq",
+            (memory_id,),
+        ).fetchall()
+        return pl.DataFrame(
+            rows, schema=["seq", "at", "change", "payload"], orient="row"
+        )
+
+    def records_frame(self) -> pl.DataFrame:
+        """All records as a frame (one row per memory, payload columns, epoch-second times)."""
+        cols: dict[str, list[Any]] = {name: [] for name in _RECORD_FIELDS}
+        for rec in self._records:
+            for name in _RECORD_FIELDS:
+                cols[name].append(getattr(rec, name))
+        cols["entities"] = [json.dumps(v) for v in cols["entities"]]
+        cols["metadata"] = [json.dumps(v, sort_keys=True) for v in cols["metadata"]]
+        return pl.DataFrame(cols, strict=False, infer_schema_length=None)
+
+    def query_entities(self, text: str) -> list[int]:
+        """Graph indices of the entities named in a query (fast-path extraction)."""
+        out: list[int] = []
+        for ent in self.extractor.extract_query_entities(text):
+            found = self.graph.find(ent.name, ent.type)
+            if found is None:
+                found = self.graph.find(ent.name)
+            if found is not None and found not in out:
+                out.append(found)
+        return out
+
+    # ------------------------------------------------------------------ batches & persistence
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group writes into one SQLite transaction (and one chromadb upsert).
+
+        Writes are acknowledged when the outermost batch exits; on an exception the SQLite
+        transaction rolls back (in-memory columns are not rolled back: reopen the store).
+        """
+        if self._batch_depth == 0:
+            self._db.execute("BEGIN")
+        self._batch_depth += 1
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self._batch_depth -= 1
+            if self._batch_depth == 0:
+                if ok:
+                    self._db.execute("COMMIT")
+                    self._flush_chroma()
+                else:
+                    self._db.execute("ROLLBACK")
+
+    def _chroma_meta(self, idx: int) -> dict[str, Any]:
+        rec = self._records[idx]
+        c = self._cols
+        return {
+            "client_id": rec.client_id,
+            "type": rec.type,
+            "active": bool(rec.active),
+            "forgotten": rec.forgotten_reason is not None,
+            "created_at": float(rec.created_at),
+            "valid_from": float(c.valid_from[idx]),
+            "valid_to": float(c.valid_to[idx]) if np.isfinite(c.valid_to[idx]) else 1e300,
+        }
+
+    def _flush_chroma(self) -> None:
+        if self._chroma is None or not self._chroma_pending:
+            self._chroma_pending.clear()
+            return
+        pending = sorted(self._chroma_pending.values())
+        self._chroma_pending = {}
+        self._chroma.upsert(
+            [self._records[i].id for i in pending],
+            self.vectors.matrix[pending],
+            [self._chroma_meta(i) for i in pending],
+        )
+
+    def chroma_index(self) -> ChromaIndex:
+        """The chromadb index, built (ephemeral) and filled on first use in an in-memory store."""
+        if self._chroma is None:
+            self._chroma = ChromaIndex(None)
+            self._chroma_pending = {
+                r.id: i for i, r in enumerate(self._records) if self.vectors.present[i]
+            }
+        self._flush_chroma()
+        return self._chroma
+
+    def chroma_where(
+        self,
+        *,
+        client_id: str | None = None,
+        at_time: float | str | None = None,
+        include_superseded: bool = False,
+        now: float | str | None = None,
+    ) -> dict[str, Any] | None:
+        """The chromadb ``where`` filter equivalent to :meth:`visible_mask`."""
+        clauses: list[dict[str, Any]] = []
+        if now is not None:
+            clauses.append({"created_at": {"$lte": coerce_ts(now, field="now")}})
+        if client_id is not None:
+            clauses.append({"client_id": {"$in": [client_id, GLOBAL_CLIENT]}})
+        if at_time is not None:
+            t = coerce_ts(at_time, field="at_time")
+            clauses += [
+                {"valid_from": {"$lte": t}},
+                {"valid_to": {"$gt": t}},
+                {"forgotten": False},
+            ]
+        elif include_superseded:
+            clauses.append({"forgotten": False})
+        else:
+            clauses.append({"active": True})
+        if not clauses:
+            return None
+        return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+    def _load(self) -> None:
+        rows = self._db.execute("SELECT idx, payload, vector FROM memories ORDER BY idx").fetchall()
+        for expected, (idx, payload, blob) in enumerate(rows):
+            if idx != expected:
+                raise MemoryInputError(f"{self.path}: memories table has a gap at row {expected}")
+            data = json.loads(payload)
+            rec = MemoryRecord(**{k: data[k] for k in _RECORD_FIELDS if k in data})
+            vector = None if blob is None else np.frombuffer(blob, dtype=np.float32)
+            self._append_loaded(rec, vector)
+        for idx, name, type_ in self._db.execute(
+            "SELECT idx, name, type FROM entities ORDER BY idx"
+        ):
+            got = self.graph.add_entity(Entity(name, type_))
+            if got != idx:
+                raise MemoryInputError(f"{self.path}: entity table out of order at {idx}")
+        for e, m, role in self._db.execute(
+            "SELECT entity_idx, memory_idx, role FROM entity_memory_links ORDER BY rowid"
+        ):
+            self.graph.link(e, m, role)
+        for src, dst, rel, strength in self._db.execute(
+            "SELECT src, dst, relation, strength FROM entity_relationships ORDER BY rowid"
+        ):
+            self.graph.add_relation(src, dst, rel, increment=strength)
+
+    def _append_loaded(self, rec: MemoryRecord, vector: np.ndarray | None) -> None:
+        idx = self._cols.append()
+        self._records.append(rec)
+        self._index[rec.id] = idx
+        code = self._clients.setdefault(rec.client_id, len(self._clients))
+        c = self._cols
+        c.created_at[idx] = rec.created_at
+        c.client[idx] = code
+        c.type[idx] = rec.type
+        c.valid_from[idx] = rec.valid_from if rec.valid_from is not None else rec.created_at
+        self.vectors.set(idx, vector)
+        self._save_columns_only(idx)
+        if rec.active:
+            self._dedup[(rec.client_id, rec.type, rec.content_hash)] = idx
+            if rec.type == "fact" and rec.key is not None:
+                self._by_key[(rec.client_id, rec.key)] = idx
+            if rec.type == "status" and rec.subject is not None:
+                self._by_subject[(rec.client_id, rec.subject)] = idx
+
+    def _save_columns_only(self, idx: int) -> None:
+        rec = self._records[idx]
+        c = self._cols
+        c.last_accessed_at[idx] = np.nan if rec.last_accessed_at is None else rec.last_accessed_at
+        c.access_count[idx] = rec.access_count
+        c.confidence[idx] = rec.confidence
+        c.active[idx] = rec.active
+        c.forgotten[idx] = rec.forgotten_reason is not None
+        c.valid_to[idx] = _NO_END if rec.valid_to is None else rec.valid_to
+
+    def check(self) -> list[str]:
+        """Disagreements between SQLite and the vector index (empty when consistent)."""
+        problems: list[str] = []
+        if self._chroma is None:
+            return problems
+        self._flush_chroma()
+        sql_ids = {r.id for i, r in enumerate(self._records) if self.vectors.present[i]}
+        chroma_ids = set(self._chroma.ids())
+        for mid in sorted(sql_ids - chroma_ids):
+            problems.append(f"memory {mid}: in SQLite, missing from chromadb")
+        for mid in sorted(chroma_ids - set(self._index)):
+            problems.append(f"memory {mid}: in chromadb, missing from SQLite")
+        common = sorted(sql_ids & chroma_ids)
+        for start in range(0, len(common), 1000):
+            chunk = common[start : start + 1000]
+            got = self._chroma.get(chunk)
+            for mid, emb, meta in zip(
+                got["ids"], got["embeddings"], got["metadatas"], strict=True
+            ):
+                idx = self._index[mid]
+                if not np.allclose(np.asarray(emb), self.vectors.matrix[idx], atol=1e-5):
+                    problems.append(f"memory {mid}: vector differs between SQLite and chromadb")
+                want = self._chroma_meta(idx)
+                for key, value in want.items():
+                    if meta.get(key) != value:
+                        problems.append(
+                            f"memory {mid}: chromadb metadata '{key}' is {meta.get(key)!r}, "
+                            f"SQLite says {value!r}"
+                        )
+        return problems
+
+    def _reconcile(self) -> None:
+        """Make chromadb agree with SQLite (SQLite is the source of truth)."""
+        if self._chroma is None:
+            return
+        chroma_ids = set(self._chroma.ids())
+        orphans = sorted(chroma_ids - set(self._index))
+        self._chroma.delete(orphans)
+        for i, rec in enumerate(self._records):
+            if self.vectors.present[i] and rec.id not in chroma_ids:
+                self._chroma_pending[rec.id] = i
+        self._flush_chroma()
+
+
+def builtin_type(value: object) -> str:
+    """The type name of ``value`` for error messages."""
+    return type(value).__name__

@@ -1,0 +1,171 @@
+"""Vector indexes behind the store: an exact numpy index and a chromadb persistent collection.
+
+The exact index is the reference (deterministic, and ~0.3 ms per query at 10k vectors); the
+chromadb index mirrors the same ids for persistence and for approximate search with metadata
+filters. Both index L2-normalised vectors, so the inner product is the cosine similarity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class ExactIndex:
+    """A growable float32 matrix of unit vectors addressed by the store's row index.
+
+    Args:
+        dim: Vector dimension, or ``None`` to take it from the first vector added.
+    """
+
+    def __init__(self, dim: int | None = None) -> None:
+        self.dim = dim
+        self._matrix = np.zeros((0, dim or 0), dtype=np.float32)
+        self._present = np.zeros(0, dtype=bool)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _grow(self, n: int) -> None:
+        cap = self._matrix.shape[0]
+        if n <= cap:
+            return
+        new_cap = max(n, 2 * cap, 1024)
+        matrix = np.zeros((new_cap, self.dim or 0), dtype=np.float32)
+        matrix[: self._n] = self._matrix[: self._n]
+        present = np.zeros(new_cap, dtype=bool)
+        present[: self._n] = self._present[: self._n]
+        self._matrix, self._present = matrix, present
+
+    def set(self, row: int, vector: np.ndarray | None) -> None:
+        """Put the vector of row ``row`` (rows are appended in order; ``None`` = no vector)."""
+        if vector is not None:
+            vec = np.asarray(vector, dtype=np.float32).reshape(-1)
+            if self.dim is None:
+                self.dim = int(vec.shape[0])
+                self._matrix = np.zeros((self._matrix.shape[0], self.dim), dtype=np.float32)
+            if vec.shape[0] != self.dim:
+                raise ValueError(
+                    f"field 'embedding': expected dimension {self.dim}, got {vec.shape[0]}"
+                )
+            norm = float(np.linalg.norm(vec))
+            if norm > 0:
+                vec = vec / norm
+        self._grow(row + 1)
+        self._n = max(self._n, row + 1)
+        if vector is None:
+            self._present[row] = False
+        else:
+            self._matrix[row] = vec
+            self._present[row] = True
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """The ``(n, dim)`` matrix of unit vectors (rows without a vector are zero)."""
+        return self._matrix[: self._n]
+
+    @property
+    def present(self) -> np.ndarray:
+        """Boolean mask of rows that have a vector."""
+        return self._present[: self._n]
+
+    def get(self, row: int) -> np.ndarray | None:
+        """The unit vector of ``row``, or ``None``."""
+        if row >= self._n or not self._present[row]:
+            return None
+        return self._matrix[row].copy()
+
+    def similarities(self, query: np.ndarray) -> np.ndarray:
+        """Cosine similarity of ``query`` with every row (``-inf`` where a row has no vector)."""
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(q))
+        if norm > 0:
+            q = q / norm
+        sims = self.matrix @ q
+        return np.where(self.present, sims.astype(np.float64), -np.inf)
+
+
+class ChromaIndex:
+    """A chromadb ``PersistentClient`` collection holding the store's vectors under its ids.
+
+    Embeddings are always handed to chromadb (its default embedding function would download a
+    model). Cosine space, so ``1 - distance`` is the cosine similarity.
+
+    Args:
+        path: Directory of the persistent client, or ``None`` for an ephemeral in-memory client.
+        collection: Collection name.
+    """
+
+    def __init__(self, path: str | Path | None, collection: str = "memories") -> None:
+        import chromadb
+        from chromadb.config import Settings
+
+        settings = Settings(anonymized_telemetry=False, allow_reset=False)
+        if path is None:
+            self.client = chromadb.EphemeralClient(settings=settings)
+        else:
+            self.client = chromadb.PersistentClient(path=str(path), settings=settings)
+        self.collection = self.client.get_or_create_collection(
+            name=collection, metadata={"hnsw:space": "cosine"}, embedding_function=None
+        )
+
+    def upsert(
+        self,
+        ids: Sequence[str],
+        vectors: np.ndarray,
+        metadatas: Sequence[dict[str, Any]],
+    ) -> None:
+        """Insert or replace vectors with their filterable metadata."""
+        if len(ids) == 0:
+            return
+        self.collection.upsert(
+            ids=list(ids),
+            embeddings=np.asarray(vectors, dtype=np.float32),
+            metadatas=list(metadatas),
+        )
+
+    def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
+        """Replace the metadata of existing ids."""
+        if len(ids) == 0:
+            return
+        self.collection.update(ids=list(ids), metadatas=list(metadatas))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Remove ids (used to drop orphans on reconciliation)."""
+        if len(ids) == 0:
+            return
+        self.collection.delete(ids=list(ids))
+
+    def ids(self) -> list[str]:
+        """Every id in the collection."""
+        return list(self.collection.get(include=[])["ids"])
+
+    def get(self, ids: Sequence[str]) -> dict[str, Any]:
+        """Vectors and metadata of ``ids`` (chromadb's ``get`` result)."""
+        return self.collection.get(ids=list(ids), include=["embeddings", "metadatas"])
+
+    def count(self) -> int:
+        """Number of vectors."""
+        return int(self.collection.count())
+
+    def query(
+        self, vector: np.ndarray, k: int, where: dict[str, Any] | None = None
+    ) -> list[tuple[str, float]]:
+        """Approximate top-``k`` (id, cosine similarity), best first, under a metadata filter."""
+        n = self.count()
+        if n == 0 or k <= 0:
+            return []
+        res = self.collection.query(
+            query_embeddings=[np.asarray(vector, dtype=np.float32)],
+            n_results=min(k, n),
+            where=where or None,
+            include=["distances"],
+        )
+        return [
+            (mid, 1.0 - float(dist))
+            for mid, dist in zip(res["ids"][0], res["distances"][0], strict=True)
+        ]

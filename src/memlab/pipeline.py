@@ -1,0 +1,428 @@
+"""Pipelines: named steps, parallel branches fused by a fusion stage, TOML configurations.
+
+A pipeline is a list of named steps run in order; a :class:`Parallel` step runs named branches on
+the same input and merges them with a fusion stage (e.g. ``rrf``). Stage names are unique across
+the whole pipeline, so ``set_params(rrf__k=30)`` reaches the ``rrf`` stage wherever it sits.
+
+Configuration files (``eval/configs/NAME.toml``)::
+
+    name = "hybrid"
+    description = "dense + BM25 + graph, fused by RRF, then lifecycle scoring"
+    steps = ["retrieve", "lifecycle"]
+
+    [retrieve]
+    parallel = ["dense", "bm25", "graph"]
+    fuse = "rrf"
+
+    [dense]
+    stage = "dense"
+    top_k = 100
+
+    [rrf]
+    stage = "rrf"
+    k = 60
+
+    [lifecycle]
+    stage = "lifecycle"
+
+:meth:`Pipeline.to_config` writes the same structure back (every parameter spelled out), and
+:func:`load_pipeline` reads it, naming the file, the step and the key of any error.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import tomllib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from memlab.stages.base import (
+    FusionStage,
+    QueryContext,
+    Stage,
+    _type_ok,
+    check_frame,
+    empty_candidates,
+    get_stage_class,
+)
+
+CONFIG_DIR_ENV = "MEMLAB_CONFIG_DIR"
+
+
+class ConfigError(ValueError):
+    """A pipeline configuration that cannot be loaded (names file, step and key)."""
+
+
+class Parallel(Stage):
+    """Run named branches on the same candidates and fuse their outputs.
+
+    Args:
+        branches: ``(name, stage)`` pairs.
+        fuse: ``(name, fusion stage)``.
+    """
+
+    def __init__(
+        self,
+        branches: Sequence[tuple[str, Stage]] = (),
+        fuse: tuple[str, FusionStage] | None = None,
+    ) -> None:
+        self.branches = branches
+        self.fuse = fuse
+
+    def clone(self) -> Parallel:
+        return Parallel(
+            branches=[(n, s.clone()) for n, s in self.branches],
+            fuse=None if self.fuse is None else (self.fuse[0], self.fuse[1].clone()),
+        )
+
+    def named_stages(self) -> Iterator[tuple[str, Stage]]:
+        """Every named stage inside, depth first."""
+        for name, stage in self.branches:
+            yield name, stage
+            if isinstance(stage, (Pipeline, Parallel)):
+                yield from stage.named_stages()
+        if self.fuse is not None:
+            yield self.fuse
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        if self.fuse is None:
+            raise ValueError("a parallel step needs a fusion stage (fuse=)")
+        outs = []
+        for name, stage in self.branches:
+            outs.append(_timed(name, stage, frame, ctx))
+        start = time.perf_counter()
+        fused = self.fuse[1].fuse(outs, ctx)
+        _record_time(ctx, self.fuse[0], start)
+        check_frame(fused, f"stage '{self.fuse[0]}'")
+        return fused
+
+
+def _record_time(ctx: QueryContext, name: str, start: float) -> None:
+    timings = ctx.trace.setdefault("timings", {})
+    timings[name] = timings.get(name, 0.0) + (time.perf_counter() - start)
+
+
+def _timed(name: str, stage: Stage, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+    start = time.perf_counter()
+    out = stage.transform(frame, ctx)
+    if not isinstance(stage, (Pipeline, Parallel)):
+        _record_time(ctx, name, start)
+    check_frame(out, f"stage '{name}'")
+    return out
+
+
+class Pipeline(Stage):
+    """Named steps run in order (PyTerrier's ``>>``, scikit-learn's ``Pipeline``).
+
+    Args:
+        steps: ``(name, stage)`` pairs; names are unique across the pipeline, branches included.
+        name: The pipeline's name (its configuration file's stem).
+        description: One line for reports.
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[tuple[str, Stage]] = (),
+        name: str = "pipeline",
+        description: str = "",
+    ) -> None:
+        self.steps = steps
+        self.name = name
+        self.description = description
+
+    # ------------------------------------------------------------------ composition
+    @classmethod
+    def chain(cls, left: Stage, right: Stage) -> Pipeline:
+        """``left >> right`` with names taken from the stages' registry names."""
+        steps: list[tuple[str, Stage]] = []
+        for part in (left, right):
+            if isinstance(part, Pipeline):
+                steps.extend(part.steps)
+            else:
+                steps.append((part.stage_name or type(part).__name__.lower(), part))
+        used: dict[str, int] = {}
+        named = []
+        for name, stage in steps:
+            used[name] = used.get(name, 0) + 1
+            named.append((name if used[name] == 1 else f"{name}_{used[name]}", stage))
+        name = left.name if isinstance(left, Pipeline) else "pipeline"
+        return cls(steps=named, name=name)
+
+    def named_stages(self) -> Iterator[tuple[str, Stage]]:
+        """Every named stage, depth first (parallel groups and their branches included)."""
+        for name, stage in self.steps:
+            yield name, stage
+            if isinstance(stage, (Pipeline, Parallel)):
+                yield from stage.named_stages()
+
+    def stage(self, name: str) -> Stage:
+        """The stage named ``name`` anywhere in the pipeline."""
+        for n, s in self.named_stages():
+            if n == name:
+                return s
+        raise ValueError(
+            f"pipeline '{self.name}' has no stage {name!r}; stages: "
+            f"{', '.join(n for n, _ in self.named_stages())}"
+        )
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` if stage names repeat."""
+        seen: set[str] = set()
+        for n, _ in self.named_stages():
+            if n in seen:
+                raise ValueError(f"pipeline '{self.name}': stage name {n!r} is used twice")
+            seen.add(n)
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "steps": self.steps,
+            "name": self.name,
+            "description": self.description,
+        }
+        if deep:
+            for n, s in self.named_stages():
+                out[n] = s
+                if not isinstance(s, (Pipeline, Parallel)):
+                    for k, v in s.get_params(deep=False).items():
+                        out[f"{n}__{k}"] = v
+        return out
+
+    def set_params(self, **params: Any) -> Pipeline:
+        """Set ``stage__param`` values (or the pipeline's own ``name``/``description``)."""
+        for key, value in params.items():
+            if key in ("name", "description", "steps"):
+                setattr(self, key, value)
+                continue
+            stage_name, sep, param = key.partition("__")
+            if not sep:
+                raise ValueError(
+                    f"pipeline parameter {key!r} must be written stage__param "
+                    f"(stages: {', '.join(n for n, _ in self.named_stages())})"
+                )
+            self.stage(stage_name).set_params(**{param: value})
+        return self
+
+    def clone(self) -> Pipeline:
+        return Pipeline(
+            steps=[(n, s.clone()) for n, s in self.steps],
+            name=self.name,
+            description=self.description,
+        )
+
+    def fit(self, store: Any, **kwargs: Any) -> Pipeline:
+        for _, s in self.named_stages():
+            if not isinstance(s, (Pipeline, Parallel)):
+                s.fit(store, **kwargs)
+        return self
+
+    # ------------------------------------------------------------------ running
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        for name, stage in self.steps:
+            frame = _timed(name, stage, frame, ctx)
+        return frame
+
+    def run(self, ctx: QueryContext) -> pl.DataFrame:
+        """Answer one query: run the steps on an empty candidate frame."""
+        return self.transform(empty_candidates(), ctx)
+
+    # ------------------------------------------------------------------ configuration
+    def to_config(self) -> dict[str, Any]:
+        """The pipeline as a configuration dictionary (every parameter spelled out)."""
+        cfg: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "steps": [n for n, _ in self.steps],
+        }
+        for n, s in self.named_stages():
+            if isinstance(s, Parallel):
+                if s.fuse is None:
+                    raise ValueError(f"parallel step {n!r} has no fusion stage")
+                cfg[n] = {"parallel": [bn for bn, _ in s.branches], "fuse": s.fuse[0]}
+            elif isinstance(s, Pipeline):
+                raise ValueError(f"step {n!r}: nested pipelines are written as their steps")
+            else:
+                table: dict[str, Any] = {"stage": s.stage_name}
+                for k, v in s.get_params(deep=False).items():
+                    if v is None:
+                        continue
+                    table[k] = list(v) if isinstance(v, tuple) else v
+                cfg[n] = table
+        return cfg
+
+    def to_toml(self) -> str:
+        """The configuration as TOML text."""
+        return dumps_toml(self.to_config())
+
+    def save(self, path: str | Path) -> None:
+        """Write the configuration atomically."""
+        atomic_write_text(Path(path), self.to_toml())
+
+
+def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pipeline:
+    """Build a pipeline from a configuration dictionary (see the module docstring).
+
+    Raises:
+        ConfigError: Naming ``source``, the step and the key at fault.
+    """
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{source}: a configuration is a table")
+    for key in ("name", "steps"):
+        if key not in cfg:
+            raise ConfigError(f"{source}: missing top-level key '{key}'")
+    if not isinstance(cfg["steps"], list) or not all(isinstance(s, str) for s in cfg["steps"]):
+        raise ConfigError(f"{source}: key 'steps' must be a list of step names")
+    allowed_top = {"name", "description", "steps"}
+    tables = {k: v for k, v in cfg.items() if k not in allowed_top}
+    for k, v in tables.items():
+        if not isinstance(v, dict):
+            raise ConfigError(f"{source}: top-level key '{k}' is not a step table")
+    used: set[str] = set()
+
+    def build(name: str, parent: str) -> Stage:
+        if name not in tables:
+            raise ConfigError(f"{source}: step '{name}' (named in {parent}) has no [{name}] table")
+        if name in used:
+            raise ConfigError(f"{source}: step '{name}' is used twice")
+        used.add(name)
+        table = dict(tables[name])
+        if "parallel" in table:
+            branches = table.pop("parallel")
+            fuse = table.pop("fuse", None)
+            if table:
+                raise ConfigError(
+                    f"{source}: step '{name}': unknown key(s) {', '.join(sorted(table))} "
+                    "(a parallel step has 'parallel' and 'fuse')"
+                )
+            if not isinstance(branches, list) or not branches:
+                raise ConfigError(f"{source}: step '{name}': key 'parallel' must list branches")
+            if not isinstance(fuse, str):
+                raise ConfigError(f"{source}: step '{name}': key 'fuse' must name a fusion step")
+            built = [(b, build(b, f"step '{name}'")) for b in branches]
+            fusion = build(fuse, f"step '{name}'")
+            if not isinstance(fusion, FusionStage):
+                raise ConfigError(
+                    f"{source}: step '{name}': key 'fuse': stage '{fuse}' cannot fuse branches"
+                )
+            return Parallel(branches=built, fuse=(fuse, fusion))
+        stage_type = table.pop("stage", None)
+        if not isinstance(stage_type, str):
+            raise ConfigError(f"{source}: step '{name}': key 'stage' must name a stage type")
+        try:
+            cls = get_stage_class(stage_type)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: step '{name}': key 'stage': {exc}") from None
+        hints = cls.param_hints()
+        for key, value in table.items():
+            if key not in hints:
+                raise ConfigError(
+                    f"{source}: step '{name}': unknown parameter '{key}' for stage "
+                    f"'{stage_type}' (parameters: {', '.join(sorted(hints))})"
+                )
+            if not _type_ok(value, hints[key]):
+                raise ConfigError(
+                    f"{source}: step '{name}': key '{key}': {value!r} is not of type {hints[key]}"
+                )
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
+        try:
+            return cls(**params)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{source}: step '{name}': {exc}") from None
+
+    steps = [(s, build(s, "'steps'")) for s in cfg["steps"]]
+    unused = sorted(set(tables) - used)
+    if unused:
+        raise ConfigError(f"{source}: step table(s) {', '.join(unused)} are not used by any step")
+    desc = cfg.get("description", "")
+    if not isinstance(cfg["name"], str) or not isinstance(desc, str):
+        raise ConfigError(f"{source}: keys 'name' and 'description' must be strings")
+    pipe = Pipeline(steps=steps, name=cfg["name"], description=desc)
+    pipe.validate()
+    return pipe
+
+
+def config_dirs() -> list[Path]:
+    """Where pipeline names are looked up: ``$MEMLAB_CONFIG_DIR``, ``./eval/configs``."""
+    dirs = []
+    if os.environ.get(CONFIG_DIR_ENV):
+        dirs.append(Path(os.environ[CONFIG_DIR_ENV]))
+    dirs.append(Path.cwd() / "eval" / "configs")
+    dirs.append(Path(__file__).resolve().parents[2] / "eval" / "configs")
+    return dirs
+
+
+def available_pipelines() -> list[str]:
+    """Names of the pipelines in the configuration directories."""
+    names: set[str] = set()
+    for d in config_dirs():
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.toml"))
+    return sorted(names)
+
+
+def resolve_config_path(name_or_path: str | Path) -> Path:
+    """A configuration file from a path or a pipeline name."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such configuration file")
+        return p
+    for d in config_dirs():
+        cand = d / f"{name_or_path}.toml"
+        if cand.is_file():
+            return cand
+    known = available_pipelines()
+    raise ConfigError(
+        f"unknown pipeline {str(name_or_path)!r}; known pipelines: {', '.join(known) or 'none'}"
+    )
+
+
+def load_pipeline(name_or_path: str | Path) -> Pipeline:
+    """Load a pipeline by name (from the configuration directories) or by path."""
+    path = resolve_config_path(name_or_path)
+    try:
+        cfg = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    return pipeline_from_config(cfg, source=str(path))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def dumps_toml(cfg: dict[str, Any]) -> str:
+    """Write a configuration (scalars, lists and one level of tables) as TOML."""
+    lines = []
+    for k, v in cfg.items():
+        if not isinstance(v, dict):
+            lines.append(f"{k} = {_toml_value(v)}")
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            lines.append("")
+            lines.append(f"[{k}]")
+            for kk, vv in v.items():
+                lines.append(f"{kk} = {_toml_value(vv)}")
+    return "\n".join(lines) + "\n"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write text through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
