@@ -26,14 +26,18 @@ def parse_ts(value: str, *, field: str = "ts", where: str = "") -> float:
     """
     prefix = f"{where}: " if where else ""
     if not isinstance(value, str):
-        raise TypeError(f"{prefix}field '{field}' must be an ISO 8601 string, got {type(value).__name__}")
+        raise TypeError(
+            f"{prefix}field '{field}' must be an ISO 8601 string, got {type(value).__name__}"
+        )
     text = value.strip()
     if text.endswith("Z") or text.endswith("z"):
         text = text[:-1] + "+00:00"
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"{prefix}field '{field}' is not an ISO 8601 timestamp: {value!r}") from None
+        raise ValueError(
+            f"{prefix}field '{field}' is not an ISO 8601 timestamp: {value!r}"
+        ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()

@@ -376,9 +376,11 @@ class MemoryStore:
             raise TypeError("field 'status_value' must be a string")
         _check_choice(importance, "importance", IMPORTANCE_LEVELS, optional=False)
         _check_choice(category, "category", CATEGORIES, optional=True)
-        _check_choice(knowledge_category, "knowledge_category", KNOWLEDGE_CATEGORIES, optional=False)
+        _check_choice(
+            knowledge_category, "knowledge_category", KNOWLEDGE_CATEGORIES, optional=False
+        )
         if metadata is not None and not isinstance(metadata, dict):
-            raise TypeError(f"field 'metadata' must be an object, got {builtin_type(metadata)}")
+            raise TypeError(f"field 'metadata' must be an object, got {metadata.__class__.__name__}")
         if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
             raise TypeError("field 'confidence' must be a number")
         if not 0.0 <= float(confidence) <= 1.0:
@@ -638,7 +640,7 @@ class MemoryStore:
         found = self.graph.find(name)
         if found is not None:
             return found
-        alias = self.extractor.aliases.resolve(name) if hasattr(self.extractor, "aliases") else None
+        alias = self.extractor.resolve(name)
         return self._entity_idx(alias if alias is not None else Entity(name, type_))
 
     def retire(
@@ -714,7 +716,8 @@ class MemoryStore:
         source_agent: str | None = None,
         embedding: np.ndarray | Sequence[float] | None = None,
     ) -> WriteResult:
-        """Supersede a memory with corrected text (seed 004 ``correct_memory``), linked both ways."""
+        """Supersede a memory with corrected text (seed 004 ``correct_memory``), linked both ways.
+        """
         idx = self.idx(memory_id)
         old = self._records[idx]
         _check_str(reason, "reason", optional=False)
@@ -1078,7 +1081,3 @@ class MemoryStore:
                 self._chroma_pending[rec.id] = i
         self._flush_chroma()
 
-
-def builtin_type(value: object) -> str:
-    """The type name of ``value`` for error messages."""
-    return type(value).__name__

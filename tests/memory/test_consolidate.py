@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+from memlab.memory.consolidate import Consolidator, expire_events
+from memlab.memory.store import MemoryStore
+
+DAY = 86_400.0
+T0 = 1_767_225_600.0
+
+
+def test_event_ttl_cleanup_follows_seed_rules():
+    store = MemoryStore()
+    old_low = store.store("Ran the nightly job", source_agent="a", importance="low", now=T0)
+    old_high = store.store("Outage postmortem", source_agent="a", importance="high", now=T0)
+    old_read = store.store("Rotated the logs", source_agent="a", now=T0)
+    young = store.store("Cleared the cache", source_agent="a", now=T0 + 20 * DAY)
+    fact = store.store("Cache TTL is 5 min", "fact", source_agent="a", key="ttl", now=T0)
+    store.touch([old_read.id], now=T0 + DAY)
+    expired = expire_events(store, now=T0 + 31 * DAY)
+    assert expired == [old_low.id]
+    assert store.get(old_low.id).expired_at == T0 + 31 * DAY
+    assert not store.get(old_low.id).active
+    for kept in (old_high, old_read, young, fact):
+        assert store.get(kept.id).active
+    assert expire_events(store, now=T0 + 31 * DAY, event_ttl_days=10) == [young.id]
+
+
+def test_reclassifies_general_only_and_marks_consolidated():
+    store = MemoryStore()
+    a = store.store("Migrated the database server to PostgreSQL", source_agent="a", now=T0)
+    b = store.store("Brand voice guideline: friendly", source_agent="a",
+                    knowledge_category="strategy", now=T0)
+    c = store.store("Lunch was nice", source_agent="a", now=T0)
+    report = Consolidator().run(store, now=T0 + DAY)
+    assert report.reclassified == {a.id: "technical"}
+    assert store.get(b.id).knowledge_category == "strategy"
+    assert store.get(c.id).knowledge_category == "general"
+    assert all(store.get(m.id).consolidated for m in (a, b, c))
+    assert report.processed == 3
+
+
+def test_hebbian_upkeep_strengthens_co_occurring_and_decays_the_rest():
+    store = MemoryStore()
+    store.store("Redis and Kubernetes in prod", source_agent="a", now=T0)
+    r = store.graph.find("Redis")
+    k = store.graph.find("Kubernetes")
+    ag = store.graph.find("a")
+    assert store.graph.strength(r, k, "co_occurrence") == 1.0
+    Consolidator(hebbian_rate=1.0, hebbian_decay=0.5).run(store, now=T0 + DAY)
+    # co-activated this cycle: (1 + 1) then decayed by 0.5 — or decayed then boosted;
+    # the graph documents the order; both edges here were co-activated, so they agree.
+    after = store.graph.strength(r, k, "co_occurrence")
+    assert after == store.graph.strength(ag, r, "co_occurrence")
+    Consolidator(hebbian_rate=1.0, hebbian_decay=0.5).run(store, now=T0 + 2 * DAY)
+    assert store.graph.strength(r, k, "co_occurrence") == pytest.approx(after * 0.5)
+    with MemoryStore() as _:
+        pass
+
+
+def test_merged_fact_goes_through_exact_and_semantic_dedup():
+    store = MemoryStore()
+    v = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    near = np.array([0.95, np.sqrt(1 - 0.95**2), 0.0], dtype=np.float32)
+    far = np.array([0.0, 1.0, 0.0], dtype=np.float32)
+    s1 = store.store("Acme pays net 30", source_agent="a", client_id="acme", now=T0, embedding=v)
+    cons = Consolidator()
+    assert cons.store_merged_fact(store, "Acme pays net 30", [s1.id], client_id="acme",
+                                  now=T0 + 1, embedding=far) is None
+    assert cons.store_merged_fact(store, "Acme pays in 30 days", [s1.id], client_id="acme",
+                                  now=T0 + 1, embedding=near) is None
+    res = cons.store_merged_fact(store, "Acme invoices are due in 30 days", [s1.id],
+                                 client_id="acme", now=T0 + 2, embedding=far)
+    assert res is not None
+    merged = store.get(res.id)
+    assert (merged.type, merged.source_agent) == ("fact", "consolidation-engine")
+    assert store.get(s1.id).superseded_by == res.id
+    assert not store.get(s1.id).active

@@ -1,0 +1,121 @@
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from memlab.memory.store import MemoryStore
+
+T0 = 1_767_225_600.0
+
+
+def unit(i, dim=8):
+    v = np.zeros(dim, dtype=np.float32)
+    v[i % dim] = 1.0
+    v[(i + 3) % dim] = 0.5
+    return v / np.linalg.norm(v)
+
+
+def test_persisted_store_reopens_with_everything(tmp_path):
+    with MemoryStore(tmp_path / "s") as store:
+        a = store.store("Acme runs PostgreSQL", "fact", source_agent="a", key="db",
+                        client_id="acme", now=T0, embedding=unit(0))
+        b = store.store("Acme runs MySQL", "fact", source_agent="a", key="db",
+                        client_id="acme", now=T0 + 10, embedding=unit(1))
+        store.store("Acme runs MySQL", "fact", source_agent="b", key="db",
+                    client_id="acme", now=T0 + 11, embedding=unit(1))
+        store.relate("acme", "uses", "MySQL", now=T0 + 12)
+        store.touch([b.id], now=T0 + 20)
+        edges_before = store.graph.edges_frame().sort("src", "dst", "relation")
+    with MemoryStore(tmp_path / "s") as again:
+        assert len(again) == 2
+        assert again.get(a.id).superseded_by == b.id
+        assert again.get(b.id).observed_by == ["a", "b"]
+        assert again.get(b.id).access_count == 1
+        assert again.visible_mask().tolist() == [False, True]
+        np.testing.assert_allclose(again.vectors.matrix[1], unit(1), atol=1e-6)
+        assert again.graph.edges_frame().sort("src", "dst", "relation").equals(edges_before)
+        assert again.check() == []
+        # dedup state survives: the same text by the same agent is not written again
+        assert again.store("Acme runs MySQL", "fact", source_agent="a", key="db",
+                           client_id="acme", now=T0 + 30).action == "deduplicated"
+
+
+def test_check_reports_disagreement_and_reopen_repairs(tmp_path):
+    with MemoryStore(tmp_path / "s") as store:
+        a = store.store("one", source_agent="a", now=T0, embedding=unit(0))
+        store.store("two", source_agent="a", now=T0, embedding=unit(1))
+        store._chroma.delete([a.id])
+        store._chroma.upsert(["ghost"], unit(2)[None, :], [{"client_id": "global"}])
+    with MemoryStore(tmp_path / "s", repair=False) as broken:
+        assert broken.check() == [
+            f"memory {a.id}: in SQLite, missing from chromadb",
+            "memory ghost: in chromadb, missing from SQLite",
+        ]
+    with MemoryStore(tmp_path / "s") as repaired:
+        assert repaired.check() == []
+
+
+def test_cli_store_check(tmp_path, capsys):
+    from memlab.cli import main
+
+    with MemoryStore(tmp_path / "s") as store:
+        store.store("one", source_agent="a", now=T0, embedding=unit(0))
+    assert main(["store", "check", str(tmp_path / "s")]) == 0
+    assert capsys.readouterr().out.strip() == "1 memories, 0 problem(s)"
+    assert main(["store", "check", str(tmp_path / "nothing")]) == 2
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from memlab.memory.store import MemoryStore
+
+    path, batch = sys.argv[1], int(sys.argv[2])
+    store = MemoryStore(path)
+    i = 0
+    while True:
+        with store.batch():
+            for _ in range(batch):
+                v = np.zeros(8, dtype=np.float32); v[i % 8] = 1.0; v[(i + 3) % 8] = 0.5
+                store.store(f"memory number {i} about topic {i % 7}", source_agent="w",
+                            now=1767225600.0 + i, embedding=v, id=f"m{i:06d}")
+                i += 1
+        print(f"ACK {i}", flush=True)
+    """
+)
+
+
+def test_killed_writer_loses_no_acknowledged_write(tmp_path):
+    path = tmp_path / "crash"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(path), "25"],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )
+    acked = 0
+    deadline = time.monotonic() + 120
+    assert proc.stdout is not None
+    while acked < 200 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("ACK "):
+            acked = int(line.split()[1])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert acked >= 200, "the writer did not get far enough"
+    with MemoryStore(path) as store:
+        n = len(store)
+        assert n >= acked
+        assert n % 25 == 0  # a batch is all or nothing
+        for i in range(acked):
+            assert f"m{i:06d}" in store
+        assert store.check() == []

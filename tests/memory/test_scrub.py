@@ -1,0 +1,202 @@
+"""Tests for memlab.memory.scrub (credential scrubbing, seed 000)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from memlab.memory.scrub import DEFAULT_PATTERNS, Scrubber, scrub
+
+# (raw text, secret that must vanish, expected scrubbed text)
+CASES = [
+    # API keys: vendor shapes
+    (
+        "key sk-abcdefghijklmnop1234 here",
+        "sk-abcdefghijklmnop1234",
+        "key [REDACTED:api_key] here",
+    ),
+    (
+        "OPENAI_KEY sk-proj-Ab12Cd34Ef56Gh78Ij90",
+        "sk-proj-Ab12Cd34Ef56Gh78Ij90",
+        "OPENAI_KEY [REDACTED:api_key]",
+    ),
+    ("aws AKIAIOSFODNN7EXAMPLE ok", "AKIAIOSFODNN7EXAMPLE", "aws [REDACTED:api_key] ok"),
+    (
+        "gh ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+        "gh [REDACTED:api_key]",
+    ),
+    (
+        "oauth gho_16C7e42F292c6912E7710c838347Ae178B4a",
+        "gho_16C7e42F292c6912E7710c838347Ae178B4a",
+        "oauth [REDACTED:api_key]",
+    ),
+    (
+        "pat github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+        "pat [REDACTED:api_key]",
+    ),
+    (
+        "slack xoxb-1234567890-abcdefghij and xoxp-99887766554433",
+        "xoxb-1234567890-abcdefghij",
+        "slack [REDACTED:api_key] and [REDACTED:api_key]",
+    ),
+    (
+        "maps AIzaSyA1234567890abcdefghijklmnopqrstu.",
+        "AIzaSyA1234567890abcdefghijklmnopqrstu",
+        "maps [REDACTED:api_key].",
+    ),
+    # API keys: generic assignments
+    ("api_key=abc123def456", "abc123def456", "api_key=[REDACTED:api_key]"),
+    ("apikey: 'zz top 99'", "zz top 99", "apikey: '[REDACTED:api_key]'"),
+    ('{"api_key": "k-998877"}', "k-998877", '{"api_key": "[REDACTED:api_key]"}'),
+    ("STRIPE_API_KEY=rk9x8y7", "rk9x8y7", "STRIPE_API_KEY=[REDACTED:api_key]"),
+    # Passwords
+    ("password=hunter2", "hunter2", "password=[REDACTED:password]"),
+    ("login with pwd: Tr0ub4dor", "Tr0ub4dor", "login with pwd: [REDACTED:password]"),
+    ("passwd = 'correct horse'", "correct horse", "passwd = '[REDACTED:password]'"),
+    ("DB_PASSWORD=s3cret! then", "s3cret!", "DB_PASSWORD=[REDACTED:password] then"),
+    # Tokens and secrets
+    ("token=abc123", "abc123", "token=[REDACTED:token]"),
+    ("secret=xyz789", "xyz789", "secret=[REDACTED:token]"),
+    ("access_token: ya29.a0AfH6SM", "ya29.a0AfH6SM", "access_token: [REDACTED:token]"),
+    (
+        "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG",
+        "wJalrXUtnFEMI/K7MDENG",
+        "AWS_SECRET_ACCESS_KEY=[REDACTED:token]",
+    ),
+    (
+        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmNHl0w5N end",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmNHl0w5N",
+        "jwt [REDACTED:jwt] end",
+    ),
+    # Bearer tokens
+    (
+        "Authorization: Bearer abc.def-ghi",
+        "abc.def-ghi",
+        "Authorization: Bearer [REDACTED:bearer_token]",
+    ),
+    (
+        "curl -H 'Authorization: Basic dXNlcjpwYXNz'",
+        "dXNlcjpwYXNz",
+        "curl -H 'Authorization: Basic [REDACTED:bearer_token]'",
+    ),
+    ("use Bearer 1234abcd5678 now", "1234abcd5678", "use Bearer [REDACTED:bearer_token] now"),
+    # Connection strings: keep scheme, user and host
+    (
+        "postgres://app:s3cret@db:5432/x",
+        "s3cret",
+        "postgres://app:[REDACTED:password]@db:5432/x",
+    ),
+    (
+        "mysql://root:p@ss@localhost/db",
+        "p@ss",
+        "mysql://root:[REDACTED:password]@localhost/db",
+    ),
+    (
+        "mongodb+srv://u:pw9@cluster0.x.net/db",
+        "pw9",
+        "mongodb+srv://u:[REDACTED:password]@cluster0.x.net/db",
+    ),
+    ("redis://:hunter2@cache:6379", "hunter2", "redis://:[REDACTED:password]@cache:6379"),
+    (
+        "amqp://guest:guestpw@rabbit:5672//",
+        "guestpw",
+        "amqp://guest:[REDACTED:password]@rabbit:5672//",
+    ),
+    (
+        "sftp://deploy:Zx9!q@files.example.com/in",
+        "Zx9!q",
+        "sftp://deploy:[REDACTED:password]@files.example.com/in",
+    ),
+    # PEM private keys
+    (
+        "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7\n"
+        "-----END RSA PRIVATE KEY-----\nok",
+        "MIIEpAIBAAKCAQEA7",
+        "key:\n[REDACTED:private_key]\nok",
+    ),
+    (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk",
+        "b3BlbnNzaC1rZXk",
+        "[REDACTED:private_key]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "secret", "expected"), CASES)
+def test_each_secret_class_is_redacted(raw: str, secret: str, expected: str) -> None:
+    out, n = scrub(raw)
+    assert out == expected
+    assert secret not in out
+    assert n == expected.count("[REDACTED:")
+
+
+@pytest.mark.parametrize(("raw", "secret", "expected"), CASES)
+def test_scrubbing_is_idempotent(raw: str, secret: str, expected: str) -> None:
+    once, _ = scrub(raw)
+    assert scrub(once) == (once, 0)
+
+
+def test_mixed_text_counts_every_redaction() -> None:
+    raw = (
+        "deploy with DATABASE_URL=postgres://app:pw1@db/x and token=t0k "
+        "then call with Authorization: Bearer zzz999"
+    )
+    out, n = scrub(raw)
+    assert out == (
+        "deploy with DATABASE_URL=postgres://app:[REDACTED:password]@db/x and "
+        "token=[REDACTED:token] then call with Authorization: Bearer [REDACTED:bearer_token]"
+    )
+    assert n == 3
+    assert scrub(out) == (out, 0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "token bucket algorithm",
+        "password reset flow was redesigned",
+        "the bearer of bad news",
+        "secret sauce of the campaign",
+        "the api key rotation policy",
+        "max_tokens=1000 and token_count: 5",
+        "see https://example.com:8080/path?email=a@b.com",
+        "Skills like task-management are ranked by sk score",
+        "",
+    ],
+)
+def test_ordinary_text_is_untouched(text: str) -> None:
+    assert scrub(text) == (text, 0)
+
+
+def test_custom_patterns_replace_whole_match_or_secret_group() -> None:
+    scrubber = Scrubber(
+        patterns=(
+            ("pin", re.compile(r"PIN (?P<secret>\d{4})")),
+            ("card", re.compile(r"\b\d{4}-\d{4}-\d{4}-\d{4}\b")),
+        )
+    )
+    assert scrubber.scrub("PIN 1234, card 4111-1111-1111-1111") == (
+        "PIN [REDACTED:pin], card [REDACTED:card]",
+        2,
+    )
+
+
+def test_default_scrubber_uses_default_patterns() -> None:
+    assert Scrubber().patterns is DEFAULT_PATTERNS
+    raw = "password=x1 sk-abcdefghijklmnop1234"
+    assert Scrubber().scrub(raw) == scrub(raw)
+
+
+def test_non_string_text_raises_type_error() -> None:
+    with pytest.raises(TypeError, match="field 'text'"):
+        scrub(b"password=x")  # type: ignore[arg-type]
+
+
+def test_bad_patterns_raise() -> None:
+    with pytest.raises(TypeError, match=r"patterns\[0\]"):
+        Scrubber(patterns=(("x", r"abc"),)).scrub("abc")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"patterns\[0\]"):
+        Scrubber(patterns=(("Bad Name", re.compile("abc")),)).scrub("abc")

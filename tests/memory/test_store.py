@@ -1,0 +1,241 @@
+import logging
+
+import numpy as np
+import pytest
+
+from memlab.memory.records import DecisionImmutableError, MemoryInputError, UnknownMemoryError
+from memlab.memory.store import MemoryStore, content_hash
+
+DAY = 86_400.0
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def vec(*xs):
+    return np.array(xs, dtype=np.float32)
+
+
+@pytest.fixture
+def store():
+    return MemoryStore()
+
+
+def test_content_hash_is_first_16_hex_of_sha256():
+    import hashlib
+
+    assert content_hash("abc") == hashlib.sha256(b"abc").hexdigest()[:16]
+
+
+def test_store_fills_the_seed_payload(store):
+    r = store.store(
+        "Acme uses Next.js for the storefront",
+        "fact",
+        source_agent="claude-code",
+        client_id="acme-corp",
+        key="acme-stack",
+        importance="high",
+        knowledge_category="technical",
+        now=T0,
+        embedding=vec(1, 0, 0),
+    )
+    rec = store.get(r.id)
+    payload = rec.to_payload()
+    assert r.action == "created"
+    assert payload["observed_by"] == ["claude-code"]
+    assert payload["observation_count"] == 1
+    assert payload["content_hash"] == content_hash("Acme uses Next.js for the storefront")
+    assert payload["created_at"] == "2026-01-01T00:00:00.000Z"
+    assert payload["valid_from"] == "2026-01-01T00:00:00.000Z"
+    assert payload["valid_to"] is None
+    assert payload["active"] is True and payload["confidence"] == 1.0
+    assert {"name": "acme-corp", "type": "client"} in payload["entities"]
+    assert {"name": "Next.js", "type": "technology"} in payload["entities"]
+
+
+def test_same_agent_duplicate_is_not_written(store):
+    a = store.store("Deploys happen on Fridays", source_agent="a", now=T0)
+    b = store.store("Deploys happen on Fridays", source_agent="a", now=T0 + 1)
+    assert (b.id, b.action) == (a.id, "deduplicated")
+    assert len(store) == 1
+
+
+def test_other_agent_corroborates_and_cap_holds():
+    store = MemoryStore(max_observed_by=3)
+    a = store.store("Deploys happen on Fridays", source_agent="a", now=T0)
+    for agent in ("b", "c", "d"):
+        r = store.store("Deploys happen on Fridays", source_agent=agent, now=T0 + 1)
+        assert (r.id, r.action) == (a.id, "corroborated")
+    rec = store.get(a.id)
+    assert rec.observed_by == ["a", "b", "c"]
+    assert rec.observation_count == 3
+    assert len(store) == 1
+
+
+def test_dedup_is_scoped_by_client_and_type(store):
+    a = store.store("Invoice overdue", source_agent="a", client_id="x", now=T0)
+    b = store.store("Invoice overdue", source_agent="a", client_id="y", now=T0)
+    c = store.store("Invoice overdue", "fact", source_agent="a", client_id="x", key="k", now=T0)
+    assert len({a.id, b.id, c.id}) == 3
+
+
+def test_fact_supersession_by_key(store):
+    old = store.store("Stack is Rails", "fact", source_agent="a", key="stack", now=T0)
+    new = store.store("Stack is Django", "fact", source_agent="a", key="stack", now=T0 + DAY)
+    o, n = store.get(old.id), store.get(new.id)
+    assert new.superseded == old.id
+    assert (o.active, o.superseded_by, o.superseded_at, o.valid_to) == (
+        False, new.id, T0 + DAY, T0 + DAY,
+    )
+    assert (n.active, n.supersedes, n.valid_from, n.valid_to) == (True, old.id, T0 + DAY, None)
+
+
+def test_status_supersession_by_subject_and_given_valid_from(store):
+    old = store.store("CI is red", "status", source_agent="a", subject="ci", now=T0)
+    new = store.store(
+        "CI is green", "status", source_agent="a", subject="ci", status_value="green",
+        now=T0 + DAY, valid_from=T0 + 0.5 * DAY,
+    )
+    assert store.get(old.id).superseded_by == new.id
+    assert store.get(new.id).valid_from == T0 + 0.5 * DAY
+
+
+def test_supersession_is_scoped_by_client(store):
+    a = store.store("Stack is Rails", "fact", source_agent="a", key="stack", client_id="x", now=T0)
+    store.store("Stack is Go", "fact", source_agent="a", key="stack", client_id="y", now=T0 + 1)
+    assert store.get(a.id).active
+
+
+def test_missing_key_or_subject_warns(store, caplog):
+    with caplog.at_level(logging.WARNING, logger="memlab.store"):
+        store.store("A fact", "fact", source_agent="a", now=T0)
+        store.store("A status", "status", source_agent="a", now=T0)
+    assert [r.message for r in caplog.records] == [
+        "fact stored without a key: it can never be superseded",
+        "status stored without a subject: it can never be superseded",
+    ]
+
+
+def test_decisions_are_immutable(store):
+    d = store.store("We chose Qdrant", "decision", source_agent="a", key="vdb", now=T0)
+    with pytest.raises(DecisionImmutableError, match="immutable"):
+        store.correct(d.id, "We chose Chroma", "changed mind", now=T0 + 1)
+    with pytest.raises(DecisionImmutableError, match="never be superseded"):
+        store.store("We chose Chroma", "decision", source_agent="a", key="vdb", now=T0 + 2)
+    with pytest.raises(DecisionImmutableError):
+        store.forget(d.id, "oops", now=T0 + 3)
+    assert store.get(d.id).active and len(store) == 1
+
+
+def test_events_never_supersede(store):
+    a = store.store("Deployed v1", "event", source_agent="a", key="deploy", now=T0)
+    store.store("Deployed v2", "event", source_agent="a", key="deploy", now=T0 + 1)
+    assert store.get(a.id).active
+
+
+def test_forget_and_correct(store):
+    a = store.store("Office is in Paris", "fact", source_agent="a", key="office", now=T0)
+    store.forget(a.id, "wrong city", now=T0 + DAY)
+    rec = store.get(a.id)
+    assert (rec.active, rec.forgotten_reason, rec.expired_at) == (False, "wrong city", T0 + DAY)
+    assert not store.visible_mask(include_superseded=True)[0]
+
+    b = store.store("Office is in Lyon", "fact", source_agent="a", key="office", now=T0 + 2 * DAY)
+    c = store.correct(b.id, "Office is in Lille", "typo", now=T0 + 3 * DAY)
+    assert c.superseded == b.id
+    assert store.get(b.id).superseded_by == c.id
+    assert store.get(c.id).supersedes == b.id
+    assert store.get(c.id).metadata == {"correction_reason": "typo"}
+    assert store.get(c.id).key == "office"
+    assert [row["change"] for row in store.history(b.id).to_dicts()] == ["created", "corrected"]
+
+
+def test_visible_mask_scope_history_and_time(store):
+    g = store.store("Global rule", "fact", source_agent="a", key="g", now=T0)
+    x1 = store.store("X stack v1", "fact", source_agent="a", key="s", client_id="x", now=T0)
+    store.store("Y note", source_agent="a", client_id="y", now=T0)
+    x2 = store.store("X stack v2", "fact", source_agent="a", key="s", client_id="x", now=T0 + DAY)
+    rows = {store.idx(m): m for m in (g.id, x1.id, x2.id)}
+    assert store.visible_mask().tolist() == [True, False, True, True]
+    assert store.visible_mask(client_id="x").tolist() == [True, False, False, True]
+    assert store.visible_mask(client_id="x", include_superseded=True).tolist() == [
+        True, True, False, True,
+    ]
+    assert store.visible_mask(at_time=T0 + 0.5 * DAY).tolist() == [True, True, True, False]
+    assert store.visible_mask(now=T0).tolist() == [True, False, True, False]
+    assert len(rows) == 3
+
+
+def test_touch_counts_accesses(store):
+    a = store.store("Hello", source_agent="a", now=T0)
+    store.touch([a.id, a.id], now=T0 + 5)
+    rec = store.get(a.id)
+    assert (rec.access_count, rec.last_accessed_at) == (2, T0 + 5)
+    assert store.column("access_count").tolist() == [2]
+
+
+def test_search_ranks_by_similarity_decay_and_boost():
+    class Fixed:
+        model_id = "fixed"
+        dim = 2
+
+        def embed(self, texts):
+            table = {"q": [1, 0], "fact one": [0.8, 0.6], "event two": [0.6, 0.8]}
+            return np.array([table[t] for t in texts], dtype=np.float32)
+
+    store = MemoryStore(embedder=Fixed())
+    f = store.store("fact one", "fact", source_agent="a", key="k", now=T0)
+    e = store.store("event two", "event", source_agent="a", now=T0)
+    hits = store.search("q", now=T0 + 30 * DAY, touch=False)
+    assert hits["mem_id"].to_list() == [e.id, f.id]
+    assert hits["effective_score"].to_list() == pytest.approx([0.6, 0.8 * 0.98**30], rel=1e-6)
+    store.search("q", now=T0 + 30 * DAY)
+    assert store.get(f.id).access_count == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "field"),
+    [
+        ({"text": ""}, MemoryInputError, "'text'"),
+        ({"text": "   "}, MemoryInputError, "'text'"),
+        ({"text": 42}, TypeError, "'text'"),
+        ({"text": "x" * 20_001}, MemoryInputError, "'text'"),
+        ({"text": "bad \udcff byte"}, MemoryInputError, "UTF-8"),
+        ({"type": "memo"}, MemoryInputError, "'type'"),
+        ({"importance": "urgent"}, MemoryInputError, "'importance'"),
+        ({"category": "misc"}, MemoryInputError, "'category'"),
+        ({"knowledge_category": "sports"}, MemoryInputError, "'knowledge_category'"),
+        ({"now": "yesterday"}, ValueError, "'now'"),
+        ({"valid_from": "2026-13-45"}, ValueError, "'valid_from'"),
+        ({"metadata": ["x"]}, TypeError, "'metadata'"),
+        ({"confidence": 1.5}, MemoryInputError, "'confidence'"),
+        ({"client_id": 3}, TypeError, "'client_id'"),
+        ({"embedding": [float("nan"), 1.0]}, MemoryInputError, "'embedding'"),
+    ],
+)
+def test_bad_input_names_the_field_and_stores_nothing(store, kwargs, error, field):
+    args = {"text": "fine text", "type": "event", "source_agent": "a", "now": T0, **kwargs}
+    with pytest.raises(error, match=field):
+        store.store(args.pop("text"), args.pop("type"), **args)
+    assert len(store) == 0
+
+
+def test_unknown_id(store):
+    with pytest.raises(UnknownMemoryError):
+        store.get("nope")
+
+
+def test_credentials_never_reach_sqlite(store):
+    r = store.store(
+        "Prod DB is postgres://app:hunter2secret@db.internal:5432/main", "fact",
+        source_agent="a", key="db", now=T0,
+    )
+    assert r.redactions == 1
+    assert "hunter2secret" not in store.get(r.id).text
+    dump = "\n".join(store._db.iterdump())
+    assert "hunter2secret" not in dump
+
+
+def test_relate_counts_strength(store):
+    assert store.relate("acme-corp", "uses", "Next.js", now=T0) == 1.0
+    assert store.relate("acme-corp", "uses", "nextjs", now=T0) == 2.0
+    with pytest.raises(MemoryInputError, match="'relation'"):
+        store.relate("a", "likes", "b")
