@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from memlab.memory.entities import Entity, EntityExtractor
+from memlab.memory.entities import Entity, EntityExtractor, EntityMention
 from memlab.memory.graph import EntityGraph
 from memlab.memory.records import (
     CATEGORIES,
@@ -221,6 +221,8 @@ class MemoryStore:
         self._batch_depth = 0
         self._chroma_pending: dict[str, int] = {}
         self._chroma: ChromaIndex | None = None
+        self._chroma_pool: Any | None = None
+        self._chroma_job: Any | None = None
         self.version = 0
         if self.path is None:
             self._db = sqlite3.connect(":memory:", isolation_level=None)
@@ -247,7 +249,10 @@ class MemoryStore:
 
     def close(self) -> None:
         """Flush pending vectors and close SQLite."""
-        self._flush_chroma()
+        self._flush_chroma(wait=True)
+        if self._chroma_pool is not None:
+            self._chroma_pool.shutdown(wait=True)
+            self._chroma_pool = None
         self._db.close()
 
     def __enter__(self) -> MemoryStore:
@@ -425,6 +430,11 @@ class MemoryStore:
             vector = np.asarray(self.embedder.embed([scrubbed])[0], dtype=np.float32)
 
         mem_id = id if id is not None else self._new_id(h, client_id, type, t_now)
+        mentions = self.extractor.extract(
+            scrubbed,
+            client_id=None if client_id == GLOBAL_CLIENT else client_id,
+            source_agent=source_agent,
+        )
         rec = MemoryRecord(
             id=mem_id,
             text=scrubbed,
@@ -439,10 +449,12 @@ class MemoryStore:
             content_hash=h,
             created_at=t_now,
             confidence=float(confidence),
+            supersedes=None if old_idx is None else self._records[old_idx].id,
             key=key,
             subject=subject,
             status_value=status_value,
             valid_from=t_valid if t_valid is not None else t_now,
+            entities=[m.entity.to_dict() for m in mentions],
             metadata=dict(metadata) if metadata else {},
         )
         with self.batch():
@@ -450,7 +462,7 @@ class MemoryStore:
             superseded = None
             if old_idx is not None:
                 superseded = self._supersede(old_idx, idx, t_now)
-            self._index_entities(idx)
+            self._index_entities(idx, mentions)
         return WriteResult(mem_id, "created", superseded, redactions)
 
     def _new_id(self, h: str, client_id: str, type_: str, t_now: float) -> str:
@@ -481,13 +493,14 @@ class MemoryStore:
             if rec.type == "status" and rec.subject is not None:
                 self._by_subject[(rec.client_id, rec.subject)] = idx
         blob = None if vector is None else self.vectors.get(idx).tobytes()
+        payload = self._payload(rec)
         self._db.execute(
             "INSERT INTO memories (idx, id, client_id, type, content_hash, active, payload, vector)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (idx, rec.id, rec.client_id, rec.type, rec.content_hash, int(rec.active),
-             self._payload(rec), blob),
+             payload, blob),
         )
-        self._version(rec, "created", rec.created_at)
+        self._version(rec, "created", rec.created_at, payload)
         if vector is not None:
             self._chroma_pending[rec.id] = idx
         self.version += 1
@@ -499,10 +512,12 @@ class MemoryStore:
             {name: getattr(rec, name) for name in _RECORD_FIELDS}, ensure_ascii=False
         )
 
-    def _version(self, rec: MemoryRecord, change: str, at: float) -> None:
+    def _version(
+        self, rec: MemoryRecord, change: str, at: float, payload: str | None = None
+    ) -> None:
         self._db.execute(
             "INSERT INTO versions (memory_id, at, change, payload) VALUES (?, ?, ?, ?)",
-            (rec.id, at, change, self._payload(rec)),
+            (rec.id, at, change, payload if payload is not None else self._payload(rec)),
         )
 
     def _save(self, idx: int, change: str | None, at: float) -> None:
@@ -515,12 +530,13 @@ class MemoryStore:
         c.active[idx] = rec.active
         c.forgotten[idx] = rec.forgotten_reason is not None
         c.valid_to[idx] = _NO_END if rec.valid_to is None else rec.valid_to
+        payload = self._payload(rec)
         self._db.execute(
             "UPDATE memories SET active = ?, payload = ? WHERE idx = ?",
-            (int(rec.active), self._payload(rec), idx),
+            (int(rec.active), payload, idx),
         )
         if change is not None:
-            self._version(rec, change, at)
+            self._version(rec, change, at, payload)
             if self.vectors.present[idx]:
                 self._chroma_pending[rec.id] = idx
         self.version += 1
@@ -545,7 +561,6 @@ class MemoryStore:
         old.valid_to = t_now
         new.supersedes = old.id
         self._save(old_idx, "superseded", t_now)
-        self._save(new_idx, None, t_now)
         return old.id
 
     def _corroborate(self, idx: int, agent: str, t_now: float, redactions: int) -> WriteResult:
@@ -559,34 +574,24 @@ class MemoryStore:
                 self._save(idx, "corroborated", t_now)
         return WriteResult(rec.id, "corroborated", None, redactions)
 
-    def _index_entities(self, idx: int) -> None:
-        rec = self._records[idx]
-        mentions = self.extractor.extract(
-            rec.text,
-            client_id=None if rec.client_id == GLOBAL_CLIENT else rec.client_id,
-            source_agent=rec.source_agent,
-        )
+    def _index_entities(self, idx: int, mentions: Sequence[EntityMention]) -> None:
         ent_idxs: list[int] = []
+        links = []
         for m in mentions:
             e = self._entity_idx(m.entity)
             self.graph.link(e, idx, m.role)
-            self._db.execute(
-                "INSERT OR IGNORE INTO entity_memory_links (entity_idx, memory_idx, role)"
-                " VALUES (?, ?, ?)",
-                (e, idx, m.role),
-            )
+            links.append((e, idx, m.role))
             if e not in ent_idxs:
                 ent_idxs.append(e)
-        rec.entities = [{"name": m.entity.name, "type": m.entity.type} for m in mentions]
+        self._db.executemany(
+            "INSERT OR IGNORE INTO entity_memory_links (entity_idx, memory_idx, role)"
+            " VALUES (?, ?, ?)",
+            links,
+        )
         if len(ent_idxs) > 1:
             self.graph.co_occur(ent_idxs)
-            pairs = [
-                (a, b) for i, a in enumerate(ent_idxs) for b in ent_idxs[i + 1 :]
-            ]
+            pairs = [(a, b) for i, a in enumerate(ent_idxs) for b in ent_idxs[i + 1 :]]
             self._save_relations(pairs, "co_occurrence")
-        self._db.execute(
-            "UPDATE memories SET payload = ? WHERE idx = ?", (self._payload(rec), idx)
-        )
 
     def _entity_idx(self, entity: Entity) -> int:
         n_before = self.graph.n_entities
@@ -637,11 +642,23 @@ class MemoryStore:
         return float(strength)
 
     def _resolve_entity(self, name: str, type_: str) -> int:
+        """Graph index of a named entity: known name, alias, or the type extraction gives it.
+
+        ``acme.com`` becomes a ``domain`` and ``Postgres`` the ``technology`` PostgreSQL, so a
+        relation written before any memory mentions them joins the same nodes extraction will.
+        """
+        alias = self.extractor.resolve(name)
+        if alias is not None:
+            found = self.graph.find(alias.name, alias.type)
+            return found if found is not None else self._entity_idx(alias)
+        for ent in self.extractor.extract_query_entities(name):
+            if ent.name.lower() == name.strip().lower():
+                found = self.graph.find(ent.name, ent.type)
+                return found if found is not None else self._entity_idx(ent)
         found = self.graph.find(name)
         if found is not None:
             return found
-        alias = self.extractor.resolve(name)
-        return self._entity_idx(alias if alias is not None else Entity(name, type_))
+        return self._entity_idx(Entity(name, type_))
 
     def retire(
         self, memory_id: str, change: str, *, now: float | str | None = None, **updates: Any
@@ -934,17 +951,33 @@ class MemoryStore:
             "valid_to": float(c.valid_to[idx]) if np.isfinite(c.valid_to[idx]) else 1e300,
         }
 
-    def _flush_chroma(self) -> None:
+    def _flush_chroma(self, *, wait: bool = False) -> None:
+        """Hand pending vectors to chromadb.
+
+        The upsert runs on a background thread while the caller goes on writing to SQLite (the
+        source of truth: a write is acknowledged when SQLite commits, and reopening a store
+        re-sends anything chromadb missed). One upsert is in flight at a time; ``wait=True``
+        blocks until chromadb has everything.
+        """
+        if self._chroma_job is not None:
+            self._chroma_job.result()
+            self._chroma_job = None
         if self._chroma is None or not self._chroma_pending:
             self._chroma_pending.clear()
             return
         pending = sorted(self._chroma_pending.values())
         self._chroma_pending = {}
-        self._chroma.upsert(
-            [self._records[i].id for i in pending],
-            self.vectors.matrix[pending],
-            [self._chroma_meta(i) for i in pending],
-        )
+        ids = [self._records[i].id for i in pending]
+        vectors = self.vectors.matrix[pending].copy()
+        metas = [self._chroma_meta(i) for i in pending]
+        if wait:
+            self._chroma.upsert(ids, vectors, metas)
+            return
+        if self._chroma_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._chroma_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
+        self._chroma_job = self._chroma_pool.submit(self._chroma.upsert, ids, vectors, metas)
 
     def chroma_index(self) -> ChromaIndex:
         """The chromadb index, built (ephemeral) and filled on first use in an in-memory store."""
@@ -953,7 +986,7 @@ class MemoryStore:
             self._chroma_pending = {
                 r.id: i for i, r in enumerate(self._records) if self.vectors.present[i]
             }
-        self._flush_chroma()
+        self._flush_chroma(wait=True)
         return self._chroma
 
     def chroma_where(
@@ -1043,7 +1076,7 @@ class MemoryStore:
         problems: list[str] = []
         if self._chroma is None:
             return problems
-        self._flush_chroma()
+        self._flush_chroma(wait=True)
         sql_ids = {r.id for i, r in enumerate(self._records) if self.vectors.present[i]}
         chroma_ids = set(self._chroma.ids())
         for mid in sorted(sql_ids - chroma_ids):
@@ -1079,5 +1112,5 @@ class MemoryStore:
         for i, rec in enumerate(self._records):
             if self.vectors.present[i] and rec.id not in chroma_ids:
                 self._chroma_pending[rec.id] = i
-        self._flush_chroma()
+        self._flush_chroma(wait=True)
 

@@ -1,0 +1,497 @@
+"""Dataset format v1: a recorded write log of agent memories plus timed queries.
+
+A dataset is a directory holding three files:
+
+``dataset.toml``
+    ``name``, ``version``, ``description``, ``license``, ``source`` (strings; more keys allowed).
+``memories.jsonl``
+    The write log in time order, one operation per line. A *store* line has ``id`` (unique),
+    ``ts`` (ISO 8601 UTC), ``text``, ``type`` (event|fact|decision|status) and any payload field
+    of the reference memory model (seed 000): ``source_agent``, ``client_id``, ``key``,
+    ``subject``, ``status_value``, ``importance``, ``category``, ``knowledge_category``,
+    ``valid_from``, ``metadata``. ``op`` is ``"store"`` by default; ``"forget"`` lines carry
+    ``target`` and ``reason``; ``"relate"`` lines carry ``from``, ``relation`` and ``to`` (entity
+    names; relation one of the typed relations of seed 000). Forget and relate lines have a
+    ``ts`` and may have an ``id``. A store whose text deduplicates onto an earlier record maps its
+    id onto that record when the log is replayed.
+``queries.jsonl``
+    ``qid``, ``ts`` (the store is replayed up to that moment), ``text``, optional ``client_id``
+    (absent = every client), optional ``at_time`` (what was valid then), ``relevant`` (memory id
+    → graded relevance ≥ 1; may be empty), optional ``stale`` (ids that must not be returned),
+    ``tags`` and optional ``answer``.
+
+In memory, timestamps are float seconds since the epoch (:func:`memlab.timeutil.parse_ts`);
+they are written back as ISO 8601 with millisecond precision. Writing is deterministic (fixed key
+order, ``ensure_ascii=False``, ``\\n`` line ends) and atomic (a temporary directory beside the
+target is renamed into place).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from memlab.memory.records import RELATION_TYPES
+from memlab.timeutil import coerce_ts, to_iso
+
+if TYPE_CHECKING:
+    from memlab.datasets.validate import Problem
+
+FORMAT_VERSION = 1
+META_FILE = "dataset.toml"
+MEMORIES_FILE = "memories.jsonl"
+QUERIES_FILE = "queries.jsonl"
+DATASET_FILES: tuple[str, ...] = (META_FILE, MEMORIES_FILE, QUERIES_FILE)
+META_KEYS: tuple[str, ...] = ("name", "version", "description", "license", "source")
+OPS: tuple[str, ...] = ("store", "forget", "relate")
+#: Payload fields a store line may carry, in the order they are written.
+PAYLOAD_FIELDS: tuple[str, ...] = (
+    "source_agent",
+    "client_id",
+    "key",
+    "subject",
+    "status_value",
+    "importance",
+    "category",
+    "knowledge_category",
+    "valid_from",
+    "metadata",
+)
+#: Relations a ``relate`` line may name (co-occurrence is derived, never written).
+WRITABLE_RELATIONS: tuple[str, ...] = tuple(r for r in RELATION_TYPES if r != "co_occurrence")
+
+
+class DatasetError(ValueError):
+    """A dataset directory that does not satisfy format v1.
+
+    Attributes:
+        problems: Every :class:`~memlab.datasets.validate.Problem` found.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], problems: list[Problem]) -> None:
+        self.path = str(path)
+        self.problems = list(problems)
+        shown = "\n  ".join(str(p) for p in self.problems[:20])
+        more = len(self.problems) - 20
+        tail = f"\n  ... and {more} more" if more > 0 else ""
+        super().__init__(f"{self.path}: {len(self.problems)} problem(s)\n  {shown}{tail}")
+
+
+def _sorted_json(value: Any) -> Any:
+    """Recursively order mapping keys so that arbitrary metadata serialises stably."""
+    if isinstance(value, Mapping):
+        return {str(k): _sorted_json(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, (list, tuple)):
+        return [_sorted_json(v) for v in value]
+    return value
+
+
+def _dumps(obj: Mapping[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryOp:
+    """One line of ``memories.jsonl``.
+
+    Attributes:
+        line: 1-based line number in the file it was read from (0 when built in code).
+        op: ``"store"``, ``"forget"`` or ``"relate"``.
+        id: The dataset's own id (required for stores, optional otherwise).
+        ts: When the operation happened, epoch seconds UTC.
+        text: Memory content (stores).
+        type: Memory type (stores).
+        fields: Payload fields of a store (``valid_from`` held as epoch seconds).
+        target: Id forgotten by a forget line.
+        reason: Why it was forgotten.
+        from_entity: Source entity name of a relate line.
+        relation: Relation type of a relate line.
+        to_entity: Target entity name of a relate line.
+    """
+
+    line: int
+    op: str
+    id: str | None
+    ts: float
+    text: str | None = None
+    type: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    target: str | None = None
+    reason: str | None = None
+    from_entity: str | None = None
+    relation: str | None = None
+    to_entity: str | None = None
+
+    @classmethod
+    def store(
+        cls, id: str, ts: float | str, text: str, type: str, *, line: int = 0, **fields: Any
+    ) -> MemoryOp:
+        """Build a store operation; ``fields`` are payload fields (``None`` values dropped)."""
+        unknown = sorted(set(fields) - set(PAYLOAD_FIELDS))
+        if unknown:
+            raise TypeError(f"unknown payload field(s) {unknown}; expected {list(PAYLOAD_FIELDS)}")
+        kept = {k: fields[k] for k in PAYLOAD_FIELDS if fields.get(k) is not None}
+        if "valid_from" in kept:
+            kept["valid_from"] = coerce_ts(kept["valid_from"], field="valid_from")
+        return cls(line, "store", id, float(coerce_ts(ts)), text, type, kept)
+
+    @classmethod
+    def forget(
+        cls,
+        ts: float | str,
+        target: str,
+        reason: str | None = None,
+        *,
+        id: str | None = None,
+        line: int = 0,
+    ) -> MemoryOp:
+        """Build a forget operation."""
+        return cls(line, "forget", id, float(coerce_ts(ts)), target=target, reason=reason)
+
+    @classmethod
+    def relate(
+        cls,
+        ts: float | str,
+        from_entity: str,
+        relation: str,
+        to_entity: str,
+        *,
+        id: str | None = None,
+        line: int = 0,
+    ) -> MemoryOp:
+        """Build a relate operation between two entity names."""
+        return cls(
+            line,
+            "relate",
+            id,
+            float(coerce_ts(ts)),
+            from_entity=from_entity,
+            relation=relation,
+            to_entity=to_entity,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The line as a JSON object in the canonical key order."""
+        out: dict[str, Any] = {}
+        if self.id is not None:
+            out["id"] = self.id
+        out["ts"] = to_iso(self.ts)
+        if self.op == "store":
+            out["type"] = self.type
+            out["text"] = self.text
+            for name in PAYLOAD_FIELDS:
+                value = self.fields.get(name)
+                if value is None:
+                    continue
+                if name == "valid_from":
+                    value = to_iso(value)
+                elif name == "metadata":
+                    value = _sorted_json(value)
+                out[name] = value
+        elif self.op == "forget":
+            out["op"] = "forget"
+            out["target"] = self.target
+            if self.reason is not None:
+                out["reason"] = self.reason
+        else:
+            out["op"] = self.op
+            out["from"] = self.from_entity
+            out["relation"] = self.relation
+            out["to"] = self.to_entity
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One line of ``queries.jsonl``.
+
+    Attributes:
+        line: 1-based line number (0 when built in code).
+        qid: Unique query id.
+        ts: When the query is asked (epoch seconds UTC); the log is replayed up to this moment.
+        text: The query text.
+        client_id: Client scope, or ``None`` for every client.
+        at_time: Ask what was valid at this moment (epoch seconds) instead of now.
+        relevant: Memory id → graded relevance (int ≥ 1); may be empty.
+        stale: Ids that must not be returned.
+        tags: Primary tag first, then secondary tags.
+        answer: Reference answer, if any.
+    """
+
+    line: int
+    qid: str
+    ts: float
+    text: str
+    client_id: str | None = None
+    at_time: float | None = None
+    relevant: dict[str, int] = field(default_factory=dict)
+    stale: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    answer: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The line as a JSON object in the canonical key order."""
+        out: dict[str, Any] = {"qid": self.qid, "ts": to_iso(self.ts)}
+        if self.client_id is not None:
+            out["client_id"] = self.client_id
+        if self.at_time is not None:
+            out["at_time"] = to_iso(self.at_time)
+        out["text"] = self.text
+        out["relevant"] = dict(self.relevant)
+        if self.stale:
+            out["stale"] = list(self.stale)
+        out["tags"] = list(self.tags)
+        if self.answer is not None:
+            out["answer"] = self.answer
+        return out
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_value(value: Any, key: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{META_FILE}: field '{key}': non-finite float {value!r}")
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007F")
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v, key) for v in value) + "]"
+    raise TypeError(f"{META_FILE}: field '{key}': cannot write {type(value).__name__} as TOML")
+
+
+def dumps_meta(meta: Mapping[str, Any]) -> str:
+    """Render ``dataset.toml``: the five standard keys first, then the rest sorted."""
+    order = [k for k in META_KEYS if k in meta] + sorted(k for k in meta if k not in META_KEYS)
+    lines = []
+    for key in order:
+        name = key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+        lines.append(f"{name} = {_toml_value(meta[key], key)}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(slots=True)
+class Dataset:
+    """A dataset held in memory.
+
+    Attributes:
+        path: Directory it was read from or written to (``None`` when built in code).
+        meta: Contents of ``dataset.toml``.
+        ops: The write log in time order.
+        queries: The queries in time order.
+        digests: SHA-256 of each file's bytes as read or written (empty when built in code).
+    """
+
+    path: Path | None
+    meta: dict[str, Any]
+    ops: list[MemoryOp]
+    queries: list[Query]
+    digests: dict[str, str] = field(default_factory=dict)
+
+    def serialize(self) -> dict[str, bytes]:
+        """The canonical bytes of each of the three files."""
+        mem = "".join(_dumps(op.to_json()) + "\n" for op in self.ops)
+        qry = "".join(_dumps(q.to_json()) + "\n" for q in self.queries)
+        return {
+            META_FILE: dumps_meta(self.meta).encode("utf-8"),
+            MEMORIES_FILE: mem.encode("utf-8"),
+            QUERIES_FILE: qry.encode("utf-8"),
+        }
+
+    def sha256(self) -> dict[str, str]:
+        """Filename → hex SHA-256: of the bytes read/written, else of the canonical bytes."""
+        if self.digests:
+            return dict(self.digests)
+        return {name: hashlib.sha256(data).hexdigest() for name, data in self.serialize().items()}
+
+    def stores(self) -> list[MemoryOp]:
+        """The store operations only."""
+        return [op for op in self.ops if op.op == "store"]
+
+    def memories_frame(self) -> pl.DataFrame:
+        """One row per operation; timestamps as float epoch seconds, metadata as JSON text."""
+        rows = []
+        for op in self.ops:
+            f = op.fields
+            meta = f.get("metadata")
+            rows.append(
+                {
+                    "line": op.line,
+                    "op": op.op,
+                    "id": op.id,
+                    "ts": op.ts,
+                    "type": op.type,
+                    "text": op.text,
+                    **{k: f.get(k) for k in PAYLOAD_FIELDS[:8]},
+                    "valid_from": f.get("valid_from"),
+                    "metadata": None if meta is None else _dumps(_sorted_json(meta)),
+                    "target": op.target,
+                    "reason": op.reason,
+                    "from_entity": op.from_entity,
+                    "relation": op.relation,
+                    "to_entity": op.to_entity,
+                }
+            )
+        schema: dict[str, Any] = {"line": pl.Int64, "op": pl.String, "id": pl.String}
+        schema |= {"ts": pl.Float64, "type": pl.String, "text": pl.String}
+        schema |= {k: pl.String for k in PAYLOAD_FIELDS[:8]}
+        schema |= {"valid_from": pl.Float64, "metadata": pl.String}
+        schema |= {k: pl.String for k in ("target", "reason", "from_entity", "relation")}
+        schema |= {"to_entity": pl.String}
+        return pl.DataFrame(rows, schema=schema, orient="row")
+
+    def queries_frame(self) -> pl.DataFrame:
+        """One row per query; ``relevant`` as a list of ``{id, grade}`` structs."""
+        rows = [
+            {
+                "line": q.line,
+                "qid": q.qid,
+                "ts": q.ts,
+                "text": q.text,
+                "client_id": q.client_id,
+                "at_time": q.at_time,
+                "relevant": [{"id": k, "grade": v} for k, v in q.relevant.items()],
+                "stale": list(q.stale),
+                "tags": list(q.tags),
+                "answer": q.answer,
+            }
+            for q in self.queries
+        ]
+        schema = {
+            "line": pl.Int64,
+            "qid": pl.String,
+            "ts": pl.Float64,
+            "text": pl.String,
+            "client_id": pl.String,
+            "at_time": pl.Float64,
+            "relevant": pl.List(pl.Struct({"id": pl.String, "grade": pl.Int64})),
+            "stale": pl.List(pl.String),
+            "tags": pl.List(pl.String),
+            "answer": pl.String,
+        }
+        return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def load_dataset(path: str | os.PathLike[str], *, validate: bool = True) -> Dataset:
+    """Read a dataset directory.
+
+    Args:
+        path: The directory.
+        validate: Check every rule of format v1 (ordering, references, duplicates). When false,
+            only lines that cannot be read at all make it fail.
+
+    Returns:
+        The dataset, with ``digests`` of the bytes read.
+
+    Raises:
+        DatasetError: Listing every problem found.
+    """
+    from memlab.datasets.validate import read_dataset  # validate builds on this module
+
+    result = read_dataset(path)
+    problems = result.problems if validate else result.unreadable
+    if problems:
+        raise DatasetError(path, problems)
+    return Dataset(Path(path), result.meta, result.ops, result.queries, result.digests)
+
+
+def _coerce_parts(ds_or_parts: Any) -> Dataset:
+    if isinstance(ds_or_parts, Dataset):
+        return ds_or_parts
+    if isinstance(ds_or_parts, Mapping):
+        meta, ops, queries = ds_or_parts["meta"], ds_or_parts["ops"], ds_or_parts["queries"]
+    elif isinstance(ds_or_parts, tuple) and len(ds_or_parts) == 3:
+        meta, ops, queries = ds_or_parts
+    else:
+        raise TypeError(
+            "write_dataset expects a Dataset, a (meta, ops, queries) tuple or a mapping with "
+            f"those keys, got {type(ds_or_parts).__name__}"
+        )
+    return Dataset(None, dict(meta), list(ops), list(queries))
+
+
+def write_dataset(
+    ds_or_parts: Dataset | tuple[Mapping[str, Any], Iterable[MemoryOp], Iterable[Query]],
+    out_dir: str | os.PathLike[str],
+    *,
+    extra_files: Mapping[str, str | bytes] | None = None,
+    validate: bool = True,
+) -> Dataset:
+    """Write a dataset atomically and return it as read back.
+
+    The files are written into a temporary directory beside ``out_dir``, checked, then renamed
+    into place, so ``out_dir`` is either the old dataset or the complete new one. An existing
+    ``out_dir`` is replaced only if it is empty or is itself a dataset directory.
+
+    Args:
+        ds_or_parts: A :class:`Dataset`, a ``(meta, ops, queries)`` tuple or a mapping with keys
+            ``meta``, ``ops`` and ``queries``.
+        out_dir: Target directory.
+        extra_files: Further files to place in the directory (e.g. ``README.md``).
+        validate: Refuse to publish a directory that fails :func:`validate_dataset`.
+
+    Returns:
+        The dataset loaded from ``out_dir``.
+
+    Raises:
+        DatasetError: If ``validate`` and the written files have problems (nothing is published).
+        FileExistsError: If ``out_dir`` exists and is neither empty nor a dataset directory.
+    """
+    from memlab.datasets.validate import read_dataset
+
+    ds = _coerce_parts(ds_or_parts)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / META_FILE).is_file():
+        raise FileExistsError(f"{out}: exists, is not empty and holds no {META_FILE}")
+    files = ds.serialize()
+    for name, content in (extra_files or {}).items():
+        if name in files or "/" in name or name.startswith("."):
+            raise ValueError(f"extra file name {name!r} is reserved or not a plain file name")
+        files[name] = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        os.chmod(tmp, 0o755)
+        for name, data in files.items():
+            with open(tmp / name, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        result = read_dataset(tmp)
+        problems = result.problems if validate else result.unreadable
+        if problems:
+            raise DatasetError(out, problems)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.rmdir(old)
+            os.replace(out, old)
+            try:
+                os.replace(tmp, out)
+            except BaseException:
+                os.replace(old, out)
+                raise
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return Dataset(out, result.meta, result.ops, result.queries, result.digests)

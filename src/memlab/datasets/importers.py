@@ -1,0 +1,104 @@
+"""Registry of importers that turn public benchmarks into format-v1 datasets.
+
+An importer is a class registered by name with :func:`register_importer`; its ``__init__`` takes
+only keyword arguments (the tunable choices of the conversion) and its :meth:`Importer.run`
+converts a source into a dataset directory and returns an :class:`ImportReport`. New benchmarks
+plug in by decorating their own class; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from memlab.datasets.format import Dataset
+
+
+@dataclass(slots=True)
+class ImportReport:
+    """What an import did, including the source defects it repaired or could not.
+
+    Attributes:
+        importer: Registered importer name.
+        source: Source path.
+        out: Output directory.
+        counts: Totals, e.g. ``conversations``, ``sessions``, ``turns``, ``questions``,
+            ``repaired``, ``unrecoverable``, ``no_evidence``.
+        per_category: Questions per category name.
+        repaired: One entry per repaired source item (``qid``, ``raw``, ``fixed``).
+        unrecoverable: One entry per item that could not be used (``qid``, ``raw``, ``reason``,
+            ``question``).
+        no_evidence: Questions left without any relevant memory (``qid``, ``question``).
+        dataset: The dataset as written.
+    """
+
+    importer: str
+    source: str
+    out: str
+    counts: dict[str, int] = field(default_factory=dict)
+    per_category: dict[str, int] = field(default_factory=dict)
+    repaired: list[dict[str, Any]] = field(default_factory=list)
+    unrecoverable: list[dict[str, Any]] = field(default_factory=list)
+    no_evidence: list[dict[str, Any]] = field(default_factory=list)
+    dataset: Dataset | None = None
+
+    def summary(self) -> str:
+        """A human-readable multi-line summary."""
+        lines = [f"{self.importer}: {self.source} -> {self.out}"]
+        lines += [f"  {name}: {value}" for name, value in self.counts.items()]
+        if self.per_category:
+            cats = ", ".join(f"{name} {n}" for name, n in self.per_category.items())
+            lines.append(f"  per category: {cats}")
+        for item in self.repaired:
+            lines.append(f"  repaired {item['qid']}: {item['raw']!r} -> {item['fixed']}")
+        for item in self.unrecoverable:
+            lines.append(
+                f"  unrecoverable {item['qid']}: {item['raw']!r} ({item['reason']}) "
+                f"- {item['question']}"
+            )
+        for item in self.no_evidence:
+            lines.append(f"  no evidence {item['qid']}: {item['question']}")
+        return "\n".join(lines)
+
+
+class Importer(Protocol):
+    """What a registered importer provides."""
+
+    def run(self, src: str | os.PathLike[str], out: str | os.PathLike[str]) -> ImportReport:
+        """Convert ``src`` into a dataset directory ``out``."""
+        ...
+
+
+IMPORTERS: dict[str, Callable[..., Importer]] = {}
+
+
+def register_importer(name: str) -> Callable[[type], type]:
+    """Class decorator adding an importer to :data:`IMPORTERS` under ``name``.
+
+    Raises:
+        ValueError: If ``name`` is already registered.
+    """
+
+    def decorate(cls: type) -> type:
+        if name in IMPORTERS:
+            raise ValueError(f"importer {name!r} is already registered")
+        IMPORTERS[name] = cls
+        return cls
+
+    return decorate
+
+
+def run_importer(
+    name: str, src: str | os.PathLike[str], out: str | os.PathLike[str], **kw: Any
+) -> ImportReport:
+    """Build the importer ``name`` with keyword arguments ``kw`` and run it.
+
+    Raises:
+        ValueError: If no importer of that name is registered (the message lists known ones).
+    """
+    if name not in IMPORTERS:
+        known = ", ".join(sorted(IMPORTERS)) or "none"
+        raise ValueError(f"unknown importer {name!r}; known importers: {known}")
+    return IMPORTERS[name](**kw).run(src, out)

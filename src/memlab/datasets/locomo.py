@@ -1,0 +1,346 @@
+"""Import LoCoMo (Maharana et al., "Evaluating Very Long-Term Conversational Memory of LLM
+Agents", ACL 2024) into dataset format v1.
+
+Source layout: one JSON file per conversation holding ``speaker_a``/``speaker_b``,
+``session_N`` turn lists with ``session_N_date_time`` (``"1:56 pm on 8 May, 2023"``) and ``qa``.
+Files shaped like the original ``locomo10.json`` entries (``sample_id``, ``conversation``,
+``qa``) are read as well.
+
+Conversion:
+
+* every turn becomes an ``event`` memory with id ``"<conv>:<dia_id>"``, ``ts`` = its session's
+  date-time (read as UTC) plus ``turn_step_seconds`` per turn, ``source_agent`` = speaker,
+  ``client_id`` = the conversation, image captions appended to the text;
+* every question becomes a query scoped to its conversation, asked ``query_delay_seconds`` after
+  the conversation's last turn; ``relevant`` = its evidence turns (grade 1); tags
+  ``["cat:N", "<category name>"]`` (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop,
+  5 adversarial); ``answer`` = ``answer`` or else ``adversarial_answer``, as a string.
+
+Malformed evidence is repaired where the intent is clear (several ids in one string, zero-padded
+turn numbers, a stray colon after ``D``) and reported otherwise; a question left without evidence
+keeps ``relevant = {}`` and gets the tag ``no-evidence``. The data is licensed CC BY-NC 4.0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from memlab.datasets.format import Dataset, MemoryOp, Query, write_dataset
+from memlab.datasets.importers import ImportReport, register_importer, run_importer
+
+CATEGORY_NAMES: dict[int, str] = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
+_MONTHS = {
+    name: i
+    for i, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ],
+        start=1,
+    )
+    for name in names
+}
+_DATE_TIME = re.compile(
+    r"^\s*(\d{1,2}):(\d{2})\s*([ap])\.?m\.?\s+on\s+(\d{1,2})\s+([A-Za-z]+)\.?,?\s+(\d{4})\s*$",
+    re.IGNORECASE,
+)
+_SESSION = re.compile(r"^session_(\d+)$")
+_EVIDENCE = re.compile(r"^D:?(\d+):(\d+)$")
+_SPLIT = re.compile(r"[;,\s]+")
+
+
+def parse_locomo_datetime(text: str, *, where: str = "") -> float:
+    """Parse LoCoMo's ``"1:56 pm on 8 May, 2023"`` as UTC epoch seconds.
+
+    Args:
+        text: The session date-time string.
+        where: Location used in the error message.
+
+    Raises:
+        ValueError: If it does not have that shape.
+    """
+    prefix = f"{where}: " if where else ""
+    match = _DATE_TIME.match(text) if isinstance(text, str) else None
+    if match is None or match.group(5).lower() not in _MONTHS:
+        raise ValueError(f"{prefix}not a LoCoMo date-time like '1:56 pm on 8 May, 2023': {text!r}")
+    hour, minute = int(match.group(1)), int(match.group(2))
+    if not 1 <= hour <= 12:
+        raise ValueError(f"{prefix}hour out of range in {text!r}")
+    hour = hour % 12 + (12 if match.group(3).lower() == "p" else 0)
+    month = _MONTHS[match.group(5).lower()]
+    try:
+        dt = datetime(int(match.group(6)), month, int(match.group(4)), hour, minute, tzinfo=UTC)
+    except ValueError as exc:
+        raise ValueError(f"{prefix}{exc} in {text!r}") from None
+    return dt.timestamp()
+
+
+def repair_evidence(raw: Any, turn_ids: set[str]) -> tuple[list[str], bool, list[tuple[str, str]]]:
+    """Normalise one evidence entry.
+
+    Several ids in one string are split on ``;``, ``,`` and whitespace; ``D30:05`` becomes
+    ``D30:5``; ``D:11:26`` becomes ``D11:26``.
+
+    Args:
+        raw: The entry as found in ``evidence``.
+        turn_ids: The conversation's ``dia_id`` values.
+
+    Returns:
+        ``(ids, changed, bad)``: the valid turn ids, whether the text had to be rewritten, and
+        ``(piece, reason)`` for each piece that names no turn or cannot be read.
+    """
+    if not isinstance(raw, str):
+        return [], False, [(repr(raw), "not a string")]
+    pieces = [p for p in _SPLIT.split(raw.strip()) if p]
+    if not pieces:
+        return [], False, [(raw, "empty")]
+    ids: list[str] = []
+    bad: list[tuple[str, str]] = []
+    changed = pieces != [raw]
+    for piece in pieces:
+        match = _EVIDENCE.match(piece)
+        if match is None:
+            bad.append((piece, "malformed id"))
+            continue
+        canon = f"D{int(match.group(1))}:{int(match.group(2))}"
+        changed = changed or canon != piece
+        if canon not in turn_ids:
+            bad.append((piece, "names no turn"))
+        elif canon not in ids:
+            ids.append(canon)
+    return ids, changed, bad
+
+
+def _conversation_files(src: Path) -> list[Path]:
+    files = [p for p in src.glob("*.json") if p.is_file()]
+
+    def key(p: Path) -> tuple[int, int, str]:
+        return (0, int(p.stem), p.name) if p.stem.isdigit() else (1, 0, p.name)
+
+    return sorted(files, key=key)
+
+
+@register_importer("locomo")
+class LocomoImporter:
+    """LoCoMo → format v1 (Maharana et al., ACL 2024; data licensed CC BY-NC 4.0).
+
+    Args:
+        name: Dataset name; defaults to the source directory's name.
+        version: Dataset version written to ``dataset.toml``.
+        turn_step_seconds: Seconds added per turn inside a session so time order holds.
+        query_delay_seconds: Queries are asked this long after a conversation's last turn.
+        caption_template: Appended to a turn's text when it shares an image
+            (``{caption}`` = the BLIP caption).
+        client_prefix: Conversation id = prefix + file stem (when the file has no
+            ``sample_id``).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        version: str = "1",
+        turn_step_seconds: float = 1.0,
+        query_delay_seconds: float = 1.0,
+        caption_template: str = " [shares a photo: {caption}]",
+        client_prefix: str = "conv-",
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.turn_step_seconds = turn_step_seconds
+        self.query_delay_seconds = query_delay_seconds
+        self.caption_template = caption_template
+        self.client_prefix = client_prefix
+
+    def _turn_text(self, turn: dict[str, Any]) -> str:
+        text = turn.get("text")
+        text = text.strip() if isinstance(text, str) else ""
+        caption = turn.get("blip_caption")
+        if isinstance(caption, str) and caption.strip():
+            text = (text + self.caption_template.format(caption=caption.strip())).strip()
+        return text
+
+    def build(self, src: str | os.PathLike[str]) -> tuple[Dataset, ImportReport]:
+        """Read a LoCoMo directory into a dataset (not written) and its report.
+
+        Raises:
+            ValueError: If the directory holds no conversation, or a file lacks its structure
+                (the message names the file and field).
+        """
+        root = Path(src)
+        files = _conversation_files(root) if root.is_dir() else []
+        if not files:
+            raise ValueError(f"{root}: no LoCoMo conversation files (*.json)")
+        report = ImportReport("locomo", str(root), "")
+        stores: list[tuple[float, int, MemoryOp]] = []
+        queries: list[tuple[float, int, Query]] = []
+        per_category: dict[int, int] = {}
+        counts = dict.fromkeys(
+            ("conversations", "sessions", "turns", "questions", "skipped_turns"), 0
+        )
+        seq = 0
+        for file in files:
+            try:
+                data = json.loads(file.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise ValueError(f"{file}: not a readable JSON file ({exc})") from None
+            if not isinstance(data, dict):
+                raise ValueError(f"{file}: expected a JSON object per conversation")
+            conv = data.get("conversation") if isinstance(data.get("conversation"), dict) else data
+            sample = data.get("sample_id")
+            cid = sample if isinstance(sample, str) and sample else self.client_prefix + file.stem
+            sessions = sorted(
+                int(m.group(1))
+                for k, v in conv.items()
+                if (m := _SESSION.match(k)) and isinstance(v, list)
+            )
+            counts["conversations"] += 1
+            turn_ids: set[str] = set()
+            last_ts: float | None = None
+            for number in sessions:
+                field = f"session_{number}_date_time"
+                if field not in conv:
+                    raise ValueError(f"{file}: field '{field}' missing")
+                start = parse_locomo_datetime(conv[field], where=f"{file}: field '{field}'")
+                counts["sessions"] += 1
+                for index, turn in enumerate(conv[f"session_{number}"]):
+                    where = f"{file}: session_{number}[{index}]"
+                    if not isinstance(turn, dict) or not isinstance(turn.get("dia_id"), str):
+                        raise ValueError(f"{where}: field 'dia_id' missing")
+                    dia = turn["dia_id"]
+                    if dia in turn_ids:
+                        raise ValueError(f"{where}: field 'dia_id': duplicate {dia!r}")
+                    turn_ids.add(dia)
+                    ts = start + index * self.turn_step_seconds
+                    text = self._turn_text(turn)
+                    counts["turns"] += 1
+                    if not text:
+                        counts["skipped_turns"] += 1
+                        turn_ids.discard(dia)
+                        continue
+                    speaker = turn.get("speaker")
+                    op = MemoryOp.store(
+                        f"{cid}:{dia}",
+                        ts,
+                        text,
+                        "event",
+                        source_agent=speaker if isinstance(speaker, str) and speaker else None,
+                        client_id=cid,
+                        metadata={"dia_id": dia, "session": number},
+                    )
+                    stores.append((ts, seq, op))
+                    seq += 1
+                    last_ts = ts if last_ts is None else max(last_ts, ts)
+            qa = data.get("qa", conv.get("qa", []))
+            if not isinstance(qa, list):
+                raise ValueError(f"{file}: field 'qa' must be a list")
+            asked = (last_ts if last_ts is not None else 0.0) + self.query_delay_seconds
+            for j, item in enumerate(qa, start=1):
+                qid = f"{cid}:q{j}"
+                if not isinstance(item, dict) or not isinstance(item.get("question"), str):
+                    raise ValueError(f"{file}: qa[{j - 1}]: field 'question' missing")
+                question = item["question"]
+                counts["questions"] += 1
+                category = item.get("category")
+                if isinstance(category, bool) or not isinstance(category, (int, str)):
+                    category = str(category)
+                per_category[category] = per_category.get(category, 0) + 1
+                tags = [f"cat:{category}"]
+                if category in CATEGORY_NAMES:
+                    tags.append(CATEGORY_NAMES[category])
+                relevant: dict[str, int] = {}
+                evidence = item.get("evidence", [])
+                if not isinstance(evidence, list):
+                    evidence = [evidence]
+                for raw in evidence:
+                    ids, changed, bad = repair_evidence(raw, turn_ids)
+                    if changed:
+                        report.repaired.append({"qid": qid, "raw": raw, "fixed": ids})
+                    for piece, reason in bad:
+                        report.unrecoverable.append(
+                            {"qid": qid, "raw": piece, "reason": reason, "question": question}
+                        )
+                    for dia in ids:
+                        relevant.setdefault(f"{cid}:{dia}", 1)
+                if not relevant:
+                    tags.append("no-evidence")
+                    report.no_evidence.append({"qid": qid, "question": question})
+                if "answer" in item and item["answer"] is not None:
+                    answer: str | None = str(item["answer"])
+                elif item.get("adversarial_answer") is not None:
+                    answer = str(item["adversarial_answer"])
+                else:
+                    answer = None
+                query = Query(0, qid, asked, question, cid, None, relevant, (), tuple(tags), answer)
+                queries.append((asked, seq, query))
+                seq += 1
+        report.counts = {
+            **counts,
+            "repaired": len(report.repaired),
+            "unrecoverable": len(report.unrecoverable),
+            "no_evidence": len(report.no_evidence),
+        }
+
+        def cat_key(c: Any) -> tuple[int, str]:
+            return (c, "") if isinstance(c, int) else (10**9, str(c))
+
+        report.per_category = {
+            CATEGORY_NAMES.get(c, f"category-{c}"): per_category[c]
+            for c in sorted(per_category, key=cat_key)
+        }
+        meta = {
+            "name": self.name or root.resolve().name,
+            "version": self.version,
+            "description": (
+                f"LoCoMo: {counts['conversations']} long conversations imported as format v1 "
+                "(one event per turn, one query per question, scoped to its conversation)."
+            ),
+            "license": "CC BY-NC 4.0",
+            "source": (
+                "Maharana et al., 'Evaluating Very Long-Term Conversational Memory of LLM "
+                "Agents', ACL 2024, https://github.com/snap-research/locomo"
+            ),
+        }
+        stores.sort(key=lambda item: (item[0], item[1]))
+        queries.sort(key=lambda item: (item[0], item[1]))
+        dataset = Dataset(None, meta, [s[2] for s in stores], [q[2] for q in queries])
+        report.dataset = dataset
+        return dataset, report
+
+    def run(self, src: str | os.PathLike[str], out: str | os.PathLike[str]) -> ImportReport:
+        """Import ``src`` and write the dataset to ``out`` atomically."""
+        dataset, report = self.build(src)
+        report.dataset = write_dataset(dataset, out)
+        report.out = str(out)
+        return report
+
+
+def main_import_locomo(
+    src: str | os.PathLike[str], out: str | os.PathLike[str], *, stream: TextIO | None = None
+) -> int:
+    """Command-line entry of ``memlab datasets import-locomo SRC OUT``; prints the report."""
+    report = run_importer("locomo", src, out)
+    print(report.summary(), file=sys.stdout if stream is None else stream)
+    return 0

@@ -1,0 +1,567 @@
+"""Check a dataset directory against format v1 and report every problem found.
+
+The checker never raises on bad input: each problem becomes a :class:`Problem` naming the file,
+line and field at fault, e.g. ``memories.jsonl:12: field 'ts': goes backwards ...``. It covers
+missing files, bytes that are not UTF-8, unparsable TOML or JSON, lines that are not objects,
+missing, unknown or mistyped fields, unknown types, ops and relations, empty text, duplicate ids
+and qids, timestamps that do not parse or go backwards, relevant and stale ids that do not exist
+or are written after the query, grades that are not integers ≥ 1, and forget targets that are
+unknown, written later or decisions (which are immutable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from memlab.datasets.format import (
+    DATASET_FILES,
+    MEMORIES_FILE,
+    META_FILE,
+    META_KEYS,
+    OPS,
+    PAYLOAD_FIELDS,
+    QUERIES_FILE,
+    WRITABLE_RELATIONS,
+    MemoryOp,
+    Query,
+)
+from memlab.memory.records import CATEGORIES, IMPORTANCE_LEVELS, KNOWLEDGE_CATEGORIES, MEMORY_TYPES
+from memlab.timeutil import parse_ts, to_iso
+
+_ENUM_FIELDS: dict[str, tuple[str, ...]] = {
+    "importance": IMPORTANCE_LEVELS,
+    "category": CATEGORIES,
+    "knowledge_category": KNOWLEDGE_CATEGORIES,
+}
+_STRING_FIELDS = ("source_agent", "client_id", "key", "subject", "status_value")
+_COMMON_KEYS = ("op", "id", "ts")
+_OP_KEYS: dict[str, tuple[str, ...]] = {
+    "store": ("text", "type", *PAYLOAD_FIELDS),
+    "forget": ("target", "reason"),
+    "relate": ("from", "relation", "to"),
+}
+_QUERY_KEYS = ("qid", "ts", "text", "client_id", "at_time", "relevant", "stale", "tags", "answer")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a dataset.
+
+    Attributes:
+        file: File name inside the dataset directory (or the directory itself).
+        line: 1-based line number, or ``None`` for file-level problems.
+        field: Field at fault, or ``None``.
+        message: What is wrong.
+    """
+
+    file: str
+    line: int | None
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        if self.field is not None:
+            return f"{where}: field '{self.field}': {self.message}"
+        return f"{where}: {self.message}"
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """Everything :func:`read_dataset` learnt about a directory.
+
+    Attributes:
+        problems: Every problem, in file then line order.
+        unreadable: The subset that kept a file or line from being read at all.
+        meta: Contents of ``dataset.toml`` (empty when unreadable).
+        ops: Operations whose line could be read.
+        queries: Queries whose line could be read.
+        digests: SHA-256 of each file that exists.
+    """
+
+    problems: list[Problem] = field(default_factory=list)
+    unreadable: list[Problem] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    ops: list[MemoryOp] = field(default_factory=list)
+    queries: list[Query] = field(default_factory=list)
+    digests: dict[str, str] = field(default_factory=dict)
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(value), type(value).__name__)
+
+
+class _LineChecker:
+    """Collects the problems of one JSON line."""
+
+    def __init__(self, file: str, line: int, obj: dict[str, Any]) -> None:
+        self.file = file
+        self.line = line
+        self.obj = obj
+        self.problems: list[Problem] = []
+
+    def add(self, fld: str | None, message: str) -> None:
+        self.problems.append(Problem(self.file, self.line, fld, message))
+
+    def string(self, name: str, *, required: bool, nonempty: bool = True) -> str | None:
+        if name not in self.obj or self.obj[name] is None:
+            if required:
+                self.add(name, "missing")
+            return None
+        value = self.obj[name]
+        if not isinstance(value, str):
+            self.add(name, f"must be a string, got {_type_name(value)}")
+            return None
+        if nonempty and not value.strip():
+            self.add(name, "must not be empty")
+            return None
+        return value
+
+    def timestamp(self, name: str, *, required: bool) -> float | None:
+        if name not in self.obj or self.obj[name] is None:
+            if required:
+                self.add(name, "missing")
+            return None
+        value = self.obj[name]
+        if not isinstance(value, str):
+            self.add(name, f"must be an ISO 8601 string, got {_type_name(value)}")
+            return None
+        try:
+            return parse_ts(value, field=name)
+        except ValueError:
+            self.add(name, f"not an ISO 8601 timestamp: {value!r}")
+            return None
+
+    def enum(self, name: str, allowed: tuple[str, ...], *, required: bool, what: str) -> str | None:
+        value = self.string(name, required=required)
+        if value is not None and value not in allowed:
+            self.add(name, f"unknown {what} {value!r}; expected one of {', '.join(allowed)}")
+            return None
+        return value
+
+    def unknown_keys(self, allowed: tuple[str, ...], what: str) -> None:
+        for key in self.obj:
+            if key not in allowed:
+                self.add(key, f"unknown field for {what}")
+
+
+def _read_lines(
+    path: Path, name: str, result: ReadResult
+) -> list[tuple[int, dict[str, Any]]] | None:
+    """Decode and parse a JSONL file; problems go into ``result``. ``None`` if it is missing."""
+    file = path / name
+    if not file.is_file():
+        problem = Problem(name, None, None, "missing file")
+        result.problems.append(problem)
+        result.unreadable.append(problem)
+        return None
+    data = file.read_bytes()
+    result.digests[name] = hashlib.sha256(data).hexdigest()
+    pieces = data.split(b"\n")
+    if pieces and pieces[-1] == b"":
+        pieces.pop()
+    out: list[tuple[int, dict[str, Any]]] = []
+    for number, raw in enumerate(pieces, start=1):
+        bad: Problem | None = None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            byte = raw[exc.start]
+            bad = Problem(
+                name, number, None, f"not valid UTF-8 (byte 0x{byte:02x} at column {exc.start + 1})"
+            )
+        else:
+            if not text.strip():
+                continue
+            duplicates: list[str] = []
+
+            def pairs(items: list[tuple[str, Any]], dup: list[str] = duplicates) -> dict[str, Any]:
+                seen: dict[str, Any] = {}
+                for key, value in items:
+                    if key in seen:
+                        dup.append(key)
+                    seen[key] = value
+                return seen
+
+            try:
+                obj = json.loads(text, object_pairs_hook=pairs)
+            except json.JSONDecodeError as exc:
+                bad = Problem(name, number, None, f"invalid JSON: {exc.msg} (column {exc.colno})")
+            else:
+                if not isinstance(obj, dict):
+                    bad = Problem(
+                        name, number, None, f"expected a JSON object, got {_type_name(obj)}"
+                    )
+                else:
+                    for key in duplicates:
+                        problem = Problem(name, number, key, "duplicate key in object")
+                        result.problems.append(problem)
+                        result.unreadable.append(problem)
+                    out.append((number, obj))
+        if bad is not None:
+            result.problems.append(bad)
+            result.unreadable.append(bad)
+    return out
+
+
+def _toml_line(text: str, key: str) -> int | None:
+    match = re.search(rf"^[ \t]*\"?{re.escape(key)}\"?[ \t]*=", text, flags=re.MULTILINE)
+    return None if match is None else text.count("\n", 0, match.start()) + 1
+
+
+def _check_meta(path: Path, result: ReadResult) -> None:
+    file = path / META_FILE
+    problems: list[Problem] = []
+    if not file.is_file():
+        problems.append(Problem(META_FILE, None, None, "missing file"))
+        result.problems += problems
+        result.unreadable += problems
+        return
+    data = file.read_bytes()
+    result.digests[META_FILE] = hashlib.sha256(data).hexdigest()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        byte = data[exc.start]
+        problems.append(Problem(META_FILE, line, None, f"not valid UTF-8 (byte 0x{byte:02x})"))
+        result.problems += problems
+        result.unreadable += problems
+        return
+    try:
+        meta = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"at line (\d+)", str(exc))
+        line = int(match.group(1)) if match else None
+        problems.append(Problem(META_FILE, line, None, f"invalid TOML: {exc}"))
+        result.problems += problems
+        result.unreadable += problems
+        return
+    for key in META_KEYS:
+        line = _toml_line(text, key)
+        if key not in meta:
+            problems.append(Problem(META_FILE, None, key, "missing"))
+        elif not isinstance(meta[key], str):
+            problems.append(
+                Problem(META_FILE, line, key, f"must be a string, got {_type_name(meta[key])}")
+            )
+        elif not meta[key].strip():
+            problems.append(Problem(META_FILE, line, key, "must not be empty"))
+    result.problems += problems
+    result.meta = meta
+
+
+@dataclass(slots=True)
+class _Written:
+    """What the query checks need to know about an id in the write log."""
+
+    line: int
+    op: str
+    ts: float | None
+    type: str | None = None
+
+
+def _check_memory_line(
+    number: int, obj: dict[str, Any]
+) -> tuple[_LineChecker, str | None, str | None, float | None, MemoryOp | None]:
+    chk = _LineChecker(MEMORIES_FILE, number, obj)
+    kind: str | None = "store"
+    if "op" in obj:
+        kind = chk.enum("op", OPS, required=True, what="op")
+    ident = chk.string("id", required=kind == "store")
+    ts = chk.timestamp("ts", required=True)
+    if kind is None:
+        return chk, None, ident, ts, None
+    chk.unknown_keys(_COMMON_KEYS + _OP_KEYS[kind], f"a {kind} line")
+    if kind == "store":
+        text = chk.string("text", required=True)
+        mtype = chk.enum("type", MEMORY_TYPES, required=True, what="memory type")
+        fields: dict[str, Any] = {}
+        for name in _STRING_FIELDS:
+            value = chk.string(name, required=False)
+            if value is not None:
+                fields[name] = value
+        for name, allowed in _ENUM_FIELDS.items():
+            value = chk.enum(name, allowed, required=False, what=name.replace("_", " "))
+            if value is not None:
+                fields[name] = value
+        valid_from = chk.timestamp("valid_from", required=False)
+        if valid_from is not None:
+            fields["valid_from"] = valid_from
+        metadata = obj.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            chk.add("metadata", f"must be an object, got {_type_name(metadata)}")
+        elif metadata is not None:
+            fields["metadata"] = metadata
+        fields = {k: fields[k] for k in PAYLOAD_FIELDS if k in fields}
+        built = None
+        if not chk.problems and ts is not None and text is not None and mtype is not None:
+            built = MemoryOp(number, "store", ident, ts, text, mtype, fields)
+        return chk, kind, ident, ts, built
+    if kind == "forget":
+        target = chk.string("target", required=True)
+        reason = chk.string("reason", required=False, nonempty=False)
+        built = None
+        if not chk.problems and ts is not None and target is not None:
+            built = MemoryOp(number, "forget", ident, ts, target=target, reason=reason)
+        return chk, kind, ident, ts, built
+    src = chk.string("from", required=True)
+    if obj.get("relation") == "co_occurrence":
+        chk.add(
+            "relation",
+            "co_occurrence is derived from memories, not written; expected one of "
+            + ", ".join(WRITABLE_RELATIONS),
+        )
+        relation = None
+    else:
+        relation = chk.enum("relation", WRITABLE_RELATIONS, required=True, what="relation")
+    dst = chk.string("to", required=True)
+    built = None
+    if not chk.problems and ts is not None and None not in (src, relation, dst):
+        built = MemoryOp(
+            number, "relate", ident, ts, from_entity=src, relation=relation, to_entity=dst
+        )
+    return chk, kind, ident, ts, built
+
+
+def _check_memories(
+    lines: list[tuple[int, dict[str, Any]]], result: ReadResult
+) -> tuple[dict[str, _Written], dict[str, tuple[int, float | None]]]:
+    """Per-line and cross-line checks of the write log; returns ids and forgets by target."""
+    written: dict[str, _Written] = {}
+    forgotten: dict[str, tuple[int, float | None]] = {}
+    pending_forgets: list[tuple[_LineChecker, str, float | None]] = []
+    previous: tuple[int, float] | None = None
+    for number, obj in lines:
+        chk, kind, ident, ts, built = _check_memory_line(number, obj)
+        result.unreadable += chk.problems
+        if ts is not None:
+            if previous is not None and ts < previous[1]:
+                chk.add(
+                    "ts",
+                    f"goes backwards: {to_iso(ts)} is before {to_iso(previous[1])} "
+                    f"on line {previous[0]}",
+                )
+            previous = (number, ts)
+        if ident is not None:
+            if ident in written:
+                chk.add("id", f"duplicate id {ident!r} (first on line {written[ident].line})")
+            else:
+                mtype = obj.get("type") if isinstance(obj.get("type"), str) else None
+                written[ident] = _Written(number, kind or "?", ts, mtype)
+        if kind == "forget" and isinstance(obj.get("target"), str) and obj["target"].strip():
+            pending_forgets.append((chk, obj["target"], ts))
+        result.problems += chk.problems
+        if built is not None:
+            result.ops.append(built)
+    for chk, target, ts in pending_forgets:
+        found = written.get(target)
+        if found is None:
+            message = f"unknown id {target!r}"
+        elif found.op != "store":
+            message = f"id {target!r} (line {found.line}) is not a store"
+        elif found.type == "decision":
+            message = f"id {target!r} (line {found.line}) is a decision: decisions are immutable"
+        elif found.line > chk.line:
+            message = f"id {target!r} is written later (line {found.line})"
+        else:
+            message = ""
+            forgotten.setdefault(target, (chk.line, ts))
+        if message:
+            problem = Problem(MEMORIES_FILE, chk.line, "target", message)
+            result.problems.append(problem)
+    return written, forgotten
+
+
+def _check_reference(
+    chk: _LineChecker,
+    name: str,
+    ident: str,
+    ts: float | None,
+    written: dict[str, _Written] | None,
+    forgotten: dict[str, tuple[int, float | None]],
+) -> None:
+    if written is None:
+        return
+    found = written.get(ident)
+    if found is None:
+        chk.add(name, f"id {ident!r} does not exist in {MEMORIES_FILE}")
+    elif found.op != "store":
+        chk.add(name, f"id {ident!r} (line {found.line}) is not a store")
+    elif ts is not None and found.ts is not None and found.ts > ts:
+        chk.add(
+            name,
+            f"id {ident!r} is written at {to_iso(found.ts)} (line {found.line}), "
+            f"after the query's ts {to_iso(ts)}",
+        )
+    elif name == "relevant" and ident in forgotten and ts is not None:
+        line, when = forgotten[ident]
+        if when is not None and when <= ts:
+            chk.add(name, f"id {ident!r} is forgotten (line {line}) before the query")
+
+
+def _check_queries(
+    lines: list[tuple[int, dict[str, Any]]],
+    result: ReadResult,
+    written: dict[str, _Written] | None,
+    forgotten: dict[str, tuple[int, float | None]],
+) -> None:
+    seen: dict[str, int] = {}
+    previous: tuple[int, float] | None = None
+    for number, obj in lines:
+        chk = _LineChecker(QUERIES_FILE, number, obj)
+        chk.unknown_keys(_QUERY_KEYS, "a query")
+        qid = chk.string("qid", required=True)
+        ts = chk.timestamp("ts", required=True)
+        text = chk.string("text", required=True)
+        client_id = chk.string("client_id", required=False)
+        at_time = chk.timestamp("at_time", required=False)
+        answer = chk.string("answer", required=False, nonempty=False)
+        relevant: dict[str, int] | None = None
+        if "relevant" not in obj:
+            chk.add("relevant", "missing")
+        elif not isinstance(obj["relevant"], dict):
+            chk.add("relevant", f"must be an object, got {_type_name(obj['relevant'])}")
+        else:
+            relevant = {}
+            for key, grade in obj["relevant"].items():
+                if isinstance(grade, bool) or not isinstance(grade, int) or grade < 1:
+                    chk.add("relevant", f"grade of {key!r} must be an integer >= 1, got {grade!r}")
+                    relevant = None
+                elif relevant is not None:
+                    relevant[key] = grade
+        stale: list[str] | None = []
+        if obj.get("stale") is not None:
+            value = obj["stale"]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                chk.add("stale", "must be an array of strings")
+                stale = None
+            else:
+                stale = list(value)
+        tags: list[str] | None = None
+        if "tags" not in obj:
+            chk.add("tags", "missing")
+        elif not isinstance(obj["tags"], list) or not all(
+            isinstance(t, str) and t.strip() for t in obj["tags"]
+        ):
+            chk.add("tags", "must be an array of non-empty strings")
+        else:
+            tags = list(obj["tags"])
+        line_problems = list(chk.problems)
+        result.unreadable += line_problems
+        # cross-line checks
+        if qid is not None:
+            if qid in seen:
+                chk.add("qid", f"duplicate qid {qid!r} (first on line {seen[qid]})")
+            else:
+                seen[qid] = number
+        if ts is not None:
+            if previous is not None and ts < previous[1]:
+                chk.add(
+                    "ts",
+                    f"goes backwards: {to_iso(ts)} is before {to_iso(previous[1])} "
+                    f"on line {previous[0]}",
+                )
+            previous = (number, ts)
+        if ts is not None and at_time is not None and at_time > ts:
+            chk.add("at_time", f"{to_iso(at_time)} is after the query's ts {to_iso(ts)}")
+        if isinstance(obj.get("relevant"), dict):
+            for key in obj["relevant"]:
+                _check_reference(chk, "relevant", key, ts, written, forgotten)
+        for key in stale or []:
+            _check_reference(chk, "stale", key, ts, written, forgotten)
+            if isinstance(obj.get("relevant"), dict) and key in obj["relevant"]:
+                chk.add("stale", f"id {key!r} is also relevant")
+        result.problems += chk.problems
+        if not line_problems and None not in (qid, ts, text, relevant, stale, tags):
+            result.queries.append(
+                Query(
+                    number,
+                    qid,
+                    ts,
+                    text,
+                    client_id,
+                    at_time,
+                    relevant,
+                    tuple(stale),
+                    tuple(tags),
+                    answer,
+                )
+            )
+
+
+def read_dataset(path: str | os.PathLike[str]) -> ReadResult:
+    """Read and check a dataset directory without raising on bad input.
+
+    Args:
+        path: The dataset directory.
+
+    Returns:
+        The problems found together with whatever could be read.
+    """
+    root = Path(path)
+    result = ReadResult()
+    if not root.is_dir():
+        problem = Problem(str(root), None, None, "not a directory")
+        result.problems.append(problem)
+        result.unreadable.append(problem)
+        return result
+    _check_meta(root, result)
+    mem_lines = _read_lines(root, MEMORIES_FILE, result)
+    written: dict[str, _Written] | None = None
+    forgotten: dict[str, tuple[int, float | None]] = {}
+    if mem_lines is not None:
+        written, forgotten = _check_memories(mem_lines, result)
+    query_lines = _read_lines(root, QUERIES_FILE, result)
+    if query_lines is not None:
+        _check_queries(query_lines, result, written, forgotten)
+    order = {name: i for i, name in enumerate(DATASET_FILES)}
+
+    def key(p: Problem) -> tuple[int, int]:
+        # dataset.toml keeps its key order; the JSONL files are sorted by line
+        return order.get(p.file, -1), (p.line or 0) if p.file != META_FILE else 0
+
+    result.problems.sort(key=key)
+    result.unreadable.sort(key=key)
+    return result
+
+
+def validate_dataset(path: str | os.PathLike[str]) -> list[Problem]:
+    """Every problem of a dataset directory (an empty list when it satisfies format v1)."""
+    return read_dataset(path).problems
+
+
+def main_validate(path: str | os.PathLike[str], *, out: TextIO | None = None) -> int:
+    """Command-line entry of ``memlab datasets validate DIR``.
+
+    Prints each problem, then a summary line.
+
+    Returns:
+        0 when the dataset is valid, 1 otherwise.
+    """
+    stream = sys.stdout if out is None else out
+    result = read_dataset(path)
+    for problem in result.problems:
+        print(problem, file=stream)
+    if result.problems:
+        print(f"{path}: {len(result.problems)} problem(s)", file=stream)
+        return 1
+    print(f"{path}: ok ({len(result.ops)} operations, {len(result.queries)} queries)", file=stream)
+    return 0

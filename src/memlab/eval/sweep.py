@@ -1,0 +1,252 @@
+"""Parameter sweeps: every grid point is ``clone()`` + ``set_params()`` of one pipeline.
+
+The best point is chosen on a seeded train split of the queries and reported on the held-out
+split, so the reported number is not the maximum of many noisy tries. Grids are plain dicts
+(``{"rrf__k": [10, 30, 60]}``); :func:`parse_grid` reads the command line's
+``--grid rrf__k=10,30,60``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import polars as pl
+
+from memlab.datasets.format import Dataset, load_dataset
+from memlab.eval.experiment import (
+    DEFAULT_METRICS,
+    _memories_frame,
+    _needs_generator,
+    check_metrics,
+    default_generator,
+    split_queries,
+)
+from memlab.eval.metrics import evaluate
+from memlab.eval.replay import Replayer, progress_enabled, qrels_frame, queries_frame
+from memlab.eval.report import markdown_table, save_chart
+from memlab.io import atomic_directory
+from memlab.pipeline import Pipeline, load_pipeline
+
+
+def _parse_value(text: str) -> Any:
+    t = text.strip()
+    if t.lower() in ("true", "false"):
+        return t.lower() == "true"
+    if t.lower() in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(t)
+        except ValueError:
+            pass
+    return t
+
+
+def parse_grid(expressions: Sequence[str]) -> dict[str, list[Any]]:
+    """Parse ``stage__param=v1,v2,…`` expressions into a grid dict.
+
+    Raises:
+        ValueError: Naming the expression at fault.
+    """
+    grid: dict[str, list[Any]] = {}
+    for expr in expressions:
+        name, sep, values = expr.partition("=")
+        name = name.strip()
+        if not sep or "__" not in name or not values.strip():
+            raise ValueError(
+                f"bad grid expression {expr!r}: write stage__param=value1,value2 "
+                "(e.g. rrf__k=10,30,60)"
+            )
+        if name in grid:
+            raise ValueError(f"bad grid expression {expr!r}: {name} is given twice")
+        parsed = [_parse_value(v) for v in values.split(",") if v.strip()]
+        if not parsed:
+            raise ValueError(f"bad grid expression {expr!r}: no values")
+        grid[name] = parsed
+    return grid
+
+
+def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """The Cartesian product of a grid, in a stable order."""
+    keys = list(grid)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grid.values())]
+
+
+@dataclass
+class SweepResult:
+    """A sweep's results.
+
+    Attributes:
+        results: One row per point: ``param_*`` columns, then ``<metric>`` on all queries,
+            ``<metric>_train`` and ``<metric>_test``.
+        best_params: The point with the best train score (ties: first in grid order).
+        best_test: Its held-out score.
+        metric: The selection metric.
+    """
+
+    results: pl.DataFrame
+    best_params: dict[str, Any]
+    best_test: float
+    best_train: float
+    metric: str
+    out: Path | None = None
+
+
+def run_sweep(
+    dataset: str | Path | Dataset,
+    pipeline: str | Pipeline,
+    grid: Mapping[str, Sequence[Any]],
+    *,
+    metric: str = "R_all@10",
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    seed: int = 0,
+    test_fraction: float = 0.5,
+    embedder: Any | None = None,
+    generator: Any | None = None,
+    out: str | Path | None = None,
+    progress: bool | None = None,
+    exclude_tags: Sequence[str] = ("adversarial",),
+) -> SweepResult:
+    """Evaluate every grid point; choose on the train split, report on the test split."""
+    names = check_metrics(list(dict.fromkeys([metric, *metrics])))
+    metric = names[0]
+    base = pipeline.clone() if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
+    if not grid:
+        raise ValueError("the grid is empty: give at least one stage__param=values")
+    points = grid_points(grid)
+    for point in points:  # reject unknown names before any work
+        base.clone().set_params(**point)
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
+    if embedder is None:
+        from memlab.embed import default_embedder
+
+        embedder = default_embedder()
+    if generator is None and _needs_generator(base):
+        generator = default_generator(ds)
+    replayer = Replayer(ds, embedder=embedder, generator=generator, progress=progress)
+    train, test = split_queries(ds.queries, test_fraction=test_fraction, seed=seed)
+    train_ids, test_ids = {q.qid for q in train}, {q.qid for q in test}
+    rows: list[dict[str, Any]] = []
+    enabled = progress_enabled(progress)
+    iterator: Any = points
+    if enabled:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(points, desc=f"sweep {base.name}")
+    for point in iterator:
+        pipe = base.clone().set_params(**point)
+        rep = replayer.run(pipe)
+        qrels = qrels_frame(ds, rep.id_map)
+        queries = queries_frame(ds, rep.id_map)
+        drop = {
+            qid
+            for qid, tags in zip(queries["qid"], queries["tags"], strict=True)
+            if set(exclude_tags) & set(tags)
+        }
+        qrels = qrels.filter(~pl.col("qid").is_in(drop))
+        pq = evaluate(
+            rep.rankings.select("qid", "rank", "mem_id", "score"),
+            qrels,
+            names,
+            queries=queries,
+            memories=_memories_frame([rep], replayer),
+        )
+        row: dict[str, Any] = {f"param_{k}": v for k, v in point.items()}
+        for m in names:
+            vals = pq.filter(pl.col("metric") == m)
+            row[m] = _mean(vals)
+            row[f"{m}_train"] = _mean(vals.filter(pl.col("qid").is_in(train_ids)))
+            row[f"{m}_test"] = _mean(vals.filter(pl.col("qid").is_in(test_ids)))
+        rows.append(row)
+    results = pl.DataFrame(rows, strict=False)
+    best_i = max(range(len(rows)), key=lambda i: (rows[i][f"{metric}_train"], -i))
+    best = {k[len("param_") :]: v for k, v in rows[best_i].items() if k.startswith("param_")}
+    res = SweepResult(
+        results=results,
+        best_params=best,
+        best_test=rows[best_i][f"{metric}_test"],
+        best_train=rows[best_i][f"{metric}_train"],
+        metric=metric,
+    )
+    if out is not None:
+        res.out = write_sweep(res, Path(out), pipeline=base, grid=grid, seed=seed, dataset=ds)
+    return res
+
+
+def _mean(frame: pl.DataFrame) -> float:
+    if frame.height == 0:
+        return float("nan")
+    return round(float(frame["value"].mean()), 6)
+
+
+def sweep_chart(result: SweepResult, param: str) -> alt.Chart:
+    """The selection metric against one constant (train and test lines; mean over others)."""
+    col = f"param_{param}"
+    data = (
+        result.results.group_by(col)
+        .agg(
+            pl.col(f"{result.metric}_train").mean().alias("train"),
+            pl.col(f"{result.metric}_test").mean().alias("test"),
+        )
+        .unpivot(index=col, on=["train", "test"], variable_name="split", value_name="value")
+        .sort(col)
+    )
+    kind = "Q" if data.schema[col].is_numeric() else "N"
+    return (
+        alt.Chart(data)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(f"{col}:{kind}", title=param),
+            y=alt.Y("value:Q", title=result.metric),
+            color=alt.Color("split:N"),
+            tooltip=[col, "split", alt.Tooltip("value:Q", format=".4f")],
+        )
+        .properties(width=320, height=220)
+    )
+
+
+def write_sweep(
+    result: SweepResult,
+    out: Path,
+    *,
+    pipeline: Pipeline,
+    grid: Mapping[str, Sequence[Any]],
+    seed: int,
+    dataset: Dataset,
+) -> Path:
+    """Write ``results.parquet``, ``sweep.json``, ``report.md`` and plots, atomically."""
+    with atomic_directory(out) as tmp:
+        result.results.write_parquet(tmp / "results.parquet")
+        summary = {
+            "dataset": dataset.meta.get("name"),
+            "pipeline": pipeline.to_config(),
+            "grid": {k: list(v) for k, v in grid.items()},
+            "seed": seed,
+            "metric": result.metric,
+            "best_params": result.best_params,
+            "best_train": result.best_train,
+            "best_test": result.best_test,
+        }
+        (tmp / "sweep.json").write_text(
+            json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        lines = [
+            f"# Sweep of `{pipeline.name}` on {dataset.meta.get('name')}",
+            "",
+            f"Best on the train split ({result.metric}): "
+            + ", ".join(f"`{k}={v}`" for k, v in result.best_params.items())
+            + f" — train {result.best_train:.4f}, held-out test {result.best_test:.4f}.",
+            "",
+            markdown_table(result.results),
+        ]
+        for param in grid:
+            files = save_chart(sweep_chart(result, param), tmp / f"sweep_{param}")
+            lines += ["", f"![{param}]({files[0]}) ([svg]({files[1]}))"]
+        (tmp / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out.resolve()

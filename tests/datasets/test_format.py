@@ -1,0 +1,325 @@
+"""Dataset format v1: objects, canonical bytes, atomic writes, frames."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from memlab.datasets.format import (
+    Dataset,
+    DatasetError,
+    MemoryOp,
+    Query,
+    dumps_meta,
+    load_dataset,
+    write_dataset,
+)
+from memlab.datasets.validate import Problem, validate_dataset
+from memlab.timeutil import parse_ts
+
+HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
+META = {
+    "name": "t",
+    "version": "1",
+    "description": "d",
+    "license": "Apache-2.0",
+    "source": "s",
+}
+
+
+def parts() -> tuple[dict[str, str], list[MemoryOp], list[Query]]:
+    ops = [
+        MemoryOp.store(
+            "a", "2025-01-01T00:00:00Z", "Alpha runs on Redis.", "fact",
+            client_id="acme", key="alpha", source_agent="claude-code",
+        ),
+        MemoryOp.store("b", "2025-01-02T00:00:00Z", "Beta shipped.", "event"),
+        MemoryOp.forget("2025-01-03T00:00:00Z", "b", "wrong"),
+        MemoryOp.relate("2025-01-04T00:00:00Z", "Alpha", "uses", "Redis"),
+    ]  # fmt: skip
+    queries = [
+        Query(0, "q1", parse_ts("2025-01-05T00:00:00Z"), "Where does Alpha run?", "acme",
+              None, {"a": 1}, ("b",), ("supersession",), "Redis"),
+    ]  # fmt: skip
+    return dict(META), ops, queries
+
+
+def test_store_to_json_order_and_iso() -> None:
+    op = MemoryOp.store(
+        "x", 1735689600.0, "Text.", "fact",
+        metadata={"b": 1, "a": {"d": 2, "c": 3}}, valid_from="2025-01-01T00:00:00Z",
+        key="k", source_agent="ops-agent", importance=None,
+    )  # fmt: skip
+    assert list(op.to_json().items()) == [
+        ("id", "x"),
+        ("ts", "2025-01-01T00:00:00.000Z"),
+        ("type", "fact"),
+        ("text", "Text."),
+        ("source_agent", "ops-agent"),
+        ("key", "k"),
+        ("valid_from", "2025-01-01T00:00:00.000Z"),
+        ("metadata", {"a": {"c": 3, "d": 2}, "b": 1}),
+    ]
+    assert op.fields["valid_from"] == 1735689600.0
+    assert "importance" not in op.fields
+
+
+def test_store_rejects_unknown_payload_field() -> None:
+    with pytest.raises(TypeError, match="colour"):
+        MemoryOp.store("x", 0.0, "t", "event", colour="red")
+
+
+def test_forget_and_relate_to_json() -> None:
+    assert MemoryOp.forget(0.0, "m1", "dup", id="f1").to_json() == {
+        "id": "f1",
+        "ts": "1970-01-01T00:00:00.000Z",
+        "op": "forget",
+        "target": "m1",
+        "reason": "dup",
+    }
+    assert list(MemoryOp.relate(1.5, "A", "uses", "B").to_json()) == [
+        "ts",
+        "op",
+        "from",
+        "relation",
+        "to",
+    ]
+
+
+def test_query_to_json_omits_absent_fields() -> None:
+    q = Query(0, "q", 0.0, "t", relevant={}, tags=("scope",))
+    assert q.to_json() == {
+        "qid": "q",
+        "ts": "1970-01-01T00:00:00.000Z",
+        "text": "t",
+        "relevant": {},
+        "tags": ["scope"],
+    }
+
+
+def test_dumps_meta_order_and_escaping() -> None:
+    text = dumps_meta({"source": 'a "b"\n', "zeta": [1, 2.5, True], "name": "n", "alpha": "é"})
+    assert text == ('name = "n"\nsource = "a \\"b\\"\\n"\nalpha = "é"\nzeta = [1, 2.5, true]\n')
+    assert tomllib.loads(text) == {
+        "name": "n",
+        "source": 'a "b"\n',
+        "alpha": "é",
+        "zeta": [1, 2.5, True],
+    }
+    with pytest.raises(TypeError, match="dataset.toml: field 'nested'"):
+        dumps_meta({"nested": {"a": 1}})
+
+
+def test_load_handmade() -> None:
+    ds = load_dataset(HANDMADE)
+    assert ds.meta["name"] == "handmade"
+    assert len(ds.ops) == 20
+    assert len(ds.stores()) == 18
+    assert len(ds.queries) == 10
+    relate = ds.ops[11]
+    assert (relate.line, relate.op, relate.from_entity, relate.relation, relate.to_entity) == (
+        12,
+        "relate",
+        "Orion Dashboard",
+        "uses",
+        "metrics-gateway",
+    )
+    forget = ds.ops[17]
+    assert (forget.op, forget.target, forget.reason, forget.id) == (
+        "forget",
+        "h16",
+        "incorrect",
+        None,
+    )
+    first = ds.ops[0]
+    assert first.ts == parse_ts("2025-01-15T09:00:00Z")
+    assert first.fields == {
+        "source_agent": "ops-agent",
+        "client_id": "acme-corp",
+        "importance": "low",
+    }
+    q2 = ds.queries[1]
+    assert q2.at_time == parse_ts("2025-03-05T00:00:00Z")
+    assert q2.relevant == {"h02": 1}
+    assert q2.stale == ("h14",)
+    assert q2.tags == ("temporal", "client:acme-corp")
+
+
+def test_handmade_round_trips_byte_for_byte() -> None:
+    ds = load_dataset(HANDMADE)
+    for name, data in ds.serialize().items():
+        assert data == (HANDMADE / name).read_bytes()
+
+
+def test_sha256_of_loaded_files() -> None:
+    ds = load_dataset(HANDMADE)
+    assert ds.sha256() == {
+        name: hashlib.sha256((HANDMADE / name).read_bytes()).hexdigest()
+        for name in ("dataset.toml", "memories.jsonl", "queries.jsonl")
+    }
+
+
+def test_sha256_of_dataset_built_in_code() -> None:
+    ds = Dataset(None, *parts())
+    expected = {n: hashlib.sha256(b).hexdigest() for n, b in ds.serialize().items()}
+    assert ds.sha256() == expected
+
+
+def test_write_then_load(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    written = write_dataset(parts(), out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "dataset.toml",
+        "memories.jsonl",
+        "queries.jsonl",
+    ]
+    lines = (out / "memories.jsonl").read_text(encoding="utf-8").splitlines()
+    assert (
+        lines[2] == '{"ts":"2025-01-03T00:00:00.000Z","op":"forget","target":"b","reason":"wrong"}'
+    )
+    assert json.loads(lines[0]) == {
+        "id": "a",
+        "ts": "2025-01-01T00:00:00.000Z",
+        "type": "fact",
+        "text": "Alpha runs on Redis.",
+        "source_agent": "claude-code",
+        "client_id": "acme",
+        "key": "alpha",
+    }
+    loaded = load_dataset(out)
+    assert loaded.ops == written.ops
+    assert [op.line for op in loaded.ops] == [1, 2, 3, 4]
+    assert loaded.queries[0].relevant == {"a": 1}
+    assert loaded.sha256() == written.sha256()
+
+
+def test_write_accepts_mapping_and_dataset(tmp_path: Path) -> None:
+    meta, ops, queries = parts()
+    a = write_dataset({"meta": meta, "ops": ops, "queries": queries}, tmp_path / "a")
+    b = write_dataset(Dataset(None, meta, ops, queries), tmp_path / "b")
+    assert a.sha256() == b.sha256()
+    with pytest.raises(TypeError, match="write_dataset expects"):
+        write_dataset([meta, ops, queries], tmp_path / "c")
+
+
+def test_write_is_deterministic(tmp_path: Path) -> None:
+    write_dataset(parts(), tmp_path / "a")
+    write_dataset(parts(), tmp_path / "b")
+    for name in ("dataset.toml", "memories.jsonl", "queries.jsonl"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_write_replaces_an_existing_dataset(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_dataset(parts(), out, extra_files={"README.md": "old\n"})
+    meta, ops, queries = parts()
+    write_dataset((meta, ops[:2], []), out)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "dataset.toml",
+        "memories.jsonl",
+        "queries.jsonl",
+    ]
+    assert len(load_dataset(out).ops) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_write_refuses_a_foreign_directory(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="holds no dataset.toml"):
+        write_dataset(parts(), out)
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_invalid_dataset_is_never_published(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_dataset(parts(), out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    meta, ops, queries = parts()
+    bad = Query(0, "q2", 0.0, "Too early?", None, None, {"a": 1}, (), ("x",), None)
+    with pytest.raises(DatasetError) as info:
+        write_dataset((meta, ops, [*queries, bad]), out)
+    assert [(p.file, p.line, p.field) for p in info.value.problems] == [
+        ("queries.jsonl", 2, "ts"),
+        ("queries.jsonl", 2, "relevant"),
+    ]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_extra_file_names_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="reserved"):
+        write_dataset(parts(), tmp_path / "o", extra_files={"queries.jsonl": "x"})
+
+
+def test_load_raises_with_every_problem(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_dataset(parts(), out)
+    lines = (out / "memories.jsonl").read_text().splitlines()
+    lines[1], lines[0] = lines[0], lines[1]
+    (out / "memories.jsonl").write_text("\n".join(lines) + "\n[]\n")
+    with pytest.raises(DatasetError) as info:
+        load_dataset(out)
+    assert info.value.problems == validate_dataset(out)
+    assert [(p.line, p.field) for p in info.value.problems] == [(2, "ts"), (5, None)]
+    assert str(info.value).startswith(f"{out}: 2 problem(s)\n  memories.jsonl:2: field 'ts'")
+
+
+def test_load_without_validation_skips_cross_line_rules(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_dataset(parts(), out)
+    lines = (out / "memories.jsonl").read_text().splitlines()
+    lines[1], lines[0] = lines[0], lines[1]
+    (out / "memories.jsonl").write_text("\n".join(lines) + "\n")
+    ds = load_dataset(out, validate=False)
+    assert [op.id for op in ds.ops] == ["b", "a", None, None]
+    (out / "memories.jsonl").write_text("\n".join(lines) + "\n{}\n")
+    with pytest.raises(DatasetError) as info:
+        load_dataset(out, validate=False)
+    assert info.value.problems == [
+        Problem("memories.jsonl", 5, "id", "missing"),
+        Problem("memories.jsonl", 5, "ts", "missing"),
+        Problem("memories.jsonl", 5, "text", "missing"),
+        Problem("memories.jsonl", 5, "type", "missing"),
+    ]
+
+
+def test_memories_frame() -> None:
+    frame = load_dataset(HANDMADE).memories_frame()
+    assert frame.height == 20
+    assert frame.columns == [
+        "line", "op", "id", "ts", "type", "text", "source_agent", "client_id", "key",
+        "subject", "status_value", "importance", "category", "knowledge_category",
+        "valid_from", "metadata", "target", "reason", "from_entity", "relation", "to_entity",
+    ]  # fmt: skip
+    assert frame.schema["ts"] == pl.Float64
+    row = frame.filter(pl.col("id") == "h15").row(0, named=True)
+    assert row["subject"] == "acme-corp:migration"
+    assert row["status_value"] == "done"
+    assert row["ts"] == parse_ts("2025-03-11T09:00:00Z")
+    forget = frame.filter(pl.col("op") == "forget").row(0, named=True)
+    assert (forget["target"], forget["reason"], forget["id"]) == ("h16", "incorrect", None)
+    assert frame.filter(pl.col("op") == "store")["client_id"].value_counts(sort=True).rows() == [
+        ("acme-corp", 14),
+        ("globex", 4),
+    ]
+
+
+def test_queries_frame() -> None:
+    frame = load_dataset(HANDMADE).queries_frame()
+    assert frame.height == 10
+    row = frame.filter(pl.col("qid") == "hq02").row(0, named=True)
+    assert row["relevant"] == [{"id": "h02", "grade": 1}]
+    assert row["stale"] == ["h14"]
+    assert row["tags"] == ["temporal", "client:acme-corp"]
+    assert row["at_time"] == parse_ts("2025-03-05T00:00:00Z")
+    empty = Dataset(None, dict(META), [], []).queries_frame()
+    assert empty.height == 0
+    assert empty.schema["relevant"] == pl.List(pl.Struct({"id": pl.String, "grade": pl.Int64}))

@@ -1,0 +1,506 @@
+"""validate_dataset: one bad input per problem class, with the exact Problem expected."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memlab.datasets.validate import Problem, main_validate, read_dataset, validate_dataset
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+META = (
+    'name = "tiny"\n'
+    'version = "1"\n'
+    'description = "validator test"\n'
+    'license = "Apache-2.0"\n'
+    'source = "tests"\n'
+)
+
+
+def base_memories() -> list[Any]:
+    return [
+        {
+            "id": "m1",
+            "ts": "2025-01-01T00:00:00Z",
+            "type": "fact",
+            "text": "Alpha uses Redis.",
+            "key": "alpha-cache",
+        },
+        {"id": "m2", "ts": "2025-01-02T00:00:00Z", "type": "event", "text": "Beta deployed."},
+        {"id": "m3", "ts": "2025-01-02T12:00:00Z", "type": "event", "text": "Gamma noted."},
+        {"ts": "2025-01-03T00:00:00Z", "op": "forget", "target": "m2", "reason": "wrong"},
+        {
+            "ts": "2025-01-04T00:00:00Z",
+            "op": "relate",
+            "from": "Alpha",
+            "relation": "uses",
+            "to": "Redis",
+        },
+    ]
+
+
+def base_queries() -> list[Any]:
+    return [
+        {
+            "qid": "q1",
+            "ts": "2025-01-05T00:00:00Z",
+            "text": "What cache does Alpha use?",
+            "relevant": {"m1": 2},
+            "stale": ["m2"],
+            "tags": ["supersession"],
+        },
+        {
+            "qid": "q2",
+            "ts": "2025-01-06T00:00:00Z",
+            "text": "Anything else?",
+            "relevant": {},
+            "tags": ["no-evidence"],
+        },
+    ]
+
+
+def _encode(lines: list[Any]) -> bytes:
+    out = b""
+    for line in lines:
+        if isinstance(line, bytes):
+            out += line + b"\n"
+        elif isinstance(line, str):
+            out += line.encode("utf-8") + b"\n"
+        else:
+            out += json.dumps(line).encode("utf-8") + b"\n"
+    return out
+
+
+def make(
+    tmp_path: Path,
+    *,
+    memories: list[Any] | None = None,
+    queries: list[Any] | None = None,
+    meta: str | bytes | None = META,
+) -> Path:
+    root = tmp_path / "ds"
+    root.mkdir()
+    if meta is not None:
+        (root / "dataset.toml").write_bytes(meta.encode() if isinstance(meta, str) else meta)
+    mem = base_memories() if memories is None else memories
+    qry = base_queries() if queries is None else queries
+    (root / "memories.jsonl").write_bytes(_encode(mem))
+    (root / "queries.jsonl").write_bytes(_encode(qry))
+    return root
+
+
+def with_memory(index: int, **changes: Any) -> list[Any]:
+    lines = base_memories()
+    lines[index] = {**lines[index], **changes}
+    return lines
+
+
+def with_query(index: int, **changes: Any) -> list[Any]:
+    lines = base_queries()
+    lines[index] = {**lines[index], **changes}
+    return lines
+
+
+M = "memories.jsonl"
+Q = "queries.jsonl"
+
+
+def test_base_dataset_is_valid(tmp_path: Path) -> None:
+    assert validate_dataset(make(tmp_path)) == []
+
+
+def test_handmade_fixture_is_valid() -> None:
+    assert validate_dataset(FIXTURES / "handmade") == []
+
+
+def test_problem_str() -> None:
+    assert str(Problem(M, 12, "ts", "bad")) == "memories.jsonl:12: field 'ts': bad"
+    assert str(Problem(M, 12, None, "bad")) == "memories.jsonl:12: bad"
+    assert str(Problem(M, None, "ts", "bad")) == "memories.jsonl: field 'ts': bad"
+    assert str(Problem(M, None, None, "missing file")) == "memories.jsonl: missing file"
+
+
+@pytest.mark.parametrize("name", ["dataset.toml", "memories.jsonl", "queries.jsonl"])
+def test_missing_file(tmp_path: Path, name: str) -> None:
+    root = make(tmp_path)
+    (root / name).unlink()
+    assert validate_dataset(root) == [Problem(name, None, None, "missing file")]
+
+
+def test_not_a_directory(tmp_path: Path) -> None:
+    path = tmp_path / "file.txt"
+    path.write_text("x")
+    assert validate_dataset(path) == [Problem(str(path), None, None, "not a directory")]
+
+
+def test_unparsable_toml(tmp_path: Path) -> None:
+    root = make(tmp_path, meta='name = "x"\nversion = \n')
+    [problem] = validate_dataset(root)
+    assert (problem.file, problem.line, problem.field) == ("dataset.toml", 2, None)
+    assert problem.message.startswith("invalid TOML: ")
+
+
+def test_toml_not_utf8(tmp_path: Path) -> None:
+    root = make(tmp_path, meta=META.encode() + b'extra = "caf\xe9"\n')
+    assert validate_dataset(root) == [
+        Problem("dataset.toml", 6, None, "not valid UTF-8 (byte 0xe9)")
+    ]
+
+
+def test_toml_missing_and_mistyped_keys(tmp_path: Path) -> None:
+    meta = 'name = "x"\nversion = 1\ndescription = ""\nsource = "s"\n'
+    root = make(tmp_path, meta=meta)
+    assert validate_dataset(root) == [
+        Problem("dataset.toml", 2, "version", "must be a string, got integer"),
+        Problem("dataset.toml", 3, "description", "must not be empty"),
+        Problem("dataset.toml", None, "license", "missing"),
+    ]
+
+
+def test_invalid_json_line(tmp_path: Path) -> None:
+    lines = base_memories()
+    lines[2] = '{"id": "m3", '
+    root = make(tmp_path, memories=lines)
+    [problem] = validate_dataset(root)
+    assert (problem.file, problem.line, problem.field) == (M, 3, None)
+    assert problem.message.startswith("invalid JSON: ")
+
+
+def test_non_object_line(tmp_path: Path) -> None:
+    lines = base_memories()
+    lines[2] = "[1, 2]"
+    root = make(tmp_path, memories=lines)
+    assert validate_dataset(root) == [Problem(M, 3, None, "expected a JSON object, got array")]
+
+
+def test_non_utf8_line(tmp_path: Path) -> None:
+    lines = base_memories()
+    raw = b'{"id":"m3","ts":"2025-01-02T12:00:00Z","type":"event","text":"caf\xe9"}'
+    lines[2] = raw
+    root = make(tmp_path, memories=lines)
+    column = raw.index(b"\xe9") + 1
+    assert validate_dataset(root) == [
+        Problem(M, 3, None, f"not valid UTF-8 (byte 0xe9 at column {column})")
+    ]
+
+
+def test_duplicate_key_in_object(tmp_path: Path) -> None:
+    lines = base_memories()
+    lines[2] = (
+        '{"id":"m3","id":"m3","ts":"2025-01-02T12:00:00Z","type":"event","text":"Gamma noted."}'
+    )
+    root = make(tmp_path, memories=lines)
+    assert validate_dataset(root) == [Problem(M, 3, "id", "duplicate key in object")]
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("type", "missing"),
+        ("text", "missing"),
+        ("ts", "missing"),
+        ("id", "missing"),
+    ],
+)
+def test_missing_store_field(tmp_path: Path, field: str, expected: str) -> None:
+    lines = base_memories()
+    del lines[2][field]
+    root = make(tmp_path, memories=lines)
+    assert validate_dataset(root) == [Problem(M, 3, field, expected)]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"text": 5}, "text", "must be a string, got integer"),
+        ({"ts": 17}, "ts", "must be an ISO 8601 string, got integer"),
+        ({"metadata": []}, "metadata", "must be an object, got array"),
+        ({"source_agent": True}, "source_agent", "must be a string, got boolean"),
+        ({"valid_from": "soon"}, "valid_from", "not an ISO 8601 timestamp: 'soon'"),
+        ({"text": "   "}, "text", "must not be empty"),
+        ({"colour": "red"}, "colour", "unknown field for a store line"),
+        (
+            {"type": "note"},
+            "type",
+            "unknown memory type 'note'; expected one of event, fact, decision, status",
+        ),
+        (
+            {"importance": "urgent"},
+            "importance",
+            "unknown importance 'urgent'; expected one of critical, high, medium, low",
+        ),
+        (
+            {"category": "misc"},
+            "category",
+            "unknown category 'misc'; expected one of semantic, episodic, procedural",
+        ),
+        (
+            {"knowledge_category": "gossip"},
+            "knowledge_category",
+            "unknown knowledge category 'gossip'; expected one of brand, strategy, meeting, "
+            "content, technical, relationship, general",
+        ),
+        (
+            {"op": "delete"},
+            "op",
+            "unknown op 'delete'; expected one of store, forget, relate",
+        ),
+        ({"ts": "yesterday"}, "ts", "not an ISO 8601 timestamp: 'yesterday'"),
+        ({"id": "m1"}, "id", "duplicate id 'm1' (first on line 1)"),
+        (
+            {"ts": "2024-12-31T00:00:00Z"},
+            "ts",
+            "goes backwards: 2024-12-31T00:00:00.000Z is before 2025-01-02T00:00:00.000Z on line 2",
+        ),
+    ],
+)
+def test_store_line_problem(
+    tmp_path: Path, changes: dict[str, Any], field: str, message: str
+) -> None:
+    root = make(tmp_path, memories=with_memory(2, **changes))
+    assert validate_dataset(root) == [Problem(M, 3, field, message)]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        (
+            {"relation": "likes"},
+            "relation",
+            "unknown relation 'likes'; expected one of contact_of, same_owner, uses, works_on, "
+            "competitor_of",
+        ),
+        (
+            {"relation": "co_occurrence"},
+            "relation",
+            "co_occurrence is derived from memories, not written; expected one of contact_of, "
+            "same_owner, uses, works_on, competitor_of",
+        ),
+        ({"to": ""}, "to", "must not be empty"),
+        ({"text": "x"}, "text", "unknown field for a relate line"),
+    ],
+)
+def test_relate_line_problem(
+    tmp_path: Path, changes: dict[str, Any], field: str, message: str
+) -> None:
+    root = make(tmp_path, memories=with_memory(4, **changes))
+    assert validate_dataset(root) == [Problem(M, 5, field, message)]
+
+
+def test_relate_missing_from(tmp_path: Path) -> None:
+    lines = base_memories()
+    del lines[4]["from"]
+    root = make(tmp_path, memories=lines)
+    assert validate_dataset(root) == [Problem(M, 5, "from", "missing")]
+
+
+def test_forget_unknown_target(tmp_path: Path) -> None:
+    queries = with_query(0, stale=[])
+    root = make(tmp_path, memories=with_memory(3, target="m9"), queries=queries)
+    assert validate_dataset(root) == [Problem(M, 4, "target", "unknown id 'm9'")]
+
+
+def test_forget_target_written_later(tmp_path: Path) -> None:
+    lines = with_memory(3, target="m4")
+    lines.append({"id": "m4", "ts": "2025-01-04T06:00:00Z", "type": "event", "text": "Late."})
+    root = make(tmp_path, memories=lines)
+    assert validate_dataset(root) == [Problem(M, 4, "target", "id 'm4' is written later (line 6)")]
+
+
+def test_forget_target_not_a_store(tmp_path: Path) -> None:
+    lines = base_memories()
+    lines[4]["id"] = "r1"
+    lines.append({"ts": "2025-01-04T01:00:00Z", "op": "forget", "target": "r1"})
+    root = make(tmp_path, memories=lines)
+    assert validate_dataset(root) == [Problem(M, 6, "target", "id 'r1' (line 5) is not a store")]
+
+
+def test_forget_target_is_a_decision(tmp_path: Path) -> None:
+    lines = with_memory(2, type="decision")
+    lines.append({"ts": "2025-01-04T01:00:00Z", "op": "forget", "target": "m3"})
+    root = make(tmp_path, memories=lines)
+    assert validate_dataset(root) == [
+        Problem(M, 6, "target", "id 'm3' (line 3) is a decision: decisions are immutable")
+    ]
+
+
+def test_forget_missing_target(tmp_path: Path) -> None:
+    lines = base_memories()
+    del lines[3]["target"]
+    root = make(tmp_path, memories=lines)
+    assert validate_dataset(root) == [Problem(M, 4, "target", "missing")]
+
+
+def test_query_relevant_unknown(tmp_path: Path) -> None:
+    root = make(tmp_path, queries=with_query(0, relevant={"m9": 1}))
+    assert validate_dataset(root) == [
+        Problem(Q, 1, "relevant", "id 'm9' does not exist in memories.jsonl")
+    ]
+
+
+def test_query_stale_unknown(tmp_path: Path) -> None:
+    root = make(tmp_path, queries=with_query(0, stale=["m9"]))
+    assert validate_dataset(root) == [
+        Problem(Q, 1, "stale", "id 'm9' does not exist in memories.jsonl")
+    ]
+
+
+def test_query_references_written_after_ts(tmp_path: Path) -> None:
+    lines = base_memories()
+    lines.append({"id": "m4", "ts": "2025-02-01T00:00:00Z", "type": "event", "text": "Later."})
+    root = make(tmp_path, memories=lines, queries=with_query(0, relevant={"m4": 1}, stale=["m4"]))
+    late = "id 'm4' is written at 2025-02-01T00:00:00.000Z (line 6), after the query's ts "
+    late += "2025-01-05T00:00:00.000Z"
+    assert validate_dataset(root) == [
+        Problem(Q, 1, "relevant", late),
+        Problem(Q, 1, "stale", late),
+        Problem(Q, 1, "stale", "id 'm4' is also relevant"),
+    ]
+
+
+def test_query_reference_to_relate_line(tmp_path: Path) -> None:
+    lines = base_memories()
+    lines[4]["id"] = "r1"
+    root = make(tmp_path, memories=lines, queries=with_query(0, relevant={"r1": 1}))
+    assert validate_dataset(root) == [Problem(Q, 1, "relevant", "id 'r1' (line 5) is not a store")]
+
+
+def test_query_relevant_forgotten_before(tmp_path: Path) -> None:
+    root = make(tmp_path, queries=with_query(0, relevant={"m2": 1}, stale=[]))
+    assert validate_dataset(root) == [
+        Problem(Q, 1, "relevant", "id 'm2' is forgotten (line 4) before the query")
+    ]
+
+
+@pytest.mark.parametrize("grade", [0, -1, 1.5, True, "1"])
+def test_query_bad_grade(tmp_path: Path, grade: Any) -> None:
+    root = make(tmp_path, queries=with_query(0, relevant={"m1": grade}))
+    assert validate_dataset(root) == [
+        Problem(Q, 1, "relevant", f"grade of 'm1' must be an integer >= 1, got {grade!r}")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"qid": 7}, "qid", "must be a string, got integer"),
+        ({"text": ""}, "text", "must not be empty"),
+        ({"relevant": ["m1"]}, "relevant", "must be an object, got array"),
+        ({"stale": "m2"}, "stale", "must be an array of strings"),
+        ({"tags": "supersession"}, "tags", "must be an array of non-empty strings"),
+        ({"client_id": 3}, "client_id", "must be a string, got integer"),
+        ({"answer": 42}, "answer", "must be a string, got integer"),
+        ({"at_time": "then"}, "at_time", "not an ISO 8601 timestamp: 'then'"),
+        (
+            {"at_time": "2025-01-07T00:00:00Z"},
+            "at_time",
+            "2025-01-07T00:00:00.000Z is after the query's ts 2025-01-05T00:00:00.000Z",
+        ),
+        ({"extra": 1}, "extra", "unknown field for a query"),
+    ],
+)
+def test_query_line_problem(
+    tmp_path: Path, changes: dict[str, Any], field: str, message: str
+) -> None:
+    root = make(tmp_path, queries=with_query(0, **changes))
+    assert validate_dataset(root) == [Problem(Q, 1, field, message)]
+
+
+@pytest.mark.parametrize("field", ["qid", "ts", "text", "relevant", "tags"])
+def test_query_missing_field(tmp_path: Path, field: str) -> None:
+    queries = base_queries()
+    del queries[1][field]
+    root = make(tmp_path, queries=queries)
+    assert validate_dataset(root) == [Problem(Q, 2, field, "missing")]
+
+
+def test_duplicate_qid(tmp_path: Path) -> None:
+    root = make(tmp_path, queries=with_query(1, qid="q1"))
+    assert validate_dataset(root) == [Problem(Q, 2, "qid", "duplicate qid 'q1' (first on line 1)")]
+
+
+def test_query_ts_backwards(tmp_path: Path) -> None:
+    root = make(tmp_path, queries=with_query(1, ts="2025-01-04T12:00:00Z"))
+    assert validate_dataset(root) == [
+        Problem(
+            Q,
+            2,
+            "ts",
+            "goes backwards: 2025-01-04T12:00:00.000Z is before 2025-01-05T00:00:00.000Z on line 1",
+        )
+    ]
+
+
+def test_blank_lines_are_ignored(tmp_path: Path) -> None:
+    lines = base_memories()
+    lines.insert(2, "   ")
+    root = make(tmp_path, memories=lines)
+    assert validate_dataset(root) == []
+
+
+def test_many_problems_are_all_reported(tmp_path: Path) -> None:
+    memories = base_memories()
+    memories[0]["type"] = "note"  # line 1
+    memories[1]["text"] = ""  # line 2
+    memories[2] = "not json"  # line 3
+    memories[3]["target"] = "m9"  # line 4
+    memories[4]["ts"] = "2024-01-01T00:00:00Z"  # line 5 goes backwards
+    memories.append({"id": "m2", "ts": "2025-01-04T00:00:00Z", "type": "event", "text": "x"})
+    queries = base_queries()
+    queries[0]["relevant"] = {"m1": 0, "zz": 1}
+    queries[1]["qid"] = "q1"
+    queries[1]["tags"] = None
+    root = make(tmp_path, memories=memories, queries=queries, meta='name = "x"\n')
+    problems = validate_dataset(root)
+    assert [(p.file, p.line, p.field) for p in problems] == [
+        ("dataset.toml", None, "version"),
+        ("dataset.toml", None, "description"),
+        ("dataset.toml", None, "license"),
+        ("dataset.toml", None, "source"),
+        (M, 1, "type"),
+        (M, 2, "text"),
+        (M, 3, None),
+        (M, 4, "target"),
+        (M, 5, "ts"),
+        (M, 6, "id"),
+        (Q, 1, "relevant"),
+        (Q, 1, "relevant"),
+        (Q, 2, "tags"),
+        (Q, 2, "qid"),
+    ]
+    assert str(problems[5]) == "memories.jsonl:2: field 'text': must not be empty"
+    assert str(problems[9]) == "memories.jsonl:6: field 'id': duplicate id 'm2' (first on line 2)"
+    assert problems[10].message == "grade of 'm1' must be an integer >= 1, got 0"
+    assert problems[11].message == "id 'zz' does not exist in memories.jsonl"
+
+
+def test_read_dataset_separates_unreadable_lines(tmp_path: Path) -> None:
+    lines = with_memory(2, ts="2024-12-31T00:00:00Z")
+    lines.append("[]")
+    root = make(tmp_path, memories=lines)
+    result = read_dataset(root)
+    assert [(p.line, p.field) for p in result.problems] == [(3, "ts"), (6, None)]
+    assert [(p.line, p.field) for p in result.unreadable] == [(6, None)]
+    assert [op.line for op in result.ops] == [1, 2, 3, 4, 5]
+
+
+def test_main_validate_ok(tmp_path: Path) -> None:
+    root = make(tmp_path)
+    out = io.StringIO()
+    assert main_validate(root, out=out) == 0
+    assert out.getvalue() == f"{root}: ok (5 operations, 2 queries)\n"
+
+
+def test_main_validate_reports_problems(tmp_path: Path) -> None:
+    root = make(tmp_path, memories=with_memory(2, type="note"))
+    out = io.StringIO()
+    assert main_validate(root, out=out) == 1
+    assert out.getvalue() == (
+        "memories.jsonl:3: field 'type': unknown memory type 'note'; expected one of event, "
+        f"fact, decision, status\n{root}: 1 problem(s)\n"
+    )

@@ -1,0 +1,135 @@
+import numpy as np
+import polars as pl
+import pytest
+
+from memlab.datasets.format import Dataset, MemoryOp, Query
+from memlab.embed import HashingEmbedder
+from memlab.eval.replay import Replayer, cacheable_prefix, qrels_frame
+from memlab.pipeline import Pipeline
+from memlab.stages.base import Stage, candidates_from_rows
+
+DAY = 86_400.0
+T0 = 1_767_225_600.0
+
+
+class AllVisible(Stage):
+    """Every visible memory, newest first (a retriever with no parameters)."""
+
+    cacheable = True
+
+    def transform(self, frame, ctx):
+        rows = np.flatnonzero(ctx.visible_mask())
+        created = ctx.store.column("created_at")[rows]
+        return candidates_from_rows(ctx, rows, created, "dense_score")
+
+
+def dataset(ops, queries):
+    return Dataset(None, {"name": "t"}, ops, queries)
+
+
+def run(ds, **kw):
+    rep = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False, **kw)
+    res = rep.run(Pipeline([("all", AllVisible())], name="all"))
+    return res, rep
+
+
+def top(res, qid):
+    return res.rankings.filter(pl.col("qid") == qid).sort("rank")["mem_id"].to_list()
+
+
+def test_a_supersession_between_two_queries_changes_the_answer():
+    ds = dataset(
+        [
+            MemoryOp.store("v1", T0, "Acme hosts on Heroku", "fact", key="host",
+                           source_agent="a", client_id="acme"),
+            MemoryOp.store("v2", T0 + 2 * DAY, "Acme hosts on Fly.io", "fact", key="host",
+                           source_agent="a", client_id="acme"),
+        ],
+        [
+            Query(0, "q1", T0 + DAY, "where does acme host", client_id="acme"),
+            Query(0, "q2", T0 + 3 * DAY, "where does acme host", client_id="acme"),
+        ],
+    )
+    res, _ = run(ds)
+    assert top(res, "q1") == ["v1"]
+    assert top(res, "q2") == ["v2"]
+
+
+def test_only_the_past_is_visible_and_at_time_sees_history():
+    ds = dataset(
+        [
+            MemoryOp.store("v1", T0, "CI red", "status", subject="ci", source_agent="a"),
+            MemoryOp.store("v2", T0 + 2 * DAY, "CI green", "status", subject="ci",
+                           source_agent="a"),
+            MemoryOp.store("later", T0 + 5 * DAY, "Release cut", "decision", source_agent="a"),
+        ],
+        [
+            Query(0, "q", T0 + 3 * DAY, "ci status", at_time=T0 + DAY),
+            Query(0, "now", T0 + 3 * DAY, "ci status"),
+        ],
+    )
+    res, _ = run(ds)
+    assert top(res, "q") == ["v1"]
+    assert top(res, "now") == ["v2"]
+
+
+def test_ttl_expiry_and_access_feedback():
+    ds = dataset(
+        [
+            MemoryOp.store("e1", T0, "Rotated logs", "event", source_agent="a", importance="low"),
+            MemoryOp.store("e2", T0, "Cleared cache", "event", source_agent="a",
+                           importance="low", client_id="x"),
+        ],
+        [
+            Query(0, "early", T0 + DAY, "logs", client_id="global"),
+            Query(0, "late", T0 + 40 * DAY, "anything"),
+        ],
+    )
+    res, rep = run(ds)
+    # e1 was returned (touched) by the early scoped query, so it survives the TTL; e2 expires.
+    assert top(res, "early") == ["e1"]
+    assert top(res, "late") == ["e1"]
+    assert rep.last_store_.get("e2").expired_at == T0 + 40 * DAY
+    res, _ = run(ds, touch_k=0)
+    assert top(res, "late") == []
+
+
+def test_duplicates_map_onto_the_first_record_and_forget_hides():
+    ds = dataset(
+        [
+            MemoryOp.store("a", T0, "Deploys on Fridays", "fact", key="d", source_agent="x"),
+            MemoryOp.store("b", T0 + 1, "Deploys on Fridays", "fact", key="d", source_agent="y"),
+            MemoryOp.store("c", T0 + 2, "Lunch at noon", "event", source_agent="x"),
+            MemoryOp.forget(T0 + 3, "c", "irrelevant"),
+        ],
+        [Query(0, "q", T0 + 4, "deploys", relevant={"b": 1})],
+    )
+    res, rep = run(ds)
+    assert res.id_map == {"a": "a", "b": "a", "c": "c"}
+    assert top(res, "q") == ["a"]
+    assert qrels_frame(ds, res.id_map).to_dicts() == [{"qid": "q", "mem_id": "a", "relevance": 1}]
+    assert rep.last_store_.get("a").observed_by == ["x", "y"]
+
+
+def test_cacheable_prefix_is_shared_between_pipelines():
+    ds = dataset(
+        [MemoryOp.store("a", T0, "hello", "event", source_agent="x")],
+        [Query(0, "q", T0 + 1, "hello")],
+    )
+    rep = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False)
+    pipe = Pipeline([("all", AllVisible())], name="p1")
+    assert cacheable_prefix(pipe) == 1
+    rep.run(pipe)
+    n_cached = sum(1 for k in rep.cache if k[0] == "prefix")
+    rep.run(Pipeline([("all", AllVisible())], name="p2"))
+    assert sum(1 for k in rep.cache if k[0] == "prefix") == n_cached == 1
+
+
+def test_a_bad_operation_names_its_line():
+    ds = dataset(
+        [MemoryOp(7, "store", "d", T0, "We chose X", "decision", {"source_agent": "a"}),
+         MemoryOp(8, "forget", None, T0 + 1, target="d", reason="no")],
+        [Query(0, "q", T0 + 2, "x")],
+    )
+    with pytest.raises(ValueError, match=r"memories.jsonl:8: .*immutable"):
+        run(ds)
