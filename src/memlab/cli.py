@@ -87,6 +87,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         embedder=_embedder(args.embedder, not args.no_cache),
         generator=_generator(args.generator, ds),
         progress=False if args.quiet else None,
+        ttl_days=args.ttl_days,
+        expire=not args.no_expire,
+        touch_k=args.touch_k,
     )
     _print_metrics(result.metrics)
     print(f"wrote {result.out}")
@@ -101,7 +104,8 @@ def _print_metrics(metrics: dict[str, dict[str, float]]) -> None:
     width = max(len(n) for n in names)
     print(" " * width + "  " + "  ".join(f"{c:>10}" for c in cols))
     for n in names:
-        print(f"{n:<{width}}  " + "  ".join(f"{metrics[n].get(c, float('nan')):>10.4f}" for c in cols))
+        values = (metrics[n].get(c, float("nan")) for c in cols)
+        print(f"{n:<{width}}  " + "  ".join(f"{v:>10.4f}" for v in values))
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -122,6 +126,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         generator=_generator(args.generator, ds),
         out=out,
         progress=False if args.quiet else None,
+        ttl_days=args.ttl_days,
+        expire=not args.no_expire,
+        touch_k=args.touch_k,
     )
     print(res.results)
     print(
@@ -185,24 +192,27 @@ def cmd_generations_record(args: argparse.Namespace) -> int:
 
     ds = _load_dataset(args.dataset)
     pipe = load_pipeline(args.pipeline)
-    prompts: list[str] = []
-    for _, stage in pipe.named_stages():
-        if hasattr(stage, "prompts"):
-            for q in ds.queries:
-                prompts.extend(p for p, _ in stage.prompts(q.text))
-    if not prompts:
+    stages = [s for _, s in pipe.named_stages() if hasattr(s, "prompts")]
+    if not stages:
         raise CLIError(f"pipeline '{pipe.name}' has no stage that asks a generator")
     gen = make_generator(args.generator)
-    stage = next(s for _, s in pipe.named_stages() if hasattr(s, "prompts"))
-    n = record_generations(
-        list(dict.fromkeys(prompts)),
-        gen,
-        Path(args.out),
-        max_new_tokens=getattr(stage, "max_new_tokens", 128),
-        temperature=getattr(stage, "temperature", 0.0),
-        progress=not args.quiet,
-    )
-    print(f"generated {n} new texts into {args.out}")
+    total = 0
+    for stage in stages:
+        by_seed: dict[int, list[str]] = {}
+        for q in ds.queries:
+            for prompt, seed in stage.prompts(q.text):
+                by_seed.setdefault(seed, []).append(prompt)
+        for seed, prompts in sorted(by_seed.items()):
+            total += record_generations(
+                list(dict.fromkeys(prompts)),
+                gen,
+                Path(args.out),
+                max_new_tokens=stage.max_new_tokens,
+                temperature=stage.temperature,
+                seed=seed,
+                progress=not args.quiet,
+            )
+    print(f"generated {total} new texts into {args.out}")
     return 0
 
 
@@ -233,6 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="generator for HyDE: recorded (default when needed), smollm2, openai",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bars")
+        p.add_argument("--ttl-days", type=float, default=30.0, help="event TTL in the replay")
+        p.add_argument(
+            "--no-expire", action="store_true", help="no event TTL expiry during the replay"
+        )
+        p.add_argument(
+            "--touch-k", type=int, default=10, help="hits per query counted as accesses"
+        )
 
     p = sub.add_parser("eval", help="compare pipelines on a dataset")
     p.add_argument("dataset")

@@ -82,25 +82,25 @@ def _mem(mid: str, ts: str, text: str, speaker: str, session: int) -> dict:
 
 
 EXPECTED_MEMORIES = [
-    _mem("conv-1:D1:1", "2023-05-08T13:56:00.000Z", "Hi Ben, I adopted a cat.", "Ana", 1),
-    _mem("conv-1:D1:2", "2023-05-08T13:56:01.000Z", "Nice! What is its name?", "Ben", 1),
+    _mem("conv-1:D1:1", "2023-05-08T13:56:00.000Z", "Ana: Hi Ben, I adopted a cat.", "Ana", 1),
+    _mem("conv-1:D1:2", "2023-05-08T13:56:01.000Z", "Ben: Nice! What is its name?", "Ben", 1),
     _mem(
         "conv-1:D1:3",
         "2023-05-08T13:56:02.000Z",
-        "Her name is Miso. [shares a photo: a photo of a grey cat on a sofa]",
+        "Ana: Her name is Miso. [shares a photo: a photo of a grey cat on a sofa]",
         "Ana",
         1,
     ),
-    _mem("conv-1:D2:1", "2023-06-12T10:05:00.000Z", "I started learning guitar.", "Ben", 2),
-    _mem("conv-1:D2:2", "2023-06-12T10:05:01.000Z", "Which songs?", "Ana", 2),
-    _mem("conv-1:D2:3", "2023-06-12T10:05:02.000Z", "Mostly old blues.", "Ben", 2),
-    _mem("conv-2:D1:1", "2023-09-13T00:09:00.000Z", "I moved to Lisbon.", "Cleo", 1),
-    _mem("conv-2:D1:2", "2023-09-13T00:09:01.000Z", "How is the weather?", "Dev", 1),
-    _mem("conv-2:D2:1", "2023-10-01T12:30:00.000Z", "Sunny every day.", "Cleo", 2),
+    _mem("conv-1:D2:1", "2023-06-12T10:05:00.000Z", "Ben: I started learning guitar.", "Ben", 2),
+    _mem("conv-1:D2:2", "2023-06-12T10:05:01.000Z", "Ana: Which songs?", "Ana", 2),
+    _mem("conv-1:D2:3", "2023-06-12T10:05:02.000Z", "Ben: Mostly old blues.", "Ben", 2),
+    _mem("conv-2:D1:1", "2023-09-13T00:09:00.000Z", "Cleo: I moved to Lisbon.", "Cleo", 1),
+    _mem("conv-2:D1:2", "2023-09-13T00:09:01.000Z", "Dev: How is the weather?", "Dev", 1),
+    _mem("conv-2:D2:1", "2023-10-01T12:30:00.000Z", "Cleo: Sunny every day.", "Cleo", 2),
     _mem(
         "conv-2:D2:2",
         "2023-10-01T12:30:01.000Z",
-        "I visited Porto. [shares a photo: a photo of a bridge over a river]",
+        "Dev: I visited Porto. [shares a photo: a photo of a bridge over a river]",
         "Dev",
         2,
     ),
@@ -203,10 +203,11 @@ def test_importer_parameters(tmp_path: Path) -> None:
         turn_step_seconds=60.0,
         query_delay_seconds=3600.0,
         caption_template=" <{caption}>",
+        turn_template="{text} ({speaker})",
     )
     dataset, _ = importer.build(TINY)
     third = dataset.ops[2]
-    assert third.text == "Her name is Miso. <a photo of a grey cat on a sofa>"
+    assert third.text == "Her name is Miso. <a photo of a grey cat on a sofa> (Ana)"
     assert third.ts == parse_ts("2023-05-08T13:58:00Z")
     assert dataset.queries[0].ts == parse_ts("2023-06-12T10:07:00Z") + 3600.0
     assert dataset.meta["name"] == "tiny"

@@ -153,6 +153,9 @@ class LocomoImporter:
         query_delay_seconds: Queries are asked this long after a conversation's last turn.
         caption_template: Appended to a turn's text when it shares an image
             (``{caption}`` = the BLIP caption).
+        turn_template: The memory text of a turn (``{speaker}``, ``{text}``). The default keeps
+            who said it, as an agent's memory of a conversation would ("Caroline: I went to a
+            support group"); ``"{text}"`` keeps the bare utterance.
         client_prefix: Conversation id = prefix + file stem (when the file has no
             ``sample_id``).
     """
@@ -165,6 +168,7 @@ class LocomoImporter:
         turn_step_seconds: float = 1.0,
         query_delay_seconds: float = 1.0,
         caption_template: str = " [shares a photo: {caption}]",
+        turn_template: str = "{speaker}: {text}",
         client_prefix: str = "conv-",
     ) -> None:
         self.name = name
@@ -172,6 +176,7 @@ class LocomoImporter:
         self.turn_step_seconds = turn_step_seconds
         self.query_delay_seconds = query_delay_seconds
         self.caption_template = caption_template
+        self.turn_template = turn_template
         self.client_prefix = client_prefix
 
     def _turn_text(self, turn: dict[str, Any]) -> str:
@@ -180,7 +185,10 @@ class LocomoImporter:
         caption = turn.get("blip_caption")
         if isinstance(caption, str) and caption.strip():
             text = (text + self.caption_template.format(caption=caption.strip())).strip()
-        return text
+        speaker = turn.get("speaker")
+        if not text or not isinstance(speaker, str) or not speaker.strip():
+            return text
+        return self.turn_template.format(speaker=speaker.strip(), text=text)
 
     def build(self, src: str | os.PathLike[str]) -> tuple[Dataset, ImportReport]:
         """Read a LoCoMo directory into a dataset (not written) and its report.

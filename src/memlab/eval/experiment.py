@@ -205,6 +205,7 @@ def run_experiment(
     exclude_tags: Sequence[str] = ("adversarial",),
     test_fraction: float = 0.5,
     ttl_days: float = 30.0,
+    expire: bool = True,
     touch_k: int = 10,
     depth: int = 100,
     progress: bool | None = None,
@@ -230,6 +231,7 @@ def run_experiment(
         test_fraction: When a pipeline has a learned stage, the share of queries held out for
             evaluation (every pipeline is then scored on the same held-out queries).
         ttl_days: Event TTL of the replay.
+        expire: Run the TTL cleanup at each query.
         touch_k: Hits per query that count as accesses.
         depth: Candidates kept per query in the rankings.
         progress: Progress bars (default: on unless ``CI=true``).
@@ -266,6 +268,7 @@ def run_experiment(
         embedder=embedder,
         generator=generator,
         ttl_days=ttl_days,
+        expire=expire,
         touch_k=touch_k,
         depth=depth,
         progress=progress,
@@ -316,10 +319,11 @@ def run_experiment(
         }
         for name in names
     }
+    present = set(per_query.filter(pl.col("pipeline") == base)["metric"].unique().to_list())
     comparison = compare(
         per_query,
         baseline=base,
-        metrics=metric_names,
+        metrics=[m for m in metric_names if m in present],
         tests=tuple(tests),
         correction=correction,
         seed=seed,
@@ -349,7 +353,12 @@ def run_experiment(
         "held_out_split": None
         if eval_queries is None
         else {"test_fraction": test_fraction, "n_test": len(eval_queries)},
-        "replay": {"ttl_days": ttl_days, "touch_k": touch_k, "depth": depth},
+        "replay": {
+            "ttl_days": ttl_days,
+            "expire": expire,
+            "touch_k": touch_k,
+            "depth": depth,
+        },
         "embedder": getattr(embedder, "model_id", type(embedder).__name__),
         "generator": None if generator is None else getattr(generator, "model_id", None),
         "packages": package_versions(),

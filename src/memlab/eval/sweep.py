@@ -112,6 +112,9 @@ def run_sweep(
     out: str | Path | None = None,
     progress: bool | None = None,
     exclude_tags: Sequence[str] = ("adversarial",),
+    ttl_days: float = 30.0,
+    expire: bool = True,
+    touch_k: int = 10,
 ) -> SweepResult:
     """Evaluate every grid point; choose on the train split, report on the test split."""
     names = check_metrics(list(dict.fromkeys([metric, *metrics])))
@@ -129,7 +132,15 @@ def run_sweep(
         embedder = default_embedder()
     if generator is None and _needs_generator(base):
         generator = default_generator(ds)
-    replayer = Replayer(ds, embedder=embedder, generator=generator, progress=progress)
+    replayer = Replayer(
+        ds,
+        embedder=embedder,
+        generator=generator,
+        ttl_days=ttl_days,
+        expire=expire,
+        touch_k=touch_k,
+        progress=progress,
+    )
     train, test = split_queries(ds.queries, test_fraction=test_fraction, seed=seed)
     train_ids, test_ids = {q.qid for q in train}, {q.qid for q in test}
     rows: list[dict[str, Any]] = []

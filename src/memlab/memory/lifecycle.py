@@ -22,7 +22,9 @@ def effective_confidence(
     *,
     decay_factor: float = 0.98,
 ) -> float | np.ndarray:
-    """``confidence × decay_factor ** days`` (seed 000; 7 days → 0.869, 30 → 0.545, 90 → 0.162).
+    """``confidence × decay_factor ** days`` (seed 000: 30 days → 0.545, 90 → 0.162).
+
+    The seed's table prints 0.869 for 7 days; its own formula gives 0.98**7 = 0.86813.
 
     Negative day counts (a clock that runs backwards) are clamped to zero.
     """

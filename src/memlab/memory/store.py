@@ -385,7 +385,8 @@ class MemoryStore:
             knowledge_category, "knowledge_category", KNOWLEDGE_CATEGORIES, optional=False
         )
         if metadata is not None and not isinstance(metadata, dict):
-            raise TypeError(f"field 'metadata' must be an object, got {metadata.__class__.__name__}")
+            kind = metadata.__class__.__name__
+            raise TypeError(f"field 'metadata' must be an object, got {kind}")
         if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
             raise TypeError("field 'confidence' must be a number")
         if not 0.0 <= float(confidence) <= 1.0:

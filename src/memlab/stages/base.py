@@ -14,6 +14,7 @@ Parameters follow scikit-learn: every tunable constant is an explicit keyword ar
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import inspect
 import types
@@ -250,7 +251,10 @@ def _type_ok(value: Any, hint: Any) -> bool:
         return isinstance(value, bool)
     if hint is str:
         return isinstance(value, str)
-    if origin in (tuple, list, typing.Sequence) or hint in (tuple, list):
+    if origin in (tuple, list, typing.Sequence, collections.abc.Sequence) or hint in (
+        tuple,
+        list,
+    ):
         if not isinstance(value, (tuple, list)):
             return False
         if args and (len(args) == 2 and args[1] is Ellipsis or origin is not tuple):
@@ -275,6 +279,20 @@ class Stage:
     """
 
     stage_name: ClassVar[str] = ""
+    cacheable: ClassVar[bool] = False
+    """True when the output depends only on the query, the memories written and which of them
+    are visible (not on access counts or the clock): a replay may then share it between
+    pipelines."""
+
+    @property
+    def requires_fit(self) -> bool:
+        """True when :meth:`fit` must see training queries before the stage can run."""
+        return False
+
+    @property
+    def needs_generator(self) -> bool:
+        """True when the stage asks ``ctx.generator`` for text."""
+        return False
 
     # ------------------------------------------------------------------ parameters
     @classmethod

@@ -31,6 +31,8 @@ class RRF(FusionStage):
         top_k: Keep this many fused candidates (``None`` = all).
     """
 
+    cacheable = True
+
     def __init__(
         self,
         k: float = 60.0,

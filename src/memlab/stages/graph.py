@@ -1,0 +1,201 @@
+"""Graph retrieval by BFS spreading activation over the entity graph (seed 000).
+
+The query's entities (fast-path extraction, :meth:`MemoryStore.query_entities`) are the seeds,
+each with activation 1.0. Activation spreads breadth first through entity relationships::
+
+    a(v) = max over edges (u, v) of  a(u) * hop_decay * boost(rel) * min(strength / 5, 1)
+
+with ``boost = causal_boost`` for typed relations (``uses``, ``works_on`` …) and 1 for
+``co_occurrence``, for at most ``max_depth`` hops, dropping activations below
+``min_activation`` (see :meth:`EntityGraph.spread_activation`). A memory's score is the sum of
+the activations of the entities linked to it through a link whose role is in ``roles``
+("memories linked to multiple activated entities score higher"). Seed 000 defaults:
+``GRAPH_SEARCH_DECAY = 0.8``, ``CAUSAL_BOOST = 2.0``, ``MAX_DEPTH = 2``, stop below 0.1,
+``strengthFactor = min(strength / 5, 1.0)``.
+
+The module also holds the role-filtered entity-memory incidence matrix shared by the graph-based
+stages (``lif``, ``crag``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from memlab.memory.records import ENTITY_ROLES
+from memlab.stages.base import (
+    QueryContext,
+    Stage,
+    candidates_from_rows,
+    empty_candidates,
+    register_stage,
+)
+
+if TYPE_CHECKING:
+    from memlab.memory.store import MemoryStore
+
+T = TypeVar("T")
+
+
+def cached(
+    ctx: QueryContext,
+    key: tuple[Any, ...],
+    owner: object,
+    stamp: Hashable,
+    build: Callable[[], T],
+) -> T:
+    """``build()`` once per ``key`` and ``stamp`` in the experiment cache, tied to ``owner``.
+
+    One entry per ``key`` and owner: a new ``stamp`` (e.g. the store's size) replaces the old
+    value instead of piling up beside it. The value is kept with ``owner`` and reused only while
+    ``owner`` is the same object, so a recycled ``id()`` never returns another store's data.
+    """
+    full = ("memlab.stages.graph", *key, id(owner))
+    hit = ctx.cache.get(full)
+    if hit is not None and hit[0] is owner and hit[1] == stamp:
+        return hit[2]
+    value = build()
+    ctx.cache[full] = (owner, stamp, value)
+    return value
+
+
+def check_roles(roles: Sequence[str], where: str) -> tuple[str, ...]:
+    """Validate a tuple of link roles (``about``, ``source``, ``mentioned``)."""
+    if isinstance(roles, str) or not isinstance(roles, (tuple, list)):
+        raise TypeError(f"{where}: field 'roles' must be a tuple of roles, got {roles!r}")
+    for role in roles:
+        if role not in ENTITY_ROLES:
+            raise ValueError(
+                f"{where}: field 'roles' holds {role!r}; roles are {', '.join(ENTITY_ROLES)}"
+            )
+    return tuple(roles)
+
+
+def memory_incidence(
+    ctx: QueryContext, roles: Sequence[str]
+) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """The entity × memory incidence of links whose role is in ``roles``, and its transpose.
+
+    Entry ``[e, m]`` is 1.0 when entity ``e`` is linked to memory row ``m`` with one of
+    ``roles``. Built from :meth:`EntityGraph.links_frame` and cached in ``ctx.cache`` until the
+    store gains a row or the graph changes (links are written with new rows; accesses and
+    supersessions, which bump the store's version, leave them as they are).
+
+    Returns:
+        ``(entity_by_memory, memory_by_entity)``, both CSR.
+    """
+    store = ctx.store
+    graph = store.graph
+    roles = tuple(sorted(set(roles)))
+    stamp = (len(store), graph.version, graph.n_entities)
+
+    def build() -> tuple[sp.csr_matrix, sp.csr_matrix]:
+        links = graph.links_frame().filter(pl.col("role").is_in(list(roles)))
+        shape = (graph.n_entities, len(store))
+        ent = links["entity_idx"].to_numpy()
+        mem = links["mem_idx"].to_numpy()
+        keep = mem < shape[1]
+        ent, mem = ent[keep], mem[keep]
+        inc = sp.csr_matrix((np.ones(len(ent), dtype=np.float64), (ent, mem)), shape=shape)
+        inc.sum_duplicates()
+        inc.data[:] = 1.0
+        return inc, inc.T.tocsr()
+
+    return cached(ctx, ("incidence", roles), store, stamp, build)
+
+
+def entity_names(store: MemoryStore, idxs: Sequence[int]) -> dict[int, str]:
+    """``{entity index: name}`` for notebooks and traces."""
+    return {int(i): store.graph.entity(int(i)).name for i in idxs}
+
+
+@register_stage("graph")
+class Graph(Stage):
+    """Retrieve memories by spreading activation from the query's entities (seed 000).
+
+    A retriever: the incoming candidates are ignored. The BFS trace is written to
+    ``ctx.trace["graph"]``: ``seeds`` (entity indices), ``levels`` (per depth, the entities set
+    or raised at that depth with their activation), ``activation`` (every activated entity),
+    ``names`` (their names) and ``n_memories`` (visible memories reached).
+
+    Args:
+        top_k: Keep the best ``top_k`` memories (``None`` = all reached).
+        hop_decay: Activation multiplier per hop (seed ``GRAPH_SEARCH_DECAY`` = 0.8).
+        causal_boost: Extra multiplier on typed relations (seed ``CAUSAL_BOOST`` = 2.0).
+        max_depth: Maximum number of hops (seed ``MAX_DEPTH`` = 2).
+        min_activation: Activations below this are dropped (seed 0.1).
+        strength_saturation: Edge strength at which an edge carries fully (seed 5).
+        roles: Links that carry entity activation to a memory (seed: all three roles).
+    """
+
+    cacheable = True
+
+    def __init__(
+        self,
+        top_k: int | None = 100,
+        hop_decay: float = 0.8,
+        causal_boost: float = 2.0,
+        max_depth: int = 2,
+        min_activation: float = 0.1,
+        strength_saturation: float = 5.0,
+        roles: tuple[str, ...] = ("about", "source", "mentioned"),
+    ) -> None:
+        self.top_k = top_k
+        self.hop_decay = hop_decay
+        self.causal_boost = causal_boost
+        self.max_depth = max_depth
+        self.min_activation = min_activation
+        self.strength_saturation = strength_saturation
+        self.roles = roles
+
+    def activate(self, ctx: QueryContext) -> tuple[np.ndarray, dict[str, Any]]:
+        """Memory activation (one float per store row, 0 where not reached) and the BFS trace.
+
+        Visibility is not applied here; :meth:`transform` applies it.
+        """
+        if self.top_k is not None and (
+            isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1
+        ):
+            raise ValueError(f"graph.py: Graph field 'top_k' must be an int >= 1 or None, "
+                             f"got {self.top_k!r}")
+        roles = check_roles(self.roles, "graph.py: Graph")
+        store = ctx.store
+        seeds = store.query_entities(ctx.text)
+        mem_act = np.zeros(len(store), dtype=np.float64)
+        trace: dict[str, Any] = {"seeds": list(seeds), "levels": [], "activation": {},
+                                 "names": {}, "n_memories": 0}
+        if not seeds:
+            return mem_act, trace
+        act, levels = store.graph.spread_activation(
+            seeds,
+            hop_decay=self.hop_decay,
+            causal_boost=self.causal_boost,
+            max_depth=self.max_depth,
+            min_activation=self.min_activation,
+            strength_saturation=self.strength_saturation,
+            trace=True,
+        )
+        trace["levels"] = [dict(level) for level in levels]
+        trace["activation"] = dict(act)
+        trace["names"] = entity_names(store, list(act))
+        if act:
+            inc, _ = memory_incidence(ctx, roles)
+            vec = np.zeros(inc.shape[0], dtype=np.float64)
+            vec[np.fromiter(act.keys(), dtype=np.int64)] = np.fromiter(
+                act.values(), dtype=np.float64
+            )
+            mem_act = np.asarray(inc.T @ vec, dtype=np.float64).reshape(-1)
+        return mem_act, trace
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        mem_act, trace = self.activate(ctx)
+        rows = np.flatnonzero(ctx.visible_mask() & (mem_act > 0.0))
+        trace["n_memories"] = int(len(rows))
+        ctx.trace["graph"] = trace
+        if len(rows) == 0:
+            return empty_candidates({"graph_score": pl.Float64()})
+        return candidates_from_rows(ctx, rows, mem_act[rows], "graph_score", top_k=self.top_k)

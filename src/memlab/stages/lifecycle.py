@@ -1,0 +1,109 @@
+"""Lifecycle scoring of seed 000: confidence decay, access boost and the similarity floor.
+
+::
+
+    effective_confidence = confidence × decay_factor ** days_since_last_access   (facts, statuses)
+    access_boost         = 1 + boost_weight × log2(access_count + 1)
+    effective_score      = relevance × effective_confidence × access_boost
+
+``days_since_last_access`` counts from ``last_accessed_at``, or from ``created_at`` when the
+memory was never accessed, to the query's clock ``ctx.now``. Events and decisions are historical
+records and do not decay (``decaying_types``). Seed defaults: decay 0.98 per day, boost weight
+0.3, minimum cosine similarity 0.3. In hybrid retrieval the seed applies decay and boost after
+RRF fusion, so ``relevance`` names the column that carries the fused score (``"score"``: whatever
+the previous stage ranked by).
+
+The seed's minimum similarity filters *vector* results: a candidate is dropped when its
+``dense_score`` is present and below ``min_similarity`` and no other retrieval signal
+(``bm25_score``, ``graph_score``, ``activation``) found it. Candidates the query may not see
+(scope, ``active``, ``at_time``, not yet written at ``ctx.now``) are dropped as well.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from memlab.memory.lifecycle import days_since, lifecycle_factor
+from memlab.stages.base import QueryContext, Stage, register_stage, rerank
+
+_OTHER_SIGNALS: tuple[str, ...] = ("bm25_score", "graph_score", "activation")
+
+
+@register_stage("lifecycle")
+class Lifecycle(Stage):
+    """Re-rank candidates by ``relevance × effective_confidence × access_boost``.
+
+    Args:
+        decay_factor: Confidence kept per day without access (seed 000: 0.98).
+        boost_weight: Weight of ``log2(access_count + 1)`` in the boost (seed 000: 0.3).
+        min_similarity: Vector-only candidates below this cosine are dropped (seed 000: 0.3;
+            ``-1.0`` keeps every candidate).
+        decaying_types: Memory types whose confidence decays (seed 000: facts and statuses).
+        relevance: Candidate column used as the relevance factor (``"score"``,
+            ``"dense_score"``, ``"rrf_score"`` …); a candidate without a value ranks last.
+
+    Output columns: ``lifecycle_factor`` (effective confidence × boost) and ``effective_score``
+    (also ``score``).
+    """
+
+    def __init__(
+        self,
+        decay_factor: float = 0.98,
+        boost_weight: float = 0.3,
+        min_similarity: float = 0.3,
+        decaying_types: tuple[str, ...] = ("fact", "status"),
+        relevance: str = "score",
+    ) -> None:
+        self.decay_factor = decay_factor
+        self.boost_weight = boost_weight
+        self.min_similarity = min_similarity
+        self.decaying_types = decaying_types
+        self.relevance = relevance
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        added = {"lifecycle_factor": pl.Float64(), "effective_score": pl.Float64()}
+        if frame.height == 0:
+            return frame.with_columns(
+                [pl.lit(None, dtype=dtype).alias(name) for name, dtype in added.items()]
+            )
+        if self.relevance not in frame.columns:
+            raise ValueError(
+                f"lifecycle: relevance column {self.relevance!r} is not in the candidates "
+                f"(columns: {', '.join(frame.columns)})"
+            )
+        store = ctx.store
+        rows = np.fromiter(
+            (store.idx(m) for m in frame["mem_id"]), dtype=np.int64, count=frame.height
+        )
+        keep = ctx.visible_mask()[rows]
+        if "dense_score" in frame.columns:
+            dense = frame["dense_score"].cast(pl.Float64).to_numpy()
+            weak = ~np.isnan(dense) & (dense < self.min_similarity)
+            for col in _OTHER_SIGNALS:
+                if col in frame.columns:
+                    weak &= np.isnan(frame[col].cast(pl.Float64).to_numpy())
+            keep &= ~weak
+        rows = rows[keep]
+        factor = lifecycle_factor(
+            store.column("type")[rows],
+            store.column("confidence")[rows],
+            days_since(
+                ctx.now,
+                store.column("last_accessed_at")[rows],
+                store.column("created_at")[rows],
+            ),
+            store.column("access_count")[rows],
+            decay_factor=self.decay_factor,
+            boost_weight=self.boost_weight,
+            decaying_types=tuple(self.decaying_types),
+        )
+        out = frame.filter(pl.Series(keep)).with_columns(
+            pl.Series("lifecycle_factor", np.asarray(factor, dtype=np.float64))
+        )
+        out = out.with_columns(
+            (pl.col(self.relevance).cast(pl.Float64) * pl.col("lifecycle_factor")).alias(
+                "effective_score"
+            )
+        )
+        return rerank(out, by="effective_score")

@@ -1,0 +1,193 @@
+"""Tests for memlab.stages.bm25 and its engines in memlab.index.bm25."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memlab.index.bm25 import (
+    RankBM25Engine,
+    SparseBM25Engine,
+    TokenizedCorpus,
+    get_bm25_engine,
+)
+from memlab.memory.store import MemoryStore
+from memlab.stages.base import QueryContext, check_frame, empty_candidates
+from memlab.stages.bm25 import BM25
+
+LOCOMO = Path("/work/shared/datasets/locomo10/26.json")
+
+
+def _ranking(scores: np.ndarray) -> list[int]:
+    return np.lexsort((np.arange(len(scores)), -scores)).tolist()
+
+
+def _tiny_store(texts: list[str], now: float) -> MemoryStore:
+    store = MemoryStore()
+    for i, text in enumerate(texts):
+        store.store(text, "event", source_agent="tester", now=now - 10 + i, id=f"d{i}")
+    return store
+
+
+@pytest.mark.parametrize("engine", ["sparse", "rank_bm25"])
+def test_hand_computed_scores(engine: str, now: float) -> None:
+    store = _tiny_store(["the cat sat", "the dog sat down", "a bird"], now)
+    ctx = QueryContext(qid="q", text="cat sat", store=store, now=now)
+    out = BM25(engine=engine).transform(empty_candidates(), ctx)
+    check_frame(out, "bm25")
+    # N = 3, avgdl = (3 + 4 + 2) / 3 = 3; "cat" is in 1 document, "sat" in 2.
+    idf_cat = math.log(3 - 1 + 0.5) - math.log(1 + 0.5)  # log(5/3) > 0
+    idf_sat = math.log(3 - 2 + 0.5) - math.log(2 + 0.5)  # log(3/5) < 0: floored
+    # vocabulary: the, sat (df 2: log 3/5 each) and cat, dog, down, a, bird (df 1: log 5/3)
+    average_idf = (2 * idf_sat + 5 * idf_cat) / 7
+    eps = 0.25 * average_idf
+    d0 = idf_cat * (1 * 2.5 / (1 + 1.5 * (1 - 0.75 + 0.75 * 3 / 3))) + eps * (
+        1 * 2.5 / (1 + 1.5 * (1 - 0.75 + 0.75 * 3 / 3))
+    )
+    d1 = eps * (1 * 2.5 / (1 + 1.5 * (1 - 0.75 + 0.75 * 4 / 3)))
+    assert idf_sat < 0
+    assert out["mem_id"].to_list() == ["d0", "d1"]  # d2 scores 0: not a candidate
+    assert out["bm25_score"].to_list() == pytest.approx([d0, d1], rel=1e-12)
+    assert out["score"].to_list() == out["bm25_score"].to_list()
+
+
+def test_repeated_query_token_counts_twice(now: float) -> None:
+    store = _tiny_store(["the cat sat", "the dog sat down", "a bird"], now)
+    once = BM25().transform(empty_candidates(), QueryContext("q", "cat", store, now))
+    twice = BM25().transform(empty_candidates(), QueryContext("q", "cat cat", store, now))
+    assert twice["bm25_score"][0] == pytest.approx(2 * once["bm25_score"][0], rel=1e-12)
+
+
+def test_engines_agree_on_the_fixture(store, make_ctx) -> None:
+    queries = [
+        "Acme website hosting",
+        "Globex blog posts per week",
+        "billing service PostgreSQL",
+        "the team meeting",
+        "website website migration",
+        "nothing matches zzz",
+    ]
+    for text in queries:
+        for client in (None, "acme"):
+            ctx = make_ctx(text, client_id=client)
+            a = BM25(top_k=None, engine="sparse").transform(empty_candidates(), ctx)
+            b = BM25(top_k=None, engine="rank_bm25").transform(empty_candidates(), ctx)
+            assert a["mem_id"].to_list() == b["mem_id"].to_list()
+            assert np.allclose(a["bm25_score"], b["bm25_score"], rtol=1e-9, atol=1e-9)
+            assert a.equals(b)
+
+
+def test_engines_agree_on_a_locomo_conversation() -> None:
+    if not LOCOMO.is_file():
+        pytest.skip(f"{LOCOMO} is not available")
+    conv = json.loads(LOCOMO.read_text(encoding="utf-8"))
+    docs = [
+        turn["text"]
+        for key, value in conv.items()
+        if key.startswith("session_") and isinstance(value, list)
+        for turn in value
+    ]
+    questions = [qa["question"] for qa in conv["qa"]]
+    assert len(docs) > 100 and len(questions) > 50
+    corpus = TokenizedCorpus()
+    corpus.extend(docs)
+    sparse = SparseBM25Engine().fit(corpus)
+    ref = RankBM25Engine().fit(corpus)
+    for q in questions:
+        tokens = corpus.tokenize(q)
+        a, b = sparse.get_scores(tokens), ref.get_scores(tokens)
+        assert np.allclose(a, b, rtol=1e-9, atol=1e-9), q
+        assert _ranking(a) == _ranking(b), q
+
+
+def test_visibility_masks_the_shared_index(store, make_ctx) -> None:
+    # the superseded fact shares the index (its words count in idf) but is not returned
+    out = BM25(top_k=None).transform(empty_candidates(), make_ctx("Next.js website"))
+    assert "acme-stack-1" not in out["mem_id"].to_list()
+    assert "acme-stack-2" in out["mem_id"].to_list()
+    hist = BM25(top_k=None).transform(
+        empty_candidates(), make_ctx("Next.js website", include_superseded=True)
+    )
+    assert {"acme-stack-1", "acme-stack-2"} <= set(hist["mem_id"])
+    scoped = BM25(top_k=None).transform(empty_candidates(), make_ctx("Globex", client_id="acme"))
+    assert scoped.height == 0
+
+
+def test_top_k(make_ctx) -> None:
+    full = BM25(top_k=None).transform(empty_candidates(), make_ctx("Acme website the"))
+    top = BM25(top_k=2).transform(empty_candidates(), make_ctx("Acme website the"))
+    assert full.height > 2
+    assert top["mem_id"].to_list() == full["mem_id"].to_list()[:2]
+
+
+def test_index_is_refitted_only_for_new_rows(store, make_ctx, now) -> None:
+    stage = BM25(top_k=None)
+    stage.transform(empty_candidates(), make_ctx("Acme website"))
+    index, corpus = stage.index_, stage.corpus_
+    assert corpus.n_docs == len(store)
+
+    store.touch(["acme-contact"], now=now)  # a new version, no new text
+    stage.transform(empty_candidates(), make_ctx("Acme website"))
+    assert stage.index_ is index
+    assert stage.index_version_ == store.version
+
+    store.store("The Acme website now uses Tailwind", "event", client_id="acme", now=now - 1)
+    grown = stage.transform(empty_candidates(), make_ctx("Acme website"))
+    assert stage.index_ is not index
+    assert stage.corpus_ is corpus and corpus.n_docs == len(store)
+    fresh = BM25(top_k=None).transform(empty_candidates(), make_ctx("Acme website"))
+    assert grown.equals(fresh)
+
+
+def test_changing_parameters_refits(make_ctx) -> None:
+    stage = BM25(top_k=None)
+    before = stage.transform(empty_candidates(), make_ctx("Acme website"))
+    stage.set_params(k1=0.9, b=0.4)
+    after = stage.transform(empty_candidates(), make_ctx("Acme website"))
+    ref = BM25(top_k=None, k1=0.9, b=0.4, engine="rank_bm25").transform(
+        empty_candidates(), make_ctx("Acme website")
+    )
+    assert not np.allclose(before["bm25_score"], after["bm25_score"])
+    assert np.allclose(after["bm25_score"], ref["bm25_score"], rtol=1e-9, atol=1e-9)
+
+
+def test_tokenizer_parameters(now: float) -> None:
+    corpus = TokenizedCorpus()
+    assert corpus.tokenize("Next.js, Vercel & PostgreSQL-15") == [
+        "next", "js", "vercel", "postgresql", "15",
+    ]
+    cased = TokenizedCorpus(token_pattern=r"[A-Za-z]+", lowercase=False)
+    assert cased.tokenize("Next.js v15") == ["Next", "js", "v"]
+    store = _tiny_store(["Acme Corp", "acme corp", "other words"], now)
+    out = BM25(lowercase=False).transform(empty_candidates(), QueryContext("q", "Acme", store, now))
+    assert out["mem_id"].to_list() == ["d0"]
+
+
+def test_unknown_engine_is_rejected(make_ctx) -> None:
+    with pytest.raises(ValueError, match="unknown BM25 engine 'lucene'"):
+        BM25(engine="lucene").transform(empty_candidates(), make_ctx("x"))
+    assert get_bm25_engine("sparse") is SparseBM25Engine
+
+
+def test_empty_corpus_and_empty_store(now: float) -> None:
+    corpus = TokenizedCorpus()
+    corpus.extend(["...", "!!"])
+    for engine in (SparseBM25Engine(), RankBM25Engine()):
+        assert engine.fit(corpus).get_scores(["a"]).tolist() == [0.0, 0.0]
+    out = BM25().transform(empty_candidates(), QueryContext("q", "x", MemoryStore(), now))
+    assert out.height == 0
+    check_frame(out, "bm25")
+
+
+def test_a_stale_sparse_engine_ignores_terms_added_after_its_fit() -> None:
+    corpus = TokenizedCorpus()
+    corpus.extend(["the cat sat", "the dog sat down", "a bird"])
+    engine = SparseBM25Engine().fit(corpus)
+    corpus.extend(["a new zebra"])
+    assert engine.get_scores(["zebra"]).tolist() == [0.0, 0.0, 0.0]
+    refit = SparseBM25Engine().fit(corpus).get_scores(["zebra"])
+    assert refit.tolist()[:3] == [0.0, 0.0, 0.0] and refit[3] > 0

@@ -1,0 +1,132 @@
+"""Tests for memlab.stages.dense."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memlab.stages.base import CANDIDATE_SCHEMA, QueryContext, check_frame, empty_candidates
+from memlab.stages.dense import Dense, top_rows
+from memlab.timeutil import SECONDS_PER_DAY
+
+
+def _expected(store, text: str, visible: np.ndarray) -> list[tuple[str, float]]:
+    q = store.embedder.embed([text])[0]
+    sims = store.vectors.matrix @ q
+    pairs = [(store.record_at(i).id, float(sims[i])) for i in np.flatnonzero(visible)]
+    return sorted(pairs, key=lambda p: (-p[1], p[0]))
+
+
+def test_exact_ranks_every_visible_memory_by_cosine(store, make_ctx) -> None:
+    ctx = make_ctx("Acme website hosting")
+    out = Dense(top_k=None).transform(empty_candidates(), ctx)
+    check_frame(out, "dense")
+    want = _expected(store, "Acme website hosting", ctx.visible_mask())
+    assert out["mem_id"].to_list() == [m for m, _ in want]
+    np.testing.assert_allclose(out["dense_score"].to_numpy(), [s for _, s in want], atol=1e-6)
+    assert out["score"].to_list() == out["dense_score"].to_list()
+    assert out["rank"].to_list() == list(range(1, len(want) + 1))
+    assert list(out.columns) == [*CANDIDATE_SCHEMA, "dense_score"]
+    assert "acme-stack-1" not in out["mem_id"].to_list()  # superseded
+
+
+def test_top_k_keeps_the_best(make_ctx) -> None:
+    ctx = make_ctx("Globex blog posts")
+    full = Dense(top_k=None).transform(empty_candidates(), ctx)
+    top = Dense(top_k=3).transform(empty_candidates(), ctx)
+    assert top["mem_id"].to_list() == full["mem_id"].to_list()[:3]
+
+
+def test_scope_time_and_history_filters(store, make_ctx, t0) -> None:
+    scoped = Dense(top_k=None).transform(empty_candidates(), make_ctx("website", client_id="acme"))
+    clients = {store.get(m).client_id for m in scoped["mem_id"]}
+    assert clients == {"acme", "global"}
+
+    early = Dense(top_k=None).transform(
+        empty_candidates(), make_ctx("website", now=t0 + 3 * SECONDS_PER_DAY)
+    )
+    # acme-stack-1 was written by then but is superseded in this store's current state
+    assert sorted(early["mem_id"]) == ["acme-db", "acme-deploy"]
+
+    then = Dense(top_k=None).transform(
+        empty_candidates(), make_ctx("website", at_time=t0 + 10 * SECONDS_PER_DAY)
+    )
+    assert "acme-stack-1" in then["mem_id"].to_list()
+    assert "acme-stack-2" not in then["mem_id"].to_list()
+
+    history = Dense(top_k=None).transform(
+        empty_candidates(), make_ctx("website", include_superseded=True)
+    )
+    assert {"acme-stack-1", "acme-stack-2"} <= set(history["mem_id"])
+
+
+def test_min_similarity_cuts_the_list(make_ctx) -> None:
+    ctx = make_ctx("Acme website hosting")
+    full = Dense(top_k=None).transform(empty_candidates(), ctx)
+    cut = Dense(top_k=None, min_similarity=0.3).transform(empty_candidates(), ctx)
+    assert cut["mem_id"].to_list() == full.filter(full["dense_score"] >= 0.3)["mem_id"].to_list()
+    assert 0 < cut.height < full.height
+
+
+def test_query_vector_overrides_the_text(store, make_ctx) -> None:
+    ctx = make_ctx("unrelated words entirely")
+    ctx.query_vector = store.vectors.get(store.idx("globex-seo"))
+    out = Dense(top_k=1).transform(empty_candidates(), ctx)
+    assert out["mem_id"].to_list() == ["globex-seo"]
+    assert out["dense_score"][0] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_top_rows_includes_ties_at_the_cut() -> None:
+    scores = np.array([0.5, 0.9, 0.5, 0.1, 0.5])
+    mask = np.array([True, True, True, True, False])
+    assert top_rows(scores, mask, 2).tolist() == [0, 1, 2]
+    assert top_rows(scores, mask, None).tolist() == [0, 1, 2, 3]
+    assert top_rows(scores, mask, 0).tolist() == []
+
+
+def test_ties_are_broken_by_mem_id(make_ctx) -> None:
+    ctx = make_ctx("Acme website hosting")
+    ctx.query_vector = np.zeros(64, dtype=np.float32)  # every cosine is 0
+    out = Dense(top_k=3).transform(empty_candidates(), ctx)
+    assert out["mem_id"].to_list() == sorted(ctx.store.ids_of(np.flatnonzero(ctx.visible_mask())))[
+        :3
+    ]
+
+
+def test_exact_and_chroma_backends_agree(tmp_path: Path, store_factory, now) -> None:
+    store = store_factory(tmp_path)
+    for text, client in [
+        ("Acme website hosting", None),
+        ("Globex blog posts", None),
+        ("billing service database", "acme"),
+        ("where are memories stored", "globex"),
+    ]:
+        ctx = QueryContext(
+            qid="q", text=text, store=store, now=now, client_id=client, embedder=store.embedder
+        )
+        full = Dense(top_k=None).transform(empty_candidates(), ctx)["dense_score"].to_numpy()
+        # the largest k <= 5 with a clear gap at the cut (an approximate index may break exact
+        # ties either way)
+        k = max(i for i in range(1, 6) if full[i - 1] > full[i] + 1e-4)
+        assert k >= 3
+        exact = Dense(top_k=k).transform(empty_candidates(), ctx)
+        approx = Dense(top_k=k, backend="chroma").transform(empty_candidates(), ctx)
+        check_frame(approx, "dense chroma")
+        assert approx["mem_id"].to_list() == exact["mem_id"].to_list()
+        np.testing.assert_allclose(approx["dense_score"], exact["dense_score"], atol=1e-5)
+
+
+def test_unknown_backend_is_rejected(make_ctx) -> None:
+    with pytest.raises(ValueError, match="unknown backend 'faiss'"):
+        Dense(backend="faiss").transform(empty_candidates(), make_ctx("x"))
+
+
+def test_empty_store_gives_no_candidates(now) -> None:
+    from memlab.memory.store import MemoryStore
+
+    ctx = QueryContext(qid="q", text="x", store=MemoryStore(), now=now)
+    out = Dense().transform(empty_candidates(), ctx)
+    assert out.height == 0
+    check_frame(out, "dense")

@@ -1,0 +1,192 @@
+"""Tests for memlab.pipeline: composition, parameters, cloning and TOML configurations."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from memlab.pipeline import (
+    ConfigError,
+    Parallel,
+    Pipeline,
+    dumps_toml,
+    load_pipeline,
+    pipeline_from_config,
+)
+from memlab.stages.base import empty_candidates
+from memlab.stages.bm25 import BM25
+from memlab.stages.context import Context
+from memlab.stages.dense import Dense
+from memlab.stages.hyde import HyDE
+from memlab.stages.lifecycle import Lifecycle
+from memlab.stages.mmr import MMR
+from memlab.stages.rrf import RRF
+
+
+def hybrid() -> Pipeline:
+    retrieve = Parallel(
+        branches=[("dense", Dense(top_k=20)), ("bm25", BM25(top_k=20))], fuse=("rrf", RRF())
+    )
+    return Pipeline(
+        steps=[("retrieve", retrieve), ("lifecycle", Lifecycle()), ("mmr", MMR(top_k=5))],
+        name="hybrid",
+        description="dense + BM25, RRF, lifecycle, MMR",
+    )
+
+
+def test_rshift_composes_named_steps(make_ctx) -> None:
+    pipe = Dense(top_k=10) >> Lifecycle() >> Context(max_items=3)
+    assert isinstance(pipe, Pipeline)
+    assert [n for n, _ in pipe.steps] == ["dense", "lifecycle", "context"]
+    twice = Dense() >> Dense(top_k=3)
+    assert [n for n, _ in twice.steps] == ["dense", "dense_2"]
+    ctx = make_ctx("Acme website")
+    out = pipe.run(ctx)
+    by_hand = Lifecycle().transform(Dense(top_k=10).transform(empty_candidates(), ctx), ctx)
+    assert out.drop("text", "tokens").equals(by_hand)
+    assert ctx.context_text.startswith("- [")
+    assert set(ctx.trace["timings"]) == {"dense", "lifecycle", "context"}
+
+
+def test_parallel_fuses_branches_with_rrf(make_ctx) -> None:
+    ctx = make_ctx("Acme website migration")
+    out = hybrid().run(ctx)
+    dense = Dense(top_k=20).transform(empty_candidates(), ctx)
+    bm25 = BM25(top_k=20).transform(empty_candidates(), ctx)
+    fused = RRF().fuse([dense, bm25], ctx)
+    assert hybrid().stage("retrieve").transform(empty_candidates(), ctx).equals(fused)
+    expected = MMR(top_k=5).transform(Lifecycle().transform(fused, ctx), ctx)
+    assert out.equals(expected)
+    assert {"dense", "bm25", "rrf", "lifecycle", "mmr"} <= set(ctx.trace["timings"])
+
+
+def test_parallel_needs_a_fusion_stage(make_ctx) -> None:
+    with pytest.raises(ValueError, match="fusion stage"):
+        Parallel(branches=[("dense", Dense())]).transform(empty_candidates(), make_ctx("x"))
+
+
+def test_get_and_set_params() -> None:
+    pipe = hybrid()
+    params = pipe.get_params()
+    assert params["rrf__k"] == 60.0
+    assert params["dense__top_k"] == 20
+    assert params["lifecycle__decay_factor"] == 0.98
+    pipe.set_params(rrf__k=30, lifecycle__decaying_types=("fact",), name="renamed")
+    assert pipe.stage("rrf").k == 30
+    assert pipe.stage("lifecycle").decaying_types == ("fact",)
+    assert pipe.name == "renamed"
+    with pytest.raises(ValueError, match="has no parameter 'kk'"):
+        pipe.set_params(rrf__kk=1)
+    with pytest.raises(ValueError, match="has no stage 'faiss'"):
+        pipe.set_params(faiss__k=1)
+    with pytest.raises(ValueError, match="stage__param"):
+        pipe.set_params(k=1)
+    with pytest.raises(ValueError, match="has no parameter 'alpha'"):
+        Dense().set_params(alpha=1)
+
+
+def test_clone_is_independent() -> None:
+    pipe = hybrid()
+    copy = pipe.clone()
+    copy.set_params(rrf__k=1, dense__top_k=3)
+    assert pipe.stage("rrf").k == 60.0
+    assert pipe.stage("dense").top_k == 20
+    assert copy.stage("rrf") is not pipe.stage("rrf")
+    stage = Lifecycle(decaying_types=("fact",))
+    twin = stage.clone()
+    assert twin.get_params() == stage.get_params() and twin is not stage
+
+
+def test_repr_shows_non_defaults() -> None:
+    assert repr(Dense(top_k=5)) == "Dense(top_k=5)"
+    assert repr(MMR()) == "MMR()"
+
+
+def test_config_round_trip() -> None:
+    pipe = hybrid()
+    cfg = pipe.to_config()
+    assert cfg["steps"] == ["retrieve", "lifecycle", "mmr"]
+    assert cfg["retrieve"] == {"parallel": ["dense", "bm25"], "fuse": "rrf"}
+    assert cfg["lifecycle"]["decaying_types"] == ["fact", "status"]
+    assert "top_k" not in cfg["rrf"]  # None is left out
+    again = pipeline_from_config(cfg)
+    assert again.to_config() == cfg
+    assert again.stage("lifecycle").decaying_types == ("fact", "status")
+
+
+def test_toml_round_trip() -> None:
+    pipe = hybrid()
+    pipe.steps = [*pipe.steps, ("context", Context(format="xml"))]
+    pipe.steps.insert(0, ("hyde", HyDE(prompt_template='Say "hi"\t\\ {query}\r\nok')))
+    text = pipe.to_toml()
+    cfg = tomllib.loads(text)
+    assert cfg == pipe.to_config()
+    assert cfg["hyde"]["prompt_template"] == 'Say "hi"\t\\ {query}\r\nok'
+    assert pipeline_from_config(cfg).to_toml() == text
+
+
+def test_none_with_a_non_none_default_cannot_be_written() -> None:
+    pipe = Dense() >> Context(max_items=None)
+    # written as nothing, it would load back as the default 10
+    with pytest.raises(ValueError, match="'max_items' is None but defaults to 10"):
+        pipe.to_config()
+
+
+def test_save_and_load(tmp_path: Path) -> None:
+    path = tmp_path / "hybrid.toml"
+    hybrid().save(path)
+    loaded = load_pipeline(path)
+    assert loaded.to_config() == hybrid().to_config()
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bad.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+BASE = 'name = "p"\nsteps = ["retrieve"]\n\n[retrieve]\n'
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('stage = "faiss"\n', r"step 'retrieve': key 'stage': unknown stage 'faiss'"),
+        ('stage = "dense"\nalpha = 1\n', r"step 'retrieve': unknown parameter 'alpha'"),
+        ('stage = "dense"\ntop_k = "ten"\n', r"step 'retrieve': key 'top_k': 'ten' is not of"),
+        ('stage = "lifecycle"\ndecaying_types = [1]\n', r"step 'retrieve': key 'decaying_types'"),
+        ('stage = "rrf"\nweights = ["a"]\n', r"step 'retrieve': key 'weights'"),
+        ('stage = "mmr"\nlambda_ = true\n', r"step 'retrieve': key 'lambda_'"),
+        ('parallel = ["x"]\nfuse = "rrf"\n', r"step 'x' \(named in step 'retrieve'\) has no"),
+        ("top_k = 3\n", r"step 'retrieve': key 'stage' must name a stage type"),
+    ],
+)
+def test_config_errors_name_file_step_and_key(tmp_path: Path, body: str, message: str) -> None:
+    path = _write(tmp_path, BASE + body)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_pipeline(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_bad_toml_names_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, 'name = "p"\nsteps = [\n')
+    with pytest.raises(ConfigError, match="not valid TOML") as info:
+        load_pipeline(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_unused_and_missing_tables() -> None:
+    with pytest.raises(ConfigError, match="missing top-level key 'steps'"):
+        pipeline_from_config({"name": "p"}, source="cfg.toml")
+    with pytest.raises(ConfigError, match=r"cfg.toml: step table\(s\) extra are not used"):
+        pipeline_from_config(
+            {"name": "p", "steps": ["d"], "d": {"stage": "dense"}, "extra": {"stage": "bm25"}},
+            source="cfg.toml",
+        )
+
+
+def test_dumps_toml_writes_special_floats() -> None:
+    text = dumps_toml({"name": "p", "t": {"min_similarity": float("-inf"), "k": 1e-05}})
+    assert tomllib.loads(text)["t"] == {"min_similarity": float("-inf"), "k": 1e-05}
