@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import sqlite3
 import time
 import uuid
@@ -219,6 +220,7 @@ class MemoryStore:
         self._by_key: dict[tuple[str, str], int] = {}
         self._by_subject: dict[tuple[str, str], int] = {}
         self._batch_depth = 0
+        self._known_patterns: dict[tuple[str, ...], Any] = {}
         self._chroma_pending: dict[str, int] = {}
         self._chroma: ChromaIndex | None = None
         self._chroma_pool: Any | None = None
@@ -904,8 +906,15 @@ class MemoryStore:
         cols["metadata"] = [json.dumps(v, sort_keys=True) for v in cols["metadata"]]
         return pl.DataFrame(cols, strict=False, infer_schema_length=None)
 
-    def query_entities(self, text: str) -> list[int]:
-        """Graph indices of the entities named in a query (fast-path extraction)."""
+    def query_entities(self, text: str, *, known_types: Sequence[str] = ()) -> list[int]:
+        """Graph indices of the entities named in a query.
+
+        Fast-path extraction finds the seed's patterns (technologies, domains, quoted and
+        capitalised names). ``known_types`` adds a dictionary match against the names of the
+        graph's entities of those types (e.g. ``("agent",)``: a question naming "Caroline"
+        finds the agent entity of Caroline's memories, which a single capitalised word alone
+        would not), as seed 000 extends its dictionaries from the entity table.
+        """
         out: list[int] = []
         for ent in self.extractor.extract_query_entities(text):
             found = self.graph.find(ent.name, ent.type)
@@ -913,7 +922,33 @@ class MemoryStore:
                 found = self.graph.find(ent.name)
             if found is not None and found not in out:
                 out.append(found)
+        if known_types:
+            for idx in self._known_name_matches(text, tuple(known_types)):
+                if idx not in out:
+                    out.append(idx)
         return out
+
+    def _known_name_matches(self, text: str, types: tuple[str, ...]) -> list[int]:
+        key = (types, self.graph.n_entities)
+        cached = self._known_patterns.get(types)
+        if cached is None or cached[0] != key:
+            names: dict[str, int] = {}
+            for idx in range(self.graph.n_entities):
+                ent = self.graph.entity(idx)
+                if ent.type in types and len(ent.name) >= 3:
+                    names.setdefault(ent.name.lower(), idx)
+            pattern = None
+            if names:
+                alternation = "|".join(
+                    re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n))
+                )
+                pattern = re.compile(rf"(?<![\w-])(?:{alternation})(?![\w-])", re.IGNORECASE)
+            cached = (key, pattern, names)
+            self._known_patterns[types] = cached
+        _, pattern, names = cached
+        if pattern is None:
+            return []
+        return [names[m.group(0).lower()] for m in pattern.finditer(text)]
 
     # ------------------------------------------------------------------ batches & persistence
     @contextmanager

@@ -42,6 +42,8 @@ STAGE_COLUMNS: dict[str, pl.DataType] = {
     "bm25_score": pl.Float64(),
     "graph_score": pl.Float64(),
     "rrf_score": pl.Float64(),
+    "combsum_score": pl.Float64(),
+    "neighbor_score": pl.Float64(),
     "activation": pl.Float64(),
     "lifecycle_factor": pl.Float64(),
     "effective_score": pl.Float64(),

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from memlab.index.bm25 import BM25Engine, TokenizedCorpus, get_bm25_engine
+from memlab.index.stopwords import get_stopwords
 from memlab.stages.base import (
     QueryContext,
     Stage,
@@ -49,6 +50,9 @@ class BM25(Stage):
         engine: ``"sparse"`` (scipy, fast) or ``"rank_bm25"`` (the reference implementation).
         token_pattern: Regular expression of one token (default: word characters).
         lowercase: Lowercase texts and queries before tokenising.
+        query_stopwords: Name of a stop-word list (:mod:`memlab.index.stopwords`) whose words
+            are dropped from the query (documents are indexed as they are); ``None`` keeps every
+            query token (rank_bm25's behaviour).
 
     Output column: ``bm25_score`` (also ``score``); only memories scoring above 0 are returned.
 
@@ -69,6 +73,7 @@ class BM25(Stage):
         engine: str = "sparse",
         token_pattern: str = r"\w+",
         lowercase: bool = True,
+        query_stopwords: str | None = None,
     ) -> None:
         self.top_k = top_k
         self.k1 = k1
@@ -77,6 +82,7 @@ class BM25(Stage):
         self.engine = engine
         self.token_pattern = token_pattern
         self.lowercase = lowercase
+        self.query_stopwords = query_stopwords
 
     def fit(self, store: MemoryStore, **kwargs: object) -> BM25:
         """Index every memory of ``store`` now (otherwise done on the first query)."""
@@ -118,6 +124,10 @@ class BM25(Stage):
         if len(store) == 0:
             return empty_candidates({"bm25_score": pl.Float64()})
         index = self._index(store)
-        scores = index.get_scores(self.corpus_.tokenize(ctx.text))
+        tokens = self.corpus_.tokenize(ctx.text)
+        if self.query_stopwords is not None:
+            stop = get_stopwords(self.query_stopwords)
+            tokens = [t for t in tokens if t not in stop]
+        scores = index.get_scores(tokens)
         rows = top_rows(scores, ctx.visible_mask() & (scores > 0), self.top_k)
         return candidates_from_rows(ctx, rows, scores[rows], "bm25_score", top_k=self.top_k)

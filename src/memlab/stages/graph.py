@@ -130,6 +130,9 @@ class Graph(Stage):
         min_activation: Activations below this are dropped (seed 0.1).
         strength_saturation: Edge strength at which an edge carries fully (seed 5).
         roles: Links that carry entity activation to a memory (seed: all three roles).
+        known_types: Entity types also matched by name in the query (e.g. ``("agent",)``: a
+            question that names a speaker seeds that speaker's entity); seed 000 matches
+            extracted names only, which is the default ``()``.
     """
 
     cacheable = True
@@ -143,6 +146,7 @@ class Graph(Stage):
         min_activation: float = 0.1,
         strength_saturation: float = 5.0,
         roles: tuple[str, ...] = ("about", "source", "mentioned"),
+        known_types: tuple[str, ...] = (),
     ) -> None:
         self.top_k = top_k
         self.hop_decay = hop_decay
@@ -151,6 +155,7 @@ class Graph(Stage):
         self.min_activation = min_activation
         self.strength_saturation = strength_saturation
         self.roles = roles
+        self.known_types = known_types
 
     def activate(self, ctx: QueryContext) -> tuple[np.ndarray, dict[str, Any]]:
         """Memory activation (one float per store row, 0 where not reached) and the BFS trace.
@@ -164,7 +169,7 @@ class Graph(Stage):
                              f"got {self.top_k!r}")
         roles = check_roles(self.roles, "graph.py: Graph")
         store = ctx.store
-        seeds = store.query_entities(ctx.text)
+        seeds = store.query_entities(ctx.text, known_types=self.known_types)
         mem_act = np.zeros(len(store), dtype=np.float64)
         trace: dict[str, Any] = {"seeds": list(seeds), "levels": [], "activation": {},
                                  "names": {}, "n_memories": 0}

@@ -1,0 +1,235 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="memlab · timeline")
+
+
+@app.cell
+def _():
+    from pathlib import Path
+
+    import marimo as mo
+    import polars as pl
+
+    from memlab.explore import session
+    from memlab.explore import timeline as tl
+    from memlab.pipeline import available_pipelines, load_pipeline
+
+    return Path, available_pipelines, load_pipeline, mo, pl, session, tl
+
+
+@app.cell
+def _(mo, session):
+    mo.md(
+        f"""
+        # One client's memory over time
+
+        The dataset is replayed through a pipeline as an experiment would (every query's top
+        hits count as accesses); then, for one client: which facts and statuses superseded
+        which, when each memory was valid, how confidence decayed between accesses and jumped
+        with each one, how often each memory was accessed, and which events expired.
+        {"_Fast mode: hashing embedder, two queries per tag._" if session.fast_mode() else ""}
+        """
+    )
+    return
+
+
+@app.cell
+def _(available_pipelines, mo, session):
+    default_dataset, skipped = session.open_dataset()
+    _paths = session.find_datasets()
+    _choices = session.dataset_options(
+        _paths if default_dataset.path in _paths else [default_dataset.path, *_paths]
+    )
+    dataset_pick = mo.ui.dropdown(
+        _choices,
+        value=next(k for k, v in _choices.items() if v == str(default_dataset.path)),
+        label="dataset",
+    )
+    _pipes = [p for p in available_pipelines() if p != "full"] or ["hybrid"]
+    pipeline_pick = mo.ui.dropdown(
+        _pipes, value="hybrid" if "hybrid" in _pipes else _pipes[0], label="replay through"
+    )
+    return dataset_pick, default_dataset, pipeline_pick, skipped
+
+
+@app.cell
+def _(
+    Path,
+    dataset_pick,
+    default_dataset,
+    load_pipeline,
+    mo,
+    pipeline_pick,
+    session,
+    skipped,
+    tl,
+):
+    if Path(dataset_pick.value) == Path(default_dataset.path):
+        dataset = default_dataset
+    else:
+        try:
+            dataset, _ = session.open_dataset(dataset_pick.value)
+        except ValueError as exc:
+            mo.stop(True, mo.callout(mo.md(f"Cannot load this dataset: `{exc}`"), kind="danger"))
+    _fast = session.fast_mode()
+    _queries = session.sample_queries(dataset.queries, per_tag=2) if _fast else None
+    _replayer = session.make_replayer(dataset, session.notebook_embedder(_fast))
+    data = tl.replay_timeline(_replayer, load_pipeline(pipeline_pick.value), queries=_queries)
+    _note = (
+        mo.callout(mo.md("Skipped: " + "; ".join(skipped)), kind="warn") if skipped else mo.md("")
+    )
+    mo.vstack(
+        [
+            mo.hstack([dataset_pick, pipeline_pick], justify="start"),
+            mo.md(
+                f"{len(data.store)} memories, {data.accesses.height} accesses from "
+                f"{len(_queries) if _queries is not None else len(dataset.queries)} queries."
+            ),
+            _note,
+        ]
+    )
+    return (data,)
+
+
+@app.cell
+def _(data, mo, tl):
+    _clients = tl.client_table(data.store)
+    client_pick = mo.ui.dropdown(
+        {f"{c} ({n} memories)": c for c, n in _clients.iter_rows()},
+        value=next(f"{c} ({n} memories)" for c, n in _clients.iter_rows()),
+        label="client",
+        searchable=True,
+    )
+    types_pick = mo.ui.multiselect(
+        ["fact", "status", "decision", "event"], value=["fact", "status"], label="types drawn"
+    )
+    decay = mo.ui.slider(0.90, 1.0, 0.005, value=0.98, label="decay per day", show_value=True)
+    boost = mo.ui.slider(0.0, 1.0, 0.05, value=0.3, label="access-boost weight",
+                         show_value=True)
+    mo.hstack([client_pick, types_pick, mo.vstack([decay, boost])], justify="start", gap=2)
+    return boost, client_pick, decay, types_pick
+
+
+@app.cell
+def _(client_pick, data, tl):
+    records = tl.client_records(data.store, client_pick.value)
+    chains = tl.supersession_chains(records)
+    return chains, records
+
+
+@app.cell
+def _(chains, mo, tl):
+    mo.vstack(
+        [
+            mo.md(f"## Supersession chains ({chains['chain'].n_unique()} keys and subjects)"),
+            mo.as_html(tl.chains_chart(chains)) if chains.height
+            else mo.md("_No fact or status of this client was superseded._"),
+            mo.ui.table(chains.drop("created_at", "valid_from", "valid_to"), selection=None,
+                        page_size=8),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(data, mo, pl, records, tl, types_pick):
+    _limit = 60
+    _windows = tl.validity_windows(
+        records.filter(pl.col("type").is_in(types_pick.value or ["fact", "status"])),
+        horizon=data.horizon,
+    )
+    mo.vstack(
+        [
+            mo.md(
+                f"## Validity windows ({_windows.height} memories"
+                + (f", the first {_limit} drawn)" if _windows.height > _limit else ")")
+            ),
+            mo.as_html(tl.windows_chart(_windows.head(_limit)))
+            if _windows.height else mo.md("_Nothing of these types._"),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(boost, chains, data, decay, mo, pl, records, tl):
+    _counts = data.accesses.group_by("mem_id").agg(pl.len().alias("n"))
+    _decaying = records.filter(pl.col("type").is_in(["fact", "status"])).join(
+        _counts, left_on="id", right_on="mem_id", how="left"
+    ).with_columns(pl.col("n").fill_null(0))
+    _in_chains = set(chains["mem_id"].to_list())
+    _pick = (
+        _decaying.with_columns(pl.col("id").is_in(list(_in_chains)).alias("_chain"))
+        .sort(["_chain", "n", "id"], descending=[True, True, False])
+        .head(6)
+    )
+    curves = tl.decay_curves(
+        records.filter(pl.col("id").is_in(_pick["id"].to_list())),
+        data.accesses,
+        until=data.horizon,
+        decay_factor=decay.value,
+        boost_weight=boost.value,
+    )
+    mo.vstack(
+        [
+            mo.md(
+                "## Decay curves\nFacts and statuses (chain members and the most accessed "
+                "first): `confidence × decay^days since last access × (1 + w·log2(accesses+1))`."
+            ),
+            mo.as_html(tl.decay_chart(curves)) if curves.height
+            else mo.md("_This client has no fact or status._"),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(data, mo, pl, records, tl):
+    _ids = records["id"].to_list()
+    _top = (
+        data.accesses.filter(pl.col("mem_id").is_in(_ids))
+        .group_by("mem_id")
+        .agg(pl.len().alias("accesses"))
+        .sort(["accesses", "mem_id"], descending=[True, False])
+        .head(8)
+    )
+    _counts = tl.access_counts(data.accesses, _top["mem_id"].to_list())
+    mo.vstack(
+        [
+            mo.md("## Access counts (the 8 most accessed memories)"),
+            mo.as_html(tl.access_chart(
+                _counts, span=(float(records["created_at"].min()), data.horizon)
+            )) if _counts.height
+            else mo.md("_No memory of this client was accessed._"),
+            mo.ui.table(
+                _top.join(records.select(pl.col("id").alias("mem_id"), "type", "text"),
+                          on="mem_id", how="left"),
+                selection=None,
+                page_size=8,
+            ),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(data, mo, records, tl):
+    _retired = tl.retired_memories(records)
+    _log = tl.change_log(data.store, records["id"].to_list())
+    mo.vstack(
+        [
+            mo.md(
+                f"## Expired and forgotten ({_retired.height})\nEvents expire after 30 days "
+                "without an access unless important; `forget` soft-deletes."
+            ),
+            mo.ui.table(tl.with_datetimes(_retired, "created_at", "retired_at"),
+                        selection=None, page_size=8),
+            mo.as_html(tl.changes_chart(_log)) if _log.height else mo.md(""),
+        ]
+    )
+    return
+
+
+if __name__ == "__main__":
+    app.run()

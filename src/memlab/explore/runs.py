@@ -1,0 +1,580 @@
+"""Experiment run directories: finding, loading, comparing, and the per-query drill-down.
+
+A run directory is what :func:`memlab.eval.experiment.run_experiment` writes (``manifest.json``,
+``metrics.json``, ``per_query.parquet``, ``rankings.parquet``, ``comparison.parquet``,
+``per_tag.parquet``, ``timings.parquet``); any directory holding ``metrics.json`` counts.
+
+The drill-down re-runs one query through a run's pipeline one stage at a time
+(:func:`trace_pipeline`) and reports, for each relevant memory, its rank after every stage
+(:func:`stage_ranks`) and which stage lost it (:func:`loss_report`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import polars as pl
+
+from memlab.pipeline import Parallel, Pipeline, pipeline_from_config
+from memlab.stages.base import QueryContext, empty_candidates
+
+RUN_TABLES: tuple[str, ...] = (
+    "per_query",
+    "rankings",
+    "comparison",
+    "per_tag",
+    "timings",
+)
+"""The parquet tables of a run directory (``NAME.parquet``)."""
+
+_HASHING_ID = re.compile(r"^hashing-d(?P<dim>\d+)-s(?P<seed>\d+)-c(?P<ngram>\d+)$")
+
+
+@dataclass
+class Run:
+    """One run directory, loaded.
+
+    Attributes:
+        path: The directory.
+        name: Its path relative to the root it was found under (or its own name).
+        manifest: ``manifest.json`` (empty when absent).
+        metrics: ``metrics.json``: pipeline → metric → value.
+        tables: Table name (:data:`RUN_TABLES`) → frame; a missing file gives an empty frame.
+    """
+
+    path: Path
+    name: str
+    manifest: dict[str, Any]
+    metrics: dict[str, dict[str, float]]
+    tables: dict[str, pl.DataFrame]
+
+    @property
+    def pipelines(self) -> list[str]:
+        """Pipeline names in ``metrics.json`` order."""
+        return list(self.metrics)
+
+    @property
+    def baseline(self) -> str | None:
+        """The baseline named in the manifest (else the first pipeline)."""
+        base = self.manifest.get("baseline")
+        if base is not None:
+            return str(base)
+        return self.pipelines[0] if self.pipelines else None
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Directories under ``root`` (``root`` included) holding ``metrics.json``.
+
+    Hidden directories (a name starting with ``.``, e.g. a run still being written) are skipped.
+    Sorted by path.
+    """
+    base = Path(root)
+    if not base.is_dir():
+        return []
+    found = []
+    for metrics in base.rglob("metrics.json"):
+        rel = metrics.parent.relative_to(base)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        found.append(metrics.parent)
+    return sorted(found)
+
+
+def load_run(path: str | Path, *, root: str | Path | None = None) -> Run:
+    """Read a run directory.
+
+    Raises:
+        ValueError: If ``metrics.json`` or ``manifest.json`` is not valid JSON of the expected
+            shape (naming the file).
+    """
+    p = Path(path)
+    metrics_file = p / "metrics.json"
+    try:
+        metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{metrics_file}: cannot be read as JSON: {exc}") from None
+    if not isinstance(metrics, dict) or not all(isinstance(v, dict) for v in metrics.values()):
+        raise ValueError(f"{metrics_file}: expected {{pipeline: {{metric: value}}}}")
+    manifest: dict[str, Any] = {}
+    man_file = p / "manifest.json"
+    if man_file.is_file():
+        try:
+            manifest = json.loads(man_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{man_file}: not valid JSON: {exc}") from None
+    tables = {}
+    for name in RUN_TABLES:
+        f = p / f"{name}.parquet"
+        tables[name] = pl.read_parquet(f) if f.is_file() else pl.DataFrame()
+    if root is not None:
+        try:
+            label = str(p.resolve().relative_to(Path(root).resolve()))
+        except ValueError:
+            label = p.name
+    else:
+        label = p.name
+    return Run(p, "." if label == "" else label, manifest, metrics, tables)
+
+
+def metrics_long(runs: Sequence[Run]) -> pl.DataFrame:
+    """Every aggregate metric of every run: ``run, pipeline, metric, value``."""
+    rows = [
+        (run.name, pipe, metric, float(value))
+        for run in runs
+        for pipe, values in run.metrics.items()
+        for metric, value in values.items()
+    ]
+    return pl.DataFrame(
+        rows,
+        schema={"run": pl.String, "pipeline": pl.String, "metric": pl.String, "value": pl.Float64},
+        orient="row",
+    )
+
+
+def metrics_wide(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> pl.DataFrame:
+    """One row per (run, pipeline), one column per metric (in ``metrics`` order, default: the
+    metrics of the first run's manifest, else every metric sorted)."""
+    long = metrics_long(runs)
+    if metrics is None:
+        first = runs[0].manifest.get("metrics") if runs else None
+        metrics = list(first) if first else sorted(set(long["metric"].to_list()))
+    long = long.filter(pl.col("metric").is_in(list(metrics)))
+    if long.height == 0:
+        return pl.DataFrame(schema={"run": pl.String, "pipeline": pl.String})
+    order = [(r.name, p) for r in runs for p in r.pipelines]
+    wide = long.pivot(on="metric", index=["run", "pipeline"], values="value")
+    present = [m for m in metrics if m in wide.columns]
+    key = {k: i for i, k in enumerate(order)}
+    return (
+        wide.with_columns(
+            pl.struct("run", "pipeline")
+            .map_elements(lambda s: key[(s["run"], s["pipeline"])], return_dtype=pl.Int64)
+            .alias("_o")
+        )
+        .sort("_o")
+        .select("run", "pipeline", *present)
+    )
+
+
+def significance_table(run: Run, *, metric: str | None = None) -> pl.DataFrame:
+    """The run's paired comparison with its baseline (``comparison.parquet``).
+
+    Keeps ``pipeline, metric, baseline_mean, mean, delta, wins, losses``, the adjusted p-values
+    (``*_adj``) and ``significant`` where present; optionally one metric only.
+    """
+    comp = run.tables.get("comparison", pl.DataFrame())
+    if comp.height == 0:
+        return comp
+    keep = [
+        c
+        for c in comp.columns
+        if c in ("pipeline", "metric", "baseline_mean", "mean", "delta", "wins", "losses")
+        or c.endswith("_adj")
+        or c == "significant"
+    ]
+    out = comp.select(keep)
+    if metric is not None:
+        out = out.filter(pl.col("metric") == metric)
+    return out
+
+
+def tag_table(run: Run, metric: str) -> pl.DataFrame:
+    """Mean of ``metric`` per query tag (rows) and pipeline (columns), from ``per_tag``."""
+    table = run.tables.get("per_tag", pl.DataFrame())
+    if table.height == 0:
+        return pl.DataFrame(schema={"tag": pl.String})
+    sub = table.filter(pl.col("metric") == metric)
+    if sub.height == 0:
+        return pl.DataFrame(schema={"tag": pl.String})
+    wide = sub.pivot(on="pipeline", index="tag", values="mean").sort("tag")
+    return wide.select("tag", *[p for p in run.pipelines if p in wide.columns])
+
+
+def query_table(run: Run, metric: str) -> pl.DataFrame:
+    """Per query: the value of ``metric`` for each pipeline (columns in run order)."""
+    pq = run.tables.get("per_query", pl.DataFrame())
+    if pq.height == 0:
+        return pl.DataFrame(schema={"qid": pl.String})
+    wide = pq.filter(pl.col("metric") == metric).pivot(
+        on="pipeline", index="qid", values="value"
+    )
+    return wide.select("qid", *[p for p in run.pipelines if p in wide.columns]).sort("qid")
+
+
+def run_pipeline(run: Run, name: str) -> Pipeline:
+    """The pipeline ``name`` as the run's manifest resolved it."""
+    cfgs = run.manifest.get("pipelines", {})
+    if name not in cfgs:
+        raise ValueError(
+            f"{run.path / 'manifest.json'}: no configuration for pipeline {name!r} "
+            f"(pipelines: {', '.join(cfgs) or 'none'})"
+        )
+    return pipeline_from_config(cfgs[name], source=f"{run.path / 'manifest.json'}:{name}")
+
+
+def embedder_from_id(model_id: str | None, *, fast: bool = False) -> Any:
+    """An embedder for a manifest's ``embedder`` id.
+
+    ``hashing-dD-sS-cC`` rebuilds that :class:`~memlab.embed.HashingEmbedder`; any other id means
+    MiniLM behind the on-disk cache, or with ``fast`` a 256-dimensional hashing embedder.
+    """
+    from memlab.embed import HashingEmbedder, default_embedder
+
+    m = _HASHING_ID.match(model_id or "")
+    if m is not None:
+        return HashingEmbedder(dim=int(m["dim"]), seed=int(m["seed"]), char_ngram=int(m["ngram"]))
+    return HashingEmbedder(dim=256) if fast else default_embedder()
+
+
+def needs_generator(pipeline: Pipeline) -> bool:
+    """Whether any stage of ``pipeline`` asks a generator for text (HyDE, an LLM judge)."""
+    return any(getattr(s, "needs_generator", False) for _, s in pipeline.named_stages())
+
+
+def run_dataset_path(run: Run) -> Path | None:
+    """The dataset directory the run's manifest names (``None`` when it names none).
+
+    A relative path that does not exist from the working directory is taken relative to the
+    checkout (:func:`memlab.explore.session.project_root`).
+    """
+    from memlab.explore.session import project_root
+
+    path = run.manifest.get("dataset", {}).get("path")
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_absolute() and not p.exists():
+        return project_root() / p
+    return p
+
+
+def recorded_ranking(run: Run, pipeline: str, qid: str) -> pl.DataFrame:
+    """``rank, mem_id, score`` the run recorded for one pipeline and query."""
+    rk = run.tables.get("rankings", pl.DataFrame())
+    if rk.height == 0:
+        return pl.DataFrame(schema={"rank": pl.Int64, "mem_id": pl.String, "score": pl.Float64})
+    return (
+        rk.filter((pl.col("pipeline") == pipeline) & (pl.col("qid") == qid))
+        .sort("rank")
+        .select("rank", "mem_id", "score")
+    )
+
+
+# ---------------------------------------------------------------------- per-stage drill-down
+@dataclass
+class StageOutput:
+    """The candidates after one stage of a traced pipeline.
+
+    Attributes:
+        order: Position in execution order (0, 1, …).
+        step: The pipeline step it belongs to.
+        stage: The stage's name (a branch or fusion stage inside a parallel step has its own).
+        kind: ``"step"`` (a sequential step), ``"branch"`` (a parallel branch) or ``"fusion"``
+            (the stage that merged the branches: its output is the step's output).
+        frame: Its output, ranked.
+    """
+
+    order: int
+    step: str
+    stage: str
+    kind: str
+    frame: pl.DataFrame
+
+    @property
+    def label(self) -> str:
+        """``step/stage`` inside a parallel step, else the step name."""
+        return self.step if self.kind == "step" else f"{self.step}/{self.stage}"
+
+
+def trace_pipeline(pipeline: Pipeline, ctx: QueryContext) -> list[StageOutput]:
+    """Run ``pipeline`` on ``ctx`` one stage at a time and keep every stage's output.
+
+    Parallel steps are opened up: each branch's output is kept, then the fusion's.
+    """
+    out: list[StageOutput] = []
+    frame = empty_candidates()
+
+    def keep(step: str, stage: str, kind: str, result: pl.DataFrame) -> None:
+        out.append(StageOutput(len(out), step, stage, kind, result))
+
+    for name, stage in pipeline.steps:
+        if isinstance(stage, Parallel):
+            if stage.fuse is None:
+                raise ValueError(f"pipeline '{pipeline.name}': parallel step {name!r} has no fuse")
+            branch_outs = []
+            for bname, branch in stage.branches:
+                result = branch.transform(frame, ctx)
+                keep(name, bname, "branch", result)
+                branch_outs.append(result)
+            frame = stage.fuse[1].fuse(branch_outs, ctx)
+            keep(name, stage.fuse[0], "fusion", frame)
+        else:
+            frame = stage.transform(frame, ctx)
+            keep(name, name, "step", frame)
+    return out
+
+
+def _ranks(frame: pl.DataFrame) -> dict[str, int]:
+    if frame.height == 0:
+        return {}
+    return dict(zip(frame["mem_id"].to_list(), frame["rank"].to_list(), strict=True))
+
+
+def stage_ranks(outputs: Sequence[StageOutput], mem_ids: Sequence[str]) -> pl.DataFrame:
+    """Where each stage ranked each of ``mem_ids``.
+
+    Returns:
+        ``order, stage, kind, mem_id, rank, n_candidates``: one row per stage and memory,
+        ``rank`` null where the stage's output does not hold it. Sorted by order, then the
+        order of ``mem_ids``.
+    """
+    rows = []
+    for o in outputs:
+        ranks = _ranks(o.frame)
+        for m in mem_ids:
+            rows.append((o.order, o.label, o.kind, m, ranks.get(m), o.frame.height))
+    return pl.DataFrame(
+        rows,
+        schema={
+            "order": pl.Int64,
+            "stage": pl.String,
+            "kind": pl.String,
+            "mem_id": pl.String,
+            "rank": pl.Int64,
+            "n_candidates": pl.Int64,
+        },
+        orient="row",
+    )
+
+
+def ranks_wide(outputs: Sequence[StageOutput], mem_ids: Sequence[str]) -> pl.DataFrame:
+    """:func:`stage_ranks` as one row per memory and one rank column per stage label."""
+    data: dict[str, list[Any]] = {"mem_id": list(mem_ids)}
+    schema: dict[str, pl.DataType] = {"mem_id": pl.String()}
+    for o in outputs:
+        ranks = _ranks(o.frame)
+        data[o.label] = [ranks.get(m) for m in mem_ids]
+        schema[o.label] = pl.Int64()
+    return pl.DataFrame(data, schema=schema)
+
+
+def loss_report(
+    outputs: Sequence[StageOutput], relevant: Mapping[str, int], *, k: int = 10
+) -> pl.DataFrame:
+    """For each relevant memory: where it was best ranked, its final rank and what lost it.
+
+    The main line is the sequence of ``step`` and ``fusion`` outputs (each feeds the next);
+    branches only retrieve. Verdicts:
+
+    * ``found`` -- final rank ≤ ``k``; ``lost_at`` is null.
+    * ``never retrieved`` -- no stage output ever held it; ``lost_at`` is the first stage.
+    * ``dropped`` -- a main-line stage's output no longer holds it; ``lost_at`` is that stage
+      (a fusion that drops every branch hit counts too).
+    * ``below k`` -- still ranked at the end, but beyond ``k``; ``lost_at`` is the first
+      main-line stage from which it stays beyond ``k`` (the first stage when it never was
+      within ``k``).
+
+    Returns:
+        ``mem_id, relevance, best_rank, best_stage, final_rank, verdict, lost_at``, in the order
+        of ``relevant``.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"runs.py: field 'k' must be an int >= 1, got {k!r}")
+    main = [o for o in outputs if o.kind in ("step", "fusion")]
+    ranks = {o.order: _ranks(o.frame) for o in outputs}
+    rows = []
+    for mid, grade in relevant.items():
+        seen = [(ranks[o.order][mid], o.order, o.label) for o in outputs if mid in ranks[o.order]]
+        best = min(seen) if seen else None
+        final = ranks[main[-1].order].get(mid) if main else None
+        if final is not None and final <= k:
+            verdict, lost = "found", None
+        elif not seen:
+            verdict, lost = "never retrieved", outputs[0].label if outputs else None
+        elif final is None:
+            verdict, lost = "dropped", _first_drop(main, ranks, mid, outputs)
+        else:
+            verdict, lost = "below k", _first_stay_out(main, ranks, mid, k)
+        rows.append(
+            (
+                mid,
+                int(grade),
+                None if best is None else best[0],
+                None if best is None else best[2],
+                final,
+                verdict,
+                lost,
+            )
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "mem_id": pl.String,
+            "relevance": pl.Int64,
+            "best_rank": pl.Int64,
+            "best_stage": pl.String,
+            "final_rank": pl.Int64,
+            "verdict": pl.String,
+            "lost_at": pl.String,
+        },
+        orient="row",
+    )
+
+
+def _first_drop(
+    main: Sequence[StageOutput],
+    ranks: Mapping[int, Mapping[str, int]],
+    mid: str,
+    outputs: Sequence[StageOutput],
+) -> str | None:
+    present = False
+    for o in main:
+        if mid in ranks[o.order]:
+            present = True
+        elif present or o.kind == "fusion" and any(
+            mid in ranks[b.order] for b in outputs if b.step == o.step and b.kind == "branch"
+        ):
+            return o.label
+    return None
+
+
+def _first_stay_out(
+    main: Sequence[StageOutput], ranks: Mapping[int, Mapping[str, int]], mid: str, k: int
+) -> str | None:
+    lost = None
+    for o in main:
+        r = ranks[o.order].get(mid)
+        if r is not None and r <= k:
+            lost = None
+        elif lost is None:
+            lost = o.label
+    return lost
+
+
+def rank_path_chart(long: pl.DataFrame, *, k: int = 10) -> alt.LayerChart:
+    """Rank of each memory after each stage (:func:`stage_ranks`), rank 1 on top, the cut-off
+    ``k`` as a dashed rule; stages are in execution order."""
+    data = long.filter(pl.col("rank").is_not_null())
+    order = long.select("order", "stage").unique().sort("order")["stage"].to_list()
+    x = alt.X("stage:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30))
+    lines = (
+        alt.Chart(data)
+        .mark_line(point=alt.OverlayMarkDef(size=70))
+        .encode(
+            x=x,
+            y=alt.Y("rank:Q", scale=alt.Scale(type="log", reverse=True), title="rank (log)"),
+            color=alt.Color("mem_id:N", title="relevant memory"),
+            tooltip=["mem_id:N", "stage:N", "rank:Q", "n_candidates:Q"],
+        )
+    )
+    rule = (
+        alt.Chart(pl.DataFrame({"k": [k]}))
+        .mark_rule(strokeDash=[5, 4], color="#d62728")
+        .encode(y="k:Q")
+    )
+    return alt.layer(lines, rule).properties(width=560, height=240)
+
+
+def comparison_chart(wide: pl.DataFrame, metrics: Sequence[str]) -> alt.Chart:
+    """Grouped bars: ``metrics`` of every (run, pipeline) row of :func:`metrics_wide`."""
+    cols = [m for m in metrics if m in wide.columns]
+    long = wide.with_columns(
+        (pl.col("run") + " · " + pl.col("pipeline")).alias("config")
+    ).unpivot(index="config", on=cols, variable_name="metric", value_name="value")
+    return (
+        alt.Chart(long)
+        .mark_bar()
+        .encode(
+            x=alt.X("config:N", title=None, axis=alt.Axis(labelAngle=-35)),
+            y=alt.Y("value:Q", title=None),
+            color=alt.Color("config:N", legend=None),
+            column=alt.Column("metric:N", title=None),
+            tooltip=["config:N", "metric:N", alt.Tooltip("value:Q", format=".4f")],
+        )
+        .properties(width=max(60, 22 * wide.height), height=180)
+    )
+
+
+def demo_run_dir(name: str = "demo-handmade") -> Path:
+    """Where the apps put the demo run: ``<system temp dir>/memlab-demo-runs/<name>`` (rebuilt,
+    atomically, by each app session that needs it)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "memlab-demo-runs" / name
+
+
+def build_demo_run(
+    out: str | Path,
+    dataset: str | Path,
+    *,
+    pipelines: Sequence[str] = ("bm25", "dense", "graph", "hybrid"),
+    embedder: Any | None = None,
+    n_resamples: int = 2000,
+) -> Path:
+    """Run a small experiment into ``out`` (no report), for when no run exists yet.
+
+    Args:
+        out: Output directory (written atomically).
+        dataset: The dataset directory (the handmade fixture is meant).
+        pipelines: Shipped pipeline names.
+        embedder: Defaults to a 256-dimensional :class:`~memlab.embed.HashingEmbedder`.
+        n_resamples: Permutation-test resamples.
+
+    Returns:
+        The run directory.
+    """
+    from memlab.embed import HashingEmbedder
+    from memlab.eval.experiment import run_experiment
+
+    result = run_experiment(
+        Path(dataset),
+        list(pipelines),
+        out=Path(out),
+        embedder=HashingEmbedder(dim=256) if embedder is None else embedder,
+        n_resamples=n_resamples,
+        progress=False,
+        write_report=False,
+    )
+    if result.out is None:
+        raise ValueError(f"runs.py: the demo run was not written to {out}")
+    return result.out
+
+
+def queries_by_metric(run: Run, pipeline: str, metric: str) -> pl.DataFrame:
+    """``qid, value`` of one pipeline and metric, worst first (ties by ``qid``)."""
+    pq = run.tables.get("per_query", pl.DataFrame())
+    if pq.height == 0:
+        return pl.DataFrame(schema={"qid": pl.String, "value": pl.Float64})
+    return (
+        pq.filter((pl.col("pipeline") == pipeline) & (pl.col("metric") == metric))
+        .select("qid", "value")
+        .sort("value", "qid")
+    )
+
+
+def fit_like_run(run: Run, pipeline: Pipeline, replayer: Any) -> int:
+    """Fit the learned stages of ``pipeline`` on the run's training split, as the run did.
+
+    The split is :func:`memlab.eval.experiment.split_queries` with the manifest's seed and
+    held-out fraction; fitting is :func:`memlab.eval.experiment.fit_learned_stages`. Returns how
+    many stages need fitting (0: nothing was replayed).
+    """
+    from memlab.eval.experiment import fit_learned_stages, learnable_stages, split_queries
+
+    n = len(learnable_stages(pipeline))
+    if n == 0:
+        return 0
+    split = run.manifest.get("held_out_split") or {}
+    train, _ = split_queries(
+        replayer.dataset.queries,
+        test_fraction=float(split.get("test_fraction", 0.5)),
+        seed=int(run.manifest.get("seed", 0)),
+    )
+    fit_learned_stages(replayer, pipeline, train)
+    return n

@@ -1,0 +1,131 @@
+"""Conversational neighbours: a memory inherits part of the score of the memories written
+just before and after it by the same client.
+
+Agents write memories in streams — the turns of a conversation, the steps of a task — and the
+memory that answers a question often sits next to the one that matches it (the answer after
+the question, the detail after the announcement). For each candidate ``d``::
+
+    neighbor_score(d) = Σ_{n ∈ N(d)} score(n)
+    score'(d)         = score(d) + weight · neighbor_score(d)
+
+where ``N(d)`` are the ``window`` memories on each side of ``d`` in the client's write order,
+each written within ``max_gap_seconds`` of the next (a pause ends the stream), and ``score(n)``
+is ``n``'s incoming score (0 when ``n`` is not a candidate). With ``add_missing`` a visible
+neighbour that was not a candidate enters with its inherited score alone. memlab's own stage.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import polars as pl
+
+from memlab.stages.base import (
+    CANDIDATE_SCHEMA,
+    QueryContext,
+    Stage,
+    register_stage,
+    rerank,
+)
+
+
+@register_stage("neighbors")
+class Neighbors(Stage):
+    """Smooth scores along each client's write order.
+
+    Args:
+        weight: Share of a neighbour's score a memory inherits.
+        window: Neighbours on each side.
+        max_gap_seconds: Two memories further apart in time are not neighbours.
+        add_missing: Bring in visible neighbours that were not candidates.
+        top_k: Keep this many candidates (``None`` = all).
+
+    Attributes:
+        links_: ``(prev, next)`` row arrays (-1 = none) for the store it last saw.
+    """
+
+    def __init__(
+        self,
+        weight: float = 0.3,
+        window: int = 1,
+        max_gap_seconds: float = 3600.0,
+        add_missing: bool = True,
+        top_k: int | None = None,
+    ) -> None:
+        self.weight = weight
+        self.window = window
+        self.max_gap_seconds = max_gap_seconds
+        self.add_missing = add_missing
+        self.top_k = top_k
+
+    def links(self, ctx: QueryContext) -> tuple[np.ndarray, np.ndarray]:
+        """Previous and next row of every store row in its client's stream (-1 = none)."""
+        store = ctx.store
+        key = (len(store), self.max_gap_seconds)
+        ref = getattr(self, "store_", None)
+        if ref is not None and ref() is store and getattr(self, "links_key_", None) == key:
+            return self.links_
+        n = len(store)
+        client = store.column("client")
+        created = store.column("created_at")
+        order = np.lexsort((np.arange(n), created, client))
+        prev = np.full(n, -1, dtype=np.int64)
+        nxt = np.full(n, -1, dtype=np.int64)
+        if n > 1:
+            a, b = order[:-1], order[1:]
+            ok = (client[a] == client[b]) & (created[b] - created[a] <= self.max_gap_seconds)
+            prev[b[ok]] = a[ok]
+            nxt[a[ok]] = b[ok]
+        self.links_ = (prev, nxt)
+        self.links_key_ = key
+        self.store_ = weakref.ref(store)
+        return self.links_
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        if frame.height == 0 or self.weight == 0:
+            return frame
+        store = ctx.store
+        prev, nxt = self.links(ctx)
+        n = len(store)
+        score = np.zeros(n, dtype=np.float64)
+        present = np.zeros(n, dtype=bool)
+        rows = np.fromiter((store.idx(m) for m in frame["mem_id"]), dtype=np.int64)
+        score[rows] = frame["score"].to_numpy()
+        present[rows] = True
+        inherited = np.zeros(n, dtype=np.float64)
+        for links in (prev, nxt):
+            hop = np.arange(n)
+            for _ in range(self.window):
+                hop = np.where(hop >= 0, links[np.maximum(hop, 0)], -1)
+                has = hop >= 0
+                inherited[has] += score[hop[has]] * present[hop[has]]
+        targets = present.copy()
+        if self.add_missing:
+            reach = np.zeros(n, dtype=bool)
+            for links in (prev, nxt):
+                hop = rows.copy()
+                for _ in range(self.window):
+                    hop = hop[hop >= 0]
+                    hop = links[hop]
+                    reach[hop[hop >= 0]] = True
+            targets |= reach & ctx.visible_mask()
+        new_rows = np.flatnonzero(targets & ~present)
+        out = frame.with_columns(
+            pl.Series("neighbor_score", inherited[rows], dtype=pl.Float64),
+            pl.Series("score", score[rows] + self.weight * inherited[rows], dtype=pl.Float64),
+        )
+        if len(new_rows):
+            added = pl.DataFrame(
+                {
+                    "qid": [ctx.qid] * len(new_rows),
+                    "mem_id": store.ids_of(new_rows),
+                    "score": self.weight * inherited[new_rows],
+                    "rank": np.zeros(len(new_rows), dtype=np.int64),
+                    "neighbor_score": inherited[new_rows],
+                },
+                schema={**CANDIDATE_SCHEMA, "neighbor_score": pl.Float64()},
+            )
+            out = pl.concat([out, added], how="diagonal_relaxed")
+        out = rerank(out)
+        return out if self.top_k is None else out.head(self.top_k)

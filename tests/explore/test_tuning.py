@@ -1,0 +1,163 @@
+"""The tunable pipeline, its evaluation and the curves against a baseline."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from memlab.datasets.format import Dataset, MemoryOp, Query
+from memlab.embed import HashingEmbedder
+from memlab.explore import session
+from memlab.explore import tuning as tune
+from memlab.pipeline import Pipeline
+from memlab.stages.bm25 import BM25
+
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _explore_fixtures import DAY, T0  # noqa: E402
+
+
+def test_tuning_pipeline_defaults_are_the_seed_constants():
+    params = tune.tuning_pipeline().get_params()
+    assert [n for n, _ in tune.tuning_pipeline().steps] == [
+        "retrieve", "lifecycle", "mmr", "entropy_gate"
+    ]
+    assert (params["rrf__k"], params["lifecycle__decay_factor"], params["lifecycle__boost_weight"],
+            params["mmr__lambda_"], params["entropy_gate__token_budget"]) == (
+        60.0, 0.98, 0.3, 0.7, 2000
+    )
+
+
+def test_tuning_pipeline_passes_every_constant_through():
+    pipe = tune.tuning_pipeline(rrf_k=10.0, decay_factor=0.9, boost_weight=0.5, mmr_lambda=0.2,
+                                token_budget=300, retrieve_k=7, mmr_candidates=4, name="x")
+    p = pipe.get_params()
+    assert pipe.name == "x"
+    assert (p["rrf__k"], p["lifecycle__decay_factor"], p["lifecycle__boost_weight"],
+            p["mmr__lambda_"], p["mmr__top_k"], p["entropy_gate__token_budget"],
+            p["dense__top_k"], p["bm25__top_k"], p["graph__top_k"]) == (
+        10.0, 0.9, 0.5, 0.2, 4, 300, 7, 7, 7
+    )
+
+
+def test_cutoff_metrics_family_by_family():
+    assert tune.cutoff_metrics(("R_all", "nDCG"), (1, 5)) == [
+        "R_all@1", "R_all@5", "nDCG@1", "nDCG@5"
+    ]
+
+
+def _pq(values: dict[str, dict[str, float]]) -> pl.DataFrame:
+    rows = [(qid, m, v) for m, per in values.items() for qid, v in per.items()]
+    return pl.DataFrame(rows, schema={"qid": pl.String, "metric": pl.String,
+                                      "value": pl.Float64}, orient="row")
+
+
+def test_metric_curves_average_over_queries_and_keep_the_families():
+    a = _pq({"R_all@1": {"q1": 1.0, "q2": 0.0}, "R_all@2": {"q1": 1.0, "q2": 1.0},
+             "MRR": {"q1": 1.0, "q2": 0.5}, "tokens@10": {"q1": 30.0, "q2": 10.0}})
+    b = _pq({"R_all@1": {"q1": 0.0, "q2": 0.0}, "R_all@2": {"q1": 1.0, "q2": 0.0}})
+    curves = tune.metric_curves({"tuned": a, "baseline": b}, families=("R_all",))
+    assert curves.rows() == [
+        ("tuned", "R_all", 1, (1.0 + 0.0) / 2),
+        ("tuned", "R_all", 2, (1.0 + 1.0) / 2),
+        ("baseline", "R_all", 1, 0.0),
+        ("baseline", "R_all", 2, (1.0 + 0.0) / 2),
+    ]
+    with_tokens = tune.metric_curves({"tuned": a}, families=("R_all", "tokens"))
+    assert with_tokens.filter(pl.col("family") == "tokens").rows() == [
+        ("tuned", "tokens", 10, (30.0 + 10.0) / 2)
+    ]
+
+
+def test_summary_table_means_and_differences():
+    a = _pq({"MRR": {"q1": 1.0, "q2": 0.5}, "R_all@10": {"q1": 1.0, "q2": 1.0}})
+    b = _pq({"MRR": {"q1": 0.5, "q2": 0.5}, "R_all@10": {"q1": 1.0, "q2": 0.0}})
+    table = tune.summary_table({"baseline": b, "tuned": a}, baseline="baseline")
+    assert table.columns == ["metric", "baseline", "tuned", "Δ tuned"]
+    assert table.rows() == [
+        ("MRR", 0.5, 0.75, 0.75 - 0.5),
+        ("R_all@10", 0.5, 1.0, 1.0 - 0.5),
+    ]
+    with pytest.raises(ValueError, match="baseline 'nope'"):
+        tune.summary_table({"tuned": a}, baseline="nope")
+
+
+def test_tag_means_per_primary_tag():
+    qs = [Query(0, "q1", T0, "a", tags=("x", "client:c")), Query(0, "q2", T0, "b", tags=("y",)),
+          Query(0, "q3", T0, "c", tags=("x",))]
+    a = _pq({"R_all@10": {"q1": 1.0, "q2": 0.0, "q3": 0.0}})
+    b = _pq({"R_all@10": {"q1": 1.0, "q2": 1.0, "q3": 1.0}})
+    table = tune.tag_means({"baseline": b, "tuned": a}, qs, "R_all@10")
+    assert table.rows() == [
+        ("baseline", "x", 1.0, 2),
+        ("tuned", "x", (1.0 + 0.0) / 2, 2),
+        ("baseline", "y", 1.0, 1),
+        ("tuned", "y", 0.0, 1),
+    ]
+
+
+def _keyword_dataset() -> Dataset:
+    ops = [
+        MemoryOp.store("m1", T0, "the boiler was serviced", "event", client_id="acme",
+                       source_agent="a"),
+        MemoryOp.store("m2", T0 + DAY, "invoice is overdue", "event", client_id="acme",
+                       source_agent="a"),
+        MemoryOp.store("m3", T0 + DAY, "coffee machine broke", "event", client_id="acme",
+                       source_agent="a"),
+    ]
+    queries = [
+        Query(0, "q1", T0 + 2 * DAY, "overdue invoice", client_id="acme", relevant={"m2": 1},
+              tags=("exact-id",)),
+        Query(0, "q2", T0 + 2 * DAY, "boiler", client_id="acme", relevant={"m3": 1},
+              tags=("adversarial",)),
+    ]
+    return Dataset(None, {"name": "kw"}, ops, queries)
+
+
+def test_evaluate_pipeline_scores_each_query_and_drops_excluded_tags():
+    ds = _keyword_dataset()
+    rep = session.make_replayer(ds, HashingEmbedder(dim=16))
+    pq = tune.evaluate_pipeline(rep, Pipeline([("bm25", BM25())]), ["R_all@1", "tokens@1"])
+    # q2 is adversarial: left out of the relevance metric, kept in the memory metric.
+    assert pq.filter(pl.col("metric") == "R_all@1").rows() == [("q1", "R_all@1", 1.0)]
+    tokens = dict(pq.filter(pl.col("metric") == "tokens@1").select("qid", "value").rows())
+    # q1's top hit is "invoice is overdue" (3 tokens), q2's "the boiler was serviced" (4).
+    assert tokens == {"q1": 3.0, "q2": 4.0}
+
+
+def test_evaluate_pipeline_on_a_subset_of_queries():
+    ds = _keyword_dataset()
+    rep = session.make_replayer(ds, HashingEmbedder(dim=16))
+    pq = tune.evaluate_pipeline(rep, Pipeline([("bm25", BM25())]), ["R_all@1"],
+                                queries=ds.queries[1:], exclude_tags=())
+    # Not excluded now; q2 wants m3 but BM25 ranks m1 first.
+    assert pq.rows() == [("q2", "R_all@1", 0.0)]
+
+
+def test_memories_frame_counts_tokens():
+    from memlab.memory.store import MemoryStore
+
+    store = MemoryStore()
+    store.store("Hello, world!", "event", now=0.0, id="m", client_id="c")
+    assert tune.memories_frame(store).rows() == [
+        ("m", "c", store.get("m").content_hash, "Hello, world!", 4)
+    ]
+
+
+def test_describe_params():
+    assert tune.describe_params({"rrf_k": 60.0, "decay": 0.98123456, "budget": 200}) == (
+        "rrf_k = 60, decay = 0.9812, budget = 200"
+    )
+
+
+def test_charts_build():
+    curves = tune.metric_curves({"tuned": _pq({"R_all@1": {"q": 1.0}}),
+                                 "baseline": _pq({"R_all@1": {"q": 0.0}})})
+    spec = tune.curve_chart(curves).to_dict()
+    assert spec["facet"]["column"]["field"] == "family"
+    assert spec["spec"]["encoding"]["strokeDash"]["condition"]["test"] == (
+        "(datum.config === 'baseline')"
+    )

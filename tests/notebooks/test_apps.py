@@ -1,0 +1,210 @@
+"""The marimo apps in ``notebooks/``: each runs as a script, exports to HTML without a cell
+error, and renders in headless Chromium with every cell shown (screenshots are saved under
+``reports/screenshots/``).
+
+All of it runs in fast mode (``MEMLAB_NOTEBOOK_FAST=1``: hashing embedder, a subset of queries).
+In ``marimo run`` a cell that raised is not rendered at all, so the browser test counts the
+rendered cells against the cells of the file and reads the server's log for tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+SCREENSHOTS = ROOT / "reports" / "screenshots"
+MARIMO = Path(sys.executable).with_name("marimo")
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+# app -> (a heading its output must show, how many charts it draws at least)
+APPS: dict[str, tuple[str, int]] = {
+    "activation": ("Activation spread over the entity graph", 1),
+    "tuning": ("Tune the retrieval constants", 2),
+    "runs": ("Compare runs", 3),
+    "timeline": ("One client's memory over time", 5),
+}
+ERROR_MARKERS = (
+    '"type": "error"',
+    "application/vnd.marimo+error",
+    "application/vnd.marimo+traceback",
+    "MarimoExceptionRaisedError",
+)
+
+
+def app_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        MEMLAB_NOTEBOOK_FAST="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        ANONYMIZED_TELEMETRY="False",
+        MARIMO_SKIP_UPDATE_CHECK="1",
+    )
+    return env
+
+
+def n_cells(app: str) -> int:
+    return (NOTEBOOKS / f"{app}.py").read_text(encoding="utf-8").count("@app.cell")
+
+
+@pytest.mark.parametrize("app", list(APPS))
+def test_app_runs_as_a_script(app):
+    res = subprocess.run(
+        [sys.executable, str(NOTEBOOKS / f"{app}.py")],
+        cwd=ROOT,
+        env=app_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+
+
+@pytest.mark.parametrize("app", list(APPS))
+def test_app_exports_to_html_without_a_cell_error(app, tmp_path):
+    out = tmp_path / f"{app}.html"
+    res = subprocess.run(
+        [str(MARIMO), "export", "html", "--no-include-code", str(NOTEBOOKS / f"{app}.py"),
+         "-o", str(out)],
+        cwd=ROOT,
+        env=app_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    html = out.read_text(encoding="utf-8")
+    for marker in ERROR_MARKERS:
+        assert marker not in html, f"{app}: the export holds {marker}"
+    heading, charts = APPS[app]
+    assert heading.replace("'", "&#x27;") in html or heading in html
+    assert html.count("vnd.vegalite") >= charts
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_server(port: int, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"marimo run exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"marimo run did not answer on port {port}")
+
+
+_BOTTOM = (
+    "Math.max(0, ...Array.from(document.querySelectorAll('.marimo-cell'))"
+    ".map(e => e.getBoundingClientRect().bottom + window.scrollY))"
+)
+
+
+def _settle(page, charts: int) -> None:
+    """Wait until the app draws ``charts`` charts and the page stops changing."""
+    page.locator(".vega-embed").nth(charts - 1).wait_for(state="attached", timeout=120_000)
+    last, stable = None, 0
+    while stable < 4:
+        sig = (page.evaluate("document.body.innerHTML.length"), page.locator(".vega-embed").count())
+        stable = stable + 1 if sig == last else 0
+        last = sig
+        time.sleep(0.5)
+
+
+def _screenshot(page, app: str) -> Path:
+    height = page.evaluate(_BOTTOM)
+    for _ in range(3):
+        page.set_viewport_size({"width": 1280, "height": min(int(height) + 80, 12_000)})
+        time.sleep(0.5)
+        grown = page.evaluate(_BOTTOM)
+        if grown <= height:
+            break
+        height = grown
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    final = SCREENSHOTS / f"{app}.png"
+    tmp = final.with_name(f".{app}.tmp{os.getpid()}.png")
+    page.screenshot(path=str(tmp), full_page=True)
+    os.replace(tmp, final)
+    return final
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("app", list(APPS))
+def test_app_renders_in_headless_chromium(app):
+    if not CHROMIUM.is_file():
+        pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium')")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    heading, charts = APPS[app]
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(MARIMO), "run", str(NOTEBOOKS / f"{app}.py"), "--headless", "--port", str(port),
+         "--no-token"],
+        cwd=ROOT,
+        env=app_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _wait_for_server(port, proc)
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page_errors: list[str] = []
+                page.on("pageerror", lambda exc: page_errors.append(str(exc)))
+                page.on(
+                    "console",
+                    lambda msg: page_errors.append(msg.text) if msg.type == "error" else None,
+                )
+                page.goto(f"http://127.0.0.1:{port}/")
+                expected = n_cells(app)
+                page.wait_for_function(
+                    f"document.querySelectorAll('.marimo-cell').length >= {expected}",
+                    timeout=120_000,
+                )
+                _settle(page, charts)
+                text = page.locator("body").inner_text()
+                rendered = page.locator(".marimo-cell").count()
+                shot = _screenshot(page, app)
+                final_text = page.locator("body").inner_text()
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        try:
+            log = proc.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            log = proc.communicate()[0]
+    assert rendered == expected, f"{app}: {rendered} of {expected} cells rendered\n{log}"
+    assert heading in text
+    for marker in ("Traceback", "An internal error", "MarimoExceptionRaisedError"):
+        assert marker not in text + final_text, f"{app}: the page shows {marker}"
+    assert page_errors == [], f"{app}: the browser reported errors: {page_errors}"
+    assert "Traceback" not in log and "[E " not in log, log[-4000:]
+    assert shot.stat().st_size > 10_000
