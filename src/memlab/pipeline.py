@@ -40,6 +40,7 @@ from typing import Any
 
 import polars as pl
 
+from memlab.io import atomic_write_text
 from memlab.stages.base import (
     FusionStage,
     QueryContext,
@@ -246,8 +247,14 @@ class Pipeline(Stage):
                 raise ValueError(f"step {n!r}: nested pipelines are written as their steps")
             else:
                 table: dict[str, Any] = {"stage": s.stage_name}
+                defaults = s.param_defaults()
                 for k, v in s.get_params(deep=False).items():
                     if v is None:
+                        if defaults.get(k) is not None:
+                            raise ValueError(
+                                f"step {n!r}: parameter {k!r} is None but defaults to "
+                                f"{defaults[k]!r}; TOML has no null, so it cannot be written"
+                            )
                         continue
                     table[k] = list(v) if isinstance(v, tuple) else v
                 cfg[n] = table
@@ -392,13 +399,19 @@ def load_pipeline(name_or_path: str | Path) -> Pipeline:
     return pipeline_from_config(cfg, source=str(path))
 
 
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        escaped = "".join(
+            _TOML_ESCAPES.get(ch, f"\\u{ord(ch):04X}" if ch < " " or ch == "\x7f" else ch)
+            for ch in value
+        )
         return f'"{escaped}"'
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
@@ -418,11 +431,3 @@ def dumps_toml(cfg: dict[str, Any]) -> str:
             for kk, vv in v.items():
                 lines.append(f"{kk} = {_toml_value(vv)}")
     return "\n".join(lines) + "\n"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write text through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
