@@ -239,3 +239,12 @@ def test_relate_counts_strength(store):
     assert store.relate("acme-corp", "uses", "nextjs", now=T0) == 2.0
     with pytest.raises(MemoryInputError, match="'relation'"):
         store.relate("a", "likes", "b")
+
+
+def test_query_entities_can_match_known_agent_names(store):
+    store.store("I went to a support group yesterday", source_agent="Caroline", now=T0)
+    store.store("Painting again", source_agent="Melanie", now=T0)
+    caroline = store.graph.find("Caroline", "agent")
+    assert store.query_entities("What did Caroline do?") == []
+    assert store.query_entities("What did caroline do?", known_types=("agent",)) == [caroline]
+    assert store.query_entities("Carolines", known_types=("agent",)) == []

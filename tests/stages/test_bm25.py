@@ -191,3 +191,18 @@ def test_a_stale_sparse_engine_ignores_terms_added_after_its_fit() -> None:
     assert engine.get_scores(["zebra"]).tolist() == [0.0, 0.0, 0.0]
     refit = SparseBM25Engine().fit(corpus).get_scores(["zebra"])
     assert refit.tolist()[:3] == [0.0, 0.0, 0.0] and refit[3] > 0
+
+
+def test_query_stopwords_drop_function_words(make_ctx):
+    from memlab.index.stopwords import get_stopwords
+    from memlab.stages.bm25 import BM25
+
+    ctx = make_ctx("what is the Acme website")
+    plain = BM25(top_k=None).transform(None, ctx)
+    stop = BM25(top_k=None, query_stopwords="english").transform(None, ctx)
+    assert set(stop["mem_id"]) <= set(plain["mem_id"])
+    assert "the" in get_stopwords("english")
+    with pytest.raises(ValueError, match="known lists: english"):
+        get_stopwords("klingon")
+    only_stop = BM25(top_k=None, query_stopwords="english").transform(None, make_ctx("what is the"))
+    assert only_stop.height == 0
