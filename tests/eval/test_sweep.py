@@ -1,0 +1,58 @@
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from memlab.embed import HashingEmbedder
+from memlab.eval.sweep import grid_points, parse_grid, run_sweep
+
+HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
+
+
+def test_parse_grid_reads_types():
+    assert parse_grid(["rrf__k=10,30", "lifecycle__decay_factor=0.95,0.98", "x__on=true,none"]) == {
+        "rrf__k": [10, 30],
+        "lifecycle__decay_factor": [0.95, 0.98],
+        "x__on": [True, None],
+    }
+
+
+@pytest.mark.parametrize(
+    "expr", ["rrf_k=10", "rrf__k", "rrf__k=", "rrf__k=,", "=1,2"],
+)
+def test_parse_grid_rejects_bad_expressions(expr):
+    with pytest.raises(ValueError, match="bad grid expression"):
+        parse_grid([expr])
+
+
+def test_grid_points_is_the_product_in_order():
+    assert grid_points({"a__x": [1, 2], "b__y": ["u", "v"]}) == [
+        {"a__x": 1, "b__y": "u"}, {"a__x": 1, "b__y": "v"},
+        {"a__x": 2, "b__y": "u"}, {"a__x": 2, "b__y": "v"},
+    ]
+
+
+def test_sweep_clones_each_point_and_picks_on_train(tmp_path):
+    res = run_sweep(
+        HANDMADE, "hybrid", {"rrf__k": [1, 60], "lifecycle__boost_weight": [0.0]},
+        embedder=HashingEmbedder(dim=64), out=tmp_path / "s", progress=False,
+    )
+    assert res.results.columns[:2] == ["param_rrf__k", "param_lifecycle__boost_weight"]
+    assert res.results.height == 2
+    best_train = max(res.results["R_all@10_train"].to_list())
+    assert res.best_train == best_train
+    row = res.results.filter(
+        pl.col("param_rrf__k") == res.best_params["rrf__k"]
+    ).row(0, named=True)
+    assert res.best_test == row["R_all@10_test"]
+    summary = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert summary["best_params"] == res.best_params
+    assert (tmp_path / "s" / "sweep_rrf__k.png").exists()
+
+
+def test_unknown_parameter_fails_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="no parameter 'kk'"):
+        run_sweep(HANDMADE, "hybrid", {"rrf__kk": [1]}, embedder=HashingEmbedder(dim=8),
+                  out=tmp_path / "s")
+    assert not (tmp_path / "s").exists()

@@ -1,0 +1,58 @@
+import json
+from pathlib import Path
+
+from memlab.cli import main
+
+HANDMADE = str(Path(__file__).resolve().parent / "fixtures" / "handmade")
+
+
+def test_eval_writes_a_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["eval", HANDMADE, "--pipelines", "bm25,dense", "--embedder", "hashing",
+                 "--no-cache", "--quiet", "--out", str(out)])
+    assert code == 0
+    assert json.loads((out / "metrics.json").read_text())["bm25"]["R_all@10"] >= 0.0
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
+    out = tmp_path / "run"
+    cases = [
+        ["eval", HANDMADE, "--pipelines", "bm25,nope", "--out", str(out)],
+        ["eval", HANDMADE, "--metrics", "R_all@ten", "--out", str(out)],
+        ["eval", str(tmp_path / "missing"), "--out", str(out)],
+        ["sweep", HANDMADE, "--pipeline", "hybrid", "--grid", "rrf_k=1", "--out", str(out)],
+        ["sweep", HANDMADE, "--pipeline", "hybrid", "--out", str(out)],
+    ]
+    for argv in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("memlab: error: "), err
+        assert "Traceback" not in err
+        assert not out.exists()
+
+
+def test_eval_of_an_invalid_dataset_lists_its_problems(tmp_path, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "dataset.toml").write_text('name = "bad"\n')
+    (bad / "memories.jsonl").write_text('{"id": "a", "ts": "yesterday"}\n')
+    (bad / "queries.jsonl").write_text("")
+    assert main(["eval", str(bad), "--embedder", "hashing", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "memories.jsonl:1" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_datasets_validate_exit_codes(tmp_path):
+    assert main(["datasets", "validate", HANDMADE]) == 0
+    assert main(["datasets", "validate", str(tmp_path)]) == 1
+
+
+def test_pipelines_lists_and_prints(capsys):
+    assert main(["pipelines"]) == 0
+    listing = capsys.readouterr().out
+    for name in ("bm25", "dense", "graph", "hybrid", "full"):
+        assert name in listing
+    assert main(["pipelines", "hybrid"]) == 0
+    assert 'fuse = "rrf"' in capsys.readouterr().out
