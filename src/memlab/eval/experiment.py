@@ -179,13 +179,51 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
         )
 
 
-def _memories_frame(replays: Sequence[ReplayResult], replayer: Replayer) -> pl.DataFrame:
-    store = replayer.last_store_
-    recs = store.records_frame().select(
+def memories_frame(replayer: Replayer) -> pl.DataFrame:
+    """``mem_id, client_id, content_hash, text, tokens`` of the memories of the last replay."""
+    recs = replayer.last_store_.records_frame().select(
         pl.col("id").alias("mem_id"), "client_id", "content_hash", "text"
     )
     return recs.with_columns(
         pl.col("text").map_elements(count_tokens, return_dtype=pl.Int64).alias("tokens")
+    )
+
+
+def score_rankings(
+    dataset: Dataset,
+    rankings: pl.DataFrame,
+    id_map: dict[str, str],
+    memories: pl.DataFrame,
+    metrics: Sequence[str],
+    *,
+    exclude_tags: Sequence[str] = (),
+    qids: set[str] | None = None,
+) -> pl.DataFrame:
+    """Per-query metrics (``qid, metric, value``) of one pipeline's rankings.
+
+    Relevance judgements are mapped through ``id_map`` (dedup); queries carrying one of
+    ``exclude_tags`` get no relevance metric; ``qids`` restricts the evaluation (held-out split).
+    """
+    qrels = qrels_frame(dataset, id_map)
+    queries = queries_frame(dataset, id_map)
+    if qids is not None:
+        qrels = qrels.filter(pl.col("qid").is_in(qids))
+        queries = queries.filter(pl.col("qid").is_in(qids))
+        rankings = rankings.filter(pl.col("qid").is_in(qids))
+    excluded = set(exclude_tags)
+    if excluded:
+        drop = {
+            qid
+            for qid, tags in zip(queries["qid"], queries["tags"], strict=True)
+            if excluded & set(tags)
+        }
+        qrels = qrels.filter(~pl.col("qid").is_in(drop))
+    return evaluate(
+        rankings.select("qid", "rank", "mem_id", "score"),
+        qrels,
+        metrics,
+        queries=queries,
+        memories=memories,
     )
 
 
@@ -260,7 +298,7 @@ def run_experiment(
         from memlab.embed import default_embedder
 
         embedder = default_embedder()
-    if generator is None and any(_needs_generator(p) for p in pipes):
+    if generator is None and any(needs_generator(p) for p in pipes):
         generator = default_generator(ds)
 
     replayer = Replayer(
@@ -283,34 +321,24 @@ def run_experiment(
     for p in pipes:
         replays[p.name] = replayer.run(p)
     first = replays[names[0]]
-    qrels = qrels_frame(ds, first.id_map)
-    queries = queries_frame(ds, first.id_map)
-    if eval_queries is not None:
-        keep = {q.qid for q in eval_queries}
-        qrels = qrels.filter(pl.col("qid").is_in(keep))
-        queries = queries.filter(pl.col("qid").is_in(keep))
-    excluded = set(exclude_tags)
-    if excluded:
-        drop = {
-            qid
-            for qid, tags in zip(queries["qid"], queries["tags"], strict=True)
-            if excluded & set(tags)
-        }
-        qrels = qrels.filter(~pl.col("qid").is_in(drop))
-    memories = _memories_frame(list(replays.values()), replayer)
+    keep = None if eval_queries is None else {q.qid for q in eval_queries}
+    memories = memories_frame(replayer)
     per_query_parts = []
     for name in names:
-        rk = replays[name].rankings
-        if eval_queries is not None:
-            rk = rk.filter(pl.col("qid").is_in(queries["qid"].implode()))
-        pq = evaluate(
-            rk.select("qid", "rank", "mem_id", "score"),
-            qrels,
+        pq = score_rankings(
+            ds,
+            replays[name].rankings,
+            first.id_map,
+            memories,
             metric_names,
-            queries=queries,
-            memories=memories,
+            exclude_tags=exclude_tags,
+            qids=keep,
         )
         per_query_parts.append(pq.with_columns(pl.lit(name).alias("pipeline")))
+    queries = queries_frame(ds, first.id_map)
+    if keep is not None:
+        queries = queries.filter(pl.col("qid").is_in(keep))
+    excluded = set(exclude_tags)
     per_query = pl.concat(per_query_parts).select("pipeline", "qid", "metric", "value")
     agg = {
         name: {
@@ -381,7 +409,7 @@ def run_experiment(
     return result
 
 
-def _needs_generator(p: Pipeline) -> bool:
+def needs_generator(p: Pipeline) -> bool:
     return any(getattr(s, "needs_generator", False) for _, s in p.named_stages())
 
 

@@ -21,14 +21,15 @@ import polars as pl
 from memlab.datasets.format import Dataset, load_dataset
 from memlab.eval.experiment import (
     DEFAULT_METRICS,
-    _memories_frame,
-    _needs_generator,
     check_metrics,
     default_generator,
+    fit_learned_stages,
+    memories_frame,
+    needs_generator,
+    score_rankings,
     split_queries,
 )
-from memlab.eval.metrics import evaluate
-from memlab.eval.replay import Replayer, progress_enabled, qrels_frame, queries_frame
+from memlab.eval.replay import Replayer, progress_enabled
 from memlab.eval.report import markdown_table, save_chart
 from memlab.io import atomic_directory
 from memlab.pipeline import Pipeline, load_pipeline
@@ -130,7 +131,7 @@ def run_sweep(
         from memlab.embed import default_embedder
 
         embedder = default_embedder()
-    if generator is None and _needs_generator(base):
+    if generator is None and needs_generator(base):
         generator = default_generator(ds)
     replayer = Replayer(
         ds,
@@ -152,21 +153,15 @@ def run_sweep(
         iterator = tqdm(points, desc=f"sweep {base.name}")
     for point in iterator:
         pipe = base.clone().set_params(**point)
+        fit_learned_stages(replayer, pipe, train)
         rep = replayer.run(pipe)
-        qrels = qrels_frame(ds, rep.id_map)
-        queries = queries_frame(ds, rep.id_map)
-        drop = {
-            qid
-            for qid, tags in zip(queries["qid"], queries["tags"], strict=True)
-            if set(exclude_tags) & set(tags)
-        }
-        qrels = qrels.filter(~pl.col("qid").is_in(drop))
-        pq = evaluate(
-            rep.rankings.select("qid", "rank", "mem_id", "score"),
-            qrels,
+        pq = score_rankings(
+            ds,
+            rep.rankings,
+            rep.id_map,
+            memories_frame(replayer),
             names,
-            queries=queries,
-            memories=_memories_frame([rep], replayer),
+            exclude_tags=exclude_tags,
         )
         row: dict[str, Any] = {f"param_{k}": v for k, v in point.items()}
         for m in names:

@@ -232,11 +232,6 @@ def embedder_from_id(model_id: str | None, *, fast: bool = False) -> Any:
     return HashingEmbedder(dim=256) if fast else default_embedder()
 
 
-def needs_generator(pipeline: Pipeline) -> bool:
-    """Whether any stage of ``pipeline`` asks a generator for text (HyDE, an LLM judge)."""
-    return any(getattr(s, "needs_generator", False) for _, s in pipeline.named_stages())
-
-
 def run_dataset_path(run: Run) -> Path | None:
     """The dataset directory the run's manifest names (``None`` when it names none).
 

@@ -473,28 +473,7 @@ class MemoryStore:
         return str(uuid.UUID(bytes=hashlib.sha256(seed).digest()[:16], version=4))
 
     def _append(self, rec: MemoryRecord, vector: np.ndarray | None) -> int:
-        idx = self._cols.append()
-        self._records.append(rec)
-        self._index[rec.id] = idx
-        code = self._clients.setdefault(rec.client_id, len(self._clients))
-        c = self._cols
-        c.created_at[idx] = rec.created_at
-        c.last_accessed_at[idx] = np.nan if rec.last_accessed_at is None else rec.last_accessed_at
-        c.access_count[idx] = rec.access_count
-        c.confidence[idx] = rec.confidence
-        c.active[idx] = rec.active
-        c.forgotten[idx] = rec.forgotten_reason is not None
-        c.valid_from[idx] = rec.valid_from if rec.valid_from is not None else rec.created_at
-        c.valid_to[idx] = _NO_END if rec.valid_to is None else rec.valid_to
-        c.client[idx] = code
-        c.type[idx] = rec.type
-        self.vectors.set(idx, vector)
-        if rec.active:
-            self._dedup[(rec.client_id, rec.type, rec.content_hash)] = idx
-            if rec.type == "fact" and rec.key is not None:
-                self._by_key[(rec.client_id, rec.key)] = idx
-            if rec.type == "status" and rec.subject is not None:
-                self._by_subject[(rec.client_id, rec.subject)] = idx
+        idx = self._index_in_memory(rec, vector)
         blob = None if vector is None else self.vectors.get(idx).tobytes()
         payload = self._payload(rec)
         self._db.execute(
@@ -526,13 +505,7 @@ class MemoryStore:
     def _save(self, idx: int, change: str | None, at: float) -> None:
         """Write a changed record back to SQLite (and the columns), logging a version."""
         rec = self._records[idx]
-        c = self._cols
-        c.last_accessed_at[idx] = np.nan if rec.last_accessed_at is None else rec.last_accessed_at
-        c.access_count[idx] = rec.access_count
-        c.confidence[idx] = rec.confidence
-        c.active[idx] = rec.active
-        c.forgotten[idx] = rec.forgotten_reason is not None
-        c.valid_to[idx] = _NO_END if rec.valid_to is None else rec.valid_to
+        self._sync_columns(idx)
         payload = self._payload(rec)
         self._db.execute(
             "UPDATE memories SET active = ?, payload = ? WHERE idx = ?",
@@ -1062,7 +1035,7 @@ class MemoryStore:
             data = json.loads(payload)
             rec = MemoryRecord(**{k: data[k] for k in _RECORD_FIELDS if k in data})
             vector = None if blob is None else np.frombuffer(blob, dtype=np.float32)
-            self._append_loaded(rec, vector)
+            self._index_in_memory(rec, vector)
         for idx, name, type_ in self._db.execute(
             "SELECT idx, name, type FROM entities ORDER BY idx"
         ):
@@ -1078,26 +1051,28 @@ class MemoryStore:
         ):
             self.graph.add_relation(src, dst, rel, increment=strength)
 
-    def _append_loaded(self, rec: MemoryRecord, vector: np.ndarray | None) -> None:
+    def _index_in_memory(self, rec: MemoryRecord, vector: np.ndarray | None) -> int:
+        """Add a record to the in-memory columns, vectors and lookup tables; return its row."""
         idx = self._cols.append()
         self._records.append(rec)
         self._index[rec.id] = idx
-        code = self._clients.setdefault(rec.client_id, len(self._clients))
         c = self._cols
         c.created_at[idx] = rec.created_at
-        c.client[idx] = code
+        c.client[idx] = self._clients.setdefault(rec.client_id, len(self._clients))
         c.type[idx] = rec.type
         c.valid_from[idx] = rec.valid_from if rec.valid_from is not None else rec.created_at
+        self._sync_columns(idx)
         self.vectors.set(idx, vector)
-        self._save_columns_only(idx)
         if rec.active:
             self._dedup[(rec.client_id, rec.type, rec.content_hash)] = idx
             if rec.type == "fact" and rec.key is not None:
                 self._by_key[(rec.client_id, rec.key)] = idx
             if rec.type == "status" and rec.subject is not None:
                 self._by_subject[(rec.client_id, rec.subject)] = idx
+        return idx
 
-    def _save_columns_only(self, idx: int) -> None:
+    def _sync_columns(self, idx: int) -> None:
+        """Copy a record's mutable lifecycle fields into the numpy columns."""
         rec = self._records[idx]
         c = self._cols
         c.last_accessed_at[idx] = np.nan if rec.last_accessed_at is None else rec.last_accessed_at
