@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: eval test venv lint bench clean
+.PHONY: eval test venv lint bench baseline locomo clean
 
 venv: $(STAMP)
 
@@ -28,11 +28,36 @@ eval: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Re-record the metrics the test suite compares with (commit them with the reason).
+baseline: $(STAMP)
+	$(VENV)/bin/memlab eval datasets/agent-memories --out .cache/baseline-run --quiet
+	mkdir -p reports/baseline
+	cp .cache/baseline-run/metrics.json .cache/baseline-run/manifest.json \
+	   .cache/baseline-run/report.md .cache/baseline-run/*.png .cache/baseline-run/*.svg \
+	   reports/baseline/
+
+# LoCoMo, read by path from ../shared (never copied here); only metrics are kept.
+LOCOMO_SRC ?= ../shared/datasets/locomo10
+locomo: $(STAMP)
+	$(VENV)/bin/memlab datasets import-locomo $(LOCOMO_SRC) .cache/locomo
+	$(VENV)/bin/memlab eval .cache/locomo --pipelines rrf,bm25,dense,hybrid,conversational \
+	    --baseline rrf --no-expire --touch-k 0 --out .cache/locomo-run --quiet
+	mkdir -p reports/locomo
+	cp .cache/locomo-run/metrics.json .cache/locomo-run/report.md \
+	   .cache/locomo-run/*.png .cache/locomo-run/*.svg reports/locomo/
+	$(PY) -c "import polars as pl; pl.read_parquet('.cache/locomo-run/comparison.parquet')\
+	    .write_csv('reports/locomo/comparison.csv'); pl.read_parquet('.cache/locomo-run/per_tag.parquet')\
+	    .write_csv('reports/locomo/per_tag.csv')"
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench notebooks
 
 bench: $(STAMP)
-	$(PY) bench/run_all.py
+	$(PY) bench/bench_write.py
+	$(PY) bench/bench_stages.py
+	$(PY) bench/bench_lif.py
+	$(PY) bench/bench_graph.py
+	$(PY) bench/bench_locomo.py $(LOCOMO_SRC)
 
 clean:
 	rm -rf $(VENV) .pytest_cache reports/latest

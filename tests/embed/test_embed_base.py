@@ -32,17 +32,17 @@ def test_register_rejects_name_taken_by_other_class() -> None:
             pass
 
 
-def test_register_adds_new_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("memlab.embed.base.EMBEDDERS", dict(EMBEDDERS))
+def test_register_adds_new_name() -> None:
+    try:
 
-    @register_embedder("tiny")
-    class Tiny(HashingEmbedder):
-        pass
+        @register_embedder("tiny")
+        class Tiny(HashingEmbedder):
+            pass
 
-    from memlab.embed import base
-
-    assert base.EMBEDDERS["tiny"] is Tiny
-    assert isinstance(base.make_embedder("tiny", dim=4), Tiny)
+        assert EMBEDDERS["tiny"] is Tiny
+        assert isinstance(make_embedder("tiny", dim=4), Tiny)
+    finally:
+        EMBEDDERS.pop("tiny", None)
 
 
 def test_protocol_is_satisfied_by_implementations() -> None:

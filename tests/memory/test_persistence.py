@@ -6,7 +6,6 @@ import textwrap
 import time
 
 import numpy as np
-import pytest
 
 from memlab.memory.store import MemoryStore
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memlab.datasets.format import Dataset
+from memlab.registry import Registry
 
 
 @dataclass(slots=True)
@@ -71,23 +72,12 @@ class Importer(Protocol):
         ...
 
 
-IMPORTERS: dict[str, Callable[..., Importer]] = {}
+IMPORTERS: Registry[Callable[..., Importer]] = Registry("importer")
+"""Importer classes by name."""
 
-
-def register_importer(name: str) -> Callable[[type], type]:
-    """Class decorator adding an importer to :data:`IMPORTERS` under ``name``.
-
-    Raises:
-        ValueError: If ``name`` is already registered.
-    """
-
-    def decorate(cls: type) -> type:
-        if name in IMPORTERS:
-            raise ValueError(f"importer {name!r} is already registered")
-        IMPORTERS[name] = cls
-        return cls
-
-    return decorate
+register_importer = IMPORTERS.register
+"""Class decorator adding an importer to :data:`IMPORTERS` under ``name`` (``ValueError`` if the
+name is already registered to a different class)."""
 
 
 def run_importer(
@@ -98,7 +88,4 @@ def run_importer(
     Raises:
         ValueError: If no importer of that name is registered (the message lists known ones).
     """
-    if name not in IMPORTERS:
-        known = ", ".join(sorted(IMPORTERS)) or "none"
-        raise ValueError(f"unknown importer {name!r}; known importers: {known}")
-    return IMPORTERS[name](**kw).run(src, out)
+    return IMPORTERS.lookup(name)(**kw).run(src, out)

@@ -8,9 +8,11 @@ their cosine similarity. Embedders are registered under a short name with
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from memlab.registry import Registry
 
 __all__ = [
     "EMBEDDERS",
@@ -53,32 +55,12 @@ class Embedder(Protocol):
         ...
 
 
-EMBEDDERS: dict[str, Callable[..., Embedder]] = {}
+EMBEDDERS: Registry[Callable[..., Embedder]] = Registry("embedder")
+"""Embedder factories (classes) by name."""
 
-_T = TypeVar("_T")
-
-
-def register_embedder(name: str) -> Callable[[_T], _T]:
-    """Class decorator registering an embedder factory under ``name``.
-
-    Args:
-        name: The registry key used by :func:`make_embedder`.
-
-    Returns:
-        A decorator that records the class in :data:`EMBEDDERS` and returns it unchanged.
-
-    Raises:
-        ValueError: If ``name`` is already registered to a different class.
-    """
-
-    def decorator(cls: _T) -> _T:
-        existing = EMBEDDERS.get(name)
-        if existing is not None and existing is not cls:
-            raise ValueError(f"embedder name {name!r} is already registered to {existing!r}")
-        EMBEDDERS[name] = cls  # type: ignore[assignment]
-        return cls
-
-    return decorator
+register_embedder = EMBEDDERS.register
+"""Class decorator registering an embedder factory under ``name`` (``ValueError`` if the name
+is already registered to a different class)."""
 
 
 def make_embedder(name: str, **params: Any) -> Embedder:
@@ -94,12 +76,7 @@ def make_embedder(name: str, **params: Any) -> Embedder:
     Raises:
         ValueError: If ``name`` is not registered; the message lists the known names.
     """
-    try:
-        factory = EMBEDDERS[name]
-    except KeyError:
-        known = ", ".join(sorted(EMBEDDERS)) or "(none)"
-        raise ValueError(f"unknown embedder {name!r}; known embedders: {known}") from None
-    return factory(**params)
+    return EMBEDDERS.lookup(name)(**params)
 
 
 def check_texts(texts: Sequence[str]) -> list[str]:

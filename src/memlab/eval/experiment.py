@@ -45,7 +45,15 @@ from memlab.io import atomic_directory
 from memlab.pipeline import Pipeline, load_pipeline
 from memlab.tokens import count_tokens
 
-DEFAULT_PIPELINES: tuple[str, ...] = ("bm25", "dense", "graph", "hybrid", "full")
+DEFAULT_PIPELINES: tuple[str, ...] = (
+    "bm25",
+    "dense",
+    "graph",
+    "rrf",
+    "hybrid",
+    "conversational",
+    "full",
+)
 DEFAULT_METRICS: tuple[str, ...] = (
     "R_all@10",
     "R_any@10",

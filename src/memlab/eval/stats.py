@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 import polars as pl
 from scipy import stats as sps
+
+from memlab.registry import Registry
 
 _PER_QUERY_KEYS = ("pipeline", "qid", "metric")
 
@@ -48,40 +50,15 @@ class Correction(Protocol):
         ...
 
 
-_TESTS: dict[str, PairedTest] = {}
-_CORRECTIONS: dict[str, Correction] = {}
+_TESTS: Registry[PairedTest] = Registry("test")
+_CORRECTIONS: Registry[Correction] = Registry("correction")
 
+register_test = _TESTS.register
+"""Register a paired test under ``name`` (decorator; ``ValueError`` if the name is taken)."""
 
-def register_test(name: str) -> Callable[[PairedTest], PairedTest]:
-    """Register a paired test under ``name`` (decorator).
-
-    Raises:
-        ValueError: If ``name`` is already registered.
-    """
-
-    def decorator(function: PairedTest) -> PairedTest:
-        if name in _TESTS:
-            raise ValueError(f"register_test: test {name!r} is already registered")
-        _TESTS[name] = function
-        return function
-
-    return decorator
-
-
-def register_correction(name: str) -> Callable[[Correction], Correction]:
-    """Register a multiple-comparison correction under ``name`` (decorator).
-
-    Raises:
-        ValueError: If ``name`` is already registered.
-    """
-
-    def decorator(function: Correction) -> Correction:
-        if name in _CORRECTIONS:
-            raise ValueError(f"register_correction: correction {name!r} is already registered")
-        _CORRECTIONS[name] = function
-        return function
-
-    return decorator
+register_correction = _CORRECTIONS.register
+"""Register a multiple-comparison correction under ``name`` (decorator; ``ValueError`` if the
+name is taken)."""
 
 
 def available_tests() -> tuple[str, ...]:

@@ -11,7 +11,9 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+from memlab.registry import Registry
 
 __all__ = [
     "GENERATORS",
@@ -66,32 +68,12 @@ class Generator(Protocol):
         ...
 
 
-GENERATORS: dict[str, Callable[..., Generator]] = {}
+GENERATORS: Registry[Callable[..., Generator]] = Registry("generator")
+"""Generator factories (classes) by name."""
 
-_T = TypeVar("_T")
-
-
-def register_generator(name: str) -> Callable[[_T], _T]:
-    """Class decorator registering a generator factory under ``name``.
-
-    Args:
-        name: The registry key used by :func:`make_generator`.
-
-    Returns:
-        A decorator that records the class in :data:`GENERATORS` and returns it unchanged.
-
-    Raises:
-        ValueError: If ``name`` is already registered to a different class.
-    """
-
-    def decorator(cls: _T) -> _T:
-        existing = GENERATORS.get(name)
-        if existing is not None and existing is not cls:
-            raise ValueError(f"generator name {name!r} is already registered to {existing!r}")
-        GENERATORS[name] = cls  # type: ignore[assignment]
-        return cls
-
-    return decorator
+register_generator = GENERATORS.register
+"""Class decorator registering a generator factory under ``name`` (``ValueError`` if the name
+is already registered to a different class)."""
 
 
 def make_generator(name: str, **params: Any) -> Generator:
@@ -107,12 +89,7 @@ def make_generator(name: str, **params: Any) -> Generator:
     Raises:
         ValueError: If ``name`` is not registered; the message lists the known names.
     """
-    try:
-        factory = GENERATORS[name]
-    except KeyError:
-        known = ", ".join(sorted(GENERATORS)) or "(none)"
-        raise ValueError(f"unknown generator {name!r}; known generators: {known}") from None
-    return factory(**params)
+    return GENERATORS.lookup(name)(**params)
 
 
 def generation_params(

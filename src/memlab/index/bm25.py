@@ -25,11 +25,13 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import scipy.sparse as sp
+
+from memlab.registry import Registry
 
 __all__ = [
     "BM25_ENGINES",
@@ -130,32 +132,16 @@ class TokenizedCorpus:
         return self._indptr, self._terms, self._counts, self._doc_len
 
 
-_E = TypeVar("_E")
-
-BM25_ENGINES: dict[str, type[Any]] = {}
+BM25_ENGINES: Registry[type[Any]] = Registry("BM25 engine")
 """BM25 engine classes by name."""
 
-
-def register_bm25_engine(name: str) -> Callable[[_E], _E]:
-    """Class decorator: register a BM25 engine under ``name``."""
-
-    def deco(cls: _E) -> _E:
-        if name in BM25_ENGINES and BM25_ENGINES[name] is not cls:
-            raise ValueError(f"BM25 engine {name!r} is already registered")
-        BM25_ENGINES[name] = cls  # type: ignore[assignment]
-        return cls
-
-    return deco
+register_bm25_engine = BM25_ENGINES.register
+"""Class decorator: register a BM25 engine under ``name``."""
 
 
 def get_bm25_engine(name: str) -> type[BM25Engine]:
     """The engine class registered as ``name`` (``ValueError`` listing the known names)."""
-    try:
-        return BM25_ENGINES[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown BM25 engine {name!r}; known engines: {', '.join(sorted(BM25_ENGINES))}"
-        ) from None
+    return BM25_ENGINES.lookup(name)
 
 
 @runtime_checkable

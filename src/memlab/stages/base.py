@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, Union
 import numpy as np
 import polars as pl
 
+from memlab.registry import Registry
+
 if TYPE_CHECKING:
     from memlab.memory.store import MemoryStore
 
@@ -202,7 +204,7 @@ class QueryContext:
         return self.embed([self.text])[0]
 
 
-STAGES: dict[str, type[Stage]] = {}
+STAGES: Registry[type[Stage]] = Registry("stage")
 """Registered stage classes by name."""
 
 S = TypeVar("S", bound="type[Stage]")
@@ -212,10 +214,8 @@ def register_stage(name: str) -> Callable[[S], S]:
     """Class decorator: register a stage under ``name`` (used by configuration files)."""
 
     def deco(cls: S) -> S:
-        if name in STAGES and STAGES[name] is not cls:
-            raise ValueError(f"stage name {name!r} is already registered by {STAGES[name]}")
+        STAGES.register(name)(cls)
         cls.stage_name = name
-        STAGES[name] = cls
         return cls
 
     return deco
@@ -225,12 +225,7 @@ def get_stage_class(name: str) -> type[Stage]:
     """The stage class registered as ``name`` (``ValueError`` listing the known names)."""
     import memlab.stages  # noqa: F401  (fills the registry)
 
-    try:
-        return STAGES[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown stage {name!r}; known stages: {', '.join(sorted(STAGES))}"
-        ) from None
+    return STAGES.lookup(name)
 
 
 def _type_ok(value: Any, hint: Any) -> bool:

@@ -28,6 +28,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import polars as pl
 
+from memlab.registry import Registry
 from memlab.stages.base import QueryContext, Stage, register_stage
 from memlab.timeutil import to_iso
 from memlab.tokens import count_tokens
@@ -35,20 +36,13 @@ from memlab.tokens import count_tokens
 Renderer = Callable[[Sequence[dict[str, Any]], bool], str]
 """``(items, include_metadata) -> text``; an item has ``text, type, date, confidence``."""
 
-CONTEXT_FORMATS: dict[str, Renderer] = {}
+CONTEXT_FORMATS: Registry[Renderer] = Registry("format")
 """Context renderers by format name."""
 
+register_context_format = CONTEXT_FORMATS.register
+"""Function decorator: register a context renderer under ``name``."""
+
 _XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
-
-
-def register_context_format(name: str) -> Callable[[Renderer], Renderer]:
-    """Function decorator: register a context renderer under ``name``."""
-
-    def deco(fn: Renderer) -> Renderer:
-        CONTEXT_FORMATS[name] = fn
-        return fn
-
-    return deco
 
 
 @register_context_format("bullets")
@@ -121,12 +115,9 @@ class Context(Stage):
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         try:
-            render = CONTEXT_FORMATS[self.format]
-        except KeyError:
-            raise ValueError(
-                f"context: unknown format {self.format!r}; known formats: "
-                f"{', '.join(sorted(CONTEXT_FORMATS))}"
-            ) from None
+            render = CONTEXT_FORMATS.lookup(self.format)
+        except ValueError as error:
+            raise ValueError(f"context: {error}") from None
         frame = frame.sort("rank")
         records = [ctx.store.get(m) for m in frame["mem_id"]]
         texts = [r.text for r in records]

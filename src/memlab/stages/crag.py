@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from memlab.registry import Registry
 from memlab.stages.base import (
     CANDIDATE_SCHEMA,
     QueryContext,
@@ -113,46 +114,23 @@ class EvalBatch:
 Evaluator = Callable[["CRAG", QueryContext, EvalBatch], np.ndarray]
 Fallback = Callable[["CRAG", QueryContext, set[str]], pl.DataFrame]
 
-CRAG_EVALUATORS: dict[str, Evaluator] = {}
+CRAG_EVALUATORS: Registry[Evaluator] = Registry("evaluator")
 """Relevance evaluators by name: ``(stage, ctx, batch) -> scores in [0, 1]``."""
 
-CRAG_FALLBACKS: dict[str, Fallback] = {}
+CRAG_FALLBACKS: Registry[Fallback] = Registry("fallback")
 """Fallback retrievals by name: ``(stage, ctx, excluded mem ids) -> candidate frame``."""
 
-CRAG_MODELS: dict[str, Callable[[float, int], Any]] = {}
+CRAG_MODELS: Registry[Callable[[float, int], Any]] = Registry("model")
 """Classifier factories of the learned evaluator by name: ``(C, seed) -> estimator``."""
 
+register_evaluator = CRAG_EVALUATORS.register
+"""Register a CRAG evaluator function under ``name``."""
 
-def register_evaluator(name: str) -> Callable[[Evaluator], Evaluator]:
-    """Register a CRAG evaluator function under ``name``."""
+register_fallback = CRAG_FALLBACKS.register
+"""Register a CRAG fallback retrieval under ``name``."""
 
-    def deco(fn: Evaluator) -> Evaluator:
-        CRAG_EVALUATORS[name] = fn
-        return fn
-
-    return deco
-
-
-def register_fallback(name: str) -> Callable[[Fallback], Fallback]:
-    """Register a CRAG fallback retrieval under ``name``."""
-
-    def deco(fn: Fallback) -> Fallback:
-        CRAG_FALLBACKS[name] = fn
-        return fn
-
-    return deco
-
-
-def register_model(
-    name: str,
-) -> Callable[[Callable[[float, int], Any]], Callable[[float, int], Any]]:
-    """Register a classifier factory ``(C, seed) -> estimator`` under ``name``."""
-
-    def deco(fn: Callable[[float, int], Any]) -> Callable[[float, int], Any]:
-        CRAG_MODELS[name] = fn
-        return fn
-
-    return deco
+register_model = CRAG_MODELS.register
+"""Register a classifier factory ``(C, seed) -> estimator`` under ``name``."""
 
 
 @register_model("logistic")

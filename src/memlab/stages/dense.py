@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
+from memlab.registry import Registry
 from memlab.stages.base import (
     QueryContext,
     Stage,
@@ -30,18 +31,11 @@ from memlab.stages.base import (
 DenseBackend = Callable[[QueryContext, np.ndarray, int | None], tuple[np.ndarray, np.ndarray]]
 """``(ctx, query vector, top_k) -> (store rows, cosine similarities)`` (at least the top_k)."""
 
-DENSE_BACKENDS: dict[str, DenseBackend] = {}
+DENSE_BACKENDS: Registry[DenseBackend] = Registry("backend")
 """Dense search backends by name."""
 
-
-def register_dense_backend(name: str) -> Callable[[DenseBackend], DenseBackend]:
-    """Function decorator: register a dense search backend under ``name``."""
-
-    def deco(fn: DenseBackend) -> DenseBackend:
-        DENSE_BACKENDS[name] = fn
-        return fn
-
-    return deco
+register_dense_backend = DENSE_BACKENDS.register
+"""Function decorator: register a dense search backend under ``name``."""
 
 
 def top_rows(scores: np.ndarray, mask: np.ndarray, k: int | None) -> np.ndarray:
@@ -130,12 +124,9 @@ class Dense(Stage):
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         try:
-            search = DENSE_BACKENDS[self.backend]
-        except KeyError:
-            raise ValueError(
-                f"dense: unknown backend {self.backend!r}; known backends: "
-                f"{', '.join(sorted(DENSE_BACKENDS))}"
-            ) from None
+            search = DENSE_BACKENDS.lookup(self.backend)
+        except ValueError as error:
+            raise ValueError(f"dense: {error}") from None
         if len(ctx.store) == 0 or ctx.store.vectors.dim is None:
             return empty_candidates({"dense_score": pl.Float64()})
         rows, sims = search(ctx, ctx.vector(), self.top_k)

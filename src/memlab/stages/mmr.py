@@ -19,23 +19,17 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
+from memlab.registry import Registry
 from memlab.stages.base import QueryContext, Stage, register_stage
 
 Similarity = Callable[[np.ndarray], np.ndarray]
 """``(n, dim) vectors -> (n, n) similarity matrix``."""
 
-MMR_SIMILARITIES: dict[str, Similarity] = {}
+MMR_SIMILARITIES: Registry[Similarity] = Registry("similarity")
 """Similarity functions MMR can use, by name."""
 
-
-def register_mmr_similarity(name: str) -> Callable[[Similarity], Similarity]:
-    """Function decorator: register an MMR similarity under ``name``."""
-
-    def deco(fn: Similarity) -> Similarity:
-        MMR_SIMILARITIES[name] = fn
-        return fn
-
-    return deco
+register_mmr_similarity = MMR_SIMILARITIES.register
+"""Function decorator: register an MMR similarity under ``name``."""
 
 
 @register_mmr_similarity("cosine")

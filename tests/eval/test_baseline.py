@@ -1,0 +1,19 @@
+"""The CI gate: the default experiment reproduces the committed baseline metrics exactly.
+
+A change that moves a metric updates ``reports/baseline/`` in the same commit (``make
+baseline``) and says why in the commit message.
+"""
+
+from pathlib import Path
+
+from memlab.eval.experiment import DEFAULT_PIPELINES, metrics_json, run_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_default_experiment_matches_the_committed_baseline():
+    committed = (ROOT / "reports" / "baseline" / "metrics.json").read_text(encoding="utf-8")
+    result = run_experiment(
+        ROOT / "datasets" / "agent-memories", DEFAULT_PIPELINES, progress=False
+    )
+    assert metrics_json(result.metrics) == committed
