@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import scipy.sparse as sp
 
 from memlab.stages.base import QueryContext, Stage, register_stage
 from memlab.stages.features import word_tokens
@@ -61,6 +62,27 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     """``|a ∩ b| / |a ∪ b|`` (0 when both are empty)."""
     union = len(a | b)
     return len(a & b) / union if union else 0.0
+
+
+def _jaccard_matrix(token_lists: list[list[str]]) -> np.ndarray:
+    """Pairwise Jaccard similarity of the token sets (an ``n × n`` matrix)."""
+    vocab: dict[str, int] = {}
+    rows, cols = [], []
+    for i, toks in enumerate(token_lists):
+        for t in set(toks):
+            rows.append(i)
+            cols.append(vocab.setdefault(t, len(vocab)))
+    n = len(token_lists)
+    if n == 0:
+        return np.zeros((0, 0))
+    x = sp.csr_matrix(
+        (np.ones(len(rows)), (rows, cols)), shape=(n, max(len(vocab), 1)), dtype=np.float64
+    )
+    inter = (x @ x.T).toarray()
+    size = np.asarray(x.sum(axis=1)).reshape(-1)
+    union = size[:, None] + size[None, :] - inter
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(union > 0, inter / union, 0.0)
 
 
 def token_cost(n_words: int, tokens_per_word: float) -> int:
@@ -128,33 +150,32 @@ class EntropyGate(Stage):
             frame = frame.filter(pl.Series(visible[rows]))
         ids = frame["mem_id"].to_list()
         toks = [word_tokens(t) for t in self._texts(frame, ctx)]
-        sets = [frozenset(t) for t in toks]
-        entropy = [shannon_entropy(t) for t in toks]
-        cost = [token_cost(len(t), per_word) for t in toks]
+        entropy = np.asarray([shannon_entropy(t) for t in toks], dtype=np.float64)
+        cost = np.asarray([token_cost(len(t), per_word) for t in toks], dtype=np.int64)
         n = len(ids)
-        redundancy = [0.0] * n
+        # lower[i, j] = Jaccard(i, j) for j < i (0 elsewhere): redundancy looks up the ranking.
+        lower = np.tril(_jaccard_matrix(toks), k=-1)
         report: list[dict[str, Any]] = []
+        alive = entropy >= min_entropy
 
-        def overlap(i: int, kept: list[int]) -> float:
-            return max((jaccard(sets[i], sets[j]) for j in kept if j < i), default=0.0)
+        def redundancy_of(alive: np.ndarray) -> np.ndarray:
+            if n == 0:
+                return np.zeros(0)
+            return np.where(alive[None, :], lower, 0.0).max(axis=1)
 
-        kept: list[int] = []
-        for i in range(n):
-            redundancy[i] = overlap(i, kept)
-            if entropy[i] < min_entropy:
-                report.append(self._entry(ids[i], "low_information", entropy[i], redundancy[i],
-                                          cost[i]))
-            else:
-                kept.append(i)
-        top = max((entropy[i] for i in kept), default=0.0)
-        norm = [e / top if top > 0 else 0.0 for e in entropy]
+        redundancy = redundancy_of(alive)
+        for i in np.flatnonzero(~alive):
+            report.append(self._entry(ids[i], "low_information", float(entropy[i]),
+                                      float(redundancy[i]), int(cost[i])))
+        top = float(entropy[alive].max()) if alive.any() else 0.0
+        norm = entropy / top if top > 0 else np.zeros(n)
 
-        while kept and sum(cost[i] for i in kept) > budget:
-            for i in kept:
-                redundancy[i] = overlap(i, kept)
-            victim = min(
-                kept, key=lambda i: (w_ent * norm[i] - w_red * redundancy[i], -i)
-            )
+        while alive.any() and int(cost[alive].sum()) > budget:
+            redundancy = redundancy_of(alive)
+            priority = w_ent * norm - w_red * redundancy
+            live = np.flatnonzero(alive)
+            best = priority[live].min()
+            victim = int(live[priority[live] == best].max())  # ties: the lowest-ranked goes
             d_red = w_red * redundancy[victim]
             d_info = w_ent * (1.0 - norm[victim])
             if d_red == 0.0 and d_info == 0.0:
@@ -163,18 +184,18 @@ class EntropyGate(Stage):
                 reason = "redundant"
             else:
                 reason = "low_information"
-            report.append(self._entry(ids[victim], reason, entropy[victim], redundancy[victim],
-                                      cost[victim]))
-            kept.remove(victim)
-        for i in kept:
-            redundancy[i] = overlap(i, kept)
+            report.append(self._entry(ids[victim], reason, float(entropy[victim]),
+                                      float(redundancy[victim]), int(cost[victim])))
+            alive[victim] = False
+        redundancy = redundancy_of(alive)
+        kept = [int(i) for i in np.flatnonzero(alive)]
 
         ctx.trace["eviction_report"] = report
         out = frame[kept] if kept else frame.head(0)
         return out.drop(["entropy", "redundancy", "tokens"], strict=False).with_columns(
-            pl.Series("entropy", [entropy[i] for i in kept], dtype=pl.Float64),
-            pl.Series("redundancy", [redundancy[i] for i in kept], dtype=pl.Float64),
-            pl.Series("tokens", [cost[i] for i in kept], dtype=pl.Int64),
+            pl.Series("entropy", entropy[kept], dtype=pl.Float64),
+            pl.Series("redundancy", redundancy[kept], dtype=pl.Float64),
+            pl.Series("tokens", cost[kept], dtype=pl.Int64),
             pl.int_range(1, len(kept) + 1, dtype=pl.Int64).alias("rank"),
         )
 
