@@ -184,9 +184,9 @@ def _(mo, pipeline_pick, run, rx, session):
     drill_dataset, _ = session.open_dataset(_ds_path)
     drill_pipeline = rx.run_pipeline(run, pipeline_pick.value)
     _generator = None
-    if rx.needs_generator(drill_pipeline):
-        from memlab.eval.experiment import default_generator
+    from memlab.eval.experiment import default_generator, needs_generator
 
+    if needs_generator(drill_pipeline):
         try:
             _generator = default_generator(drill_dataset)
         except ValueError as exc:
