@@ -302,15 +302,9 @@ def run_experiment(
     if base not in names:
         raise ValueError(f"baseline {base!r} is not among the pipelines ({', '.join(names)})")
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
-    if embedder is None:
-        from memlab.embed import default_embedder
-
-        embedder = default_embedder()
-    if generator is None and any(needs_generator(p) for p in pipes):
-        generator = default_generator(ds)
-
-    replayer = Replayer(
+    replayer = replayer_for(
         ds,
+        pipes,
         embedder=embedder,
         generator=generator,
         ttl_days=ttl_days,
@@ -319,6 +313,7 @@ def run_experiment(
         depth=depth,
         progress=progress,
     )
+    embedder, generator = replayer.embedder, replayer.generator
     eval_queries: list[Query] | None = None
     if any(learnable_stages(p) for p in pipes):
         train, test = split_queries(ds.queries, test_fraction=test_fraction, seed=seed)
@@ -415,6 +410,25 @@ def run_experiment(
     if out is not None:
         result.out = write_experiment(result, Path(out), write_report=write_report)
     return result
+
+
+def replayer_for(
+    dataset: Dataset,
+    pipelines: Sequence[Pipeline],
+    *,
+    embedder: Any | None = None,
+    generator: Any | None = None,
+    **replay: Any,
+) -> Replayer:
+    """A replayer for these pipelines: MiniLM behind the disk cache unless an embedder is given,
+    the dataset's recorded generations when a pipeline needs a generator and none is given."""
+    if embedder is None:
+        from memlab.embed import default_embedder
+
+        embedder = default_embedder()
+    if generator is None and any(needs_generator(p) for p in pipelines):
+        generator = default_generator(dataset)
+    return Replayer(dataset, embedder=embedder, generator=generator, **replay)
 
 
 def needs_generator(p: Pipeline) -> bool:

@@ -22,14 +22,13 @@ from memlab.datasets.format import Dataset, load_dataset
 from memlab.eval.experiment import (
     DEFAULT_METRICS,
     check_metrics,
-    default_generator,
     fit_learned_stages,
     memories_frame,
-    needs_generator,
+    replayer_for,
     score_rankings,
     split_queries,
 )
-from memlab.eval.replay import Replayer, progress_enabled
+from memlab.eval.replay import progress_enabled
 from memlab.eval.report import markdown_table, save_chart
 from memlab.io import atomic_directory
 from memlab.pipeline import Pipeline, load_pipeline
@@ -127,14 +126,9 @@ def run_sweep(
     for point in points:  # reject unknown names before any work
         base.clone().set_params(**point)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
-    if embedder is None:
-        from memlab.embed import default_embedder
-
-        embedder = default_embedder()
-    if generator is None and needs_generator(base):
-        generator = default_generator(ds)
-    replayer = Replayer(
+    replayer = replayer_for(
         ds,
+        [base],
         embedder=embedder,
         generator=generator,
         ttl_days=ttl_days,
