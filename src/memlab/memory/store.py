@@ -765,6 +765,9 @@ class MemoryStore:
                 superseded versions included, forgotten ones never.
             include_superseded: Show inactive history too (forgotten memories stay hidden).
             now: Rows created after ``now`` are invisible (replays never see the future).
+                Lifecycle flags are the store's current ones: on a store that already holds
+                later writes, a version superseded after ``now`` is hidden too — ask with
+                ``at_time=now`` for the state as of then.
         """
         c = self._cols
         n = c.n
