@@ -6,7 +6,6 @@ app = marimo.App(width="medium", app_title="memlab · activation")
 
 @app.cell
 def _():
-    from pathlib import Path
 
     import marimo as mo
     import polars as pl
@@ -16,7 +15,7 @@ def _():
     from memlab.stages.graph import Graph
     from memlab.stages.lif import LIF
 
-    return Graph, LIF, Path, act, mo, pl, session
+    return Graph, LIF, act, mo, pl, session
 
 
 @app.cell
@@ -39,28 +38,17 @@ def _(mo, session):
 @app.cell
 def _(mo, session):
     default_dataset, skipped = session.open_dataset()
-    dataset_paths = session.find_datasets()
-    dataset_choices = session.dataset_options(
-        dataset_paths if default_dataset.path in dataset_paths
-        else [default_dataset.path, *dataset_paths]
-    )
-    dataset_pick = mo.ui.dropdown(
-        dataset_choices,
-        value=next(k for k, v in dataset_choices.items() if v == str(default_dataset.path)),
-        label="dataset",
-    )
+    _choices, _label = session.dataset_choices(default_dataset)
+    dataset_pick = mo.ui.dropdown(_choices, value=_label, label="dataset")
     return dataset_pick, default_dataset, skipped
 
 
 @app.cell
-def _(Path, dataset_pick, default_dataset, mo, session, skipped):
-    if Path(dataset_pick.value) == Path(default_dataset.path):
-        dataset = default_dataset
-    else:
-        try:
-            dataset, _ = session.open_dataset(dataset_pick.value)
-        except ValueError as exc:
-            mo.stop(True, mo.callout(mo.md(f"Cannot load this dataset: `{exc}`"), kind="danger"))
+def _(dataset_pick, default_dataset, mo, session, skipped):
+    try:
+        dataset = session.picked_dataset(dataset_pick.value, default_dataset)
+    except ValueError as exc:
+        mo.stop(True, mo.callout(mo.md(f"Cannot load this dataset: `{exc}`"), kind="danger"))
     replayer = session.make_replayer(dataset, session.notebook_embedder())
     _queries = dataset.queries
     _multi_hop = [q for q in _queries if session.primary_tag(q) == "multi-hop"]

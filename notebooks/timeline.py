@@ -6,7 +6,6 @@ app = marimo.App(width="medium", app_title="memlab · timeline")
 
 @app.cell
 def _():
-    from pathlib import Path
 
     import marimo as mo
     import polars as pl
@@ -15,7 +14,7 @@ def _():
     from memlab.explore import timeline as tl
     from memlab.pipeline import available_pipelines, load_pipeline
 
-    return Path, available_pipelines, load_pipeline, mo, pl, session, tl
+    return available_pipelines, load_pipeline, mo, pl, session, tl
 
 
 @app.cell
@@ -37,15 +36,8 @@ def _(mo, session):
 @app.cell
 def _(available_pipelines, mo, session):
     default_dataset, skipped = session.open_dataset()
-    _paths = session.find_datasets()
-    _choices = session.dataset_options(
-        _paths if default_dataset.path in _paths else [default_dataset.path, *_paths]
-    )
-    dataset_pick = mo.ui.dropdown(
-        _choices,
-        value=next(k for k, v in _choices.items() if v == str(default_dataset.path)),
-        label="dataset",
-    )
+    _choices, _label = session.dataset_choices(default_dataset)
+    dataset_pick = mo.ui.dropdown(_choices, value=_label, label="dataset")
     _pipes = [p for p in available_pipelines() if p != "full"] or ["hybrid"]
     pipeline_pick = mo.ui.dropdown(
         _pipes, value="hybrid" if "hybrid" in _pipes else _pipes[0], label="replay through"
@@ -55,7 +47,6 @@ def _(available_pipelines, mo, session):
 
 @app.cell
 def _(
-    Path,
     dataset_pick,
     default_dataset,
     load_pipeline,
@@ -65,13 +56,10 @@ def _(
     skipped,
     tl,
 ):
-    if Path(dataset_pick.value) == Path(default_dataset.path):
-        dataset = default_dataset
-    else:
-        try:
-            dataset, _ = session.open_dataset(dataset_pick.value)
-        except ValueError as exc:
-            mo.stop(True, mo.callout(mo.md(f"Cannot load this dataset: `{exc}`"), kind="danger"))
+    try:
+        dataset = session.picked_dataset(dataset_pick.value, default_dataset)
+    except ValueError as exc:
+        mo.stop(True, mo.callout(mo.md(f"Cannot load this dataset: `{exc}`"), kind="danger"))
     _fast = session.fast_mode()
     _queries = session.sample_queries(dataset.queries, per_tag=2) if _fast else None
     _replayer = session.make_replayer(dataset, session.notebook_embedder(_fast))

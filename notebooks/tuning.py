@@ -6,7 +6,6 @@ app = marimo.App(width="medium", app_title="memlab · tuning")
 
 @app.cell
 def _():
-    from pathlib import Path
 
     import marimo as mo
     import polars as pl
@@ -14,7 +13,7 @@ def _():
     from memlab.explore import session
     from memlab.explore import tuning as tune
 
-    return Path, mo, pl, session, tune
+    return mo, pl, session, tune
 
 
 @app.cell
@@ -36,27 +35,17 @@ def _(mo, session):
 @app.cell
 def _(mo, session):
     default_dataset, skipped = session.open_dataset()
-    _paths = session.find_datasets()
-    _choices = session.dataset_options(
-        _paths if default_dataset.path in _paths else [default_dataset.path, *_paths]
-    )
-    dataset_pick = mo.ui.dropdown(
-        _choices,
-        value=next(k for k, v in _choices.items() if v == str(default_dataset.path)),
-        label="dataset",
-    )
+    _choices, _label = session.dataset_choices(default_dataset)
+    dataset_pick = mo.ui.dropdown(_choices, value=_label, label="dataset")
     return dataset_pick, default_dataset, skipped
 
 
 @app.cell
-def _(Path, dataset_pick, default_dataset, mo, session, skipped):
-    if Path(dataset_pick.value) == Path(default_dataset.path):
-        dataset = default_dataset
-    else:
-        try:
-            dataset, _ = session.open_dataset(dataset_pick.value)
-        except ValueError as exc:
-            mo.stop(True, mo.callout(mo.md(f"Cannot load this dataset: `{exc}`"), kind="danger"))
+def _(dataset_pick, default_dataset, mo, session, skipped):
+    try:
+        dataset = session.picked_dataset(dataset_pick.value, default_dataset)
+    except ValueError as exc:
+        mo.stop(True, mo.callout(mo.md(f"Cannot load this dataset: `{exc}`"), kind="danger"))
     fast = session.fast_mode()
     queries = session.sample_queries(dataset.queries, per_tag=2) if fast else list(dataset.queries)
     replayer = session.make_replayer(dataset, session.notebook_embedder(fast))

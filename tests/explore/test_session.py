@@ -92,6 +92,20 @@ def test_dataset_options_label_paths_relative_to_the_root(tmp_path):
     }
 
 
+def test_dataset_choices_and_picked_dataset(tmp_path):
+    _write(tmp_path / "datasets" / "agent-memories")
+    _write(tmp_path / "datasets" / "other")
+    default, _ = session.open_dataset(root=tmp_path)
+    options, label = session.dataset_choices(default, root=tmp_path)
+    assert list(options) == ["datasets/agent-memories", "datasets/other"]
+    assert label == "datasets/agent-memories"
+    assert session.picked_dataset(options[label], default) is default
+    other = session.picked_dataset(options["datasets/other"], default)
+    assert other.path == tmp_path / "datasets" / "other"
+    with pytest.raises(ValueError):
+        session.picked_dataset(str(tmp_path / "nothing"), default)
+
+
 def test_notebook_embedder_in_fast_mode_is_the_hashing_embedder():
     emb = session.notebook_embedder(True, dim=32)
     assert isinstance(emb, HashingEmbedder)

@@ -83,6 +83,29 @@ def dataset_options(
     return out
 
 
+def dataset_choices(
+    default: Dataset, *, root: str | Path | None = None
+) -> tuple[dict[str, str], str]:
+    """Dropdown options for picking a dataset (the loaded default included) and its label."""
+    paths = find_datasets(root)
+    if default.path not in paths:
+        paths = [default.path, *paths]
+    options = dataset_options(paths, root=root)
+    wanted = str(Path(default.path).resolve())
+    return options, next(label for label, full in options.items() if full == wanted)
+
+
+def picked_dataset(value: str, default: Dataset) -> Dataset:
+    """The dataset a dropdown value names (the already loaded default when it is picked).
+
+    Raises:
+        ValueError: If the directory is not a valid dataset.
+    """
+    if Path(value).resolve() == Path(default.path).resolve():
+        return default
+    return open_dataset(value)[0]
+
+
 def default_dataset_paths(
     root: str | Path | None = None,
     *,
