@@ -94,7 +94,7 @@ class Parallel(Stage):
             raise ValueError("a parallel step needs a fusion stage (fuse=)")
         outs = []
         for name, stage in self.branches:
-            outs.append(_timed(name, stage, frame, ctx))
+            outs.append(run_step(name, stage, frame, ctx))
         start = time.perf_counter()
         fused = self.fuse[1].fuse(outs, ctx)
         _record_time(ctx, self.fuse[0], start)
@@ -107,7 +107,8 @@ def _record_time(ctx: QueryContext, name: str, start: float) -> None:
     timings[name] = timings.get(name, 0.0) + (time.perf_counter() - start)
 
 
-def _timed(name: str, stage: Stage, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+def run_step(name: str, stage: Stage, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+    """Run one named step: time it into ``ctx.trace["timings"]`` and check its output frame."""
     start = time.perf_counter()
     out = stage.transform(frame, ctx)
     if not isinstance(stage, (Pipeline, Parallel)):
@@ -223,7 +224,7 @@ class Pipeline(Stage):
     # ------------------------------------------------------------------ running
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         for name, stage in self.steps:
-            frame = _timed(name, stage, frame, ctx)
+            frame = run_step(name, stage, frame, ctx)
         return frame
 
     def run(self, ctx: QueryContext) -> pl.DataFrame:

@@ -35,8 +35,8 @@ import polars as pl
 from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.memory.consolidate import expire_events
 from memlab.memory.store import MemoryStore
-from memlab.pipeline import Parallel, Pipeline
-from memlab.stages.base import QueryContext, Stage, check_frame, empty_candidates
+from memlab.pipeline import Parallel, Pipeline, run_step
+from memlab.stages.base import QueryContext, Stage, empty_candidates
 
 
 def progress_enabled(progress: bool | None) -> bool:
@@ -298,20 +298,13 @@ class Replayer:
                 ctx.trace.setdefault("timings", {})["prefix_cache"] = 0.0
             else:
                 for name, stage in pipeline.steps[:n_prefix]:
-                    frame = _run_step(name, stage, frame, ctx)
+                    frame = run_step(name, stage, frame, ctx)
                 self.cache[key] = (frame, ctx.query_vector)
                 start_step = n_prefix
         for name, stage in pipeline.steps[start_step:]:
-            frame = _run_step(name, stage, frame, ctx)
+            frame = run_step(name, stage, frame, ctx)
         return frame
 
-
-def _run_step(name: str, stage: Stage, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
-    from memlab.pipeline import _timed
-
-    out = _timed(name, stage, frame, ctx)
-    check_frame(out, f"stage '{name}'")
-    return out
 
 
 def qrels_frame(dataset: Dataset, id_map: dict[str, str]) -> pl.DataFrame:
