@@ -120,10 +120,16 @@ class _LineChecker:
     def add(self, fld: str | None, message: str) -> None:
         self.problems.append(Problem(self.file, self.line, fld, message))
 
-    def string(self, name: str, *, required: bool, nonempty: bool = True) -> str | None:
+    def _present(self, name: str, *, required: bool) -> bool:
+        """Whether the field has a value; a required field without one is a problem."""
         if name not in self.obj or self.obj[name] is None:
             if required:
                 self.add(name, "missing")
+            return False
+        return True
+
+    def string(self, name: str, *, required: bool, nonempty: bool = True) -> str | None:
+        if not self._present(name, required=required):
             return None
         value = self.obj[name]
         if not isinstance(value, str):
@@ -135,9 +141,7 @@ class _LineChecker:
         return value
 
     def timestamp(self, name: str, *, required: bool) -> float | None:
-        if name not in self.obj or self.obj[name] is None:
-            if required:
-                self.add(name, "missing")
+        if not self._present(name, required=required):
             return None
         value = self.obj[name]
         if not isinstance(value, str):
