@@ -248,3 +248,23 @@ def test_query_entities_can_match_known_agent_names(store):
     assert store.query_entities("What did Caroline do?") == []
     assert store.query_entities("What did caroline do?", known_types=("agent",)) == [caroline]
     assert store.query_entities("Carolines", known_types=("agent",)) == []
+
+
+def test_mask_known_names_removes_names_and_possessives(store):
+    store.store("I went to a support group yesterday", source_agent="Caroline", now=T0)
+    store.store("Painting again", source_agent="Melanie", now=T0)
+    agents = ("agent",)
+    assert (
+        store.mask_known_names("What did Caroline's mother give Melanie?", known_types=agents)
+        == "What did mother give?"
+    )
+    assert store.mask_known_names("Did caroline and MELANIE' kids meet?", known_types=agents) == (
+        "Did and kids meet?"
+    )
+    assert store.mask_known_names("Carolines and Caroline-like", known_types=agents) == (
+        "Carolines and Caroline-like"
+    )
+    assert store.mask_known_names("Caroline?", known_types=agents) == "Caroline?"
+    assert store.mask_known_names("What did Caroline do?", known_types=("client",)) == (
+        "What did Caroline do?"
+    )

@@ -206,3 +206,64 @@ def test_query_stopwords_drop_function_words(make_ctx):
         get_stopwords("klingon")
     only_stop = BM25(top_k=None, query_stopwords="english").transform(None, make_ctx("what is the"))
     assert only_stop.height == 0
+
+
+def _two_client_store(now: float, *, with_other: bool = True) -> MemoryStore:
+    store = MemoryStore()
+    rows = [("a0", "a", "cat sat"), ("a1", "a", "dog sat"), ("a2", "a", "bird flew")]
+    if with_other:
+        rows += [("b0", "b", "cat cat"), ("b1", "b", "cat bird"), ("b2", "b", "cat fish")]
+    for i, (mid, client, text) in enumerate(rows):
+        store.store(text, "event", client_id=client, source_agent="t", now=now - 10 + i, id=mid)
+    return store
+
+
+def test_scope_statistics_are_the_clients_own(now: float) -> None:
+    mixed = _two_client_store(now)
+    alone = _two_client_store(now, with_other=False)
+    ctx = QueryContext("q", "cat", mixed, now, client_id="a")
+    scoped = BM25(statistics="scope").transform(empty_candidates(), ctx)
+    # client a: N = 3, "cat" in 1 document, |d0| = avgdl = 2, so tf part = 2.5 / (1 + 1.5)
+    assert scoped["mem_id"].to_list() == ["a0"]
+    assert scoped["bm25_score"].to_list() == pytest.approx(
+        [(math.log(3 - 1 + 0.5) - math.log(1 + 0.5)) * 2.5 / (1 + 1.5)], rel=1e-12
+    )
+    reference = BM25().transform(empty_candidates(), QueryContext("q", "cat", alone, now))
+    assert scoped["bm25_score"].to_list() == reference["bm25_score"].to_list()
+    # one store-wide index: "cat" is in 4 of 6 documents, its idf is negative and floored
+    shared = BM25().transform(empty_candidates(), ctx)
+    assert shared["mem_id"].to_list() == ["a0"]
+    assert shared["bm25_score"][0] != pytest.approx(scoped["bm25_score"][0])
+
+
+def test_scope_statistics_include_global_memories(now: float) -> None:
+    store = _two_client_store(now)
+    store.store("cat nap", "event", client_id="global", source_agent="t", now=now - 1, id="g0")
+    stage = BM25(statistics="scope", top_k=None)
+    out = stage.transform(empty_candidates(), QueryContext("q", "nap", store, now, client_id="a"))
+    assert out["mem_id"].to_list() == ["g0"]
+    assert stage.indexes_["a"].rows.tolist() == [0, 1, 2, 6]
+    assert stage.corpus_.n_docs == 4
+
+
+def test_scope_indexes_refit_only_their_own_scope(now: float) -> None:
+    store = _two_client_store(now)
+    stage = BM25(statistics="scope")
+    for client in ("a", "b"):
+        stage.transform(empty_candidates(), QueryContext("q", "cat", store, now, client_id=client))
+    engine_a, engine_b = stage.indexes_["a"].engine, stage.indexes_["b"].engine
+    store.store("cat toy", "event", client_id="b", source_agent="t", now=now - 1, id="b3")
+    for client in ("a", "b"):
+        stage.transform(empty_candidates(), QueryContext("q", "cat", store, now, client_id=client))
+    assert stage.indexes_["a"].engine is engine_a
+    assert stage.indexes_["b"].engine is not engine_b
+    assert stage.indexes_["b"].rows.tolist() == [3, 4, 5, 6]
+    unscoped = stage.transform(empty_candidates(), QueryContext("q", "cat", store, now))
+    assert set(unscoped["mem_id"]) == {"a0", "b0", "b1", "b2", "b3"}
+    assert stage.indexes_[None].rows.tolist() == list(range(7))
+
+
+def test_unknown_statistics_is_rejected(now: float) -> None:
+    store = _two_client_store(now)
+    with pytest.raises(ValueError, match="bm25: statistics must be one of store, scope"):
+        BM25(statistics="tenant").transform(empty_candidates(), QueryContext("q", "x", store, now))

@@ -78,6 +78,25 @@ def test_query_vector_overrides_the_text(store, make_ctx) -> None:
     assert out["dense_score"][0] == pytest.approx(1.0, abs=1e-6)
 
 
+def test_mask_entity_types_embeds_the_query_without_the_names(store, make_ctx) -> None:
+    assert store.graph.find("tester", "agent") is not None
+    masked = Dense(top_k=None, mask_entity_types=("agent",)).transform(
+        empty_candidates(), make_ctx("What did tester's team host on the Acme website?")
+    )
+    plain = Dense(top_k=None).transform(
+        empty_candidates(), make_ctx("What did team host on the Acme website?")
+    )
+    named = Dense(top_k=None).transform(
+        empty_candidates(), make_ctx("What did tester's team host on the Acme website?")
+    )
+    assert masked.equals(plain)
+    assert not np.allclose(masked["dense_score"].to_numpy(), named["dense_score"].to_numpy())
+    hyde = make_ctx("What did tester's team host?")
+    hyde.query_vector = store.embedder.embed(["Globex blog posts"])[0]
+    out = Dense(top_k=None, mask_entity_types=("agent",)).transform(empty_candidates(), hyde)
+    assert out["mem_id"][0] == "globex-blog"
+
+
 def test_top_rows_includes_ties_at_the_cut() -> None:
     scores = np.array([0.5, 0.9, 0.5, 0.1, 0.5])
     mask = np.array([True, True, True, True, False])

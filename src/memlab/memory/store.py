@@ -904,7 +904,25 @@ class MemoryStore:
                     out.append(idx)
         return out
 
-    def _known_name_matches(self, text: str, types: tuple[str, ...]) -> list[int]:
+    def mask_known_names(self, text: str, *, known_types: Sequence[str]) -> str:
+        """``text`` without the names of the graph's entities of ``known_types``.
+
+        Each name (matched as :meth:`query_entities` matches it, case-insensitively, with a
+        possessive ``'s`` or ``'`` after it) is removed and the spaces are collapsed: "What
+        did Caroline's mother give Melanie?" becomes "What did mother give?". A text left with
+        no words is returned unchanged.
+        """
+        pattern, _ = self._known_name_pattern(tuple(known_types))
+        if pattern is None:
+            return text
+        masked = re.sub(r"\s+([?!.,;:])", r"\1", " ".join(pattern.sub(" ", text).split()))
+        return masked if masked.strip("?!.,;: ") else text
+
+    def _known_name_pattern(
+        self, types: tuple[str, ...]
+    ) -> tuple[re.Pattern[str] | None, dict[str, int]]:
+        """A regex matching the names of the entities of ``types`` (``None`` when there are
+        none), with a name-to-index map; rebuilt when the graph gains entities."""
         key = (types, self.graph.n_entities)
         cached = self._known_patterns.get(types)
         if cached is None or cached[0] != key:
@@ -918,13 +936,18 @@ class MemoryStore:
                 alternation = "|".join(
                     re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n))
                 )
-                pattern = re.compile(rf"(?<![\w-])(?:{alternation})(?![\w-])", re.IGNORECASE)
+                pattern = re.compile(
+                    rf"(?<![\w-])({alternation})(?:'s|’s|'|’)?(?![\w-])", re.IGNORECASE
+                )
             cached = (key, pattern, names)
             self._known_patterns[types] = cached
-        _, pattern, names = cached
+        return cached[1], cached[2]
+
+    def _known_name_matches(self, text: str, types: tuple[str, ...]) -> list[int]:
+        pattern, names = self._known_name_pattern(types)
         if pattern is None:
             return []
-        return [names[m.group(0).lower()] for m in pattern.finditer(text)]
+        return [names[m.group(1).lower()] for m in pattern.finditer(text)]
 
     # ------------------------------------------------------------------ batches & persistence
     @contextmanager

@@ -19,7 +19,7 @@ import copy
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, Union
 
@@ -41,6 +41,7 @@ CANDIDATE_SCHEMA: dict[str, pl.DataType] = {
 
 STAGE_COLUMNS: dict[str, pl.DataType] = {
     "dense_score": pl.Float64(),
+    "maxp_score": pl.Float64(),
     "bm25_score": pl.Float64(),
     "graph_score": pl.Float64(),
     "rrf_score": pl.Float64(),
@@ -197,11 +198,20 @@ class QueryContext:
                 self.cache[("emb", model, t)] = v
         return np.stack([self.cache[("emb", model, t)] for t in texts])
 
-    def vector(self) -> np.ndarray:
-        """The query vector: the HyDE-rewritten one if set, else the embedded query text."""
+    def vector(self, *, mask_entity_types: Sequence[str] = ()) -> np.ndarray:
+        """The query vector: the HyDE-rewritten one if set, else the embedded query text.
+
+        Args:
+            mask_entity_types: Embed the text without the names of the store's entities of
+                these types (:meth:`MemoryStore.mask_known_names`); ignored when a HyDE vector
+                is set.
+        """
         if self.query_vector is not None:
             return self.query_vector
-        return self.embed([self.text])[0]
+        text = self.text
+        if mask_entity_types:
+            text = self.store.mask_known_names(text, known_types=mask_entity_types)
+        return self.embed([text])[0]
 
 
 STAGES: Registry[type[Stage]] = Registry("stage")

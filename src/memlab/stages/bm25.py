@@ -5,26 +5,33 @@ fuses with RRF; seed 004's "keyword candidates from lexical matching". Defaults 
 ``BM25Okapi``: ``k1 = 1.5``, ``b = 0.75``, ``epsilon = 0.25`` (see :mod:`memlab.index.bm25` for
 the formula and the engines).
 
-Corpus statistics (``N``, document frequencies, average length) are taken over **every memory
-written so far** — all clients, active or not — like one shared keyword index; the scores are
-then masked by the query's visibility. This is a documented approximation: a per-scope index
-would give slightly different idf values.
+Corpus statistics (``N``, document frequencies, average length) are taken, with
+``statistics="store"`` (the default), over **every memory written so far** — all clients,
+active or not — like one shared keyword index; the scores are then masked by the query's
+visibility. With ``statistics="scope"`` each query scope has its own index over the memories
+that scope can ever see (the client's and the ``global`` ones, active or not): one tenant's
+vocabulary then never shifts another tenant's idf, and a per-conversation benchmark such as
+LoCoMo gets per-conversation statistics. Either way superseded and forgotten memories still
+count in the statistics (a documented approximation of a live index).
 
-The stage keeps the fitted index (``index_``) and the tokenised corpus (``corpus_``) between
-queries. Texts never change once written, so the index is refitted lazily only when the store
-has new rows (a version change without new rows — an access, a supersession — leaves the corpus
-as it was); a refit tokenises only the new rows and rebuilds the sparse matrix.
+The stage keeps each fitted index (``indexes_``, by scope) between queries. Texts never change
+once written, so an index is refitted lazily only when the store has new rows in its scope (a
+version change without new rows — an access, a supersession — leaves the corpus as it was); a
+refit tokenises only the new rows and rebuilds the sparse matrix.
 """
 
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
 from memlab.index.bm25 import BM25Engine, TokenizedCorpus, get_bm25_engine
 from memlab.index.stopwords import get_stopwords
+from memlab.memory.records import GLOBAL_CLIENT
 from memlab.stages.base import (
     QueryContext,
     Stage,
@@ -36,6 +43,29 @@ from memlab.stages.dense import top_rows
 
 if TYPE_CHECKING:
     from memlab.memory.store import MemoryStore
+
+_STATISTICS = ("store", "scope")
+
+
+@dataclass
+class ScopedIndex:
+    """One BM25 index: the store rows it covers, their tokenised texts and the fitted engine.
+
+    Attributes:
+        client_id: The scope (``None`` = every client).
+        corpus: Tokenised texts of ``rows``, in row order.
+        rows: Store rows covered (document ``i`` of the corpus is store row ``rows[i]``).
+        seen: Store rows examined so far (rows ``>= seen`` are not yet considered).
+        engine: The fitted engine (``None`` until the first fit).
+        settings: Engine settings of the last fit.
+    """
+
+    client_id: str | None
+    corpus: TokenizedCorpus
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    seen: int = 0
+    engine: BM25Engine | None = None
+    settings: tuple[object, ...] | None = None
 
 
 @register_stage("bm25")
@@ -57,8 +87,10 @@ class BM25(Stage):
     Output column: ``bm25_score`` (also ``score``); only memories scoring above 0 are returned.
 
     Attributes:
-        corpus_: The tokenised texts of every memory indexed so far.
-        index_: The fitted engine.
+        indexes_: The fitted :class:`ScopedIndex` of each scope seen (key ``None`` for the
+            store-wide index).
+        corpus_: The tokenised corpus of the index used last.
+        index_: The engine of the index used last.
         index_version_: ``store.version`` when the index was last checked against the store.
     """
 
@@ -74,6 +106,7 @@ class BM25(Stage):
         token_pattern: str = r"\w+",
         lowercase: bool = True,
         query_stopwords: str | None = None,
+        statistics: str = "store",
     ) -> None:
         self.top_k = top_k
         self.k1 = k1
@@ -83,51 +116,70 @@ class BM25(Stage):
         self.token_pattern = token_pattern
         self.lowercase = lowercase
         self.query_stopwords = query_stopwords
+        self.statistics = statistics
 
     def fit(self, store: MemoryStore, **kwargs: object) -> BM25:
         """Index every memory of ``store`` now (otherwise done on the first query)."""
-        self._index(store)
+        self._index(store, None)
         return self
 
-    def _index(self, store: MemoryStore) -> BM25Engine:
-        """The engine fitted on every row of ``store``, refitted when rows or settings change."""
-        corpus: TokenizedCorpus | None = getattr(self, "corpus_", None)
+    def _index(self, store: MemoryStore, client_id: str | None) -> tuple[ScopedIndex, BM25Engine]:
+        """The index of ``client_id``'s scope and its engine, refitted when rows or settings
+        change."""
+        if self.statistics not in _STATISTICS:
+            raise ValueError(
+                f"bm25: statistics must be one of {', '.join(_STATISTICS)}, "
+                f"got {self.statistics!r}"
+            )
+        key = client_id if self.statistics == "scope" else None
         ref = getattr(self, "store_", None)
+        indexes: dict[str | None, ScopedIndex] | None = getattr(self, "indexes_", None)
+        if indexes is None or ref is None or ref() is not store:
+            indexes = {}
+            self.indexes_ = indexes
+            self.store_ = weakref.ref(store)
+        index = indexes.get(key)
         if (
-            corpus is None
-            or ref is None
-            or ref() is not store
-            or corpus.token_pattern != self.token_pattern
-            or corpus.lowercase != self.lowercase
-            or corpus.n_docs > len(store)
+            index is None
+            or index.corpus.token_pattern != self.token_pattern
+            or index.corpus.lowercase != self.lowercase
+            or index.seen > len(store)
         ):
             corpus = TokenizedCorpus(token_pattern=self.token_pattern, lowercase=self.lowercase)
-            self.corpus_ = corpus
-            self.store_ = weakref.ref(store)
-            self.index_ = None
+            index = indexes[key] = ScopedIndex(client_id=key, corpus=corpus)
         n = len(store)
+        if index.seen < n:
+            new = np.arange(index.seen, n, dtype=np.int64)
+            if key is not None:
+                codes = [store.client_code(key), store.client_code(GLOBAL_CLIENT)]
+                new = new[np.isin(store.column("client")[index.seen : n], codes)]
+            if len(new):
+                index.corpus.extend(store.record_at(int(i)).text for i in new)
+                index.rows = np.concatenate([index.rows, new])
+                index.engine = None
+            index.seen = n
         settings = (self.engine, self.k1, self.b, self.epsilon)
-        if (
-            self.index_ is None
-            or corpus.n_docs != n
-            or getattr(self, "index_settings_", None) != settings
-        ):
-            corpus.extend(store.record_at(i).text for i in range(corpus.n_docs, n))
+        engine = index.engine
+        if engine is None or index.settings != settings:
             engine_cls = get_bm25_engine(self.engine)
-            self.index_ = engine_cls(k1=self.k1, b=self.b, epsilon=self.epsilon).fit(corpus)
-            self.index_settings_ = settings
+            engine = engine_cls(k1=self.k1, b=self.b, epsilon=self.epsilon).fit(index.corpus)
+            index.engine, index.settings = engine, settings
+        self.corpus_ = index.corpus
+        self.index_ = engine
         self.index_version_ = store.version
-        return self.index_
+        return index, engine
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         store = ctx.store
         if len(store) == 0:
             return empty_candidates({"bm25_score": pl.Float64()})
-        index = self._index(store)
-        tokens = self.corpus_.tokenize(ctx.text)
+        index, engine = self._index(store, ctx.client_id)
+        tokens = index.corpus.tokenize(ctx.text)
         if self.query_stopwords is not None:
             stop = get_stopwords(self.query_stopwords)
             tokens = [t for t in tokens if t not in stop]
-        scores = index.get_scores(tokens)
+        scores = np.zeros(len(store), dtype=np.float64)
+        if len(index.rows):
+            scores[index.rows] = engine.get_scores(tokens)
         rows = top_rows(scores, ctx.visible_mask() & (scores > 0), self.top_k)
         return candidates_from_rows(ctx, rows, scores[rows], "bm25_score", top_k=self.top_k)

@@ -106,6 +106,11 @@ class Dense(Stage):
         backend: ``"exact"`` (numpy, the reference) or ``"chroma"`` (chromadb HNSW).
         min_similarity: Drop memories below this cosine (``None`` = keep all; seed 000's 0.3
             is applied downstream by ``lifecycle``).
+        mask_entity_types: Embed the query without the names of known entities of these types
+            (e.g. ``("agent",)``). A name such as the speaker's dominates the embedding of a
+            short question, pulling up every short turn of that speaker; masked, the vector
+            carries the topic alone and the name is left to a graph stage. ``()`` embeds the
+            query as written.
 
     Output column: ``dense_score`` (the cosine similarity, also ``score``).
     """
@@ -117,10 +122,12 @@ class Dense(Stage):
         top_k: int | None = 100,
         backend: str = "exact",
         min_similarity: float | None = None,
+        mask_entity_types: tuple[str, ...] = (),
     ) -> None:
         self.top_k = top_k
         self.backend = backend
         self.min_similarity = min_similarity
+        self.mask_entity_types = mask_entity_types
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         try:
@@ -129,7 +136,8 @@ class Dense(Stage):
             raise ValueError(f"dense: {error}") from None
         if len(ctx.store) == 0 or ctx.store.vectors.dim is None:
             return empty_candidates({"dense_score": pl.Float64()})
-        rows, sims = search(ctx, ctx.vector(), self.top_k)
+        vector = ctx.vector(mask_entity_types=self.mask_entity_types)
+        rows, sims = search(ctx, vector, self.top_k)
         if self.min_similarity is not None:
             keep = sims >= self.min_similarity
             rows, sims = rows[keep], sims[keep]

@@ -1,0 +1,131 @@
+"""MaxP: a memory scores as its best-matching sentence.
+
+Dai & Callan, "Deeper Text Understanding for IR with Contextual Neural Language Modeling",
+SIGIR 2019: a long document is split into passages, each passage is scored against the query
+and the document takes the maximum (MaxP). Here the passages are a memory's sentences and the
+scorer is the cosine of the embedder's vectors::
+
+    passages(d) = [p for p in re.split(sentence_pattern, text(d)) if p.strip()]  (or [text(d)])
+    score(d)    = max_{p ∈ passages(d)} cos(q, p)
+
+A whole-memory vector averages every topic a memory touches: a conversational turn that opens
+with a greeting and mentions a trip to Rome in passing is far from "Which cities has Jon
+visited?", while its sentence about Rome is close. Fused with the whole-memory ``dense`` list,
+MaxP lifts such turns without losing the ones whose meaning is spread over several sentences.
+memlab's adaptation of the paper's passage aggregation to bi-encoder sentence vectors.
+
+The sentence vectors are fitted state (``passages_``): computed once per store row through the
+query context's embedder (so an on-disk embedding cache serves them across runs) and extended
+when the store gains rows.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+from memlab.stages.base import (
+    QueryContext,
+    Stage,
+    candidates_from_rows,
+    empty_candidates,
+    register_stage,
+)
+from memlab.stages.dense import top_rows
+
+if TYPE_CHECKING:
+    from memlab.memory.store import MemoryStore
+
+
+def split_passages(text: str, pattern: str) -> list[str]:
+    """The non-blank pieces of ``text`` split at ``pattern`` (``[text]`` when there are none)."""
+    pieces = [p.strip() for p in re.split(pattern, text)]
+    return [p for p in pieces if p] or [text]
+
+
+@register_stage("maxp")
+class MaxP(Stage):
+    """Retrieve memories by the cosine of their best-matching sentence.
+
+    Args:
+        top_k: How many memories to return (``None`` = every visible one).
+        sentence_pattern: Regular expression of a passage boundary (default: whitespace after
+            a sentence's closing ``.``, ``!`` or ``?``).
+        mask_entity_types: Embed the query without the names of known entities of these types
+            (as :class:`~memlab.stages.dense.Dense` does).
+
+    Output column: ``maxp_score`` (the best sentence's cosine, also ``score``).
+
+    Attributes:
+        passages_: Unit-length sentence vectors of every store row seen, row by row (float32).
+        starts_: Index in ``passages_`` of each store row's first sentence.
+        n_rows_: Store rows whose sentences are embedded.
+    """
+
+    cacheable = True
+
+    def __init__(
+        self,
+        top_k: int | None = 100,
+        sentence_pattern: str = r"(?<=[.!?])\s+",
+        mask_entity_types: tuple[str, ...] = (),
+    ) -> None:
+        self.top_k = top_k
+        self.sentence_pattern = sentence_pattern
+        self.mask_entity_types = mask_entity_types
+
+    def fit(self, store: MemoryStore, **kwargs: object) -> MaxP:
+        """Embed the sentences of every memory of ``store`` now (needs ``embedder=``)."""
+        embedder = kwargs.get("embedder")
+        if embedder is None:
+            raise ValueError("maxp: fit needs an embedder (fit(store, embedder=...))")
+        ctx = QueryContext(qid="", text="", store=store, now=float("inf"), embedder=embedder)
+        self._passages(ctx)
+        return self
+
+    def _passages(self, ctx: QueryContext) -> tuple[np.ndarray, np.ndarray]:
+        """Sentence vectors of every store row and each row's first index among them."""
+        store = ctx.store
+        ref = getattr(self, "store_", None)
+        if (
+            ref is None
+            or ref() is not store
+            or getattr(self, "pattern_", None) != self.sentence_pattern
+            or self.n_rows_ > len(store)
+        ):
+            self.store_ = weakref.ref(store)
+            self.pattern_ = self.sentence_pattern
+            self.n_rows_ = 0
+            self.passages_ = np.zeros((0, 0), dtype=np.float32)
+            self.starts_ = np.zeros(0, dtype=np.int64)
+        n = len(store)
+        if self.n_rows_ < n:
+            pieces: list[str] = []
+            counts: list[int] = []
+            for i in range(self.n_rows_, n):
+                parts = split_passages(store.record_at(i).text, self.sentence_pattern)
+                pieces.extend(parts)
+                counts.append(len(parts))
+            vectors = np.asarray(ctx.embed(pieces), dtype=np.float32)
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            offset = len(self.passages_)
+            starts = offset + np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            self.passages_ = vectors if offset == 0 else np.vstack([self.passages_, vectors])
+            self.starts_ = np.concatenate([self.starts_, starts])
+            self.n_rows_ = n
+        return self.passages_, self.starts_
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        if len(ctx.store) == 0:
+            return empty_candidates({"maxp_score": pl.Float64()})
+        passages, starts = self._passages(ctx)
+        vector = ctx.vector(mask_entity_types=self.mask_entity_types)
+        q = np.asarray(vector, dtype=np.float32)
+        sims = passages @ (q / max(float(np.linalg.norm(q)), 1e-12))
+        best = np.maximum.reduceat(sims, starts).astype(np.float64)
+        rows = top_rows(best, ctx.visible_mask(), self.top_k)
+        return candidates_from_rows(ctx, rows, best[rows], "maxp_score", top_k=self.top_k)
