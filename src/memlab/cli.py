@@ -122,6 +122,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         grid,
         metric=args.metric,
         seed=args.seed,
+        split_by=args.split_by,
         embedder=_embedder(args.embedder, not args.no_cache),
         generator=_generator(args.generator, ds),
         out=out,
@@ -265,6 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", required=True)
     p.add_argument("--grid", action="append", help="stage__param=v1,v2 (repeatable)")
     p.add_argument("--metric", default="R_all@10")
+    p.add_argument(
+        "--split-by",
+        choices=("query", "client"),
+        default="query",
+        help="hold out queries one by one, or whole clients (default: query)",
+    )
     p.add_argument("--out")
     common(p)
     p.set_defaults(func=cmd_sweep)

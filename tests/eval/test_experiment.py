@@ -104,3 +104,17 @@ def test_split_is_stable_and_seeded():
     assert len(a[0]) + len(a[1]) == len(qs)
     with pytest.raises(ValueError, match="test_fraction"):
         split_queries(qs, test_fraction=1.0)
+
+
+def test_split_by_client_keeps_each_client_on_one_side():
+    import hashlib
+
+    qs = res_queries()
+    for seed in range(6):
+        train, test = split_queries(qs, seed=seed, by="client")
+        for q in qs:
+            h = hashlib.sha256(f"{seed}:{q.client_id}".encode()).digest()
+            held_out = int.from_bytes(h[:8], "big") / 2**64 < 0.5
+            assert (q in test) == held_out and (q in train) != held_out
+    with pytest.raises(ValueError, match="split by must be one of query, client"):
+        split_queries(qs, by="tenant")

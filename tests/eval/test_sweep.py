@@ -18,8 +18,19 @@ def test_parse_grid_reads_types():
     }
 
 
+def test_parse_grid_reads_bracketed_tuples():
+    assert parse_grid(["combsum__weights=[0.7,0.3],[0.5, 0.5]", "a__b=[1,[2,x]],3"]) == {
+        "combsum__weights": [(0.7, 0.3), (0.5, 0.5)],
+        "a__b": [(1, (2, "x")), 3],
+    }
+
+
 @pytest.mark.parametrize(
-    "expr", ["rrf_k=10", "rrf__k", "rrf__k=", "rrf__k=,", "=1,2"],
+    "expr",
+    [
+        "rrf_k=10", "rrf__k", "rrf__k=", "rrf__k=,", "=1,2",
+        "c__w=[0.7,0.3", "c__w=0.7]", "c__w=a[1]",
+    ],
 )
 def test_parse_grid_rejects_bad_expressions(expr):
     with pytest.raises(ValueError, match="bad grid expression"):
@@ -49,6 +60,28 @@ def test_sweep_clones_each_point_and_picks_on_train(tmp_path):
     summary = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert summary["best_params"] == res.best_params
     assert (tmp_path / "s" / "sweep_rrf__k.png").exists()
+
+
+def test_sweep_over_tuples_split_by_client(tmp_path):
+    weights = [(0.35, 0.35, 0.15, 2.0), (0.7, 0.0, 0.3, 0.3)]
+    res = run_sweep(
+        HANDMADE, "conversational", {"combsum__weights": weights}, split_by="client", seed=2,
+        embedder=HashingEmbedder(dim=64), out=tmp_path / "s", progress=False,
+    )
+    assert res.results["param_combsum__weights"].to_list() == [
+        "[0.35, 0.35, 0.15, 2.0]", "[0.7, 0.0, 0.3, 0.3]",
+    ]
+    assert res.best_params["combsum__weights"] in weights
+    assert (res.split_by, res.n_train + res.n_test) == ("client", 10)
+    summary = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert summary["split_by"] == "client"
+    assert summary["best_params"]["combsum__weights"] == list(res.best_params["combsum__weights"])
+    assert "Queries split by client (seed 2)" in (tmp_path / "s" / "report.md").read_text()
+    # seed 0 puts both of the fixture's clients on the train side: no held-out queries
+    with pytest.raises(ValueError, match="split by client with seed 0 leaves no held-out"):
+        run_sweep(HANDMADE, "conversational", {"combsum__weights": weights}, split_by="client",
+                  embedder=HashingEmbedder(dim=8), out=tmp_path / "t", progress=False)
+    assert not (tmp_path / "t").exists()
 
 
 def test_unknown_parameter_fails_before_any_work(tmp_path):

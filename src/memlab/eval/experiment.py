@@ -98,18 +98,27 @@ class ExperimentResult:
     out: Path | None = None
 
 
-def split_queries(
-    queries: Sequence[Query], *, test_fraction: float = 0.5, seed: int = 0
-) -> tuple[list[Query], list[Query]]:
-    """A seeded train/test split of queries (by a hash of ``seed`` and ``qid``).
+SPLIT_BY = ("query", "client")
 
-    Stable: a query's side never depends on the other queries in the list.
+
+def split_queries(
+    queries: Sequence[Query], *, test_fraction: float = 0.5, seed: int = 0, by: str = "query"
+) -> tuple[list[Query], list[Query]]:
+    """A seeded train/test split of queries (by a hash of ``seed`` and a key).
+
+    ``by="query"`` hashes each ``qid``; ``by="client"`` hashes each query's ``client_id`` so
+    that all queries of one client (one LoCoMo conversation) fall on the same side, and
+    constants chosen on the train side never saw the memories of a test client. Stable: a
+    query's side never depends on the other queries in the list.
     """
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must lie in (0, 1), got {test_fraction}")
+    if by not in SPLIT_BY:
+        raise ValueError(f"split by must be one of {', '.join(SPLIT_BY)}, got {by!r}")
     train, test = [], []
     for q in queries:
-        h = hashlib.sha256(f"{seed}:{q.qid}".encode()).digest()
+        key = q.qid if by == "query" else str(q.client_id)
+        h = hashlib.sha256(f"{seed}:{key}".encode()).digest()
         u = int.from_bytes(h[:8], "big") / 2**64
         (test if u < test_fraction else train).append(q)
     return train, test

@@ -3,7 +3,8 @@
 The best point is chosen on a seeded train split of the queries and reported on the held-out
 split, so the reported number is not the maximum of many noisy tries. Grids are plain dicts
 (``{"rrf__k": [10, 30, 60]}``); :func:`parse_grid` reads the command line's
-``--grid rrf__k=10,30,60``.
+``--grid rrf__k=10,30,60`` (a list-valued constant is written in brackets:
+``--grid combsum__weights=[0.7,0.3],[0.5,0.5]``).
 """
 
 from __future__ import annotations
@@ -48,8 +49,42 @@ def _parse_value(text: str) -> Any:
     return t
 
 
+def _split_values(text: str) -> list[str] | None:
+    """Split at the commas outside brackets (``None`` when brackets do not pair up)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth != 0:
+        return None
+    parts.append(text[start:])
+    return parts
+
+
+def _parse_item(text: str) -> Any:
+    t = text.strip()
+    if t.startswith("[") and t.endswith("]"):
+        inner = _split_values(t[1:-1])
+        if inner is None:
+            raise ValueError(f"unpaired brackets in {t!r}")
+        return tuple(_parse_item(v) for v in inner if v.strip())
+    if "[" in t or "]" in t:
+        raise ValueError(f"unpaired brackets in {t!r}")
+    return _parse_value(t)
+
+
 def parse_grid(expressions: Sequence[str]) -> dict[str, list[Any]]:
     """Parse ``stage__param=v1,v2,…`` expressions into a grid dict.
+
+    A value in brackets is a tuple (``[0.7,0.3]`` → ``(0.7, 0.3)``), for list-valued
+    constants such as fusion weights.
 
     Raises:
         ValueError: Naming the expression at fault.
@@ -65,7 +100,13 @@ def parse_grid(expressions: Sequence[str]) -> dict[str, list[Any]]:
             )
         if name in grid:
             raise ValueError(f"bad grid expression {expr!r}: {name} is given twice")
-        parsed = [_parse_value(v) for v in values.split(",") if v.strip()]
+        items = _split_values(values)
+        if items is None:
+            raise ValueError(f"bad grid expression {expr!r}: unpaired brackets")
+        try:
+            parsed = [_parse_item(v) for v in items if v.strip()]
+        except ValueError as error:
+            raise ValueError(f"bad grid expression {expr!r}: {error}") from None
         if not parsed:
             raise ValueError(f"bad grid expression {expr!r}: no values")
         grid[name] = parsed
@@ -87,7 +128,11 @@ class SweepResult:
             ``<metric>_train`` and ``<metric>_test``.
         best_params: The point with the best train score (ties: first in grid order).
         best_test: Its held-out score.
+        best_train: Its train score.
         metric: The selection metric.
+        split_by: How queries were split (``"query"`` or ``"client"``).
+        n_train: Train queries.
+        n_test: Held-out queries.
     """
 
     results: pl.DataFrame
@@ -95,7 +140,17 @@ class SweepResult:
     best_test: float
     best_train: float
     metric: str
+    split_by: str = "query"
+    n_train: int = 0
+    n_test: int = 0
     out: Path | None = None
+
+
+def _cell(value: Any) -> Any:
+    """A grid value as a table cell (a tuple is shown as ``[a, b]`` text)."""
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return value
 
 
 def run_sweep(
@@ -107,6 +162,7 @@ def run_sweep(
     metrics: Sequence[str] = DEFAULT_METRICS,
     seed: int = 0,
     test_fraction: float = 0.5,
+    split_by: str = "query",
     embedder: Any | None = None,
     generator: Any | None = None,
     out: str | Path | None = None,
@@ -116,7 +172,27 @@ def run_sweep(
     expire: bool = True,
     touch_k: int = 10,
 ) -> SweepResult:
-    """Evaluate every grid point; choose on the train split, report on the test split."""
+    """Evaluate every grid point; choose on the train split, report on the test split.
+
+    Args:
+        dataset: A dataset or its directory.
+        pipeline: A pipeline or its TOML config.
+        grid: ``{"stage__param": [values]}``.
+        metric: The selection metric.
+        metrics: Further metrics to tabulate.
+        seed: Seed of the train/test split.
+        test_fraction: Share of queries held out.
+        split_by: ``"query"`` (each query on its own) or ``"client"`` (each client's queries
+            together; see :func:`~memlab.eval.experiment.split_queries`).
+        embedder: Embedder (default: MiniLM behind the disk cache).
+        generator: Generator for stages that need one.
+        out: Write the results here (atomically).
+        progress: Show progress bars.
+        exclude_tags: Queries with these tags are not scored.
+        ttl_days: Event TTL of the replay.
+        expire: Run TTL expiry before each query.
+        touch_k: Top hits counted as accesses.
+    """
     names = check_metrics(list(dict.fromkeys([metric, *metrics])))
     metric = names[0]
     base = pipeline.clone() if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
@@ -136,7 +212,13 @@ def run_sweep(
         touch_k=touch_k,
         progress=progress,
     )
-    train, test = split_queries(ds.queries, test_fraction=test_fraction, seed=seed)
+    train, test = split_queries(ds.queries, test_fraction=test_fraction, seed=seed, by=split_by)
+    if not train or not test:
+        side = "train" if not train else "held-out"
+        raise ValueError(
+            f"the split by {split_by} with seed {seed} leaves no {side} queries "
+            f"({len(ds.queries)} queries); try another --seed or test fraction"
+        )
     train_ids, test_ids = {q.qid for q in train}, {q.qid for q in test}
     rows: list[dict[str, Any]] = []
     enabled = progress_enabled(progress)
@@ -157,7 +239,7 @@ def run_sweep(
             names,
             exclude_tags=exclude_tags,
         )
-        row: dict[str, Any] = {f"param_{k}": v for k, v in point.items()}
+        row: dict[str, Any] = {f"param_{k}": _cell(v) for k, v in point.items()}
         for m in names:
             vals = pq.filter(pl.col("metric") == m)
             row[m] = _mean(vals)
@@ -166,13 +248,15 @@ def run_sweep(
         rows.append(row)
     results = pl.DataFrame(rows, strict=False)
     best_i = max(range(len(rows)), key=lambda i: (rows[i][f"{metric}_train"], -i))
-    best = {k[len("param_") :]: v for k, v in rows[best_i].items() if k.startswith("param_")}
     res = SweepResult(
         results=results,
-        best_params=best,
+        best_params=dict(points[best_i]),
         best_test=rows[best_i][f"{metric}_test"],
         best_train=rows[best_i][f"{metric}_train"],
         metric=metric,
+        split_by=split_by,
+        n_train=len(train),
+        n_test=len(test),
     )
     if out is not None:
         res.out = write_sweep(res, Path(out), pipeline=base, grid=grid, seed=seed, dataset=ds)
@@ -228,6 +312,9 @@ def write_sweep(
             "pipeline": pipeline.to_config(),
             "grid": {k: list(v) for k, v in grid.items()},
             "seed": seed,
+            "split_by": result.split_by,
+            "n_train": result.n_train,
+            "n_test": result.n_test,
             "metric": result.metric,
             "best_params": result.best_params,
             "best_train": result.best_train,
@@ -238,6 +325,9 @@ def write_sweep(
         )
         lines = [
             f"# Sweep of `{pipeline.name}` on {dataset.meta.get('name')}",
+            "",
+            f"Queries split by {result.split_by} (seed {seed}): {result.n_train} train, "
+            f"{result.n_test} held out.",
             "",
             f"Best on the train split ({result.metric}): "
             + ", ".join(f"`{k}={v}`" for k, v in result.best_params.items())
