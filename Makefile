@@ -45,9 +45,9 @@ locomo: $(STAMP)
 	mkdir -p reports/locomo
 	cp .cache/locomo-run/metrics.json .cache/locomo-run/report.md \
 	   .cache/locomo-run/*.png .cache/locomo-run/*.svg reports/locomo/
-	$(PY) -c "import polars as pl; pl.read_parquet('.cache/locomo-run/comparison.parquet')\
-	    .write_csv('reports/locomo/comparison.csv'); pl.read_parquet('.cache/locomo-run/per_tag.parquet')\
-	    .write_csv('reports/locomo/per_tag.csv')"
+	$(PY) -c "import polars as pl; d = '.cache/locomo-run/'; \
+	    [pl.read_parquet(d + n + '.parquet').write_csv('reports/locomo/' + n + '.csv') \
+	     for n in ('comparison', 'comparison_by_tag', 'per_tag')]"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench notebooks

@@ -11,7 +11,8 @@ from memlab.pipeline import load_pipeline
 HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
 FILES = {
     "manifest.json", "metrics.json", "per_query.parquet", "rankings.parquet",
-    "comparison.parquet", "per_tag.parquet", "timings.parquet", "report.md",
+    "comparison.parquet", "comparison_by_tag.parquet", "per_tag.parquet", "timings.parquet",
+    "report.md",
     "metrics.png", "metrics.svg", "tags.png", "tags.svg",
 }
 

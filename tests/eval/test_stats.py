@@ -9,7 +9,14 @@ import polars as pl
 import pytest
 from scipy import stats as sps
 
-from memlab.eval.stats import compare, correct_pvalues, paired_test, per_tag, wins_losses
+from memlab.eval.stats import (
+    compare,
+    compare_by_tag,
+    correct_pvalues,
+    paired_test,
+    per_tag,
+    wins_losses,
+)
 
 # --------------------------------------------------------------------------- paired tests
 
@@ -258,3 +265,31 @@ def test_wins_losses_per_query() -> None:
     assert got.get_column("delta").to_list() == pytest.approx(
         [0.7 - 0.5, 0.2 - 0.2, 0.4 - 1.0, 0.3 - 0.0, 1.0 - 0.5, 0.6 - 0.2]
     )
+
+
+def test_compare_by_tag_pairs_within_each_tag_and_corrects_across_rows() -> None:
+    tags = pl.DataFrame(
+        {"qid": ["q1", "q2", "q3", "q4"], "tags": [["x"], ["x", "y"], ["y"], ["y"]]},
+        schema_overrides={"tags": pl.List(pl.String)},
+    )
+    out = compare_by_tag(FRAME, tags, baseline="base", metric="m1", n_resamples=500, seed=4)
+    assert out.columns[:3] == ["pipeline", "tag", "metric"]
+    # B has m1 values on q1 and q2 only, so its "y" row pairs q2 alone
+    assert out.select("pipeline", "tag", "n", "wins", "losses", "ties").rows() == [
+        ("A", "x", 2, 1, 0, 1),
+        ("A", "y", 3, 1, 1, 1),
+        ("B", "x", 2, 2, 0, 0),
+        ("B", "y", 1, 1, 0, 0),
+    ]
+    a_y = out.row(1, named=True)
+    assert a_y["baseline_mean"] == pytest.approx((0.2 + 1.0 + 0.0) / 3)
+    assert a_y["mean"] == pytest.approx((0.2 + 0.4 + 0.3) / 3)
+    assert a_y["p_t"] == sps.ttest_rel([0.2, 0.4, 0.3], [0.2, 1.0, 0.0]).pvalue
+    for test in ("t", "wilcoxon", "permutation"):
+        raw = out.get_column(f"p_{test}").to_numpy()
+        np.testing.assert_array_equal(
+            out.get_column(f"p_{test}_adj").to_numpy(), correct_pvalues(raw, "holm")
+        )
+    none_tagged = tags.with_columns(tags=pl.lit([], dtype=pl.List(pl.String)))
+    empty = compare_by_tag(FRAME, none_tagged, baseline="base", metric="m1")
+    assert empty.height == 0 and empty.columns == out.columns

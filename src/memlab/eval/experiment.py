@@ -14,7 +14,8 @@ correction by default), breaks results down by query tag, and writes the output 
     ``pipeline, qid, metric, value``.
 ``DIR/rankings.parquet``
     ``pipeline, qid, rank, mem_id, score``.
-``DIR/comparison.parquet``, ``DIR/per_tag.parquet``, ``DIR/timings.parquet``
+``DIR/comparison.parquet``, ``DIR/comparison_by_tag.parquet`` (the paired tests of the headline
+metric within each query tag), ``DIR/per_tag.parquet``, ``DIR/timings.parquet``
     significance table, per-tag means, per-stage latencies.
 ``DIR/report.md`` with charts as PNG and SVG beside it.
 
@@ -38,9 +39,15 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
-from memlab.eval.metrics import aggregate, evaluate, parse_metric
+from memlab.eval.metrics import aggregate, evaluate, main_metric_of, parse_metric
 from memlab.eval.replay import Replayer, ReplayResult, qrels_frame, queries_frame
-from memlab.eval.stats import available_corrections, available_tests, compare, per_tag
+from memlab.eval.stats import (
+    available_corrections,
+    available_tests,
+    compare,
+    compare_by_tag,
+    per_tag,
+)
 from memlab.io import atomic_directory
 from memlab.pipeline import Pipeline, load_pipeline
 from memlab.tokens import count_tokens
@@ -92,6 +99,7 @@ class ExperimentResult:
     rankings: pl.DataFrame
     comparison: pl.DataFrame
     per_tag: pl.DataFrame
+    tag_comparison: pl.DataFrame
     timings: pl.DataFrame
     manifest: dict[str, Any]
     replays: dict[str, ReplayResult] = field(default_factory=dict)
@@ -360,10 +368,11 @@ def run_experiment(
         for name in names
     }
     present = set(per_query.filter(pl.col("pipeline") == base)["metric"].unique().to_list())
+    compared = [m for m in metric_names if m in present]
     comparison = compare(
         per_query,
         baseline=base,
-        metrics=[m for m in metric_names if m in present],
+        metrics=compared,
         tests=tuple(tests),
         correction=correction,
         seed=seed,
@@ -371,6 +380,16 @@ def run_experiment(
     )
     tags = queries.select("qid", "tags")
     tag_table = per_tag(per_query, tags)
+    tag_comparison = compare_by_tag(
+        per_query,
+        tags,
+        baseline=base,
+        metric=main_metric_of(compared),
+        tests=tuple(tests),
+        correction=correction,
+        seed=seed,
+        n_resamples=n_resamples,
+    )
     rankings = pl.concat([replays[n].rankings for n in names])
     timings = pl.concat([replays[n].timings for n in names])
     manifest = {
@@ -412,6 +431,7 @@ def run_experiment(
         rankings=rankings,
         comparison=comparison,
         per_tag=tag_table,
+        tag_comparison=tag_comparison,
         timings=timings,
         manifest=manifest,
         replays=replays,
@@ -480,6 +500,7 @@ def write_experiment(result: ExperimentResult, out: Path, *, write_report: bool 
         result.rankings.write_parquet(tmp / "rankings.parquet")
         result.comparison.write_parquet(tmp / "comparison.parquet")
         result.per_tag.write_parquet(tmp / "per_tag.parquet")
+        result.tag_comparison.write_parquet(tmp / "comparison_by_tag.parquet")
         result.timings.write_parquet(tmp / "timings.parquet")
         if write_report:
             from memlab.eval.report import write_report as render

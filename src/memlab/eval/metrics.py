@@ -601,3 +601,8 @@ def aggregate(per_query: pl.DataFrame) -> dict[str, float]:
     _no_nulls(per_query, "per_query", ["metric", "value"])
     means = per_query.group_by("metric").agg(pl.col("value").cast(pl.Float64).mean()).sort("metric")
     return dict(means.iter_rows())
+
+
+def main_metric_of(metrics: Sequence[str]) -> str:
+    """The headline metric: the first ``R_all@k`` given, else the first metric."""
+    return next((m for m in metrics if m.startswith("R_all")), metrics[0])

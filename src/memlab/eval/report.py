@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 import polars as pl
 
+from memlab.eval.metrics import main_metric_of
+
 if TYPE_CHECKING:
     from memlab.eval.experiment import ExperimentResult
 
@@ -141,7 +143,7 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
     ]
     lines.append(markdown_table(comp.select(keep)))
     lines += ["", "## By query tag", ""]
-    main_metric = next((m for m in metrics if m.startswith("R_all")), metrics[0])
+    main_metric = main_metric_of(metrics)
     tag_view = (
         result.per_tag.filter(pl.col("metric") == main_metric)
         .pivot(on="pipeline", index="tag", values="mean")
@@ -152,6 +154,22 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
     if result.per_tag.height:
         files = save_chart(tag_chart(result.per_tag, main_metric), out_dir / "tags")
         lines += ["", f"![tags]({files[0]}) ([svg]({files[1]}))", ""]
+    tag_comp = result.tag_comparison
+    if tag_comp.height:
+        lines += [
+            f"Paired comparison with the baseline on {main_metric}, within each tag "
+            "(adjusted p-values corrected across pipelines × tags):",
+            "",
+        ]
+        keep = [
+            c
+            for c in tag_comp.columns
+            if c in ("pipeline", "tag", "n", "baseline_mean", "mean", "wins", "losses")
+            or c.endswith("_adj")
+            or c == "significant"
+        ]
+        lines.append(markdown_table(tag_comp.select(keep)))
+        lines.append("")
     lines += ["## Latency per stage (ms, this run's machine)", ""]
     lines.append(markdown_table(latency_table(result.timings), floats="{:.2f}"))
     lines += [
@@ -159,7 +177,7 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
         "## Files",
         "",
         "`metrics.json`, `per_query.parquet`, `rankings.parquet`, `comparison.parquet`, "
-        "`per_tag.parquet`, `timings.parquet`, `manifest.json`.",
+        "`comparison_by_tag.parquet`, `per_tag.parquet`, `timings.parquet`, `manifest.json`.",
         "",
         "<details><summary>Pipeline configurations</summary>",
         "",

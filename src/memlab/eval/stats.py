@@ -435,6 +435,92 @@ def per_tag(per_query: pl.DataFrame, queries_tags: pl.DataFrame) -> pl.DataFrame
     )
 
 
+def compare_by_tag(
+    per_query: pl.DataFrame,
+    queries_tags: pl.DataFrame,
+    *,
+    baseline: str,
+    metric: str,
+    tests: Sequence[str] = ("t", "wilcoxon", "permutation"),
+    correction: str = "holm",
+    alpha: float = 0.05,
+    seed: int = 0,
+    n_resamples: int = 10_000,
+) -> pl.DataFrame:
+    """:func:`compare` on one metric within each query tag.
+
+    Each (pipeline, tag) row pairs the queries carrying the tag; p-values of each test are
+    corrected across all (pipeline, tag) rows. Tags whose queries have no baseline value for
+    ``metric`` (e.g. tags of unscored queries) are left out.
+
+    Args:
+        per_query: ``pipeline``, ``qid``, ``metric``, ``value``.
+        queries_tags: ``qid``, ``tags`` (list[str]).
+        baseline: Pipeline every other pipeline is compared with.
+        metric: The metric compared.
+        tests: Registered test names.
+        correction: Registered correction applied per test across the rows.
+        alpha: Level of ``significant`` (first test's adjusted p-value).
+        seed: Seed of the permutation test.
+        n_resamples: Random sign patterns of the permutation test.
+
+    Returns:
+        :func:`compare`'s columns with ``tag`` after ``pipeline``, sorted by pipeline then tag.
+    """
+    frame = _check_per_query(per_query)
+    _check_baseline(frame, baseline)
+    if correction not in _CORRECTIONS:
+        raise ValueError(f"unknown correction {correction!r}; known: {', '.join(_CORRECTIONS)}")
+    tagged = per_tag(frame.filter(pl.col("metric") == metric), queries_tags)
+    tags = (
+        tagged.filter((pl.col("pipeline") == baseline) & (pl.col("n") > 0))
+        .get_column("tag")
+        .unique()
+        .sort()
+        .to_list()
+    )
+    exploded = queries_tags.select(
+        pl.col("qid").cast(pl.String), tag=pl.col("tags").cast(pl.List(pl.String))
+    ).explode("tag")
+    parts = []
+    for tag in tags:
+        qids = exploded.filter(pl.col("tag") == tag).get_column("qid")
+        part = compare(
+            frame.filter((pl.col("metric") == metric) & pl.col("qid").is_in(qids.implode())),
+            baseline=baseline,
+            metrics=[metric],
+            tests=tests,
+            correction="none",
+            alpha=alpha,
+            seed=seed,
+            n_resamples=n_resamples,
+        )
+        parts.append(part.with_columns(tag=pl.lit(tag, dtype=pl.String)))
+    if not parts:  # no tagged query is scored: the right columns, no rows
+        empty = compare(
+            frame.filter(pl.col("metric") == metric),
+            baseline=baseline,
+            metrics=[metric],
+            tests=tests,
+            correction="none",
+        ).head(0)
+        parts = [empty.with_columns(tag=pl.lit(None, dtype=pl.String))]
+    out = pl.concat(parts).sort(["pipeline", "tag"])
+    out = out.with_columns(
+        pl.Series(
+            f"p_{test}_adj",
+            correct_pvalues(out.get_column(f"p_{test}").to_numpy(), correction),
+            dtype=pl.Float64,
+        )
+        for test in tests
+    )
+    out = out.with_columns(
+        significant=pl.col(f"p_{list(tests)[0]}_adj").fill_nan(None).lt(alpha).fill_null(False)
+    )
+    columns = out.columns
+    return out.select("pipeline", "tag", *[c for c in columns if c not in ("pipeline", "tag")])
+
+
 def wins_losses(per_query: pl.DataFrame, baseline: str, metric: str) -> pl.DataFrame:
     """Per-query deltas of every pipeline against ``baseline`` on one metric.
 
