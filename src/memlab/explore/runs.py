@@ -2,7 +2,8 @@
 
 A run directory is what :func:`memlab.eval.experiment.run_experiment` writes (``manifest.json``,
 ``metrics.json``, ``per_query.parquet``, ``rankings.parquet``, ``comparison.parquet``,
-``comparison_by_tag.parquet``, ``per_tag.parquet``, ``timings.parquet``); any directory holding ``metrics.json`` counts.
+``comparison_by_tag.parquet``, ``per_tag.parquet``, ``timings.parquet``); any directory holding
+``metrics.json`` counts.
 
 The drill-down re-runs one query through a run's pipeline one stage at a time
 (:func:`trace_pipeline`) and reports, for each relevant memory, its rank after every stage
