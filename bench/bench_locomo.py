@@ -4,8 +4,9 @@ Usage: python bench/bench_locomo.py [LOCOMO_DIR] [PIPELINE]
 
 Imports LoCoMo (read by path, into a temporary directory), embeds its 5,882 turns and 1,986
 questions with all-MiniLM-L6-v2 into an empty cache (cold), then runs the full evaluation of
-the pipeline with that cache warm. Targets on 2 cores: cold embedding < 3 min, warm evaluation
-< 60 s.
+the pipeline twice: the first run also embeds whatever else the pipeline's stages ask for
+(MaxP's sentences), the second finds everything in the cache (warm). Targets on 2 cores: cold
+embedding < 3 min, warm evaluation of ``hybrid`` < 60 s.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ def main() -> None:
         cold = time.perf_counter() - start
         n_mem, n_q = len(ds.ops), len(ds.queries)
         print(f"cold embedding: {cold:.1f} s for {n_mem} memories + {n_q} queries")
-        start = time.perf_counter()
-        res = run_experiment(
-            ds, [pipeline], embedder=embedder, progress=False, write_report=False,
-            expire=False, touch_k=0,
-        )
-        warm = time.perf_counter() - start
-        print(f"warm evaluation of {pipeline}: {warm:.1f} s wall")
+        for label in ("first", "warm"):
+            start = time.perf_counter()
+            res = run_experiment(
+                ds, [pipeline], embedder=embedder, progress=False, write_report=False,
+                expire=False, touch_k=0,
+            )
+            print(f"{label} evaluation of {pipeline}: {time.perf_counter() - start:.1f} s wall")
         print(res.metrics[pipeline])
 
 
