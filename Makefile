@@ -50,7 +50,7 @@ locomo: $(STAMP)
 	     for n in ('comparison', 'comparison_by_tag', 'per_tag')]"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench notebooks
+	$(VENV)/bin/ruff check src tests bench notebooks eval
 
 bench: $(STAMP)
 	$(PY) bench/bench_write.py

@@ -60,7 +60,10 @@ def main() -> None:
         progress=False,
     )
     overall = pl.DataFrame(
-        [{"pipeline": p, "R_all@10": m["R_all@10"], "MRR": m["MRR"]} for p, m in res.metrics.items()]
+        [
+            {"pipeline": name, "R_all@10": m["R_all@10"], "MRR": m["MRR"]}
+            for name, m in res.metrics.items()
+        ]
     )
     by_tag = (
         res.per_tag.filter(pl.col("metric") == "R_all@10")
