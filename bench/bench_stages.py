@@ -32,6 +32,7 @@ from functools import partial
 import numpy as np
 import polars as pl
 
+from memlab.embed.hashing import HashingEmbedder
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Parallel, Pipeline
 from memlab.stages import STAGES
@@ -39,6 +40,7 @@ from memlab.stages.base import QueryContext, empty_candidates
 from memlab.stages.bm25 import BM25
 from memlab.stages.dense import Dense
 from memlab.stages.lifecycle import Lifecycle
+from memlab.stages.maxp import MaxP
 from memlab.stages.rrf import RRF
 
 DIM = 384
@@ -197,6 +199,16 @@ def main() -> None:
             reps = ctxs if engine == "sparse" else ctxs[: max(10, len(ctxs) // 10)]
             report(f"bm25 {engine} (top 100)", timed(stage_fn(stage), reps))
             print(f"  (bm25 {engine} index fitted in {fit * 1e3:.0f} ms)")
+        scoped = BM25(top_k=100, statistics="scope")
+        report("bm25 sparse, per-scope statistics", timed(stage_fn(scoped), ctxs))
+        maxp = MaxP(top_k=100)
+        start = time.perf_counter()
+        maxp.fit(store, embedder=HashingEmbedder(dim=DIM))
+        fit = time.perf_counter() - start
+        report("maxp (top 100)", timed(stage_fn(maxp), ctxs))
+        print(
+            f"  ({len(maxp.passages_)} sentences embedded in {fit:.1f} s by the hashing embedder)"
+        )
         if not small:
             refit = BM25(top_k=100)
             refit.fit(store)
