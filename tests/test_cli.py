@@ -56,3 +56,29 @@ def test_pipelines_lists_and_prints(capsys):
         assert name in listing
     assert main(["pipelines", "hybrid"]) == 0
     assert 'fuse = "rrf"' in capsys.readouterr().out
+
+
+def test_store_consolidate_runs_one_cycle(tmp_path, capsys):
+    from memlab.embed import make_embedder
+    from memlab.memory.store import MemoryStore
+
+    path = tmp_path / "store"
+    store = MemoryStore(path, embedder=make_embedder("hashing"), chroma=False)
+    a = store.store("The database server runs PostgreSQL", "fact", key="db", source_agent="a",
+                    now="2026-03-01T00:00:00Z")
+    b = store.store("Ran the nightly job", source_agent="a", importance="low",
+                    now="2026-03-01T00:00:00Z")
+    store.close()
+    argv = ["store", "consolidate", str(path), "--embedder", "hashing", "--no-cache",
+            "--now", "2026-04-15T00:00:00Z"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "processed 2, reclassified 1, merged facts 0" in out
+    assert "expired events 1" in out
+    store = MemoryStore(path, embedder=make_embedder("hashing"), chroma=False)
+    assert store.get(a.id).knowledge_category == "technical"
+    assert store.get(a.id).consolidated and not store.get(b.id).active
+    store.close()
+    assert main(["store", "consolidate", str(tmp_path / "nowhere")]) == 2
+    assert "not a memlab store" in capsys.readouterr().err
+    assert main([*argv[:3], "--embedder", "hashing", "--now", "yesterday"]) == 2

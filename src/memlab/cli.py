@@ -186,6 +186,42 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_store_consolidate(args: argparse.Namespace) -> int:
+    from memlab.memory.consolidate import Consolidator
+    from memlab.memory.merge import ClusterMerger
+    from memlab.memory.store import MemoryStore
+    from memlab.timeutil import coerce_ts
+
+    path = Path(args.path)
+    if not (path / "memlab.sqlite3").is_file():
+        raise CLIError(f"{path}: not a memlab store (no memlab.sqlite3)")
+    try:
+        now = coerce_ts(args.now, field="--now") if args.now is not None else None
+    except (TypeError, ValueError) as exc:
+        raise CLIError(str(exc)) from None
+    embedder = _embedder(args.embedder, not args.no_cache)
+    merger = None
+    if args.generator is not None:
+        from memlab.generate import make_generator
+
+        merger = ClusterMerger(
+            make_generator(args.generator),
+            embedder,
+            similarity_threshold=args.merge_threshold,
+        )
+    store = MemoryStore(path, embedder=embedder)
+    try:
+        report = Consolidator(event_ttl_days=args.ttl_days, merger=merger).run(store, now=now)
+    finally:
+        store.close()
+    print(
+        f"processed {report.processed}, reclassified {len(report.reclassified)}, "
+        f"merged facts {len(report.merged)} (skipped as duplicates {report.skipped_duplicates}), "
+        f"expired events {len(report.expired)}, co-occurrence edges {report.hebbian_edges}"
+    )
+    return 0
+
+
 def cmd_generations_record(args: argparse.Namespace) -> int:
     from memlab.generate import make_generator
     from memlab.generate.record import record_generations
@@ -302,6 +338,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = st.add_parser("check", help="report disagreements between SQLite and chromadb")
     p.add_argument("path")
     p.set_defaults(func=cmd_store_check)
+    p = st.add_parser(
+        "consolidate",
+        help="one consolidation cycle: reclassify, merge (with --generator), Hebbian, expire",
+    )
+    p.add_argument("path")
+    p.add_argument("--now", help="the cycle's clock (ISO 8601; default: now)")
+    p.add_argument("--ttl-days", type=float, default=30.0, help="event TTL (seed 000: 30)")
+    p.add_argument(
+        "--generator",
+        default=None,
+        help="merge clusters of similar memories with this generator (smollm2, openai)",
+    )
+    p.add_argument(
+        "--merge-threshold", type=float, default=0.75, help="cosine that joins a cluster"
+    )
+    p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
+    p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+    p.set_defaults(func=cmd_store_consolidate)
 
     gen = sub.add_parser("generations", help="recorded generations").add_subparsers(
         dest="generations_command", required=True

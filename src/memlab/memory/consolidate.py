@@ -8,7 +8,8 @@
 * Hebbian graph upkeep: entities co-occurring in the memories processed this cycle strengthen
   their edges; all co-occurrence edges decay.
 
-An LLM-backed merge plugs in through :class:`Merger`.
+An LLM-backed merge plugs in through :class:`Merger`; :class:`memlab.memory.merge.ClusterMerger`
+is one (seed 003: cluster similar memories, summarise each cluster with a generator).
 """
 
 from __future__ import annotations
