@@ -263,6 +263,13 @@ def test_scope_indexes_refit_only_their_own_scope(now: float) -> None:
     assert stage.indexes_[None].rows.tolist() == list(range(7))
 
 
+def test_fit_builds_the_index_of_one_scope(now: float) -> None:
+    store = _two_client_store(now)
+    stage = BM25(statistics="scope").fit(store, client_id="b")
+    assert list(stage.indexes_) == ["b"] and stage.indexes_["b"].rows.tolist() == [3, 4, 5]
+    assert list(BM25().fit(store, client_id="b").indexes_) == [None]
+
+
 def test_unknown_statistics_is_rejected(now: float) -> None:
     store = _two_client_store(now)
     with pytest.raises(ValueError, match="bm25: statistics must be one of store, scope"):

@@ -119,8 +119,14 @@ class BM25(Stage):
         self.statistics = statistics
 
     def fit(self, store: MemoryStore, **kwargs: object) -> BM25:
-        """Index every memory of ``store`` now (otherwise done on the first query)."""
-        self._index(store, None)
+        """Index ``store`` now (otherwise done on the first query).
+
+        Builds the store-wide index, or with ``statistics="scope"`` the index of the scope
+        given as ``client_id=`` (store-wide when absent); other scopes are indexed on their
+        first query.
+        """
+        client_id = kwargs.get("client_id")
+        self._index(store, None if client_id is None else str(client_id))
         return self
 
     def _index(self, store: MemoryStore, client_id: str | None) -> tuple[ScopedIndex, BM25Engine]:
