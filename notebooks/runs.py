@@ -132,6 +132,24 @@ def _(metric_pick, mo, pl, run, rx):
 
 
 @app.cell
+def _(metric_pick, mo, pl, run, rx):
+    _by_tag = rx.tag_significance_table(run, metric=metric_pick.value)
+    mo.vstack(
+        [
+            mo.md(f"### Significance within each tag ({metric_pick.value})"),
+            mo.ui.table(
+                _by_tag.with_columns(pl.col(pl.Float64).round(4)),
+                selection=None,
+                page_size=10,
+            )
+            if _by_tag.height
+            else mo.md("_The run compares tags on its headline metric only._"),
+        ]
+    )
+    return
+
+
+@app.cell
 def _(metric_pick, mo, run, rx, tag_chart):
     _tags = rx.tag_table(run, metric_pick.value)
     _per_tag = run.tables["per_tag"]

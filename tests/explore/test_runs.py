@@ -108,6 +108,12 @@ def _run_with_tables(tmp_path: Path) -> rx.Run:
          "significant": [False, False]}
     ).write_parquet(d / "comparison.parquet")
     pl.DataFrame(
+        {"pipeline": ["hybrid", "hybrid"], "tag": ["x", "y"], "metric": ["MRR", "MRR"],
+         "n": [2, 1], "baseline_mean": [0.5, 0.0], "mean": [1.0, 0.5], "delta": [0.5, 0.5],
+         "wins": [1, 1], "losses": [0, 0], "ties": [1, 0], "p_t": [0.5, None],
+         "p_t_adj": [0.5, None], "significant": [False, False]}
+    ).write_parquet(d / "comparison_by_tag.parquet")
+    pl.DataFrame(
         {"pipeline": ["bm25", "hybrid", "bm25", "hybrid"], "metric": ["MRR"] * 4,
          "tag": ["x", "x", "y", "y"], "mean": [0.5, 1.0, 0.0, 0.5], "n": [2, 2, 1, 1]}
     ).write_parquet(d / "per_tag.parquet")
@@ -128,6 +134,18 @@ def test_significance_table_keeps_the_comparison_columns(tmp_path):
     assert table.columns == ["pipeline", "metric", "baseline_mean", "mean", "delta", "wins",
                              "losses", "p_t_adj", "significant"]
     assert table.rows() == [("hybrid", "MRR", 0.5, 0.75, 0.25, 1, 0, 0.2, False)]
+
+
+def test_tag_significance_table(tmp_path):
+    run = _run_with_tables(tmp_path)
+    table = rx.tag_significance_table(run, metric="MRR")
+    assert table.columns == ["pipeline", "tag", "n", "baseline_mean", "mean", "wins", "losses",
+                             "p_t_adj", "significant"]
+    assert table.rows() == [
+        ("hybrid", "x", 2, 0.5, 1.0, 1, 0, 0.5, False),
+        ("hybrid", "y", 1, 0.0, 0.5, 1, 0, None, False),
+    ]
+    assert rx.tag_significance_table(run, metric="R_all@10").height == 0
 
 
 def test_tag_and_query_tables_pivot_by_pipeline(tmp_path):

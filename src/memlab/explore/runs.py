@@ -29,6 +29,7 @@ RUN_TABLES: tuple[str, ...] = (
     "per_query",
     "rankings",
     "comparison",
+    "comparison_by_tag",
     "per_tag",
     "timings",
 )
@@ -183,6 +184,28 @@ def significance_table(run: Run, *, metric: str | None = None) -> pl.DataFrame:
     if metric is not None:
         out = out.filter(pl.col("metric") == metric)
     return out
+
+
+def tag_significance_table(run: Run, *, metric: str | None = None) -> pl.DataFrame:
+    """The run's paired comparison within each query tag (``comparison_by_tag.parquet``).
+
+    Keeps ``pipeline, tag, n, baseline_mean, mean, wins, losses``, the adjusted p-values and
+    ``significant``; the file holds the run's headline metric only, so asking for another
+    metric gives an empty table.
+    """
+    comp = run.tables.get("comparison_by_tag", pl.DataFrame())
+    if comp.height == 0:
+        return comp
+    if metric is not None:
+        comp = comp.filter(pl.col("metric") == metric)
+    keep = [
+        c
+        for c in comp.columns
+        if c in ("pipeline", "tag", "n", "baseline_mean", "mean", "wins", "losses")
+        or c.endswith("_adj")
+        or c == "significant"
+    ]
+    return comp.select(keep)
 
 
 def tag_table(run: Run, metric: str) -> pl.DataFrame:
