@@ -300,7 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="grid search over pipeline constants")
     p.add_argument("dataset")
     p.add_argument("--pipeline", required=True)
-    p.add_argument("--grid", action="append", help="stage__param=v1,v2 (repeatable)")
+    p.add_argument(
+        "--grid",
+        action="append",
+        help="stage__param=v1,v2 (repeatable); a tuple value in brackets: [0.7,0.3]",
+    )
     p.add_argument("--metric", default="R_all@10")
     p.add_argument(
         "--split-by",
