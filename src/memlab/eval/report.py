@@ -10,6 +10,7 @@ import altair as alt
 import polars as pl
 
 from memlab.eval.metrics import main_metric_of
+from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
 
 if TYPE_CHECKING:
     from memlab.eval.experiment import ExperimentResult
@@ -133,15 +134,7 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
         "Adjusted p-values are corrected across pipelines × metrics.",
         "",
     ]
-    comp = result.comparison
-    keep = [
-        c
-        for c in comp.columns
-        if c in ("pipeline", "metric", "baseline_mean", "mean", "delta", "wins", "losses")
-        or c.endswith("_adj")
-        or c == "significant"
-    ]
-    lines.append(markdown_table(comp.select(keep)))
+    lines.append(markdown_table(comparison_view(result.comparison, COMPARISON_KEYS)))
     lines += ["", "## By query tag", ""]
     main_metric = main_metric_of(metrics)
     tag_view = (
@@ -161,14 +154,7 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
             "(adjusted p-values corrected across pipelines × tags):",
             "",
         ]
-        keep = [
-            c
-            for c in tag_comp.columns
-            if c in ("pipeline", "tag", "n", "baseline_mean", "mean", "wins", "losses")
-            or c.endswith("_adj")
-            or c == "significant"
-        ]
-        lines.append(markdown_table(tag_comp.select(keep)))
+        lines.append(markdown_table(comparison_view(tag_comp, TAG_COMPARISON_KEYS)))
         lines.append("")
     lines += ["## Latency per stage (ms, this run's machine)", ""]
     lines.append(markdown_table(latency_table(result.timings), floats="{:.2f}"))

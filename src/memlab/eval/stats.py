@@ -521,6 +521,21 @@ def compare_by_tag(
     return out.select("pipeline", "tag", *[c for c in columns if c not in ("pipeline", "tag")])
 
 
+COMPARISON_KEYS = ("pipeline", "metric", "baseline_mean", "mean", "delta", "wins", "losses")
+"""Columns of :func:`compare` worth showing, besides adjusted p-values and ``significant``."""
+
+TAG_COMPARISON_KEYS = ("pipeline", "tag", "n", "baseline_mean", "mean", "wins", "losses")
+"""Columns of :func:`compare_by_tag` worth showing, besides adjusted p-values and
+``significant``."""
+
+
+def comparison_view(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """``frame``'s columns among ``keys``, its adjusted p-values and ``significant``, in order."""
+    return frame.select(
+        [c for c in frame.columns if c in keys or c.endswith("_adj") or c == "significant"]
+    )
+
+
 def wins_losses(per_query: pl.DataFrame, baseline: str, metric: str) -> pl.DataFrame:
     """Per-query deltas of every pipeline against ``baseline`` on one metric.
 

@@ -22,6 +22,7 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
 from memlab.pipeline import Parallel, Pipeline, pipeline_from_config
 from memlab.stages.base import QueryContext, empty_candidates
 
@@ -173,14 +174,7 @@ def significance_table(run: Run, *, metric: str | None = None) -> pl.DataFrame:
     comp = run.tables.get("comparison", pl.DataFrame())
     if comp.height == 0:
         return comp
-    keep = [
-        c
-        for c in comp.columns
-        if c in ("pipeline", "metric", "baseline_mean", "mean", "delta", "wins", "losses")
-        or c.endswith("_adj")
-        or c == "significant"
-    ]
-    out = comp.select(keep)
+    out = comparison_view(comp, COMPARISON_KEYS)
     if metric is not None:
         out = out.filter(pl.col("metric") == metric)
     return out
@@ -198,14 +192,7 @@ def tag_significance_table(run: Run, *, metric: str | None = None) -> pl.DataFra
         return comp
     if metric is not None:
         comp = comp.filter(pl.col("metric") == metric)
-    keep = [
-        c
-        for c in comp.columns
-        if c in ("pipeline", "tag", "n", "baseline_mean", "mean", "wins", "losses")
-        or c.endswith("_adj")
-        or c == "significant"
-    ]
-    return comp.select(keep)
+    return comparison_view(comp, TAG_COMPARISON_KEYS)
 
 
 def tag_table(run: Run, metric: str) -> pl.DataFrame:
