@@ -391,6 +391,30 @@ def compare(
     )
 
 
+def _query_tags(queries_tags: pl.DataFrame) -> pl.DataFrame:
+    """Checked ``queries_tags`` as one ``(qid, tag)`` row per tag of each query."""
+    if not isinstance(queries_tags, pl.DataFrame):
+        raise TypeError(f"queries_tags must be a polars DataFrame, got {type(queries_tags)}")
+    for column in ("qid", "tags"):
+        if column not in queries_tags.columns:
+            raise ValueError(f"queries_tags: missing column {column!r}")
+    if not isinstance(queries_tags.schema["tags"], pl.List | pl.Null):
+        raise TypeError(
+            f"queries_tags: field 'tags' must be a list, got {queries_tags.schema['tags']}"
+        )
+    repeated = queries_tags.with_row_index("_row").filter(~pl.col("qid").is_first_distinct())
+    if not repeated.is_empty():
+        raise ValueError(f"queries_tags: row {repeated['_row'][0]}, field 'qid': duplicate")
+    return (
+        queries_tags.select(
+            pl.col("qid").cast(pl.String), tag=pl.col("tags").cast(pl.List(pl.String))
+        )
+        .explode("tag")
+        .drop_nulls("tag")
+        .unique()
+    )
+
+
 def per_tag(per_query: pl.DataFrame, queries_tags: pl.DataFrame) -> pl.DataFrame:
     """Mean value per (pipeline, metric, tag), over queries carrying the tag.
 
@@ -406,26 +430,7 @@ def per_tag(per_query: pl.DataFrame, queries_tags: pl.DataFrame) -> pl.DataFrame
     """
     with_pipeline = isinstance(per_query, pl.DataFrame) and "pipeline" in per_query.columns
     frame = _check_per_query(per_query, pipeline=with_pipeline)
-    if not isinstance(queries_tags, pl.DataFrame):
-        raise TypeError(f"queries_tags must be a polars DataFrame, got {type(queries_tags)}")
-    for column in ("qid", "tags"):
-        if column not in queries_tags.columns:
-            raise ValueError(f"queries_tags: missing column {column!r}")
-    if not isinstance(queries_tags.schema["tags"], pl.List | pl.Null):
-        raise TypeError(
-            f"queries_tags: field 'tags' must be a list, got {queries_tags.schema['tags']}"
-        )
-    repeated = queries_tags.with_row_index("_row").filter(~pl.col("qid").is_first_distinct())
-    if not repeated.is_empty():
-        raise ValueError(f"queries_tags: row {repeated['_row'][0]}, field 'qid': duplicate")
-    tags = (
-        queries_tags.select(
-            pl.col("qid").cast(pl.String), tag=pl.col("tags").cast(pl.List(pl.String))
-        )
-        .explode("tag")
-        .drop_nulls("tag")
-        .unique()
-    )
+    tags = _query_tags(queries_tags)
     keys = [*(["pipeline"] if with_pipeline else []), "metric", "tag"]
     return (
         frame.join(tags, on="qid", how="inner")
@@ -471,22 +476,17 @@ def compare_by_tag(
     _check_baseline(frame, baseline)
     if correction not in _CORRECTIONS:
         raise ValueError(f"unknown correction {correction!r}; known: {', '.join(_CORRECTIONS)}")
-    tagged = per_tag(frame.filter(pl.col("metric") == metric), queries_tags)
+    scored = frame.filter(pl.col("metric") == metric)
+    exploded = _query_tags(queries_tags)
+    base_qids = scored.filter(pl.col("pipeline") == baseline).get_column("qid").implode()
     tags = (
-        tagged.filter((pl.col("pipeline") == baseline) & (pl.col("n") > 0))
-        .get_column("tag")
-        .unique()
-        .sort()
-        .to_list()
+        exploded.filter(pl.col("qid").is_in(base_qids)).get_column("tag").unique().sort().to_list()
     )
-    exploded = queries_tags.select(
-        pl.col("qid").cast(pl.String), tag=pl.col("tags").cast(pl.List(pl.String))
-    ).explode("tag")
     parts = []
     for tag in tags:
         qids = exploded.filter(pl.col("tag") == tag).get_column("qid")
         part = compare(
-            frame.filter((pl.col("metric") == metric) & pl.col("qid").is_in(qids.implode())),
+            scored.filter(pl.col("qid").is_in(qids.implode())),
             baseline=baseline,
             metrics=[metric],
             tests=tests,
