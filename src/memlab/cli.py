@@ -175,7 +175,7 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not (path / "memlab.sqlite3").is_file():
         raise CLIError(f"{path}: not a memlab store (no memlab.sqlite3)")
-    store = MemoryStore(path, repair=False)
+    store = MemoryStore(path, read_only=True)
     try:
         problems = store.check()
     finally:

@@ -57,6 +57,26 @@ class UnknownMemoryError(KeyError):
     """Raised when a memory id is not in the store."""
 
 
+class StoreError(MemoryInputError):
+    """The store on disk cannot be used as asked; the message names the file at fault.
+
+    A ValueError (through :class:`MemoryInputError`), so the command line reports it as one line
+    with exit status 2. Messages never quote memory text.
+    """
+
+
+class StoreCorruptError(StoreError):
+    """``memlab.sqlite3`` is empty, unreadable or not a memlab store (nothing was changed)."""
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store directory's write lock."""
+
+
+class StoreWriteError(StoreError):
+    """A write failed (read-only file or store, full disk, I/O error); it was rolled back."""
+
+
 @dataclass(slots=True)
 class MemoryRecord:
     """One memory with the full payload of seed 000.
