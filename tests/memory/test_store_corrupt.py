@@ -253,3 +253,30 @@ def test_cli_consolidate_on_a_full_disk_prints_one_line_and_changes_nothing(
     monkeypatch.setattr(MemoryStore, "_connect", connect)
     with MemoryStore(path, chroma=False) as store:
         assert not any(store.get(i).consolidated for i in ids)
+
+
+def test_cli_consolidate_on_a_read_only_database_prints_one_line(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "s"
+    make_store(path, chroma=False)
+    connect = MemoryStore._connect
+
+    def read_only(self, target, *, uri=False):
+        return connect(self, f"{os.fspath(target)}?mode=ro" if uri else
+                       "file:" + os.fspath(target) + "?mode=ro", uri=True)
+
+    monkeypatch.setattr(MemoryStore, "_connect", read_only)
+    line = one_line_error(capsys, ["store", "consolidate", str(path), "--embedder", "hashing",
+                                   "--no-cache"])
+    assert line.startswith(f"memlab: error: {path / 'memlab.sqlite3'}: cannot write")
+    assert "readonly" in line and "Memory number" not in line
+
+
+def test_a_lock_file_that_cannot_be_created_is_one_clear_error(tmp_path, monkeypatch):
+    import filelock
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self.lock_file))
+
+    monkeypatch.setattr(filelock.FileLock, "acquire", refuse)
+    with pytest.raises(StoreWriteError, match="memlab.lock: cannot take the store lock"):
+        MemoryStore(tmp_path / "s")
