@@ -231,6 +231,14 @@ def test_row_lookups_refuse_negative_and_out_of_range_rows(store):
     assert store.vectors.get(-1) is None
 
 
+@pytest.mark.parametrize(
+    "kwargs", [{"max_observed_by": 0}, {"max_observed_by": -1}, {"max_text_chars": 2.5}]
+)
+def test_store_limits_must_be_positive_ints(kwargs):
+    with pytest.raises(MemoryInputError, match=next(iter(kwargs))):
+        MemoryStore(**kwargs)
+
+
 def test_chroma_query_refuses_a_negative_k():
     from memlab.memory.vectors import ChromaIndex
 

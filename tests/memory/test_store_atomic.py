@@ -319,3 +319,68 @@ def test_integrity_error_inside_a_write_rolls_back(tmp_path):
             store.relate("Zorblax", "uses", "Quux")
         store._db = store._db.db
         assert state(store) == before
+
+
+# --------------------------------------------------------------------------- random sequences
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+WORDS = ("Acme", "Globex", "PostgreSQL", "Redis", "Next.js", "billing", "audit", "deploy")
+OP = st.one_of(
+    st.tuples(st.just("store"), st.sampled_from(("event", "fact", "status", "decision")),
+              st.integers(0, 7), st.integers(0, 7), st.sampled_from("ab"),
+              st.integers(0, 2)),
+    st.tuples(st.just("relate"), st.integers(0, 7), st.integers(0, 7)),
+    st.tuples(st.just("forget"), st.integers(0, 30)),
+    st.tuples(st.just("correct"), st.integers(0, 30), st.integers(0, 7)),
+    st.tuples(st.just("touch"), st.integers(0, 30)),
+    st.tuples(st.just("batch"), st.integers(0, 7), st.booleans()),
+)
+
+
+def _apply(store, op, clock):
+    kind = op[0]
+    ids = store.ids
+    if kind == "store":
+        _, type_, a, b, agent, dim = op
+        store.store(f"{WORDS[a]} and {WORDS[b]} note", type_, source_agent=agent,
+                    key=f"k{a}" if type_ in ("fact", "decision") else None,
+                    subject=f"s{b}" if type_ == "status" else None,
+                    now=clock, embedding=unit(a + b, dim=8 + dim))
+    elif kind == "relate":
+        store.relate(WORDS[op[1]], "uses", WORDS[op[2]])
+    elif kind == "forget" and ids:
+        store.forget(ids[op[1] % len(ids)], "asked", now=clock)
+    elif kind == "correct" and ids:
+        store.correct(ids[op[1] % len(ids)], f"corrected {WORDS[op[2]]}", "fix", now=clock,
+                      embedding=unit(op[2]))
+    elif kind == "touch" and ids:
+        store.touch([ids[op[1] % len(ids)]], now=clock)
+    elif kind == "batch":
+        with store.batch():
+            store.store(f"batched {WORDS[op[1]]}", source_agent="a", now=clock,
+                        embedding=unit(op[1]))
+            store.relate(WORDS[op[1]], "works_on", "Zeta")
+            if op[2]:
+                raise RuntimeError("inside the batch")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(st.tuples(OP, st.integers(0, 6)), min_size=1, max_size=12))
+def test_random_writes_with_random_faults_keep_memory_equal_to_sqlite(ops):
+    store = MemoryStore(chroma=False)
+    real = store._db
+    for step, (op, fail_at) in enumerate(ops):
+        before = state(store)
+        store._db = FaultyConnection(real, fail_at) if fail_at else real
+        try:
+            _apply(store, op, T0 + step)
+        except (ValueError, TypeError, RuntimeError):
+            store._db = real
+            assert state(store) == before, (op, fail_at)
+        finally:
+            store._db = real
+        assert not real.in_transaction
+        now = memory_state(store)
+        store._reload()  # the state a reopen builds from SQLite
+        assert memory_state(store) == now, op

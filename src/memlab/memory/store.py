@@ -299,6 +299,10 @@ class MemoryStore:
         self._lock: Any | None = None
         self._db: Any | None = None
         self._db_file = ":memory:" if self.path is None else str(self.path / DB_NAME)
+        for name, value in (("max_observed_by", max_observed_by),
+                            ("max_text_chars", max_text_chars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise MemoryInputError(f"field '{name}' must be an int >= 1, got {value!r}")
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)):
             raise TypeError(f"field 'lock_timeout' must be a number, got {lock_timeout!r}")
         if read_only and self.path is None:
