@@ -213,6 +213,8 @@ class Replayer:
                 only these queries' hits count as accesses.
             on_query: Called after each query with its context and output (notebooks).
         """
+        for _, stage in pipeline.named_stages():  # parameters set by plain assignment
+            stage._validate_params()
         self.prepare()
         store = MemoryStore()
         id_map: dict[str, str] = {}
