@@ -268,7 +268,10 @@ def _read_lines(
             except json.JSONDecodeError as exc:
                 bad = Problem(name, number, None, f"invalid JSON: {exc.msg} (column {exc.colno})")
             except ValueError as exc:  # NaN, Infinity, 1e999, an int of 5000 digits
-                bad = Problem(name, number, None, f"invalid JSON: {exc}")
+                why = str(exc)
+                if "integer string conversion" in why:
+                    why = "a number has more than 4300 digits"
+                bad = Problem(name, number, None, f"invalid JSON: {why}")
             except RecursionError:
                 bad = Problem(
                     name, number, None, f"invalid JSON: nested deeper than {MAX_DEPTH} levels"

@@ -9,6 +9,7 @@ decision with the key of an active one, a value SQLite cannot hold …) is repor
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +107,9 @@ def write_problems(ops: Sequence[MemoryOp], skip_ids: set[str] | None = None) ->
     id_map: dict[str, str] = {}
     skip = set(skip_ids or ())
     problems: list[Problem] = []
+    store_log = logging.getLogger("memlab.store")
+    was_disabled = store_log.disabled
+    store_log.disabled = True  # the replay warns (keyless facts); a check need not repeat it
     try:
         for op in ops:
             if op.op == "forget" and (op.target in skip or op.target not in id_map):
@@ -118,5 +122,6 @@ def write_problems(ops: Sequence[MemoryOp], skip_ids: set[str] | None = None) ->
                 if op.op == "store" and op.id is not None:
                     skip.add(op.id)
     finally:
+        store_log.disabled = was_disabled
         store.close()
     return problems
