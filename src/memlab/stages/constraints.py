@@ -212,8 +212,10 @@ class SequenceOf(Constraint):
         return all(self.item.is_satisfied_by(v) for v in value)
 
     def __str__(self) -> str:
-        least = f" of at least {self.min_length}" if self.min_length else ""
-        return f"a sequence{least} of {self.item}"
+        if self.min_length == 1:
+            return f"a non-empty sequence of ({self.item})"
+        least = f" of at least {self.min_length} items" if self.min_length else ""
+        return f"a sequence{least} of ({self.item})"
 
 
 class Predicate(Constraint):
