@@ -34,7 +34,14 @@ from memlab.datasets.format import (
     MemoryOp,
     Query,
 )
-from memlab.memory.records import CATEGORIES, IMPORTANCE_LEVELS, KNOWLEDGE_CATEGORIES, MEMORY_TYPES
+from memlab.memory.records import (
+    CATEGORIES,
+    IMPORTANCE_LEVELS,
+    KNOWLEDGE_CATEGORIES,
+    MAX_JSON_DEPTH,
+    MEMORY_TYPES,
+    json_problem,
+)
 from memlab.timeutil import parse_ts, to_iso
 
 _ENUM_FIELDS: dict[str, tuple[str, ...]] = {
@@ -170,10 +177,6 @@ class _LineChecker:
                 self.add(key, f"unknown field for {what}")
 
 
-MAX_DEPTH = 32
-"""Deepest nesting of arrays and objects a line may have (the line object is level 1)."""
-
-
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -183,41 +186,6 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text} is out of range for a number")
     return value
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def _scan(obj: dict[str, Any]) -> tuple[str | None, str] | None:
-    """The first value of a line that no file memlab writes can hold: ``(field, message)``.
-
-    Finds nesting deeper than :data:`MAX_DEPTH` and strings (keys included) with lone
-    surrogates (``"\\ud800"``), which are not Unicode text.
-    """
-    stack: list[tuple[Any, int, str | None]] = [(obj, 1, None)]
-    while stack:
-        value, depth, top = stack.pop()
-        if isinstance(value, str):
-            if _has_surrogate(value):
-                return top, "holds a lone surrogate (\\ud800-\\udfff), which is not text"
-            continue
-        if isinstance(value, (dict, list)):
-            if depth > MAX_DEPTH:
-                return top, f"nested deeper than {MAX_DEPTH} levels"
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                field = top if top is not None else str(key)
-                if isinstance(key, str) and _has_surrogate(key):
-                    return (None if top is None else top), (
-                        "a key holds a lone surrogate (\\ud800-\\udfff), which is not text"
-                    )
-                stack.append((item, depth + 1, field))
-    return None
 
 
 def _read_lines(
@@ -274,14 +242,14 @@ def _read_lines(
                 bad = Problem(name, number, None, f"invalid JSON: {why}")
             except RecursionError:
                 bad = Problem(
-                    name, number, None, f"invalid JSON: nested deeper than {MAX_DEPTH} levels"
+                    name, number, None, f"invalid JSON: nested deeper than {MAX_JSON_DEPTH} levels"
                 )
             else:
                 if not isinstance(obj, dict):
                     bad = Problem(
                         name, number, None, f"expected a JSON object, got {_type_name(obj)}"
                     )
-                elif (found := _scan(obj)) is not None:
+                elif (found := json_problem(obj)) is not None:
                     bad = Problem(name, number, found[0], found[1])
                 else:
                     for key in duplicates:

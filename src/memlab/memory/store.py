@@ -44,6 +44,7 @@ from memlab.memory.records import (
     MemoryInputError,
     MemoryRecord,
     UnknownMemoryError,
+    check_json_value,
 )
 from memlab.memory.scrub import Scrubber
 from memlab.memory.vectors import ChromaIndex, ExactIndex
@@ -389,6 +390,7 @@ class MemoryStore:
         if metadata is not None and not isinstance(metadata, dict):
             kind = metadata.__class__.__name__
             raise TypeError(f"field 'metadata' must be an object, got {kind}")
+        check_json_value(metadata, "metadata")  # NaN, deep nesting, lone surrogates
         if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
             raise TypeError("field 'confidence' must be a number")
         if not 0.0 <= float(confidence) <= 1.0:
