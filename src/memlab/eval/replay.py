@@ -38,6 +38,7 @@ from memlab.memory.consolidate import expire_events
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Parallel, Pipeline, run_step
 from memlab.stages.base import QueryContext, Stage, empty_candidates
+from memlab.stages.constraints import Integral, Interval, Real, validate_params
 
 
 def progress_enabled(progress: bool | None) -> bool:
@@ -131,6 +132,16 @@ class Replayer:
         depth: int = 100,
         progress: bool | None = None,
     ) -> None:
+        validate_params(
+            "replay",
+            {
+                "ttl_days": [Interval(Real, 0, None, closed="left")],
+                "expire": [bool],
+                "touch_k": [Interval(Integral, 0, None, closed="left")],
+                "depth": [Interval(Integral, 1, None, closed="left")],
+            },
+            {"ttl_days": ttl_days, "expire": expire, "touch_k": touch_k, "depth": depth},
+        )
         self.dataset = dataset
         self.embedder = embedder
         self.generator = generator
