@@ -372,12 +372,23 @@ def available_pipelines() -> list[str]:
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
-    """A configuration file from a path or a pipeline name."""
-    p = Path(name_or_path)
-    if p.suffix == ".toml" or p.exists():
+    """A configuration file from a path or a pipeline name.
+
+    A :class:`~pathlib.Path`, or text that ends in ``.toml`` or contains a slash, is a path;
+    any other text is a pipeline name, looked up in :func:`config_dirs` only, so a file or
+    folder of the same name in the working directory (``./bm25/``) never shadows a shipped
+    pipeline.
+    """
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text or (
+        os.sep in text
+    ):
+        p = Path(name_or_path)
         if not p.is_file():
             raise ConfigError(f"{p}: no such configuration file")
         return p
+    if not text.strip():
+        raise ConfigError("an empty pipeline name")
     for d in config_dirs():
         cand = d / f"{name_or_path}.toml"
         if cand.is_file():

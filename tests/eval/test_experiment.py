@@ -13,7 +13,7 @@ FILES = {
     "manifest.json", "metrics.json", "per_query.parquet", "rankings.parquet",
     "comparison.parquet", "comparison_by_tag.parquet", "per_tag.parquet", "timings.parquet",
     "report.md",
-    "metrics.png", "metrics.svg", "tags.png", "tags.svg",
+    "metrics.png", "metrics.svg", "tags.png", "tags.svg", ".memlab-output.json",
 }
 
 

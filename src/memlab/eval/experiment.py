@@ -20,7 +20,9 @@ metric within each query tag), ``DIR/per_tag.parquet``, ``DIR/timings.parquet``
 ``DIR/report.md`` with charts as PNG and SVG beside it.
 
 The directory appears whole or not at all: everything is written into a temporary sibling that
-is renamed into place at the end.
+is renamed into place at the end. It carries the marker ``.memlab-output.json``; an existing
+``DIR`` is replaced only when it is such a result (files a user added are kept), and a
+non-empty directory memlab did not write is refused before any work (:mod:`memlab.io`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from memlab.eval.stats import (
     compare_by_tag,
     per_tag,
 )
-from memlab.io import atomic_directory
+from memlab.io import atomic_directory, check_output_dir
 from memlab.pipeline import Pipeline, load_pipeline
 from memlab.tokens import count_tokens
 
@@ -301,6 +303,8 @@ def run_experiment(
         write_report: Render ``report.md`` and charts into ``out``.
     """
     started = time.time()
+    if out is not None:
+        check_output_dir(out)  # refuse before the expensive part
     metric_names = check_metrics(metrics)
     for t in tests:
         if t not in available_tests():
@@ -491,7 +495,7 @@ def metrics_json(metrics: dict[str, dict[str, float]]) -> str:
 
 def write_experiment(result: ExperimentResult, out: Path, *, write_report: bool = True) -> Path:
     """Write the output contract into ``out`` atomically (temporary sibling + rename)."""
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out, kind="experiment") as tmp:
         (tmp / "manifest.json").write_text(
             json.dumps(result.manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )

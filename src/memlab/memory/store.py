@@ -68,6 +68,7 @@ from memlab.memory.records import (
     StoreLockedError,
     StoreWriteError,
     UnknownMemoryError,
+    check_json_value,
 )
 from memlab.memory.scrub import Scrubber
 from memlab.memory.vectors import ChromaIndex, ExactIndex
@@ -619,6 +620,7 @@ class MemoryStore:
         if metadata is not None and not isinstance(metadata, dict):
             kind = metadata.__class__.__name__
             raise TypeError(f"field 'metadata' must be an object, got {kind}")
+        check_json_value(metadata, "metadata")  # NaN, deep nesting, lone surrogates
         if metadata:
             try:
                 json.dumps(metadata, allow_nan=False)

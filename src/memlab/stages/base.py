@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections.abc
 import copy
+import functools
 import inspect
 import types
 import typing
@@ -27,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from memlab.registry import Registry
+from memlab.stages.constraints import validate_params
 
 if TYPE_CHECKING:
     from memlab.memory.store import MemoryStore
@@ -61,6 +63,11 @@ STAGE_COLUMNS: dict[str, pl.DataType] = {
     "source": pl.String(),
 }
 """The optional columns stages may add (the vocabulary is fixed: no other columns)."""
+
+
+def score_columns() -> set[str]:
+    """Columns a stage may rank by: ``score`` and every float column of the vocabulary."""
+    return {"score"} | {n for n, t in STAGE_COLUMNS.items() if t == pl.Float64()}
 
 
 def empty_candidates(extra: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
@@ -286,6 +293,10 @@ class Stage:
     """
 
     stage_name: ClassVar[str] = ""
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {}
+    """Parameter name → admissible constraints (:mod:`memlab.stages.constraints`), checked
+    after ``__init__``, in :meth:`set_params` (so in :meth:`clone`) and when a configuration
+    is loaded."""
     cacheable: ClassVar[bool] = False
     """True when the output depends only on the query, the memories written and which of them
     are visible (not on access counts or the clock): a replay may then share it between
@@ -301,7 +312,33 @@ class Stage:
         """True when the stage asks ``ctx.generator`` for text."""
         return False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_validates_params", False):
+            return
+
+        @functools.wraps(init)
+        def checked_init(self: Stage, *args: Any, **kw: Any) -> None:
+            init(self, *args, **kw)
+            # Only the outermost __init__ checks (a subclass calling super().__init__ does it).
+            if type(self).__init__ is checked_init:
+                self._validate_params()
+
+        checked_init._validates_params = True  # type: ignore[attr-defined]
+        cls.__init__ = checked_init  # type: ignore[method-assign]
+
     # ------------------------------------------------------------------ parameters
+    def _validate_params(self, params: dict[str, Any] | None = None) -> None:
+        """Check parameters against :attr:`_parameter_constraints` (all of them by default).
+
+        Raises:
+            InvalidParameterError: A ``ValueError`` naming the class, the parameter, what it
+                must be and the value it got.
+        """
+        values = self.get_params(deep=False) if params is None else params
+        validate_params(type(self).__name__, self._parameter_constraints, values)
+
     @classmethod
     def _param_names(cls) -> list[str]:
         sig = inspect.signature(cls.__init__)
@@ -337,12 +374,14 @@ class Stage:
     def set_params(self, **params: Any) -> Stage:
         """Set constructor parameters; unknown names raise ``ValueError``."""
         valid = set(self._param_names())
-        for name, value in params.items():
+        for name in params:
             if name not in valid:
                 raise ValueError(
                     f"{type(self).__name__} has no parameter {name!r}; "
                     f"valid parameters: {', '.join(sorted(valid))}"
                 )
+        self._validate_params(dict(params))  # nothing is set when a value is invalid
+        for name, value in params.items():
             setattr(self, name, value)
         return self
 
