@@ -10,6 +10,8 @@
     memlab datasets import NAME SRC OUT
     memlab store check PATH
     memlab generations record DATASET --out FILE [--pipeline full] [--generator smollm2]
+    memlab export RUN_DIR [--out DIR]
+    memlab compare RUN_A RUN_B [--pipelines a,b] [--metric M]
     memlab pipelines [NAME]
 
 Bad input ends with one clear message on stderr and exit status 2; nothing is written.
@@ -27,6 +29,28 @@ from typing import Any
 
 class CLIError(Exception):
     """An error reported to the user as one message (exit status 2)."""
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer ≥ 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, got {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    """argparse type: a number in the open interval (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text}")
+    return value
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -90,6 +114,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         ttl_days=args.ttl_days,
         expire=not args.no_expire,
         touch_k=args.touch_k,
+        tests=_split(args.tests) or ("t", "wilcoxon", "permutation"),
+        correction=args.correction,
+        alpha=args.alpha,
+        n_resamples=args.n_resamples,
+        exclude_tags=("adversarial",) if args.exclude_tags is None else _split(args.exclude_tags),
+        test_fraction=args.test_fraction,
+        depth=args.depth,
     )
     _print_metrics(result.metrics)
     print(f"wrote {result.out}")
@@ -294,6 +325,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="baseline pipeline (default: the first)")
     p.add_argument("--out", help="output directory (default: reports/<timestamp>)")
     p.add_argument("--metrics", help="comma-separated metric names")
+    p.add_argument(
+        "--tests", help="comma-separated paired tests (default: t,wilcoxon,permutation)"
+    )
+    p.add_argument(
+        "--correction", default="holm", help="multiple-testing correction (default: holm)"
+    )
+    p.add_argument("--alpha", type=probability, default=0.05, help="significance level")
+    p.add_argument(
+        "--n-resamples", type=nonnegative_int, default=10_000, help="permutation resamples"
+    )
+    p.add_argument(
+        "--exclude-tags",
+        help="comma-separated query tags left out of relevance metrics (default: adversarial; "
+        "'' for none)",
+    )
+    p.add_argument(
+        "--test-fraction",
+        type=probability,
+        default=0.5,
+        help="share of queries held out when a pipeline has a learned stage (default: 0.5)",
+    )
+    p.add_argument(
+        "--depth", type=nonnegative_int, default=100, help="candidates kept per query"
+    )
     common(p)
     p.set_defaults(func=cmd_eval)
 
@@ -371,6 +426,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_generations_record)
+
+    from memlab.eval.commands import add_commands as _publishing
+
+    _publishing(sub)
 
     p = sub.add_parser("pipelines", help="list shipped pipelines, or print one")
     p.add_argument("name", nargs="?")
