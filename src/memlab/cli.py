@@ -444,6 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    from memlab.stages.base import StageError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -461,6 +463,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             print(f"memlab: error: {msg}", file=sys.stderr)
         return 2
+    except StageError as exc:
+        print(f"memlab: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
