@@ -10,6 +10,8 @@
     memlab datasets import NAME SRC OUT
     memlab store check PATH
     memlab generations record DATASET --out FILE [--pipeline full] [--generator smollm2]
+    memlab export RUN_DIR [--out DIR]
+    memlab compare RUN_A RUN_B [--pipelines a,b] [--metric M]
     memlab pipelines [NAME]
 
 Bad input ends with one clear message on stderr and exit status 2; nothing is written.
@@ -70,6 +72,21 @@ def _cosine(text: str) -> float:
     if not -1.0 <= value <= 1.0:  # also refuses NaN
         raise argparse.ArgumentTypeError(f"{text!r} must lie in [-1, 1]")
     return value
+
+
+def probability(text: str) -> float:
+    """A number in the open interval (0, 1) (argparse ``type=``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text}")
+    return value
+
+
+nonnegative_int = _count
+"""An integer >= 0 (argparse ``type=``; the public name other command modules use)."""
 
 
 def _split(value: str | None, option: str = "") -> list[str] | None:
@@ -143,6 +160,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         ttl_days=args.ttl_days,
         expire=not args.no_expire,
         touch_k=args.touch_k,
+        tests=_split(args.tests) or ("t", "wilcoxon", "permutation"),
+        correction=args.correction,
+        alpha=args.alpha,
+        n_resamples=args.n_resamples,
+        exclude_tags=("adversarial",)
+        if args.exclude_tags is None
+        else (_split(args.exclude_tags, "--exclude-tags") if args.exclude_tags.strip() else []),
+        test_fraction=args.test_fraction,
+        depth=args.depth,
     )
     _print_metrics(result.metrics)
     print(f"wrote {result.out}")
@@ -375,6 +401,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="baseline pipeline (default: the first)")
     p.add_argument("--out", help="output directory (default: reports/<timestamp>)")
     p.add_argument("--metrics", help="comma-separated metric names")
+    p.add_argument(
+        "--tests", help="comma-separated paired tests (default: t,wilcoxon,permutation)"
+    )
+    p.add_argument(
+        "--correction", default="holm", help="multiple-testing correction (default: holm)"
+    )
+    p.add_argument("--alpha", type=probability, default=0.05, help="significance level")
+    p.add_argument(
+        "--n-resamples", type=nonnegative_int, default=10_000, help="permutation resamples"
+    )
+    p.add_argument(
+        "--exclude-tags",
+        help="comma-separated query tags left out of relevance metrics (default: adversarial; "
+        "'' for none)",
+    )
+    p.add_argument(
+        "--test-fraction",
+        type=probability,
+        default=0.5,
+        help="share of queries held out when a pipeline has a learned stage (default: 0.5)",
+    )
+    p.add_argument(
+        "--depth", type=nonnegative_int, default=100, help="candidates kept per query"
+    )
     common(p)
     p.set_defaults(func=cmd_eval)
 
@@ -453,6 +503,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_generations_record)
 
+    from memlab.eval.commands import add_commands as _publishing
+
+    _publishing(sub)
+
     p = sub.add_parser("pipelines", help="list shipped pipelines, or print one")
     p.add_argument("name", nargs="?")
     p.set_defaults(func=cmd_pipelines)
@@ -466,6 +520,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    from memlab.stages.base import StageError
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -486,6 +542,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             print(f"memlab: error: {msg}", file=sys.stderr)
         return 2
+    except StageError as exc:
+        print(f"memlab: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -238,11 +238,113 @@ def register_stage(name: str) -> Callable[[S], S]:
     return deco
 
 
+ENTRY_POINT_GROUP = "memlab.stages"
+"""Installed packages offer stages under this entry-point group (name → stage class)."""
+
+
+class StageError(RuntimeError):
+    """A stage raised while answering a query (names the step, its class and the query).
+
+    Attributes:
+        step: The pipeline step's name.
+        qid: The query being answered.
+    """
+
+    def __init__(self, step: str, stage: object, qid: str, cause: BaseException) -> None:
+        self.step = step
+        self.qid = qid
+        super().__init__(
+            f"stage '{step}' ({type(stage).__name__}) failed on query {qid!r}: "
+            f"{type(cause).__name__}: {cause}"
+        )
+
+
+class StageValueError(StageError, ValueError):
+    """A :class:`StageError` whose cause was a ``ValueError`` (bad input, not a crash)."""
+
+
+class StageTypeError(StageError, TypeError):
+    """A :class:`StageError` whose cause was a ``TypeError``."""
+
+
+def stage_error(step: str, stage: object, qid: str, cause: BaseException) -> StageError:
+    """The :class:`StageError` for ``cause``, still a ``ValueError``/``TypeError`` when it was."""
+    if isinstance(cause, ValueError):
+        return StageValueError(step, stage, qid, cause)
+    if isinstance(cause, TypeError):
+        return StageTypeError(step, stage, qid, cause)
+    return StageError(step, stage, qid, cause)
+
+
+def _import_stage(path: str) -> type[Stage]:
+    """The class named by ``"package.module:ClassName"``."""
+    import importlib
+
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"stage {path!r}: an import path reads 'package.module:ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"stage {path!r}: cannot import module {module_name!r} ({exc})") from None
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise ValueError(f"stage {path!r}: module {module_name!r} has no {attr!r}")
+    if not (isinstance(obj, type) and issubclass(obj, Stage)):
+        raise ValueError(f"stage {path!r}: {attr!r} is not a memlab Stage subclass")
+    return obj
+
+
+def _load_entry_point_stages() -> None:
+    """Register the stages installed packages offer under :data:`ENTRY_POINT_GROUP`."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in STAGES:
+            continue
+        try:
+            cls = ep.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not hide the others
+            raise ValueError(
+                f"entry point {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP!r} "
+                f"cannot be loaded: {exc}"
+            ) from None
+        if not (isinstance(cls, type) and issubclass(cls, Stage)):
+            raise ValueError(
+                f"entry point {ep.name!r} ({ep.value}) is not a memlab Stage subclass"
+            )
+        STAGES.register(ep.name)(cls)
+        if not cls.stage_name:
+            cls.stage_name = ep.name
+
+
 def get_stage_class(name: str) -> type[Stage]:
-    """The stage class registered as ``name`` (``ValueError`` listing the known names)."""
+    """The stage class a configuration names.
+
+    ``name`` is a registered name (``"rrf"``), a stage offered by an installed package under
+    the ``memlab.stages`` entry-point group, or an import path ``"package.module:ClassName"``
+    (any :class:`Stage` subclass, registered or not).
+
+    Raises:
+        ValueError: Listing the known names, or saying why an import path does not resolve.
+    """
     import memlab.stages  # noqa: F401  (fills the registry)
 
+    if ":" in name:
+        return _import_stage(name)
+    if name not in STAGES:
+        _load_entry_point_stages()
     return STAGES.lookup(name)
+
+
+def stage_reference(stage: Stage) -> str:
+    """How a configuration names ``stage``'s class: its registered name, else its import path."""
+    cls = type(stage)
+    if cls.stage_name and STAGES.get(cls.stage_name) is cls:
+        return cls.stage_name
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def _type_ok(value: Any, hint: Any) -> bool:
