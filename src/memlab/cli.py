@@ -10,6 +10,7 @@
     memlab datasets import NAME SRC OUT
     memlab store check PATH
     memlab generations record DATASET --out FILE [--pipeline full] [--generator smollm2]
+    memlab judge pool RUN_DIR… --depth 10 --out POOL.jsonl   (and judge add, judge agreement)
     memlab pipelines [NAME]
 
 Bad input ends with one clear message on stderr and exit status 2; nothing is written.
@@ -23,6 +24,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from memlab.judge.cli import add_commands as judge_commands
 
 
 class CLIError(Exception):
@@ -64,11 +67,11 @@ def _load_dataset(path: str) -> Any:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from memlab.eval.experiment import DEFAULT_METRICS, DEFAULT_PIPELINES, run_experiment
+    from memlab.eval.experiment import DEFAULT_PIPELINES, default_metrics, run_experiment
 
     ds = _load_dataset(args.dataset)
     pipelines = _split(args.pipelines) or list(DEFAULT_PIPELINES)
-    metrics = _split(args.metrics) or list(DEFAULT_METRICS)
+    metrics = _split(args.metrics) or default_metrics(ds)
     out = args.out or f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     # Check everything that can be checked before the expensive part.
     from memlab.eval.experiment import check_metrics
@@ -86,6 +89,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed,
         embedder=_embedder(args.embedder, not args.no_cache),
         generator=_generator(args.generator, ds),
+        qrels_source=args.qrels_source,
+        aggregate=args.aggregate,
         progress=False if args.quiet else None,
         ttl_days=args.ttl_days,
         expire=not args.no_expire,
@@ -294,6 +299,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="baseline pipeline (default: the first)")
     p.add_argument("--out", help="output directory (default: reports/<timestamp>)")
     p.add_argument("--metrics", help="comma-separated metric names")
+    p.add_argument(
+        "--qrels-source",
+        choices=("human", "agent", "all"),
+        default="human",
+        help="judgments.jsonl used as qrels: human (with inline grades; default), agent, all",
+    )
+    p.add_argument(
+        "--aggregate",
+        choices=("majority", "mean", "min", "max"),
+        default="majority",
+        help="how several judges' grades combine (default: majority, ties to the lower)",
+    )
     common(p)
     p.set_defaults(func=cmd_eval)
 
@@ -371,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_generations_record)
+
+    judge_commands(sub)
 
     p = sub.add_parser("pipelines", help="list shipped pipelines, or print one")
     p.add_argument("name", nargs="?")
