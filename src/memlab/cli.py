@@ -169,7 +169,16 @@ def cmd_datasets_import(args: argparse.Namespace) -> int:
     from memlab.datasets.importers import run_importer
 
     name = getattr(args, "importer", None) or args.name
-    report = run_importer(name, Path(args.src), Path(args.out))
+    options = {}
+    for item in getattr(args, "option", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CLIError(f"--option {item!r}: write key=value")
+        options[key.strip().replace("-", "_")] = value
+    try:
+        report = run_importer(name, Path(args.src), Path(args.out), **options)
+    except TypeError as exc:
+        raise CLIError(f"importer {name!r}: {exc}") from None
     _print_import(report, args.out)
     return 0
 
@@ -348,9 +357,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out")
     p.set_defaults(func=cmd_datasets_import, importer="locomo")
     p = ds.add_parser("import", help="run a registered importer")
-    p.add_argument("name")
+    p.add_argument("name", help="locomo, mcp-memory, markdown, log")
     p.add_argument("src")
     p.add_argument("out")
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="importer option (repeatable): ts=mtime, dates=mtime, "
+        "mapping=text=message,ts=time,client_id=user",
+    )
     p.set_defaults(func=cmd_datasets_import)
 
     st = sub.add_parser("store", help="store tools").add_subparsers(
