@@ -59,3 +59,17 @@ def test_pool_rejects_bad_input(tmp_path):
     (tmp_path / "p.jsonl").write_text('{"qid": "q"}\n')
     with pytest.raises(ValueError, match="p.jsonl:1: not a pool line"):
         read_pool(tmp_path / "p.jsonl")
+
+
+def test_judge_add_on_the_command_line(tmp_path, capsys):
+    from memlab.cli import main
+    from memlab.judge.judgments import read_judgments
+
+    ds = tmp_path / "rec"
+    shutil.copytree(RECORDING, ds)
+    assert main(["judge", "add", str(ds), "r1", "m08", "2", "--judge", "ann"]) == 0
+    assert [(j.qid, j.mem_id, j.grade) for j in read_judgments(ds)] == [("r1", "m08", 2)]
+    assert main(["judge", "add", str(ds), "r9", "m08", "2", "--judge", "ann"]) == 2
+    assert "no query 'r9'" in capsys.readouterr().err
+    assert main(["judge", "add", str(ds), "r1", "m99", "1", "--judge", "ann"]) == 2
+    assert len(read_judgments(ds)) == 1

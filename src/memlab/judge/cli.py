@@ -31,8 +31,14 @@ def cmd_pool(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from memlab.datasets.format import load_dataset
     from memlab.judge.judgments import judge
 
+    ds = load_dataset(args.dataset)
+    if args.qid not in {q.qid for q in ds.queries}:
+        raise ValueError(f"{args.dataset}: no query {args.qid!r}")
+    if args.mem_id not in {op.id for op in ds.stores()}:
+        raise ValueError(f"{args.dataset}: no memory {args.mem_id!r}")
     made = judge(args.dataset, args.qid, args.mem_id, args.grade, judge=args.judge,
                  source=args.source, note=args.note)
     print(f"{made.qid} {made.mem_id} {made.grade} by {made.judge} at {made.ts}")
