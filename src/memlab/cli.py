@@ -12,6 +12,7 @@
     memlab generations record DATASET --out FILE [--pipeline full] [--generator smollm2]
     memlab export RUN_DIR [--out DIR]
     memlab compare RUN_A RUN_B [--pipelines a,b] [--metric M]
+    memlab judge pool RUN_DIR… --depth 10 --out POOL.jsonl   (and judge add, judge agreement)
     memlab pipelines [NAME]
 
 Bad input ends with one clear message on stderr and exit status 2; nothing is written.
@@ -27,6 +28,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from memlab.judge.cli import add_commands as judge_commands
 
 
 class CLIError(Exception):
@@ -129,21 +132,23 @@ def _load_dataset(path: str) -> Any:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from memlab.eval.experiment import (
-        DEFAULT_METRICS,
         DEFAULT_PIPELINES,
         check_metrics,
+        default_metrics,
         run_experiment,
     )
     from memlab.io import check_output_dir
     from memlab.pipeline import load_pipeline
 
     chosen = _split(args.pipelines, "--pipelines")
-    metrics = _split(args.metrics, "--metrics") or list(DEFAULT_METRICS)
+    metrics = _split(args.metrics, "--metrics")
     out = args.out or f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     # Check everything that can be checked before the expensive part.
     check_output_dir(out, what="--out")
-    check_metrics(metrics)
+    if metrics:
+        check_metrics(metrics)
     ds = _load_dataset(args.dataset)
+    metrics = metrics or default_metrics(ds)
     pipes = [load_pipeline(p) for p in (chosen or DEFAULT_PIPELINES)]
     if chosen is None and args.generator is None:
         pipes = _without_unrecorded_generations(pipes, ds)
@@ -156,6 +161,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed,
         embedder=_embedder(args.embedder, not args.no_cache),
         generator=_generator(args.generator, ds),
+        qrels_source=args.qrels_source,
+        aggregate=args.aggregate,
         progress=False if args.quiet else None,
         ttl_days=args.ttl_days,
         expire=not args.no_expire,
@@ -267,7 +274,16 @@ def cmd_datasets_import(args: argparse.Namespace) -> int:
     from memlab.datasets.importers import run_importer
 
     name = getattr(args, "importer", None) or args.name
-    report = run_importer(name, Path(args.src), Path(args.out))
+    options = {}
+    for item in getattr(args, "option", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CLIError(f"--option {item!r}: write key=value")
+        options[key.strip().replace("-", "_")] = value
+    try:
+        report = run_importer(name, Path(args.src), Path(args.out), **options)
+    except TypeError as exc:
+        raise CLIError(f"importer {name!r}: {exc}") from None
     _print_import(report, args.out)
     return 0
 
@@ -425,6 +441,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--depth", type=nonnegative_int, default=100, help="candidates kept per query"
     )
+    p.add_argument(
+        "--qrels-source",
+        choices=("human", "agent", "all"),
+        default="human",
+        help="judgments.jsonl used as qrels: human (with inline grades; default), agent, all",
+    )
+    p.add_argument(
+        "--aggregate",
+        choices=("majority", "mean", "min", "max"),
+        default="majority",
+        help="how several judges' grades combine (default: majority, ties to the lower)",
+    )
     common(p)
     p.set_defaults(func=cmd_eval)
 
@@ -462,9 +490,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out")
     p.set_defaults(func=cmd_datasets_import, importer="locomo")
     p = ds.add_parser("import", help="run a registered importer")
-    p.add_argument("name")
+    p.add_argument("name", help="locomo, mcp-memory, markdown, log")
     p.add_argument("src")
     p.add_argument("out")
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="importer option (repeatable): ts=mtime, dates=mtime, "
+        "mapping=text=message,ts=time,client_id=user",
+    )
     p.set_defaults(func=cmd_datasets_import)
 
     st = sub.add_parser("store", help="store tools").add_subparsers(
@@ -506,6 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     from memlab.eval.commands import add_commands as _publishing
 
     _publishing(sub)
+    judge_commands(sub)
 
     p = sub.add_parser("pipelines", help="list shipped pipelines, or print one")
     p.add_argument("name", nargs="?")

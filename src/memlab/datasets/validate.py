@@ -57,6 +57,8 @@ _OP_KEYS: dict[str, tuple[str, ...]] = {
     "relate": ("from", "relation", "to"),
 }
 _QUERY_KEYS = ("qid", "ts", "text", "client_id", "at_time", "relevant", "stale", "tags", "answer")
+#: Fields a recorded query may carry (live traffic): what was served, who asked, in which projects.
+_RECORDING_KEYS = ("served", "agent", "projects")
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,7 +481,14 @@ def _check_queries(
     previous: tuple[int, float] | None = None
     for number, obj in lines:
         chk = _LineChecker(QUERIES_FILE, number, obj)
-        chk.unknown_keys(_QUERY_KEYS, "a query")
+        chk.unknown_keys(_QUERY_KEYS + _RECORDING_KEYS, "a query")
+        for name in ("served", "projects"):
+            value = obj.get(name)
+            if value is not None and (
+                not isinstance(value, list) or not all(isinstance(v, str) for v in value)
+            ):
+                chk.add(name, "must be an array of strings")
+        chk.string("agent", required=False)
         qid = chk.string("qid", required=True)
         ts = chk.timestamp("ts", required=True)
         text = chk.string("text", required=True)

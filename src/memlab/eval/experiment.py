@@ -49,7 +49,8 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
-from memlab.eval.metrics import aggregate, evaluate, main_metric_of, parse_metric
+from memlab.eval.metrics import aggregate as aggregate_metrics
+from memlab.eval.metrics import evaluate, main_metric_of, parse_metric
 from memlab.eval.replay import Replayer, ReplayResult, qrels_frame, queries_frame
 from memlab.eval.stats import (
     available_corrections,
@@ -83,6 +84,10 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "dup@10",
     "tokens@10",
 )
+JUDGED_METRICS: tuple[str, ...] = ("judged@10", "bpref", "cnDCG@10")
+"""Added to the default metrics when the dataset has ``judgments.jsonl`` (pooled judging)."""
+JUDGED_WARNING = 0.8
+"""The report warns when a pipeline's judged@10 is below this, on a judged dataset."""
 RELEVANCE_FAMILIES = ("R_all", "R_any", "R_frac", "nDCG", "MRR", "MAP")
 PACKAGES = (
     "memlab",
@@ -304,6 +309,71 @@ def memories_frame(replayer: Replayer) -> pl.DataFrame:
     )
 
 
+def has_judgments(dataset: Dataset) -> bool:
+    """Whether the dataset directory holds ``judgments.jsonl``."""
+    from memlab.judge.judgments import JUDGMENTS_FILE
+
+    return dataset.path is not None and (Path(str(dataset.path)) / JUDGMENTS_FILE).is_file()
+
+
+def default_metrics(dataset: Dataset) -> list[str]:
+    """:data:`DEFAULT_METRICS`, plus :data:`JUDGED_METRICS` on a judged dataset."""
+    extra = JUDGED_METRICS if has_judgments(dataset) else ()
+    return [*DEFAULT_METRICS, *extra]
+
+
+def dataset_qrels(
+    dataset: Dataset,
+    id_map: dict[str, str],
+    *,
+    qrels_source: str = "human",
+    aggregate: str = "majority",
+) -> pl.DataFrame:
+    """``qid, mem_id, relevance``: the dataset's inline ``relevant`` and its judgments.
+
+    Judgments (``judgments.jsonl``) of ``qrels_source`` are aggregated across judges
+    (:func:`memlab.judge.judgments.qrels_from_judgments`) and override an inline grade of the
+    same pair; grade-0 rows are kept (judged, not relevant). ``qrels_source="agent"`` leaves the
+    inline grades out, so the agent's feedback is evaluated on its own. Ids are mapped through
+    ``id_map`` (dedup; the highest grade wins on a collision).
+
+    Raises:
+        ValueError: On an unknown source or aggregation, or a judgment of an unknown query
+            (naming ``judgments.jsonl:LINE``).
+    """
+    from memlab.judge.judgments import QRELS_SOURCES, qrels_from_judgments, read_judgments
+
+    if qrels_source not in QRELS_SOURCES:
+        raise ValueError(
+            f"unknown qrels source {qrels_source!r}; expected one of {', '.join(QRELS_SOURCES)}"
+        )
+    inline = qrels_frame(dataset, id_map)
+    if qrels_source == "agent":
+        inline = inline.head(0)
+    judgments = read_judgments(dataset.path) if dataset.path is not None else []
+    if not judgments:
+        return inline
+    known = {q.qid for q in dataset.queries}
+    for j in judgments:
+        if j.qid not in known:
+            raise ValueError(f"judgments.jsonl:{j.line}: field 'qid': unknown query {j.qid!r}")
+    judged = (
+        qrels_from_judgments(judgments, source=qrels_source, aggregate=aggregate)
+        .with_columns(
+            pl.col("mem_id").replace_strict(
+                id_map, default=pl.col("mem_id"), return_dtype=pl.String
+            )
+        )
+        .group_by("qid", "mem_id")
+        .agg(pl.col("relevance").max())
+    )
+    return (
+        pl.concat([judged, inline.join(judged, on=["qid", "mem_id"], how="anti")])
+        .select("qid", "mem_id", pl.col("relevance").cast(pl.Int64))
+        .sort("qid", "mem_id")
+    )
+
+
 def score_rankings(
     dataset: Dataset,
     rankings: pl.DataFrame,
@@ -313,17 +383,28 @@ def score_rankings(
     *,
     exclude_tags: Sequence[str] = (),
     qids: set[str] | None = None,
+    qrels_source: str = "human",
+    aggregate: str = "majority",
 ) -> pl.DataFrame:
     """Per-query metrics (``qid, metric, value``) of one pipeline's rankings.
 
-    Relevance judgements are mapped through ``id_map`` (dedup); queries carrying one of
-    ``exclude_tags`` get no relevance metric; ``qids`` restricts the evaluation (held-out split).
+    Relevance judgements (:func:`dataset_qrels`: inline grades and ``judgments.jsonl`` of
+    ``qrels_source``, aggregated with ``aggregate``) are mapped through ``id_map`` (dedup);
+    queries carrying one of ``exclude_tags`` get no relevance metric; ``qids`` restricts the
+    evaluation (held-out split).
     """
     queries = queries_frame(dataset, id_map)
     if qids is not None:
         queries = queries.filter(pl.col("qid").is_in(qids))
         rankings = rankings.filter(pl.col("qid").is_in(qids))
-    qrels = evaluation_qrels(dataset, id_map, exclude_tags=exclude_tags, qids=qids)
+    qrels = evaluation_qrels(
+        dataset,
+        id_map,
+        exclude_tags=exclude_tags,
+        qids=qids,
+        qrels_source=qrels_source,
+        aggregate=aggregate,
+    )
     return evaluate(
         rankings.select("qid", "rank", "mem_id", "score"),
         qrels,
@@ -339,12 +420,15 @@ def evaluation_qrels(
     *,
     exclude_tags: Sequence[str] = (),
     qids: set[str] | None = None,
+    qrels_source: str = "human",
+    aggregate: str = "majority",
 ) -> pl.DataFrame:
-    """The judgements relevance metrics use: ``qid, mem_id, relevance`` on store ids.
+    """The judgements relevance metrics use: ``qid, mem_id, relevance`` on store ids
+    (:func:`dataset_qrels` of ``qrels_source`` and ``aggregate``).
 
     Queries outside ``qids`` (when given) or carrying one of ``exclude_tags`` have none.
     """
-    qrels = qrels_frame(dataset, id_map)
+    qrels = dataset_qrels(dataset, id_map, qrels_source=qrels_source, aggregate=aggregate)
     excluded = set(exclude_tags)
     drop = {q.qid for q in dataset.queries if excluded & set(q.tags)}
     if qids is not None:
@@ -377,10 +461,12 @@ def run_experiment(
     *,
     baseline: str | None = None,
     out: str | Path | None = None,
-    metrics: Sequence[str] = DEFAULT_METRICS,
+    metrics: Sequence[str] | None = None,
     seed: int = 0,
     embedder: Any | None = None,
     generator: Any | None = None,
+    qrels_source: str = "human",
+    aggregate: str = "majority",
     tests: Sequence[str] = ("t", "wilcoxon", "permutation"),
     correction: str = "holm",
     alpha: float = 0.05,
@@ -401,11 +487,16 @@ def run_experiment(
         pipelines: Pipeline names (``eval/configs/NAME.toml``), paths or objects.
         baseline: The pipeline the others are compared with (default: the first).
         out: Output directory (written atomically); ``None`` writes nothing.
-        metrics: Metric names (``R_all@10``, ``nDCG@5``, ``MRR`` …).
+        metrics: Metric names (``R_all@10``, ``nDCG@5``, ``MRR`` …); default
+            :func:`default_metrics` (judged@10, bpref and cnDCG@10 join on a judged dataset).
         seed: Seeds the permutation test and the train/test split.
         embedder: Embedder for memories and queries (default: MiniLM behind the on-disk cache).
         generator: Generator for stages that need one (HyDE); default: recorded generations
             of the dataset when the pipelines need one.
+        qrels_source: Judgments of ``judgments.jsonl`` used as qrels: ``"human"`` (with the
+            inline grades), ``"agent"`` (alone) or ``"all"``.
+        aggregate: How the grades of several judges combine (``majority``, ``mean``, ``min``,
+            ``max``).
         tests: Paired tests to run.
         correction: Multiple-testing correction across pipelines × metrics.
         alpha: Level of the ``significant`` column (first test's adjusted p-value).
@@ -424,7 +515,8 @@ def run_experiment(
     started = time.time()
     if out is not None:
         check_output_dir(out)  # refuse before the expensive part
-    metric_names = check_metrics(metrics)
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
+    metric_names = check_metrics(default_metrics(ds) if metrics is None else metrics)
     for t in tests:
         if t not in available_tests():
             raise ValueError(f"unknown test {t!r}; known tests: {', '.join(available_tests())}")
@@ -441,7 +533,7 @@ def run_experiment(
     base = baseline or names[0]
     if base not in names:
         raise ValueError(f"baseline {base!r} is not among the pipelines ({', '.join(names)})")
-    ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
+    judging = judging_summary(ds, qrels_source=qrels_source)
     replayer = replayer_for(
         ds,
         pipes,
@@ -476,8 +568,20 @@ def run_experiment(
             metric_names,
             exclude_tags=exclude_tags,
             qids=keep,
+            qrels_source=qrels_source,
+            aggregate=aggregate,
         )
         per_query_parts.append(pq.with_columns(pl.lit(name).alias("pipeline")))
+        coverage = pq.filter(pl.col("metric") == "judged@10")
+        if coverage.is_empty():
+            coverage = score_rankings(
+                ds, replays[name].rankings, first.id_map, memories, ["judged@10"],
+                exclude_tags=exclude_tags, qids=keep, qrels_source=qrels_source,
+                aggregate=aggregate,
+            )
+        judging["judged@10"][name] = (
+            None if coverage.is_empty() else round(float(coverage["value"].mean()), 6)
+        )
     queries = queries_frame(ds, first.id_map)
     if keep is not None:
         queries = queries.filter(pl.col("qid").is_in(keep))
@@ -486,7 +590,7 @@ def run_experiment(
     agg = {
         name: {
             m: round(v, 6)
-            for m, v in aggregate(per_query.filter(pl.col("pipeline") == name)).items()
+            for m, v in aggregate_metrics(per_query.filter(pl.col("pipeline") == name)).items()
         }
         for name in names
     }
@@ -531,6 +635,7 @@ def run_experiment(
         "baseline": base,
         "metrics": metric_names,
         "seed": seed,
+        "judgments": judging,
         "tests": list(tests),
         "correction": correction,
         "alpha": alpha,
@@ -561,12 +666,47 @@ def run_experiment(
         timings=timings,
         manifest=manifest,
         replays=replays,
-        qrels=evaluation_qrels(ds, first.id_map, exclude_tags=exclude_tags, qids=keep),
+        qrels=evaluation_qrels(
+            ds,
+            first.id_map,
+            exclude_tags=exclude_tags,
+            qids=keep,
+            qrels_source=qrels_source,
+            aggregate=aggregate,
+        ),
         queries=evaluated_queries(ds, keep),
     )
     if out is not None:
         result.out = write_experiment(result, Path(out), write_report=write_report)
     return result
+
+
+def judging_summary(dataset: Dataset, *, qrels_source: str = "human") -> dict[str, Any]:
+    """What the manifest records about the judgments: source, counts, judges, agreement.
+
+    ``pooled`` is true when the dataset has ``judgments.jsonl``: its qrels are then incomplete
+    by construction and the report warns below :data:`JUDGED_WARNING` judged@10. A dataset
+    without it (the simulation, LoCoMo) has complete labels by construction.
+    """
+    from memlab.judge.agreement import agreement
+    from memlab.judge.judgments import latest, read_judgments
+
+    judgments = read_judgments(dataset.path) if dataset.path is not None else []
+    kept = [j for j in latest(judgments) if qrels_source == "all" or j.source == qrels_source]
+    table = agreement(judgments, source=qrels_source)
+    return {
+        "pooled": has_judgments(dataset),
+        "qrels_source": qrels_source,
+        "n": len(kept),
+        "judges": sorted({j.judge for j in kept}),
+        "queries": len({j.qid for j in kept}),
+        "agreement": [
+            {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+            for row in table.iter_rows(named=True)
+        ],
+        "warn_below": JUDGED_WARNING,
+        "judged@10": {},
+    }
 
 
 def replayer_for(

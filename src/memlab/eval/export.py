@@ -31,6 +31,7 @@ from pathlib import Path
 import polars as pl
 
 from memlab.eval.experiment import ExperimentResult
+from memlab.eval.metrics import higher_is_better
 from memlab.io import atomic_directory
 
 EXPORT_DIR = "export"
@@ -74,12 +75,7 @@ def _latex_escape(text: str) -> str:
 
 
 def _lower_is_better(metric: str) -> bool:
-    from memlab.eval import metrics as metrics_module
-
-    lookup = getattr(metrics_module, "higher_is_better", None)
-    if callable(lookup):
-        return not lookup(metric)
-    return metric.split("@")[0] in ("stale", "leak", "dup", "tokens")
+    return not higher_is_better(metric)
 
 
 def latex_table(result: ExperimentResult, metrics: Sequence[str] | None = None) -> str:

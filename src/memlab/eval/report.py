@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 import polars as pl
 
-from memlab.eval.metrics import main_metric_of
+from memlab.eval.metrics import higher_is_better, main_metric_of
 from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
 
 if TYPE_CHECKING:
@@ -179,12 +179,7 @@ def protocol_line(manifest: dict[str, Any]) -> str:
 
 
 def _lower_is_better(metric: str) -> bool:
-    from memlab.eval import metrics as metrics_module
-
-    lookup = getattr(metrics_module, "higher_is_better", None)
-    if callable(lookup):
-        return not lookup(metric)
-    return metric.split("@")[0] in ("stale", "leak", "dup", "tokens")
+    return not higher_is_better(metric)
 
 
 def answer_lines(result: ExperimentResult) -> list[str]:
@@ -232,6 +227,55 @@ def answer_lines(result: ExperimentResult) -> list[str]:
         else:
             lines.append(f"- {text[0].upper()}{text[1:]}.")
     lines.append(f"- Population: {protocol_line(man)}.")
+def judging_lines(manifest: dict[str, Any]) -> list[str]:
+    """The report's "Judgments" section: coverage (judged@10), judges, agreement, warnings.
+
+    On a pooled dataset (``judgments.jsonl``) a pipeline whose judged@10 is below the
+    manifest's ``warn_below`` (0.8) is named in a warning: its standard metrics count every
+    unjudged memory as not relevant, so read its condensed-list metrics and bpref instead.
+    """
+    info = manifest.get("judgments")
+    if not info:
+        return []
+    coverage = info.get("judged@10", {})
+    lines = ["## Judgments", ""]
+    if info.get("pooled"):
+        judges = ", ".join(info.get("judges", [])) or "none"
+        lines.append(
+            f"Qrels from `judgments.jsonl` ({info['qrels_source']}): {info['n']} judgments "
+            f"of {info['queries']} queries by {judges}."
+        )
+    else:
+        lines.append("Qrels: the dataset's own labels (complete by construction).")
+    lines.append("")
+    if coverage:
+        lines.append(
+            "judged@10 (share of the top 10 with a judgment): "
+            + ", ".join(
+                f"`{name}` {'n/a' if v is None else format(v, '.3f')}"
+                for name, v in coverage.items()
+            )
+        )
+        lines.append("")
+    low = [
+        name
+        for name, v in coverage.items()
+        if info.get("pooled") and v is not None and v < info.get("warn_below", 0.8)
+    ]
+    if low:
+        lines += [
+            f"> **Warning:** judged@10 is below {info.get('warn_below', 0.8)} for "
+            + ", ".join(f"`{n}`" for n in low)
+            + ": unjudged memories count as not relevant in the standard metrics. Compare "
+            "them on the condensed-list metrics (cnDCG, cMAP) and bpref, or judge more "
+            "(`memlab judge pool`).",
+            "",
+        ]
+    rows = info.get("agreement") or []
+    if rows:
+        lines += ["Agreement between judges (Cohen's kappa on the pairs both judged):", ""]
+        lines.append(markdown_table(pl.DataFrame(rows)))
+        lines.append("")
     return lines
 
 
@@ -274,6 +318,10 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
         files = save_chart(metrics_chart(result.per_query, rel_metrics), out_dir / "metrics")
         lines += ["", f"![metrics]({files[0]}) ([svg]({files[1]}))", ""]
     main_metric = main_metric_of(metrics)
+    lines += judging_lines(man)
+    lower = [m for m in metrics if not higher_is_better(m)]
+    if lower:
+        lines += [f"Lower is better for {', '.join(lower)}; wins and losses read so.", ""]
     lines += [
         f"## Paired comparison with the baseline on {main_metric}",
         "",

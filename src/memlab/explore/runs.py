@@ -23,6 +23,7 @@ import polars as pl
 
 from memlab.eval.experiment import RUN_TABLES as EXPERIMENT_TABLES
 from memlab.eval.experiment import ExperimentResult
+from memlab.eval.metrics import higher_is_better
 from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
 from memlab.pipeline import Parallel, Pipeline, pipeline_from_config
 from memlab.stages.base import QueryContext, empty_candidates
@@ -561,14 +562,18 @@ def build_demo_run(
 
 
 def queries_by_metric(run: Run, pipeline: str, metric: str) -> pl.DataFrame:
-    """``qid, value`` of one pipeline and metric, worst first (ties by ``qid``)."""
+    """``qid, value`` of one pipeline and metric, worst first (ties by ``qid``).
+
+    Worst is lowest for a higher-is-better metric and highest for a lower-is-better one
+    (``tokens@10``, ``stale@10``), as the metric's registration says.
+    """
     pq = run.tables.get("per_query", pl.DataFrame())
     if pq.height == 0:
         return pl.DataFrame(schema={"qid": pl.String, "value": pl.Float64})
     return (
         pq.filter((pl.col("pipeline") == pipeline) & (pl.col("metric") == metric))
         .select("qid", "value")
-        .sort("value", "qid")
+        .sort(["value", "qid"], descending=[not higher_is_better(metric), False])
     )
 
 
