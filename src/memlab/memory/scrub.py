@@ -334,11 +334,11 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
         if _password_like(value):
             return start, _extend_clause(text, end), "password"
         # A passphrase of plain words: at least four of them, none of them prose-about-it.
-        if _wordish(value) or not value.isalpha():
+        if not value.isalpha() or text[end : end + 1] != " ":
             return None
         ext = _extend_clause(text, end)
         words = text[start:ext].split()
-        if len(words) >= 4 and not any(_wordish(w) for w in words):
+        if len(words) >= 4 and sum(_wordish(w) for w in words) <= 1:
             return start, ext, "password"
         return None
     # secret / token / api key: a random-looking single value.
@@ -369,6 +369,7 @@ def _check_token_shape(m: re.Match[str], text: str) -> tuple[int, int] | None:
 
 
 _URL_LOOKBACK = 2048
+_SRI_PREFIX = re.compile(r"(?i)(?:sha(?:1|224|256|384|512)|md5)[-:=]")
 
 
 def _check_entropy(m: re.Match[str], text: str) -> tuple[int, int] | None:
@@ -385,6 +386,8 @@ def _check_entropy(m: re.Match[str], text: str) -> tuple[int, int] | None:
         return None
     n = min(len(value), 64)
     if shannon_entropy(value) < min(4.5, 0.86 * math.log2(n)):
+        return None
+    if _SRI_PREFIX.match(value):
         return None
     parts = re.split(r"[/_.-]", value)
     if sum(1 for p in parts if len(p) >= 3 and p.isalpha() and (p.islower() or p.istitle())) >= 2:
@@ -1050,8 +1053,11 @@ class Scrubber:
         index = self._token_rules
         for run in runs:
             start = run.start()
-            # A token may sit behind a path or a dot ("/ghp_…", ".sk-…"): try both starts.
-            for s in (start, start + 1) if text[start] in "/.+~" else (start,):
+            # A token may sit behind a path, a URL or a dot ("//ghp_…@", ".sk-…").
+            s = start
+            while s < start + 3 and text[s] in "/.+~":
+                s += 1
+            for s in (start, s) if s > start else (start,):
                 for i in index.get(text[s : s + 2], ()):
                     rule = rules[i]
                     m = rule.pattern.match(text, s)
