@@ -230,7 +230,28 @@ def _extend_clause(text: str, end: int) -> int:
             break
         keep = start + len(w)
         pos = keep
+        if w.endswith((".", "!", "?")) and len(w) > 1:
+            return keep - 1  # the sentence ends here
     return keep
+
+
+def _password_end(text: str, start: int, end: int) -> int | None:
+    """End of an unquoted password stated in prose that starts with ``text[start:end]``.
+
+    A password-like first word runs on to the end of the clause; a passphrase of plain words
+    needs four of them with at most one that prose uses *about* passwords. ``None``: this is
+    prose about a password, not one.
+    """
+    value = text[start:end]
+    if _password_like(value):
+        return _extend_clause(text, end)
+    if not value.isalpha() or text[end : end + 1] != " ":
+        return None
+    ext = _extend_clause(text, end)
+    words = text[start:ext].split()
+    if len(words) >= 4 and sum(_wordish(w) for w in words) <= 1:
+        return ext
+    return None
 
 
 def _strip_sentence_end(text: str, start: int, end: int) -> int:
@@ -285,9 +306,10 @@ def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | Non
     if not quoted and spaced:
         # Prose-like "token: the model reads…": a plain word is not a token.
         if is_password:
-            if not _password_like(value):
+            got = _password_end(text, start, end)
+            if got is None:
                 return None
-            end = _extend_clause(text, end)
+            end = got
         elif not _looks_random(value, min_len=6) and not (
             value.isdigit() and len(value) >= 6
         ):
@@ -331,16 +353,8 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
     if keyword.startswith(("pass", "pwd")):
         if quoted:
             return start, end, "password"
-        if _password_like(value):
-            return start, _extend_clause(text, end), "password"
-        # A passphrase of plain words: at least four of them, none of them prose-about-it.
-        if not value.isalpha() or text[end : end + 1] != " ":
-            return None
-        ext = _extend_clause(text, end)
-        words = text[start:ext].split()
-        if len(words) >= 4 and sum(_wordish(w) for w in words) <= 1:
-            return start, ext, "password"
-        return None
+        got = _password_end(text, start, end)
+        return None if got is None else (start, got, "password")
     # secret / token / api key: a random-looking single value.
     return (start, end, "token") if _looks_random(value) else None
 
@@ -514,7 +528,7 @@ def _check_signature(m: re.Match[str], text: str) -> tuple[int, int] | None:
 
 _VALUE = (
     r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]{1,512}+)(?P=q)"
-    r"|(?P<bv>[^\s\"'`,;&<>()\[\]{}]{1,512}+))"
+    r"|(?P<bv>(?:[^\s\"'`,;&<>()\[\]{}]|&(?![A-Za-z_][\w.\-]{0,30}=)){1,512}+))"
 )
 _OPT_VALUE = (
     r"(?:(?P<q>[\"'])(?P<secret>[^\"'\n]{1,256}+)(?P=q)"
@@ -1117,9 +1131,19 @@ class Scrubber:
                     for secret in set(plugin.analyze_string(chunk)):
                         if not secret or _ds_templated(secret) or "[REDACTED:" in secret:
                             continue
+                        # Keep a URL's scheme and host: only the path is the secret.
+                        cut = secret.find("/services/")
+                        if cut >= 0:
+                            cut += len("/services/")
+                        elif "://" in secret:
+                            cut = secret.find("/", secret.index("://") + 3) + 1
+                        cut = max(cut, 0)
                         pos = chunk.find(secret)
                         while pos >= 0:
-                            spans.append((a + pos, a + pos + len(secret), prio, kind))
+                            s, e = a + pos, a + pos + len(secret)
+                            # Only whole tokens: not a slice of a longer run of letters.
+                            if _bounded(text, s) and (e == n or text[e] not in _TOKEN_CHAR_SET):
+                                spans.append((s + cut, e, prio, kind))
                             pos = chunk.find(secret, pos + len(secret))
                 if b >= hi:
                     break
