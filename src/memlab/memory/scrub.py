@@ -262,9 +262,7 @@ def _strip_sentence_end(text: str, start: int, end: int) -> int:
     return end
 
 
-_KEY_CHARS = frozenset(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
-)
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
 def _key_before(text: str, keyword_start: int, keyword_end: int) -> str:
@@ -310,9 +308,7 @@ def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | Non
             if got is None:
                 return None
             end = got
-        elif not _looks_random(value, min_len=6) and not (
-            value.isdigit() and len(value) >= 6
-        ):
+        elif not _looks_random(value, min_len=6) and not (value.isdigit() and len(value) >= 6):
             return None
     elif not quoted and not is_password and value.isdigit() and len(value) < 6:
         return None
@@ -338,7 +334,7 @@ def _kind_of_key(key: str) -> str:
 
 
 def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
-    """"the staging password is hunter2" / "my passphrase was correct horse battery staple"."""
+    """ "the staging password is hunter2" / "my passphrase was correct horse battery staple"."""
     keyword = m.group("key").lower()
     quoted = m.group("qv") is not None
     start, end = m.span("qv" if quoted else "bv")
@@ -360,7 +356,7 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
 
 
 def _check_password_word(m: re.Match[str], text: str) -> tuple[int, int] | None:
-    """"log in with password Hunter22" (no verb): a mixed letter-digit word after it."""
+    """ "log in with password Hunter22" (no verb): a mixed letter-digit word after it."""
     start, end = m.span("secret")
     end = _strip_sentence_end(text, start, end)
     value = text[start:end]
@@ -535,9 +531,7 @@ _OPT_VALUE = (
     r"|(?![\"'])(?P<bare>[^\s\"'\-][^\s\"']{0,255}+))"
 )
 _TOKEN_CHARS = r"A-Za-z0-9_\-+/=.~"
-_TOKEN_CHAR_SET = frozenset(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
-)
+_TOKEN_CHAR_SET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9_\-+/.~]{10,}+={0,2}")
 
 _VENDOR_PREFIXES = (
@@ -564,7 +558,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "password",  # credentials in a URL: scheme://user:PASSWORD@host
         re.compile(
-            r"://[^\s:/@\[\]\"'<>]{0,256}+:" + _NOT_PLACEHOLDER
+            r"://[^\s:/@\[\]\"'<>]{0,256}+:"
+            + _NOT_PLACEHOLDER
             + r"(?P<secret>[^\s/?#\[\]\"'<>]{1,256})@"
         ),
     ),
@@ -582,7 +577,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "bearer_token",  # "use Bearer 1234abcd5678"
         re.compile(
-            r"bearer\s{1,5}" + _NOT_PLACEHOLDER
+            r"bearer\s{1,5}"
+            + _NOT_PLACEHOLDER
             + r"(?P<secret>(?:(?=[\w\-.~+/]{0,4096}\d)[\w\-.~+/]{8,4096}+"
             r"|[\w\-.~+/]{20,4096}+)=*)"
         ),
@@ -591,9 +587,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     ),
     Rule(
         "jwt",
-        re.compile(
-            r"eyJ[A-Za-z0-9_\-]{4,8192}+\.[A-Za-z0-9_\-]{4,8192}+\.[A-Za-z0-9_\-]{0,8192}+"
-        ),
+        re.compile(r"eyJ[A-Za-z0-9_\-]{4,8192}+\.[A-Za-z0-9_\-]{4,8192}+\.[A-Za-z0-9_\-]{0,8192}+"),
         _check_bounded,
         anchors=("eyJ",),
         at_tokens=True,
@@ -608,8 +602,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "api_key",  # Hugging Face, Stripe, Shopify, npm, Docker, GitLab, GitHub, … (prefix+body)
         re.compile(
-            r"(?P<secret>" + _alt(_VENDOR_PREFIXES)
-            + r"(?P<body>[A-Za-z0-9_\-.+/=]{16,512}+))"
+            r"(?P<secret>" + _alt(_VENDOR_PREFIXES) + r"(?P<body>[A-Za-z0-9_\-.+/=]{16,512}+))"
         ),
         _check_bounded_shape,
         anchors=_VENDOR_PREFIXES,
@@ -618,8 +611,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "api_key",  # Slack bot / user / app tokens: xoxb-<digits>-<digits>-<alnum>
         re.compile(
-            _alt(_SLACK_PREFIXES)
-            + r"(?=[A-Za-z\-]{0,8}\d)[A-Za-z0-9\-]{10,255}+(?![A-Za-z0-9_])"
+            _alt(_SLACK_PREFIXES) + r"(?=[A-Za-z\-]{0,8}\d)[A-Za-z0-9\-]{10,255}+(?![A-Za-z0-9_])"
         ),
         _check_bounded,
         anchors=_SLACK_PREFIXES,
@@ -667,8 +659,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "signature",  # Azure SAS and other signed URLs: ?…&sig=…
         re.compile(
-            r"(?:sig|signature)=" + _NOT_PLACEHOLDER
-            + r"(?P<secret>[A-Za-z0-9%+/=_\-]{16,1024}+)"
+            r"(?:sig|signature)=" + _NOT_PLACEHOLDER + r"(?P<secret>[A-Za-z0-9%+/=_\-]{16,1024}+)"
         ),
         _check_signature,
         lower=True,
@@ -704,7 +695,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "password",  # curl -u user:pass, --user user:pass
         re.compile(
-            r"(?:-u|--user)\s{1,5}[\"']?[^\s:\"'@]{1,128}+:" + _NOT_PLACEHOLDER
+            r"(?:-u|--user)\s{1,5}[\"']?[^\s:\"'@]{1,128}+:"
+            + _NOT_PLACEHOLDER
             + r"(?P<secret>[^\s\"']{1,256}+)"
         ),
         lambda m, t: _secret_span(m) if m.start() == 0 or t[m.start() - 1].isspace() else None,
@@ -715,7 +707,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"(?:pass(?:word|wd|phrase|code|key)?|pwd|secret|token|key|auth|credentials?"
             r"|sig(?:nature)?)"
             r"(?P<close>[\"'\]]{0,2})(?P<sep>\s{0,5}(?::=|=>|==|::|[:=])\s{0,5})"
-            + _NOT_PLACEHOLDER + _VALUE
+            + _NOT_PLACEHOLDER
+            + _VALUE
         ),
         _check_assignment,
         lower=True,
@@ -739,7 +732,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "password",  # "log in with password Hunter22" (mixed letters and digits, no verb)
         re.compile(
-            r"(?:password|passphrase)\s{1,5}" + _NOT_PLACEHOLDER
+            r"(?:password|passphrase)\s{1,5}"
+            + _NOT_PLACEHOLDER
             + r"(?P<secret>(?=[^\s]{0,64}\d)(?=[^\s]{0,64}[a-z])[^\s\"',;()\[\]]{6,64}+)"
         ),
         _check_password_word_start,
@@ -870,9 +864,7 @@ class _View:
 
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 _BREAK_IN_TOKEN = re.compile(rf"\n[ \t>]{{0,8}}(?=[{_TOKEN_CHARS}])")
-_BEFORE_BREAK = frozenset(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.~"
-)
+_BEFORE_BREAK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.~")
 
 
 def _break_pieces(text: str) -> Iterable[tuple[int, int, str]]:
@@ -1068,10 +1060,10 @@ class Scrubber:
         for run in runs:
             start = run.start()
             # A token may sit behind a path, a URL or a dot ("//ghp_…@", ".sk-…").
-            s = start
-            while s < start + 3 and text[s] in "/.+~":
-                s += 1
-            for s in (start, s) if s > start else (start,):
+            inner = start
+            while inner < start + 3 and text[inner] in "/.+~":
+                inner += 1
+            for s in (start, inner) if inner > start else (start,):
                 for i in index.get(text[s : s + 2], ()):
                     rule = rules[i]
                     m = rule.pattern.match(text, s)
