@@ -85,7 +85,7 @@ def main() -> None:
         )
         for r in missed:
             print(f"    missed {r['kind']}: {r['text'][:80]!r}")
-    keywords = ("password", "secret", "token", "api_key", "key=", "sk-", "BEGIN")
+    keywords = ("password", "secret", "token", "api_key", "key=", "sk-", "BEGIN", "://", "Bearer")
     rows = [
         json.loads(line)
         for line in (ROOT / "datasets/agent-memories/memories.jsonl").read_text().splitlines()
@@ -95,7 +95,7 @@ def main() -> None:
     clean = [t for t in memories if not any(k in t for k in keywords)]
     changed = sum(1 for t in clean if full.scrub(t)[1])
     print(
-        f"agent-memories without credential keywords: {changed}/{len(clean)} changed "
+        f"agent-memories without credential markers: {changed}/{len(clean)} changed "
         f"(false-positive rate {changed / max(1, len(clean)):.4f})"
     )
 
