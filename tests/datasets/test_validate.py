@@ -248,7 +248,7 @@ def test_missing_store_field(tmp_path: Path, field: str, expected: str) -> None:
         (
             {"op": "delete"},
             "op",
-            "unknown op 'delete'; expected one of store, forget, relate",
+            "unknown op 'delete'; expected one of store, forget, relate, correct, promote, consolidate",
         ),
         ({"ts": "yesterday"}, "ts", "not an ISO 8601 timestamp: 'yesterday'"),
         ({"id": "m1"}, "id", "duplicate id 'm1' (first on line 1)"),
