@@ -9,6 +9,10 @@ SQLite is the source of truth (it also keeps each vector as a BLOB); the chromad
 index under the same ids, reconciled from SQLite when a persisted store is opened. With
 ``path=None`` the same code runs fully in memory (SQLite ``:memory:``, no chromadb unless asked).
 
+The connection may be used from any thread (``check_same_thread=False``) but the store is not
+thread-safe: a caller that serves several threads serialises its calls (``memlab.serve`` holds
+one lock around every call).
+
 Every time-dependent method takes ``now`` (epoch seconds or ISO 8601) so that a replay can run
 the store on a recorded clock; it defaults to the wall clock.
 """
@@ -231,11 +235,13 @@ class MemoryStore:
         self._chroma_job: Any | None = None
         self.version = 0
         if self.path is None:
-            self._db = sqlite3.connect(":memory:", isolation_level=None)
+            self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             self._use_chroma = bool(chroma)
         else:
             self.path.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path / "memlab.sqlite3", isolation_level=None)
+            self._db = sqlite3.connect(
+                self.path / "memlab.sqlite3", isolation_level=None, check_same_thread=False
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._use_chroma = True if chroma is None else bool(chroma)
