@@ -435,7 +435,7 @@ class MemoryService:
             seed = f"{res.id}|{now!r}|{uuid.uuid4().hex}".encode()
             ident = f"{res.id}~{hashlib.sha256(seed).hexdigest()[:12]}"
         line: dict[str, Any] = {"id": ident, "ts": to_iso(now), "type": mtype}
-        line["text"] = scrub_text(content)
+        line["text"] = self.store.get(res.id).text  # scrubbed by the store (dedup: same text)
         for name, value in fields.items():
             line[name] = to_iso(value) if name == "valid_from" else value
         return line
