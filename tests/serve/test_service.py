@@ -273,3 +273,28 @@ def test_recording_rejects_a_foreign_directory(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="not empty and holds no dataset.toml"):
         Recorder(tmp_path)
+
+
+def test_cli_validates_and_evaluates_a_recording(tmp_path: Path, capsys) -> None:
+    from memlab.cli import main
+
+    rec_dir = tmp_path / "rec"
+    recorder = Recorder(rec_dir)
+    store = MemoryStore(embedder=HashingEmbedder())
+    clock = StepClock()
+    _session(_service(store, "atlas", recorder=recorder, clock=clock),
+             _service(store, None, recorder=recorder, clock=clock))
+    recorder.close()
+    assert main(["datasets", "validate", str(rec_dir)]) == 0
+    out = tmp_path / "run"
+    assert main(["eval", str(rec_dir), "--pipelines", "rrf", "--embedder", "hashing",
+                 "--no-cache", "--quiet", "--metrics", "tokens@10", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["rrf"]["scope_violation@10"] == 0.0  # added: agents asked
+    import polars as pl
+
+    rankings = pl.read_parquet(out / "rankings.parquet")
+    ds = load_dataset(rec_dir)
+    for q in ds.queries:
+        got = rankings.filter(pl.col("qid") == q.qid).sort("rank")["mem_id"].to_list()
+        assert got[: len(q.served)] == list(q.served)
