@@ -723,6 +723,8 @@ class MemoryService:
             if self.expire:
                 expire_events(self.store, now=now, event_ttl_days=self.ttl_days)
             recall_id = f"r-{uuid.uuid4().hex}"
+            if len(self.cache) > self.max_served:
+                self.cache.clear()  # query embeddings: bounded, recomputed when needed
             ctx = QueryContext(
                 qid=recall_id,
                 text=text,
