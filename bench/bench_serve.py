@@ -132,6 +132,9 @@ def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
 
 
 def recall_latency(n: int = 10_000, queries: int = 200) -> dict:
+    import logging
+
+    logging.getLogger("memlab.store").setLevel(logging.ERROR)  # keyless facts warn each time
     from memlab.embed import HashingEmbedder
     from memlab.memory.store import MemoryStore
     from memlab.pipeline import load_pipeline
