@@ -543,7 +543,7 @@ def test_recording_line_problems(tmp_path: Path) -> None:
     memories[5]["scope"] = "everyone"
     memories[5]["confidence"] = 2
     memories[6]["target"] = "m9"
-    memories[7]["target"] = "m1"  # promote a store: fine
+    memories[7]["target"] = "m1"  # m1 is in the team scope already: the write check says so
     queries = with_query(1, projects="apollo", served=[1], include_superseded="yes")
     root = make(tmp_path, memories=memories, queries=queries)
     (root / "judgments.jsonl").write_text(
@@ -556,6 +556,7 @@ def test_recording_line_problems(tmp_path: Path) -> None:
         "memories.jsonl:6: field 'scope': 'everyone' is not a scope; expected 'team', "
         "'agent:NAME' or 'project:NAME'",
         "memories.jsonl:7: field 'target': unknown id 'm9'",
+        "memories.jsonl:8: memory m1 is already in the team scope",
         "queries.jsonl:2: field 'projects': must be an array of strings",
         "queries.jsonl:2: field 'include_superseded': must be a boolean, got string",
         "queries.jsonl:2: field 'served': must be an array of strings",

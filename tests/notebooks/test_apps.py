@@ -208,3 +208,37 @@ def test_app_renders_in_headless_chromium(app):
     assert page_errors == [], f"{app}: the browser reported errors: {page_errors}"
     assert "Traceback" not in log and "[E " not in log, log[-4000:]
     assert shot.stat().st_size > 10_000
+
+
+def user_env() -> dict[str, str]:
+    """The environment a user runs the apps in: no fast mode (MiniLM, every query)."""
+    env = app_env()
+    env.pop("MEMLAB_NOTEBOOK_FAST")
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("app", list(APPS))
+def test_app_exports_in_the_mode_users_run(app, tmp_path):
+    """``marimo export html`` as a user runs it: the real embedder, the runs under
+    ``reports/`` (trimmed copies such as ``reports/baseline`` included)."""
+    out = tmp_path / f"{app}.html"
+    res = subprocess.run(
+        [str(MARIMO), "export", "html", "--no-include-code", str(NOTEBOOKS / f"{app}.py"),
+         "-o", str(out)],
+        cwd=ROOT,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    assert "some cells failed" not in res.stdout + res.stderr, (res.stdout + res.stderr)[-4000:]
+    html = out.read_text(encoding="utf-8")
+    # A section that says what is missing stops its dependants with mo.stop; marimo records
+    # those as "ancestor-stopped" outputs, which are not errors.
+    errors = html.count('"type": "error"') - html.count('"ename": "ancestor-stopped"')
+    assert errors == 0, f"{app}: the export holds {errors} cell error(s)"
+    for marker in ERROR_MARKERS[1:]:
+        assert marker not in html, f"{app}: the export holds {marker}"
+    assert APPS[app][0] in html

@@ -17,10 +17,20 @@ correction by default), breaks results down by query tag, and writes the output 
 ``DIR/comparison.parquet``, ``DIR/comparison_by_tag.parquet`` (the paired tests of the headline
 metric within each query tag), ``DIR/per_tag.parquet``, ``DIR/timings.parquet``
     significance table, per-tag means, per-stage latencies.
+``DIR/qrels.parquet``
+    ``qid, mem_id, relevance``: the judgements the relevance metrics used (store ids, evaluated
+    queries only, excluded tags left out).
+``DIR/queries.parquet``
+    ``qid, text, client_id, tags``: the evaluated queries.
 ``DIR/report.md`` with charts as PNG and SVG beside it.
 
+:meth:`ExperimentResult.load` is the one reader of this contract (the report, the runs app,
+``memlab export`` and ``memlab compare`` read runs through it).
+
 The directory appears whole or not at all: everything is written into a temporary sibling that
-is renamed into place at the end.
+is renamed into place at the end. It carries the marker ``.memlab-output.json``; an existing
+``DIR`` is replaced only when it is such a result (files a user added are kept), and a
+non-empty directory memlab did not write is refused before any work (:mod:`memlab.io`).
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ from memlab.eval.stats import (
     compare_by_tag,
     per_tag,
 )
-from memlab.io import atomic_directory
+from memlab.io import atomic_directory, check_output_dir
 from memlab.pipeline import Pipeline, load_pipeline
 from memlab.tokens import count_tokens
 
@@ -90,9 +100,27 @@ PACKAGES = (
 )
 
 
+RUN_TABLES: dict[str, str] = {
+    "per_query": "per_query.parquet",
+    "rankings": "rankings.parquet",
+    "comparison": "comparison.parquet",
+    "per_tag": "per_tag.parquet",
+    "tag_comparison": "comparison_by_tag.parquet",
+    "timings": "timings.parquet",
+    "qrels": "qrels.parquet",
+    "queries": "queries.parquet",
+}
+"""The parquet tables of a run directory: :class:`ExperimentResult` attribute → file name."""
+
+
 @dataclass
 class ExperimentResult:
-    """Everything an experiment computed (the same tables it writes)."""
+    """Everything an experiment computed (the same tables it writes).
+
+    Attributes:
+        missing: Files of the output contract that :meth:`load` did not find (their tables are
+            empty); always empty for a result computed in this process.
+    """
 
     metrics: dict[str, dict[str, float]]
     per_query: pl.DataFrame
@@ -104,6 +132,68 @@ class ExperimentResult:
     manifest: dict[str, Any]
     replays: dict[str, ReplayResult] = field(default_factory=dict)
     out: Path | None = None
+    qrels: pl.DataFrame = field(default_factory=pl.DataFrame)
+    queries: pl.DataFrame = field(default_factory=pl.DataFrame)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def pipelines(self) -> list[str]:
+        """Pipeline names in ``metrics.json`` order."""
+        return list(self.metrics)
+
+    @property
+    def baseline(self) -> str | None:
+        """The baseline pipeline named by the manifest (``None`` when unknown)."""
+        base = self.manifest.get("baseline")
+        return base if isinstance(base, str) else None
+
+    @classmethod
+    def load(cls, path: str | Path) -> ExperimentResult:
+        """Read a run directory written by :func:`write_experiment`.
+
+        ``metrics.json`` is required; every other file may be absent (a trimmed copy such as
+        ``reports/baseline`` keeps only some): its table is then empty and its file name is
+        listed in :attr:`missing`, so a caller can say what is missing instead of failing.
+
+        Raises:
+            ValueError: If ``path`` is not a directory holding ``metrics.json``, or a JSON or
+                parquet file of the run cannot be read (the message names the file).
+        """
+        p = Path(path)
+        metrics_file = p / "metrics.json"
+        if not metrics_file.is_file():
+            raise ValueError(f"{p}: not a memlab run (no metrics.json)")
+        metrics = _read_json(metrics_file)
+        if not isinstance(metrics, dict) or not all(isinstance(v, dict) for v in metrics.values()):
+            raise ValueError(f"{metrics_file}: expected {{pipeline: {{metric: value}}}}")
+        missing: list[str] = []
+        manifest: dict[str, Any] = {}
+        if (p / "manifest.json").is_file():
+            loaded = _read_json(p / "manifest.json")
+            if not isinstance(loaded, dict):
+                raise ValueError(f"{p / 'manifest.json'}: expected a JSON object")
+            manifest = loaded
+        else:
+            missing.append("manifest.json")
+        tables: dict[str, pl.DataFrame] = {}
+        for attr, name in RUN_TABLES.items():
+            f = p / name
+            if not f.is_file():
+                missing.append(name)
+                tables[attr] = pl.DataFrame()
+                continue
+            try:
+                tables[attr] = pl.read_parquet(f)
+            except Exception as exc:  # noqa: BLE001 - polars raises several error types
+                raise ValueError(f"{f}: not a readable parquet file ({exc})") from None
+        return cls(metrics=metrics, manifest=manifest, out=p, missing=missing, **tables)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not readable JSON ({exc})") from None
 
 
 SPLIT_BY = ("query", "client")
@@ -230,26 +320,55 @@ def score_rankings(
     Relevance judgements are mapped through ``id_map`` (dedup); queries carrying one of
     ``exclude_tags`` get no relevance metric; ``qids`` restricts the evaluation (held-out split).
     """
-    qrels = qrels_frame(dataset, id_map)
     queries = queries_frame(dataset, id_map)
     if qids is not None:
-        qrels = qrels.filter(pl.col("qid").is_in(qids))
         queries = queries.filter(pl.col("qid").is_in(qids))
         rankings = rankings.filter(pl.col("qid").is_in(qids))
-    excluded = set(exclude_tags)
-    if excluded:
-        drop = {
-            qid
-            for qid, tags in zip(queries["qid"], queries["tags"], strict=True)
-            if excluded & set(tags)
-        }
-        qrels = qrels.filter(~pl.col("qid").is_in(drop))
+    qrels = evaluation_qrels(dataset, id_map, exclude_tags=exclude_tags, qids=qids)
     return evaluate(
         rankings.select("qid", "rank", "mem_id", "score"),
         qrels,
         metrics,
         queries=queries,
         memories=memories,
+    )
+
+
+def evaluation_qrels(
+    dataset: Dataset,
+    id_map: dict[str, str],
+    *,
+    exclude_tags: Sequence[str] = (),
+    qids: set[str] | None = None,
+) -> pl.DataFrame:
+    """The judgements relevance metrics use: ``qid, mem_id, relevance`` on store ids.
+
+    Queries outside ``qids`` (when given) or carrying one of ``exclude_tags`` have none.
+    """
+    qrels = qrels_frame(dataset, id_map)
+    excluded = set(exclude_tags)
+    drop = {q.qid for q in dataset.queries if excluded & set(q.tags)}
+    if qids is not None:
+        drop |= {q.qid for q in dataset.queries if q.qid not in qids}
+    return qrels.filter(~pl.col("qid").is_in(drop)) if drop else qrels
+
+
+def evaluated_queries(dataset: Dataset, qids: set[str] | None = None) -> pl.DataFrame:
+    """``qid, text, client_id, tags`` of the queries a run scores (all when ``qids`` is None)."""
+    keep = [q for q in dataset.queries if qids is None or q.qid in qids]
+    return pl.DataFrame(
+        {
+            "qid": [q.qid for q in keep],
+            "text": [q.text for q in keep],
+            "client_id": [q.client_id for q in keep],
+            "tags": [list(q.tags) for q in keep],
+        },
+        schema={
+            "qid": pl.String,
+            "text": pl.String,
+            "client_id": pl.String,
+            "tags": pl.List(pl.String),
+        },
     )
 
 
@@ -265,6 +384,7 @@ def run_experiment(
     generator: Any | None = None,
     tests: Sequence[str] = ("t", "wilcoxon", "permutation"),
     correction: str = "holm",
+    alpha: float = 0.05,
     n_resamples: int = 10_000,
     exclude_tags: Sequence[str] = ("adversarial",),
     test_fraction: float = 0.5,
@@ -289,6 +409,7 @@ def run_experiment(
             of the dataset when the pipelines need one.
         tests: Paired tests to run.
         correction: Multiple-testing correction across pipelines × metrics.
+        alpha: Level of the ``significant`` column (first test's adjusted p-value).
         n_resamples: Permutation-test resamples.
         exclude_tags: Queries with these tags are left out of relevance metrics (LoCoMo's
             adversarial questions have no evidence by design).
@@ -302,6 +423,8 @@ def run_experiment(
         write_report: Render ``report.md`` and charts into ``out``.
     """
     started = time.time()
+    if out is not None:
+        check_output_dir(out)  # refuse before the expensive part
     metric_names = check_metrics(metrics)
     for t in tests:
         if t not in available_tests():
@@ -380,6 +503,7 @@ def run_experiment(
         metrics=compared,
         tests=tuple(tests),
         correction=correction,
+        alpha=alpha,
         seed=seed,
         n_resamples=n_resamples,
     )
@@ -392,6 +516,7 @@ def run_experiment(
         metric=main_metric_of(compared),
         tests=tuple(tests),
         correction=correction,
+        alpha=alpha,
         seed=seed,
         n_resamples=n_resamples,
     )
@@ -413,6 +538,7 @@ def run_experiment(
         "seed": seed,
         "tests": list(tests),
         "correction": correction,
+        "alpha": alpha,
         "exclude_tags": sorted(excluded),
         "held_out_split": None
         if eval_queries is None
@@ -440,6 +566,8 @@ def run_experiment(
         timings=timings,
         manifest=manifest,
         replays=replays,
+        qrels=evaluation_qrels(ds, first.id_map, exclude_tags=exclude_tags, qids=keep),
+        queries=evaluated_queries(ds, keep),
     )
     if out is not None:
         result.out = write_experiment(result, Path(out), write_report=write_report)
@@ -496,17 +624,13 @@ def metrics_json(metrics: dict[str, dict[str, float]]) -> str:
 
 def write_experiment(result: ExperimentResult, out: Path, *, write_report: bool = True) -> Path:
     """Write the output contract into ``out`` atomically (temporary sibling + rename)."""
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out, kind="experiment") as tmp:
         (tmp / "manifest.json").write_text(
             json.dumps(result.manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
         (tmp / "metrics.json").write_text(metrics_json(result.metrics), encoding="utf-8")
-        result.per_query.write_parquet(tmp / "per_query.parquet")
-        result.rankings.write_parquet(tmp / "rankings.parquet")
-        result.comparison.write_parquet(tmp / "comparison.parquet")
-        result.per_tag.write_parquet(tmp / "per_tag.parquet")
-        result.tag_comparison.write_parquet(tmp / "comparison_by_tag.parquet")
-        result.timings.write_parquet(tmp / "timings.parquet")
+        for attr, name in RUN_TABLES.items():
+            getattr(result, attr).write_parquet(tmp / name)
         if write_report:
             from memlab.eval.report import write_report as render
 

@@ -31,7 +31,7 @@ from memlab.eval.experiment import (
 )
 from memlab.eval.replay import progress_enabled
 from memlab.eval.report import markdown_table, save_chart
-from memlab.io import atomic_directory
+from memlab.io import atomic_directory, check_output_dir
 from memlab.pipeline import Pipeline, load_pipeline
 
 
@@ -193,6 +193,8 @@ def run_sweep(
         expire: Run TTL expiry before each query.
         touch_k: Top hits counted as accesses.
     """
+    if out is not None:
+        check_output_dir(out)  # refuse before the expensive part
     names = check_metrics(list(dict.fromkeys([metric, *metrics])))
     metric = names[0]
     base = pipeline.clone() if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
@@ -305,7 +307,7 @@ def write_sweep(
     dataset: Dataset,
 ) -> Path:
     """Write ``results.parquet``, ``sweep.json``, ``report.md`` and plots, atomically."""
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out, kind="sweep") as tmp:
         result.results.write_parquet(tmp / "results.parquet")
         summary = {
             "dataset": dataset.meta.get("name"),
