@@ -14,6 +14,8 @@
     memlab compare RUN_A RUN_B [--pipelines a,b] [--metric M]
     memlab judge pool RUN_DIR… --depth 10 --out POOL.jsonl   (and judge add, judge agreement)
     memlab pipelines [NAME]
+    memlab serve mcp STORE_DIR --pipeline rrf --agent NAME [--record DIR]
+    memlab serve http STORE_DIR --human [--token-env VAR] [--record DIR]
 
 Bad input ends with one clear message on stderr and exit status 2; nothing is written.
 """
@@ -546,6 +548,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pipelines", help="list shipped pipelines, or print one")
     p.add_argument("name", nargs="?")
     p.set_defaults(func=cmd_pipelines)
+    from memlab.serve.cli import add_commands as add_serve_commands
+
+    add_serve_commands(sub)
     return parser
 
 

@@ -248,7 +248,8 @@ def test_missing_store_field(tmp_path: Path, field: str, expected: str) -> None:
         (
             {"op": "delete"},
             "op",
-            "unknown op 'delete'; expected one of store, forget, relate",
+            "unknown op 'delete'; expected one of store, forget, relate, correct, promote, "
+            "consolidate",
         ),
         ({"ts": "yesterday"}, "ts", "not an ISO 8601 timestamp: 'yesterday'"),
         ({"id": "m1"}, "id", "duplicate id 'm1' (first on line 1)"),
@@ -504,3 +505,64 @@ def test_main_validate_reports_problems(tmp_path: Path) -> None:
         "memories.jsonl:3: field 'type': unknown memory type 'note'; expected one of event, "
         f"fact, decision, status\n{root}: 1 problem(s)\n"
     )
+
+
+# ---------------------------------------------------------------------- namespaces and recordings
+def _live_memories() -> list[Any]:
+    return [
+        *base_memories(),
+        {"id": "m5", "ts": "2025-01-04T01:00:00Z", "type": "fact", "text": "Private.",
+         "scope": "agent:atlas", "confidence": 0.5},
+        {"id": "m6", "ts": "2025-01-04T02:00:00Z", "op": "correct", "target": "m1",
+         "text": "Alpha uses Memcached.", "reason": "migrated", "source_agent": "atlas"},
+        {"ts": "2025-01-04T03:00:00Z", "op": "promote", "target": "m5"},
+        {"ts": "2025-01-04T04:00:00Z", "op": "consolidate", "client_id": "acme",
+         "scope": "team", "since": "2025-01-01T00:00:00Z"},
+    ]
+
+
+def test_recording_lines_are_valid(tmp_path: Path) -> None:
+    queries = with_query(1, agent="atlas", projects=["apollo"], include_superseded=True,
+                         served=["m6", "m5"], relevant={"m6": 1})
+    root = make(tmp_path, memories=_live_memories(), queries=queries)
+    (root / "judgments.jsonl").write_text(json.dumps(
+        {"qid": "q2", "mem_id": "m6", "grade": 1, "source": "agent", "judge": "atlas",
+         "ts": "2025-01-06T00:00:01Z", "note": "useful"}) + "\n")
+    assert validate_dataset(root) == []
+    result = read_dataset(root)
+    assert [op.op for op in result.ops][-4:] == ["store", "correct", "promote", "consolidate"]
+    q = result.queries[1]
+    assert (q.agent, q.projects, q.include_superseded, q.served) == (
+        "atlas", ("apollo",), True, ("m6", "m5")
+    )
+    assert q.principal().readable_scopes() == ("team", "agent:atlas", "project:apollo")
+
+
+def test_recording_line_problems(tmp_path: Path) -> None:
+    memories = _live_memories()
+    memories[5]["scope"] = "everyone"
+    memories[5]["confidence"] = 2
+    memories[6]["target"] = "m9"
+    memories[7]["target"] = "m1"  # m1 is in the team scope already: the write check says so
+    queries = with_query(1, projects="apollo", served=[1], include_superseded="yes")
+    root = make(tmp_path, memories=memories, queries=queries)
+    (root / "judgments.jsonl").write_text(
+        json.dumps({"qid": "q7", "mem_id": "m1", "grade": 3, "source": "bot", "judge": "x",
+                    "ts": "2025-01-06T00:00:01Z", "extra": 1}) + "\n"
+    )
+    problems = [str(p) for p in validate_dataset(root)]
+    assert problems == [
+        "memories.jsonl:6: field 'confidence': must lie in [0, 1], got 2",
+        "memories.jsonl:6: field 'scope': 'everyone' is not a scope; expected 'team', "
+        "'agent:NAME' or 'project:NAME'",
+        "memories.jsonl:7: field 'target': unknown id 'm9'",
+        "memories.jsonl:8: memory m1 is already in the team scope",
+        "queries.jsonl:2: field 'projects': must be an array of strings",
+        "queries.jsonl:2: field 'include_superseded': must be a boolean, got string",
+        "queries.jsonl:2: field 'served': must be an array of strings",
+        "judgments.jsonl:1: field 'extra': unknown field for a judgment",
+        "judgments.jsonl:1: field 'source': unknown judgment source 'bot'; expected one of "
+        "agent, human",
+        "judgments.jsonl:1: field 'grade': must be an integer 0, 1 or 2, got 3",
+        "judgments.jsonl:1: field 'qid': 'q7' is not a qid of queries.jsonl",
+    ]

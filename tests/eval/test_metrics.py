@@ -272,6 +272,32 @@ def test_leak_exact() -> None:
     assert values(got, "leak@3") == {"q1": 1.0, "q3": 0.0, "q4": 0.0}
 
 
+def test_scope_violation_counts_unreadable_memories() -> None:
+    memories = pl.DataFrame(
+        {
+            "mem_id": ["t", "a", "h", "p", "z", "n"],
+            "scope": ["team", "agent:atlas", "agent:hera", "project:apollo", "project:zeus",
+                      None],
+        }
+    )
+    rankings = make_rankings(
+        {"q1": ["t", "h", "z", "a"], "q2": ["p", "z", "n"], "q3": ["h", "z"]}
+    )
+    queries = pl.DataFrame(
+        {
+            "qid": ["q1", "q2", "q3", "q4"],
+            "agent": ["atlas", "atlas", None, "hera"],
+            "projects": [[], ["apollo"], [], []],
+        }
+    )
+    got = evaluate(rankings, None, ["scope_violation@2", "scope_violation@4"], queries=queries,
+                   memories=memories)
+    # q1: hera's and zeus's memories; q2: zeus only (apollo is assigned, null = team);
+    # q3 is a human (no row); q4 has no ranking.
+    assert values(got, "scope_violation@2") == {"q1": 1.0, "q2": 1.0, "q4": 0.0}
+    assert values(got, "scope_violation@4") == {"q1": 2.0, "q2": 1.0, "q4": 0.0}
+
+
 def test_dup_exact() -> None:
     memories = pl.DataFrame(
         {

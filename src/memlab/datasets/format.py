@@ -9,16 +9,28 @@ A dataset is a directory holding three files:
     ``ts`` (ISO 8601 UTC), ``text``, ``type`` (event|fact|decision|status) and any payload field
     of the reference memory model (seed 000): ``source_agent``, ``client_id``, ``key``,
     ``subject``, ``status_value``, ``importance``, ``category``, ``knowledge_category``,
-    ``valid_from``, ``metadata``. ``op`` is ``"store"`` by default; ``"forget"`` lines carry
-    ``target`` and ``reason``; ``"relate"`` lines carry ``from``, ``relation`` and ``to`` (entity
-    names; relation one of the typed relations of seed 000). Forget and relate lines have a
-    ``ts`` and may have an ``id``. A store whose text deduplicates onto an earlier record maps its
-    id onto that record when the log is replayed.
+    ``valid_from``, ``metadata``, ``confidence`` (in [0, 1]) and ``scope`` (the namespace inside
+    the client: ``team`` (default), ``agent:{name}`` or ``project:{name}``). ``op`` is
+    ``"store"`` by default; ``"forget"`` lines carry ``target`` and ``reason``; ``"relate"``
+    lines carry ``from``, ``relation`` and ``to`` (entity names; relation one of the typed
+    relations of seed 000) and optional ``properties`` (an object, kept in the log only);
+    ``"correct"`` lines carry ``id`` (the new memory), ``target``, ``text``, ``reason`` and
+    optional ``source_agent``; ``"promote"`` lines carry ``target`` (moved to ``team``);
+    ``"consolidate"`` lines run one consolidation cycle (no merger) over ``client_id``'s
+    memories, optionally only ``scope`` and only those created at or after ``since``. Every line
+    has a ``ts``; non-store lines may have an ``id``. A store whose text deduplicates onto an
+    earlier record maps its id onto that record when the log is replayed.
 ``queries.jsonl``
     ``qid``, ``ts`` (the store is replayed up to that moment), ``text``, optional ``client_id``
     (absent = every client), optional ``at_time`` (what was valid then), ``relevant`` (memory id
     → graded relevance ≥ 1; may be empty), optional ``stale`` (ids that must not be returned),
-    ``tags`` and optional ``answer``.
+    ``tags`` and optional ``answer``. The reader may be an agent: optional ``agent`` (its name;
+    absent = a human, who reads every namespace) and ``projects`` (the projects it is assigned
+    to). Optional ``include_superseded`` (boolean) shows inactive history; optional ``served``
+    lists the ids a live server returned, best first (recordings, :mod:`memlab.serve`).
+``judgments.jsonl`` (optional)
+    One relevance judgment a line: ``qid``, ``mem_id``, ``grade`` (0, 1 or 2), ``source``
+    (``agent`` or ``human``), ``judge`` (a name), ``ts`` (ISO 8601 UTC) and optional ``note``.
 
 In memory, timestamps are float seconds since the epoch (:func:`memlab.timeutil.parse_ts`);
 they are written back as ISO 8601 with millisecond precision. Writing is deterministic (fixed key
@@ -44,6 +56,7 @@ import polars as pl
 
 from memlab.io import replace_directory
 from memlab.memory.records import RELATION_TYPES
+from memlab.memory.scopes import Principal
 from memlab.timeutil import coerce_ts, to_iso
 
 if TYPE_CHECKING:
@@ -53,9 +66,11 @@ FORMAT_VERSION = 1
 META_FILE = "dataset.toml"
 MEMORIES_FILE = "memories.jsonl"
 QUERIES_FILE = "queries.jsonl"
+JUDGMENTS_FILE = "judgments.jsonl"
 DATASET_FILES: tuple[str, ...] = (META_FILE, MEMORIES_FILE, QUERIES_FILE)
 META_KEYS: tuple[str, ...] = ("name", "version", "description", "license", "source")
-OPS: tuple[str, ...] = ("store", "forget", "relate")
+OPS: tuple[str, ...] = ("store", "forget", "relate", "correct", "promote", "consolidate")
+JUDGMENT_SOURCES: tuple[str, ...] = ("agent", "human")
 #: Payload fields a store line may carry, in the order they are written.
 PAYLOAD_FIELDS: tuple[str, ...] = (
     "source_agent",
@@ -68,6 +83,8 @@ PAYLOAD_FIELDS: tuple[str, ...] = (
     "knowledge_category",
     "valid_from",
     "metadata",
+    "confidence",
+    "scope",
 )
 #: Relations a ``relate`` line may name (co-occurrence is derived, never written).
 WRITABLE_RELATIONS: tuple[str, ...] = tuple(r for r in RELATION_TYPES if r != "co_occurrence")
@@ -119,6 +136,11 @@ class MemoryOp:
         from_entity: Source entity name of a relate line.
         relation: Relation type of a relate line.
         to_entity: Target entity name of a relate line.
+        properties: Properties of a relate line (kept in the log only).
+
+    A correct line has ``id`` (the new memory), ``target``, ``text``, ``reason`` and
+    ``fields={"source_agent": …}``; a promote line has ``target``; a consolidate line keeps
+    ``client_id``, ``scope`` and ``since`` (epoch seconds) in ``fields``.
     """
 
     line: int
@@ -133,6 +155,7 @@ class MemoryOp:
     from_entity: str | None = None
     relation: str | None = None
     to_entity: str | None = None
+    properties: dict[str, Any] | None = None
 
     @classmethod
     def store(
@@ -205,11 +228,30 @@ class MemoryOp:
             out["target"] = self.target
             if self.reason is not None:
                 out["reason"] = self.reason
-        else:
+        elif self.op == "relate":
             out["op"] = self.op
             out["from"] = self.from_entity
             out["relation"] = self.relation
             out["to"] = self.to_entity
+            if self.properties:
+                out["properties"] = _sorted_json(self.properties)
+        elif self.op == "correct":
+            out["op"] = self.op
+            out["target"] = self.target
+            out["text"] = self.text
+            out["reason"] = self.reason
+            if self.fields.get("source_agent") is not None:
+                out["source_agent"] = self.fields["source_agent"]
+        elif self.op == "promote":
+            out["op"] = self.op
+            out["target"] = self.target
+        else:
+            out["op"] = self.op
+            for name in ("client_id", "scope"):
+                if self.fields.get(name) is not None:
+                    out[name] = self.fields[name]
+            if self.fields.get("since") is not None:
+                out["since"] = to_iso(self.fields["since"])
         return out
 
 
@@ -228,6 +270,10 @@ class Query:
         stale: Ids that must not be returned.
         tags: Primary tag first, then secondary tags.
         answer: Reference answer, if any.
+        agent: The agent asking (``None`` = a human, who reads every namespace).
+        projects: Projects the agent is assigned to.
+        include_superseded: Show inactive history too.
+        served: Ids a live server returned for this query, best first (recordings).
     """
 
     line: int
@@ -240,14 +286,30 @@ class Query:
     stale: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     answer: str | None = None
+    agent: str | None = None
+    projects: tuple[str, ...] = ()
+    include_superseded: bool = False
+    served: tuple[str, ...] | None = None
+
+    def principal(self) -> Principal | None:
+        """The reader as a :class:`~memlab.memory.scopes.Principal` (``None`` = a human)."""
+        if self.agent is None:
+            return None
+        return Principal.of(self.agent, self.projects)
 
     def to_json(self) -> dict[str, Any]:
         """The line as a JSON object in the canonical key order."""
         out: dict[str, Any] = {"qid": self.qid, "ts": to_iso(self.ts)}
         if self.client_id is not None:
             out["client_id"] = self.client_id
+        if self.agent is not None:
+            out["agent"] = self.agent
+        if self.projects:
+            out["projects"] = list(self.projects)
         if self.at_time is not None:
             out["at_time"] = to_iso(self.at_time)
+        if self.include_superseded:
+            out["include_superseded"] = True
         out["text"] = self.text
         out["relevant"] = dict(self.relevant)
         if self.stale:
@@ -255,6 +317,8 @@ class Query:
         out["tags"] = list(self.tags)
         if self.answer is not None:
             out["answer"] = self.answer
+        if self.served is not None:
+            out["served"] = list(self.served)
         return out
 
 

@@ -6,7 +6,9 @@ missing files, bytes that are not UTF-8, unparsable TOML or JSON, lines that are
 missing, unknown or mistyped fields, unknown types, ops and relations, empty text, duplicate ids
 and qids, timestamps that do not parse or go backwards, relevant and stale ids that do not exist
 or are written after the query, grades that are not integers ≥ 1, and forget targets that are
-unknown, written later or decisions (which are immutable).
+unknown, written later or decisions (which are immutable); the same for the targets of correct
+and promote lines. An optional ``judgments.jsonl`` is checked line by line (known qid, grade 0-2,
+source, judge, ts).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any, TextIO
 
 from memlab.datasets.format import (
     DATASET_FILES,
+    JUDGMENT_SOURCES,
+    JUDGMENTS_FILE,
     MEMORIES_FILE,
     META_FILE,
     META_KEYS,
@@ -42,6 +46,7 @@ from memlab.memory.records import (
     MEMORY_TYPES,
     json_problem,
 )
+from memlab.memory.scopes import check_name, check_scope
 from memlab.timeutil import parse_ts, to_iso
 
 _ENUM_FIELDS: dict[str, tuple[str, ...]] = {
@@ -54,11 +59,20 @@ _COMMON_KEYS = ("op", "id", "ts")
 _OP_KEYS: dict[str, tuple[str, ...]] = {
     "store": ("text", "type", *PAYLOAD_FIELDS),
     "forget": ("target", "reason"),
-    "relate": ("from", "relation", "to"),
+    "relate": ("from", "relation", "to", "properties"),
+    "correct": ("target", "text", "reason", "source_agent"),
+    "promote": ("target",),
+    "consolidate": ("client_id", "scope", "since"),
 }
-_QUERY_KEYS = ("qid", "ts", "text", "client_id", "at_time", "relevant", "stale", "tags", "answer")
-#: Fields a recorded query may carry (live traffic): what was served, who asked, in which projects.
-_RECORDING_KEYS = ("served", "agent", "projects")
+#: Ops whose ``id`` is a memory (a store, or the new memory of a correction).
+_MEMORY_OPS = ("store", "correct")
+#: Ops whose ``target`` must be an earlier memory that is not a decision.
+_TARGET_OPS = ("forget", "correct", "promote")
+_QUERY_KEYS = (
+    "qid", "ts", "text", "client_id", "agent", "projects", "at_time", "include_superseded",
+    "relevant", "stale", "tags", "answer", "served",
+)
+_JUDGMENT_KEYS = ("qid", "mem_id", "grade", "source", "judge", "ts", "note")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +186,28 @@ class _LineChecker:
             self.add(name, f"unknown {what} {value!r}; expected one of {', '.join(allowed)}")
             return None
         return value
+
+    def scope(self, name: str) -> str | None:
+        value = self.string(name, required=False)
+        if value is None:
+            return None
+        try:
+            return check_scope(value, name)
+        except ValueError as exc:
+            self.add(name, str(exc).split(": ", 1)[-1])
+            return None
+
+    def unit_number(self, name: str) -> float | None:
+        if not self._present(name, required=False):
+            return None
+        value = self.obj[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.add(name, f"must be a number, got {_type_name(value)}")
+            return None
+        if not 0.0 <= float(value) <= 1.0:
+            self.add(name, f"must lie in [0, 1], got {value!r}")
+            return None
+        return float(value)
 
     def unknown_keys(self, allowed: tuple[str, ...], what: str) -> None:
         for key in self.obj:
@@ -329,7 +365,7 @@ def _check_memory_line(
     kind: str | None = "store"
     if "op" in obj:
         kind = chk.enum("op", OPS, required=True, what="op")
-    ident = chk.string("id", required=kind == "store")
+    ident = chk.string("id", required=kind in _MEMORY_OPS)
     ts = chk.timestamp("ts", required=True)
     if kind is None:
         return chk, None, ident, ts, None
@@ -354,10 +390,49 @@ def _check_memory_line(
             chk.add("metadata", f"must be an object, got {_type_name(metadata)}")
         elif metadata is not None:
             fields["metadata"] = metadata
+        confidence = chk.unit_number("confidence")
+        if confidence is not None:
+            fields["confidence"] = confidence
+        scope = chk.scope("scope")
+        if scope is not None:
+            fields["scope"] = scope
         fields = {k: fields[k] for k in PAYLOAD_FIELDS if k in fields}
         built = None
         if not chk.problems and ts is not None and text is not None and mtype is not None:
             built = MemoryOp(number, "store", ident, ts, text, mtype, fields)
+        return chk, kind, ident, ts, built
+    if kind == "correct":
+        target = chk.string("target", required=True)
+        text = chk.string("text", required=True)
+        reason = chk.string("reason", required=True)
+        agent = chk.string("source_agent", required=False)
+        built = None
+        if not chk.problems and None not in (ts, target, text, reason):
+            extra = {} if agent is None else {"source_agent": agent}
+            built = MemoryOp(
+                number, "correct", ident, ts, text=text, target=target, reason=reason, fields=extra
+            )
+        return chk, kind, ident, ts, built
+    if kind == "promote":
+        target = chk.string("target", required=True)
+        built = None
+        if not chk.problems and ts is not None and target is not None:
+            built = MemoryOp(number, "promote", ident, ts, target=target)
+        return chk, kind, ident, ts, built
+    if kind == "consolidate":
+        extra: dict[str, Any] = {}
+        client = chk.string("client_id", required=False)
+        if client is not None:
+            extra["client_id"] = client
+        scope = chk.scope("scope")
+        if scope is not None:
+            extra["scope"] = scope
+        since = chk.timestamp("since", required=False)
+        if since is not None:
+            extra["since"] = since
+        built = None
+        if not chk.problems and ts is not None:
+            built = MemoryOp(number, "consolidate", ident, ts, fields=extra)
         return chk, kind, ident, ts, built
     if kind == "forget":
         target = chk.string("target", required=True)
@@ -377,10 +452,14 @@ def _check_memory_line(
     else:
         relation = chk.enum("relation", WRITABLE_RELATIONS, required=True, what="relation")
     dst = chk.string("to", required=True)
+    properties = obj.get("properties")
+    if properties is not None and not isinstance(properties, dict):
+        chk.add("properties", f"must be an object, got {_type_name(properties)}")
     built = None
     if not chk.problems and ts is not None and None not in (src, relation, dst):
         built = MemoryOp(
-            number, "relate", ident, ts, from_entity=src, relation=relation, to_entity=dst
+            number, "relate", ident, ts, from_entity=src, relation=relation, to_entity=dst,
+            properties=properties or None,
         )
     return chk, kind, ident, ts, built
 
@@ -391,7 +470,7 @@ def _check_memories(
     """Per-line and cross-line checks of the write log; returns ids and forgets by target."""
     written: dict[str, _Written] = {}
     forgotten: dict[str, tuple[int, float | None]] = {}
-    pending_forgets: list[tuple[_LineChecker, str, float | None]] = []
+    pending_forgets: list[tuple[_LineChecker, str, float | None, str]] = []
     previous: tuple[int, float] | None = None
     for number, obj in lines:
         chk, kind, ident, ts, built = _check_memory_line(number, obj)
@@ -409,17 +488,21 @@ def _check_memories(
                 chk.add("id", f"duplicate id {ident!r} (first on line {written[ident].line})")
             else:
                 mtype = obj.get("type") if isinstance(obj.get("type"), str) else None
+                if kind == "correct":
+                    target = obj.get("target")
+                    found = written.get(target) if isinstance(target, str) else None
+                    mtype = None if found is None else found.type
                 written[ident] = _Written(number, kind or "?", ts, mtype)
-        if kind == "forget" and isinstance(obj.get("target"), str) and obj["target"].strip():
-            pending_forgets.append((chk, obj["target"], ts))
+        if kind in _TARGET_OPS and isinstance(obj.get("target"), str) and obj["target"].strip():
+            pending_forgets.append((chk, obj["target"], ts, kind))
         result.problems += chk.problems
         if built is not None:
             result.ops.append(built)
-    for chk, target, ts in pending_forgets:
+    for chk, target, ts, kind in pending_forgets:
         found = written.get(target)
         if found is None:
             message = f"unknown id {target!r}"
-        elif found.op != "store":
+        elif found.op not in _MEMORY_OPS:
             message = f"id {target!r} (line {found.line}) is not a store"
         elif found.type == "decision":
             message = f"id {target!r} (line {found.line}) is a decision: decisions are immutable"
@@ -427,7 +510,8 @@ def _check_memories(
             message = f"id {target!r} is written later (line {found.line})"
         else:
             message = ""
-            forgotten.setdefault(target, (chk.line, ts))
+            if kind == "forget":
+                forgotten.setdefault(target, (chk.line, ts))
         if message:
             problem = Problem(MEMORIES_FILE, chk.line, "target", message)
             result.problems.append(problem)
@@ -457,7 +541,7 @@ def _check_reference(
     found = written.get(ident)
     if found is None:
         chk.add(name, f"id {ident!r} does not exist in {MEMORIES_FILE}")
-    elif found.op != "store":
+    elif found.op not in _MEMORY_OPS:
         chk.add(name, f"id {ident!r} (line {found.line}) is not a store")
     elif ts is not None and found.ts is not None and found.ts > ts:
         chk.add(
@@ -481,7 +565,7 @@ def _check_queries(
     previous: tuple[int, float] | None = None
     for number, obj in lines:
         chk = _LineChecker(QUERIES_FILE, number, obj)
-        chk.unknown_keys(_QUERY_KEYS + _RECORDING_KEYS, "a query")
+        chk.unknown_keys(_QUERY_KEYS, "a query")
         for name in ("served", "projects"):
             value = obj.get(name)
             if value is not None and (
@@ -495,6 +579,43 @@ def _check_queries(
         client_id = chk.string("client_id", required=False)
         at_time = chk.timestamp("at_time", required=False)
         answer = chk.string("answer", required=False, nonempty=False)
+        agent = chk.string("agent", required=False)
+        if agent is not None:
+            try:
+                check_name(agent, "agent")
+            except ValueError as exc:
+                chk.add("agent", str(exc).split(": ", 1)[-1])
+                agent = None
+        projects: list[str] | None = []
+        if obj.get("projects") is not None:
+            value = obj["projects"]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                chk.add("projects", "must be an array of strings")
+                projects = None
+            else:
+                for v in value:
+                    try:
+                        check_name(v, "projects")
+                    except ValueError as exc:
+                        chk.add("projects", str(exc).split(": ", 1)[-1])
+                        projects = None
+                        break
+                else:
+                    projects = list(value)
+                if projects and agent is None and "agent" not in obj:
+                    chk.add("projects", "given without 'agent' (a human reads every project)")
+        include_superseded = obj.get("include_superseded", False)
+        if not isinstance(include_superseded, bool):
+            kind_name = _type_name(include_superseded)
+            chk.add("include_superseded", f"must be a boolean, got {kind_name}")
+            include_superseded = False
+        served: list[str] | None = None
+        if obj.get("served") is not None:
+            value = obj["served"]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                chk.add("served", "must be an array of strings")
+            else:
+                served = list(value)
         relevant: dict[str, int] | None = None
         if "relevant" not in obj:
             chk.add("relevant", "missing")
@@ -551,7 +672,7 @@ def _check_queries(
             if isinstance(obj.get("relevant"), dict) and key in obj["relevant"]:
                 chk.add("stale", f"id {key!r} is also relevant")
         result.problems += chk.problems
-        if not line_problems and None not in (qid, ts, text, relevant, stale, tags):
+        if not line_problems and None not in (qid, ts, text, relevant, stale, tags, projects):
             result.queries.append(
                 Query(
                     number,
@@ -564,8 +685,36 @@ def _check_queries(
                     tuple(stale),
                     tuple(tags),
                     answer,
+                    agent,
+                    tuple(sorted(set(projects or []))),
+                    include_superseded,
+                    None if served is None else tuple(served),
                 )
             )
+
+
+def _check_judgments(
+    lines: list[tuple[int, dict[str, Any]]], result: ReadResult, qids: set[str]
+) -> None:
+    """Per-line checks of ``judgments.jsonl`` (qid known, grade 0-2, source, judge, ts)."""
+    for number, obj in lines:
+        chk = _LineChecker(JUDGMENTS_FILE, number, obj)
+        chk.unknown_keys(_JUDGMENT_KEYS, "a judgment")
+        qid = chk.string("qid", required=True)
+        chk.string("mem_id", required=True)
+        chk.enum("source", JUDGMENT_SOURCES, required=True, what="judgment source")
+        chk.string("judge", required=True)
+        chk.timestamp("ts", required=True)
+        chk.string("note", required=False, nonempty=False)
+        if "grade" not in obj:
+            chk.add("grade", "missing")
+        else:
+            grade = obj["grade"]
+            if isinstance(grade, bool) or not isinstance(grade, int) or not 0 <= grade <= 2:
+                chk.add("grade", f"must be an integer 0, 1 or 2, got {grade!r}")
+        if qid is not None and qid not in qids:
+            chk.add("qid", f"{qid!r} is not a qid of {QUERIES_FILE}")
+        result.problems += chk.problems
 
 
 def read_dataset(path: str | os.PathLike[str]) -> ReadResult:
@@ -594,7 +743,11 @@ def read_dataset(path: str | os.PathLike[str]) -> ReadResult:
     query_lines = _read_lines(root, QUERIES_FILE, result)
     if query_lines is not None:
         _check_queries(query_lines, result, written, forgotten)
-    order = {name: i for i, name in enumerate(DATASET_FILES)}
+    if (root / JUDGMENTS_FILE).is_file():
+        judgment_lines = _read_lines(root, JUDGMENTS_FILE, result)
+        qids = {str(obj.get("qid")) for _, obj in query_lines or []}
+        _check_judgments(judgment_lines or [], result, qids)
+    order = {name: i for i, name in enumerate((*DATASET_FILES, JUDGMENTS_FILE))}
 
     def key(p: Problem) -> tuple[int, int]:
         # dataset.toml keeps its key order; the JSONL files are sorted by line

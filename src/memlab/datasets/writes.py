@@ -49,7 +49,7 @@ def apply_op(
 
     Args:
         store: The store.
-        op: A store, forget or relate operation.
+        op: A store, forget, relate, correct, promote or consolidate operation.
         id_map: Dataset id → store id, updated by stores (a deduplicated write maps onto the
             earlier record) and read by forgets.
         embedding: Vector of the scrubbed text of a store (``None``: the store's embedder, if
@@ -69,6 +69,23 @@ def apply_op(
                          now=op.ts)
         elif op.op == "relate":
             store.relate(op.from_entity, op.relation, op.to_entity, now=op.ts)
+        elif op.op == "correct":
+            res = store.correct(
+                id_map.get(str(op.target), str(op.target)),
+                op.text,
+                op.reason,
+                now=op.ts,
+                source_agent=op.fields.get("source_agent"),
+                embedding=embedding,
+                id=op.id,
+            )
+            id_map[str(op.id)] = res.id
+        elif op.op == "promote":
+            store.promote(id_map.get(str(op.target), str(op.target)), now=op.ts)
+        elif op.op == "consolidate":
+            from memlab.memory.consolidate import consolidate_scope
+
+            consolidate_scope(store, now=op.ts, **op.fields)
         else:
             raise ValueError(f"unknown op {op.op!r}")
     except INPUT_ERRORS as exc:
@@ -112,14 +129,16 @@ def write_problems(ops: Sequence[MemoryOp], skip_ids: set[str] | None = None) ->
     store_log.disabled = True  # the replay warns (keyless facts); a check need not repeat it
     try:
         for op in ops:
-            if op.op == "forget" and (op.target in skip or op.target not in id_map):
+            if op.op in ("forget", "correct", "promote") and (
+                op.target in skip or op.target not in id_map
+            ):
                 continue  # the target's own line (or the reference check) reports it
             try:
                 apply_op(store, op, id_map)
             except ValueError as exc:
                 text = str(exc).removeprefix(f"{MEMORIES_FILE}:{op.line}: ")
                 problems.append(Problem(MEMORIES_FILE, op.line, None, text))
-                if op.op == "store" and op.id is not None:
+                if op.op in ("store", "correct") and op.id is not None:
                     skip.add(op.id)
     finally:
         store_log.disabled = was_disabled

@@ -300,9 +300,10 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
 
 
 def memories_frame(replayer: Replayer) -> pl.DataFrame:
-    """``mem_id, client_id, content_hash, text, tokens`` of the memories of the last replay."""
+    """``mem_id, client_id, scope, content_hash, text, tokens`` of the memories of the last
+    replay."""
     recs = replayer.last_store_.records_frame().select(
-        pl.col("id").alias("mem_id"), "client_id", "content_hash", "text"
+        pl.col("id").alias("mem_id"), "client_id", "scope", "content_hash", "text"
     )
     return recs.with_columns(
         pl.col("text").map_elements(count_tokens, return_dtype=pl.Int64).alias("tokens")
@@ -534,6 +535,10 @@ def run_experiment(
     if base not in names:
         raise ValueError(f"baseline {base!r} is not among the pipelines ({', '.join(names)})")
     judging = judging_summary(ds, qrels_source=qrels_source)
+    if any(q.agent is not None for q in ds.queries) and not any(
+        m.startswith("scope_violation") for m in metric_names
+    ):
+        metric_names.append("scope_violation@10")  # agents asked: namespaces must hold
     replayer = replayer_for(
         ds,
         pipes,

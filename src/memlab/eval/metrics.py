@@ -21,6 +21,9 @@ name           per-query value
 ``bpref``      binary preference (Buckley and Voorhees 2004): unjudged memories ignored
 ``cnDCG[@k]``  nDCG on the condensed list: unjudged memories removed first (Sakai's nDCG')
 ``cMAP[@k]``   average precision on the condensed list (Sakai's AP')
+``scope_violation@k``  number of top-k memories in a namespace the query's agent may not read
+               (``team``, ``agent:{its name}`` and its projects are readable); agent queries
+               only; must be 0
 =============  ==========================================================================
 
 Every family carries its direction and kind (:func:`register_metric`): ``stale``, ``leak``,
@@ -722,6 +725,44 @@ def tokens(data: EvalData, k: int | None) -> pl.DataFrame:
         top = top.join(memories.select("mem_id", "tokens"), on="mem_id", how="left")
     values = top.group_by("qid").agg(value=pl.col("tokens").cast(pl.Float64).fill_null(0).sum())
     return _per_query(data.all_qids, values, 0.0)
+
+
+@register_metric(
+    "scope_violation", description="top-k memories in a namespace the query's agent may not read"
+)
+def scope_violation(data: EvalData, k: int | None) -> pl.DataFrame:
+    """Namespace violations (seed 003 §5) for queries asked by an agent.
+
+    A memory violates when its ``scope`` is neither ``team``, nor ``agent:{the query's agent}``,
+    nor ``project:{p}`` for a project ``p`` in the query's ``projects``; a null scope counts as
+    ``team``. Queries without an agent (a human reads everything) are not in the population.
+    """
+    queries = data.require_queries("scope_violation", "agent")
+    memories = data.require_memories("scope_violation", "scope")
+    asked = queries.filter(pl.col("agent").is_not_null())
+    if "projects" in asked.columns:
+        projects = asked.select("qid", "agent", pl.col("projects").cast(pl.List(pl.String)))
+    else:
+        projects = asked.select("qid", "agent", projects=pl.lit([], dtype=pl.List(pl.String)))
+    readable = projects.select(
+        "qid",
+        allowed=pl.concat_list(
+            pl.lit(["team"], dtype=pl.List(pl.String)),
+            pl.concat_list(pl.lit("agent:") + pl.col("agent")),
+            pl.col("projects").list.eval(pl.lit("project:") + pl.element()),
+        ),
+    )
+    scopes = memories.select("mem_id", scope=pl.col("scope").cast(pl.String).fill_null("team"))
+    values = (
+        data.top(k)
+        .select("qid", "mem_id")
+        .join(readable, on="qid", how="inner")
+        .join(scopes, on="mem_id", how="left")
+        .with_columns(scope=pl.col("scope").fill_null("team"))
+        .group_by("qid")
+        .agg(value=(~pl.col("allowed").list.contains(pl.col("scope"))).sum().cast(pl.Float64))
+    )
+    return _per_query(asked.select("qid"), values, 0.0)
 
 
 # --------------------------------------------------------------------------- public API

@@ -12,8 +12,12 @@ Writes are applied in timestamp order; each query runs against the store as it w
   because these feedbacks differ between pipelines.
 * **approximated** — BM25 corpus statistics cover every memory written so far, in every scope,
   active or not (a shared keyword index); consolidation (merges, Hebbian upkeep,
-  reclassification) does not run during a replay; query and memory embeddings are computed once
-  per experiment from the scrubbed texts.
+  reclassification) does not run during a replay unless the log asks for it (a ``consolidate``
+  line, as a live server records it; no LLM merges); query and memory embeddings are computed
+  once per experiment from the scrubbed texts.
+
+A query's reader (``agent`` and ``projects``) becomes the context's principal, so an agent's
+query sees only the namespaces it may read (:mod:`memlab.memory.scopes`).
 
 A retrieval prefix whose stages are all ``cacheable`` (their output depends only on the query,
 the memories written and which of them are visible) is computed once per experiment: its result
@@ -162,7 +166,7 @@ class Replayer:
         scratch = MemoryStore()
         texts: list[str] = []
         for op in self.dataset.ops:
-            if op.op == "store":
+            if op.op in ("store", "correct"):
                 try:
                     scrubbed, _ = scratch.prepare_text(op.text)
                 except (TypeError, ValueError) as exc:
@@ -188,7 +192,7 @@ class Replayer:
     # ------------------------------------------------------------------ replay
     def _apply(self, store: MemoryStore, op: MemoryOp, id_map: dict[str, str]) -> None:
         vector = None
-        if op.op == "store":
+        if op.op in ("store", "correct"):
             if self._vectors is None:
                 raise RuntimeError("prepare() must run before the replay")
             vector = self._vectors[self._scrubbed[op.line]]
@@ -239,9 +243,11 @@ class Replayer:
                 now=q.ts,
                 client_id=q.client_id,
                 at_time=q.at_time,
+                include_superseded=q.include_superseded,
                 embedder=self.embedder,
                 generator=self.generator,
                 cache=self.cache,
+                principal=q.principal(),
             )
             frame = self._run_query(pipeline, ctx, n_prefix, prefix_key)
             top = frame.head(self.depth)
@@ -323,18 +329,22 @@ def qrels_frame(dataset: Dataset, id_map: dict[str, str]) -> pl.DataFrame:
 
 
 def queries_frame(dataset: Dataset, id_map: dict[str, str]) -> pl.DataFrame:
-    """``qid, client_id, stale, tags`` with stale ids mapped onto store ids."""
+    """``qid, client_id, stale, tags, agent, projects`` with stale ids mapped onto store ids."""
     return pl.DataFrame(
         {
             "qid": [q.qid for q in dataset.queries],
             "client_id": [q.client_id for q in dataset.queries],
             "stale": [sorted({id_map.get(s, s) for s in q.stale}) for q in dataset.queries],
             "tags": [list(q.tags) for q in dataset.queries],
+            "agent": [q.agent for q in dataset.queries],
+            "projects": [list(q.projects) for q in dataset.queries],
         },
         schema={
             "qid": pl.String,
             "client_id": pl.String,
             "stale": pl.List(pl.String),
             "tags": pl.List(pl.String),
+            "agent": pl.String,
+            "projects": pl.List(pl.String),
         },
     )

@@ -68,6 +68,27 @@ def expire_events(
     return expired
 
 
+def consolidate_scope(
+    store: MemoryStore,
+    *,
+    now: float | str | None = None,
+    client_id: str | None = None,
+    scope: str | None = None,
+    since: float | str | None = None,
+) -> ConsolidationReport:
+    """One consolidation cycle without a merger over a slice of the store (seed 003
+    ``consolidate(scope, since)``): the memories of ``client_id`` (and ``global``), of ``scope``
+    only when given, created at or after ``since`` when given. A live server and a replay of its
+    recording both call this.
+    """
+    mask = store.visible_mask(client_id=client_id, now=now)
+    if scope is not None:
+        mask &= store.column("scope") == store.scope_code(scope)
+    if since is not None:
+        mask &= store.column("created_at") >= coerce_ts(since, field="since")
+    return Consolidator().run(store, now=now, rows=np.flatnonzero(mask))
+
+
 class Merger(Protocol):
     """Proposes merged facts from a batch of memories (e.g. an LLM through a generator)."""
 
@@ -197,22 +218,36 @@ class Consolidator:
                 )
         return result
 
-    def run(self, store: MemoryStore, *, now: float | str | None = None) -> ConsolidationReport:
+    def run(
+        self,
+        store: MemoryStore,
+        *,
+        now: float | str | None = None,
+        rows: Sequence[int] | np.ndarray | None = None,
+    ) -> ConsolidationReport:
         """Run one cycle and mark the processed memories ``consolidated``.
 
         The cycle is one batch: if any step fails, none of its writes (reclassification,
         merged facts, Hebbian edges, expiry) is kept, in SQLite or in memory.
+
+        Args:
+            store: The store.
+            now: The clock (default: wall clock).
+            rows: Consider only these store rows (default: every row).
         """
         t_now = coerce_ts(now, field="now") if now is not None else time.time()
         with store.batch():
-            return self._run(store, t_now)
+            return self._run(store, t_now, rows)
 
-    def _run(self, store: MemoryStore, t_now: float) -> ConsolidationReport:
+    def _run(
+        self, store: MemoryStore, t_now: float, rows: Sequence[int] | np.ndarray | None
+    ) -> ConsolidationReport:
         report = ConsolidationReport()
         active = store.column("active")
+        candidates = range(len(store)) if rows is None else sorted(int(r) for r in rows)
         todo = [
             i
-            for i in range(len(store))
+            for i in candidates
             if active[i] and not store.record_at(i).consolidated
         ]
         report.processed = len(todo)

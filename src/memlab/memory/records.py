@@ -139,6 +139,8 @@ class MemoryRecord:
     """One memory with the full payload of seed 000.
 
     Times are float seconds since the epoch (UTC); :meth:`to_payload` renders them as ISO 8601.
+    ``scope`` is the namespace inside the client (:mod:`memlab.memory.scopes`): ``team``,
+    ``agent:{name}`` or ``project:{name}``.
     """
 
     id: str
@@ -170,6 +172,7 @@ class MemoryRecord:
     metadata: dict[str, Any] = field(default_factory=dict)
     expired_at: float | None = None
     forgotten_reason: str | None = None
+    scope: str = "team"
 
     def to_payload(self) -> dict[str, Any]:
         """The record as the seed's JSON payload (timestamps as ISO 8601 strings)."""

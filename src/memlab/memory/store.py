@@ -9,6 +9,10 @@ SQLite is the source of truth (it also keeps each vector as a BLOB); the chromad
 index under the same ids, reconciled from SQLite when a persisted store is opened. With
 ``path=None`` the same code runs fully in memory (SQLite ``:memory:``, no chromadb unless asked).
 
+The connection may be used from any thread (``check_same_thread=False``) but the store is not
+thread-safe: a caller that serves several threads serialises its calls (``memlab.serve`` holds
+one lock around every call).
+
 Every time-dependent method takes ``now`` (epoch seconds or ISO 8601) so that a replay can run
 the store on a recorded clock; it defaults to the wall clock.
 
@@ -70,6 +74,7 @@ from memlab.memory.records import (
     UnknownMemoryError,
     check_json_value,
 )
+from memlab.memory.scopes import TEAM, Principal, check_scope
 from memlab.memory.scrub import Scrubber, scrub_message
 from memlab.memory.vectors import ChromaIndex, ExactIndex
 from memlab.timeutil import coerce_ts
@@ -158,6 +163,7 @@ class _Columns:
         ("valid_to", np.float64, _NO_END),
         ("client", np.int32, -1),
         ("type", "<U8", ""),
+        ("scope", np.int32, -1),
     )
 
     def __init__(self) -> None:
@@ -284,9 +290,11 @@ class MemoryStore:
         self._index: dict[str, int] = {}
         self._cols = _Columns()
         self._clients: dict[str, int] = {}
-        self._dedup: dict[tuple[str, str, str], int] = {}
-        self._by_key: dict[tuple[str, str], int] = {}
-        self._by_subject: dict[tuple[str, str], int] = {}
+        self._dedup: dict[tuple[str, str, str, str], int] = {}
+        self._by_key: dict[tuple[str, str, str], int] = {}
+        self._by_subject: dict[tuple[str, str, str], int] = {}
+        self._scopes: dict[str, int] = {}
+        self.scope_version = 0
         self._batch_depth = 0
         self._known_patterns: dict[tuple[str, ...], Any] = {}
         self._chroma_pending: dict[str, int] = {}
@@ -335,7 +343,7 @@ class MemoryStore:
     # ------------------------------------------------------------------ opening
     def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
         """The SQLite connection (autocommit mode: transactions are explicit)."""
-        return sqlite3.connect(target, isolation_level=None, uri=uri)
+        return sqlite3.connect(target, isolation_level=None, uri=uri, check_same_thread=False)
 
     def _open_writable(self) -> None:
         """Lock the store directory, then open (or create) ``memlab.sqlite3`` in WAL mode."""
@@ -578,6 +586,7 @@ class MemoryStore:
         now: float | str | None = None,
         embedding: np.ndarray | Sequence[float] | None = None,
         id: str | None = None,
+        scope: str = TEAM,
     ) -> WriteResult:
         """Store one memory through the full write path (see the module docstring).
 
@@ -598,6 +607,8 @@ class MemoryStore:
             now: The write time (default: wall clock).
             embedding: Vector of the *scrubbed* text; computed with the embedder when ``None``.
             id: Memory id to use (default: a deterministic UUID).
+            scope: Namespace inside the client (``team``, ``agent:{name}``,
+                ``project:{name}``); dedup and supersession act within one scope.
 
         Returns:
             A :class:`WriteResult`.
@@ -610,6 +621,10 @@ class MemoryStore:
         _check_choice(type, "type", MEMORY_TYPES, optional=False)
         _check_str(source_agent, "source_agent", optional=False)
         _check_str(client_id, "client_id", optional=False)
+        try:
+            check_scope(scope)
+        except ValueError as exc:
+            raise MemoryInputError(str(exc)) from None
         _check_str(key, "key", optional=True)
         _check_str(subject, "subject", optional=True)
         if status_value is not None and not isinstance(status_value, str):
@@ -652,7 +667,7 @@ class MemoryStore:
         redactions += n_fields + n_meta
         h = content_hash(scrubbed)
 
-        existing = self._dedup.get((client_id, type, h))
+        existing = self._dedup.get((client_id, scope, type, h))
         if existing is not None:
             return self._corroborate(existing, source_agent, t_now, redactions)
 
@@ -661,12 +676,12 @@ class MemoryStore:
             if key is None:
                 log.warning("fact stored without a key: it can never be superseded")
             else:
-                old_idx = self._by_key.get((client_id, key))
+                old_idx = self._by_key.get((client_id, scope, key))
         elif type == "status":
             if subject is None:
                 log.warning("status stored without a subject: it can never be superseded")
             else:
-                old_idx = self._by_subject.get((client_id, subject))
+                old_idx = self._by_subject.get((client_id, scope, subject))
         elif type == "decision" and key is not None:
             for rec in self._records:
                 if rec.type == "decision" and rec.active and rec.key == key:
@@ -707,6 +722,7 @@ class MemoryStore:
             valid_from=t_valid if t_valid is not None else t_now,
             entities=[m.entity.to_dict() for m in mentions],
             metadata=dict(metadata) if metadata else {},
+            scope=scope,
         )
         with self._transaction():
             idx = self._append(rec, vector)
@@ -785,12 +801,13 @@ class MemoryStore:
     def _deactivate(self, idx: int) -> None:
         rec = self._records[idx]
         rec.active = False
-        if self._dedup.get((rec.client_id, rec.type, rec.content_hash)) == idx:
-            del self._dedup[(rec.client_id, rec.type, rec.content_hash)]
-        if rec.key is not None and self._by_key.get((rec.client_id, rec.key)) == idx:
-            del self._by_key[(rec.client_id, rec.key)]
-        if rec.subject is not None and self._by_subject.get((rec.client_id, rec.subject)) == idx:
-            del self._by_subject[(rec.client_id, rec.subject)]
+        cs = (rec.client_id, rec.scope)
+        if self._dedup.get((*cs, rec.type, rec.content_hash)) == idx:
+            del self._dedup[(*cs, rec.type, rec.content_hash)]
+        if rec.key is not None and self._by_key.get((*cs, rec.key)) == idx:
+            del self._by_key[(*cs, rec.key)]
+        if rec.subject is not None and self._by_subject.get((*cs, rec.subject)) == idx:
+            del self._by_subject[(*cs, rec.subject)]
 
     def _supersede(self, old_idx: int, new_idx: int, t_now: float) -> str:
         old, new = self._records[old_idx], self._records[new_idx]
@@ -1028,8 +1045,12 @@ class MemoryStore:
         now: float | str | None = None,
         source_agent: str | None = None,
         embedding: np.ndarray | Sequence[float] | None = None,
+        id: str | None = None,
     ) -> WriteResult:
         """Supersede a memory with corrected text (seed 004 ``correct_memory``), linked both ways.
+
+        The correction keeps the old memory's client, scope and payload fields; ``id`` names the
+        new memory (default: a deterministic UUID).
         """
         idx = self.idx(memory_id)
         old = self._records[idx]
@@ -1064,6 +1085,8 @@ class MemoryStore:
                 metadata={**old.metadata, "correction_reason": reason},
                 now=t_now,
                 embedding=embedding,
+                id=id,
+                scope=old.scope,
             )
             new_idx = self._index[result.id]
             old.superseded_by = result.id
@@ -1082,6 +1105,7 @@ class MemoryStore:
         at_time: float | str | None = None,
         include_superseded: bool = False,
         now: float | str | None = None,
+        principal: Principal | None = None,
     ) -> np.ndarray:
         """Which rows a read may see; every stage filters through this one function.
 
@@ -1094,6 +1118,9 @@ class MemoryStore:
                 Lifecycle flags are the store's current ones: on a store that already holds
                 later writes, a version superseded after ``now`` is hidden too — ask with
                 ``at_time=now`` for the state as of then.
+            principal: The agent reading (:class:`~memlab.memory.scopes.Principal`): only the
+                ``team`` scope, its own ``agent:`` scope and its projects' scopes are visible.
+                ``None`` is a human, who reads every scope.
         """
         c = self._cols
         n = c.n
@@ -1110,7 +1137,51 @@ class MemoryStore:
             mask &= ~c.forgotten[:n]
         else:
             mask &= c.active[:n]
+        if principal is not None:
+            mask &= np.isin(c.scope[:n], self.scope_codes(principal))
         return mask
+
+    def scope_codes(self, principal: Principal) -> list[int]:
+        """Codes of the scopes ``principal`` may read (scopes never seen are left out)."""
+        return [self._scopes[s] for s in principal.readable_scopes() if s in self._scopes]
+
+    def promote(self, memory_id: str, *, now: float | str | None = None) -> WriteResult:
+        """Move a memory to the ``team`` scope (seed 003 ``promote``).
+
+        An active team fact with the same key (a status with the same subject) is superseded by
+        the promoted memory. Promoting text that the team scope already holds is refused: the
+        team copy is named in the error.
+        """
+        idx = self.idx(memory_id)
+        rec = self._records[idx]
+        if rec.scope == TEAM:
+            raise MemoryInputError(f"memory {memory_id} is already in the team scope")
+        if not rec.active:
+            raise MemoryInputError(f"memory {memory_id} is not active and cannot be promoted")
+        dup = self._dedup.get((rec.client_id, TEAM, rec.type, rec.content_hash))
+        if dup is not None:
+            raise MemoryInputError(
+                f"memory {memory_id}: the team scope already holds this text as "
+                f"{self._records[dup].id}"
+            )
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        old_idx = None
+        if rec.type == "fact" and rec.key is not None:
+            old_idx = self._by_key.get((rec.client_id, TEAM, rec.key))
+        elif rec.type == "status" and rec.subject is not None:
+            old_idx = self._by_subject.get((rec.client_id, TEAM, rec.subject))
+        with self.batch():
+            self._deactivate(idx)
+            rec.scope = TEAM
+            rec.active = True
+            self._cols.scope[idx] = self._scopes.setdefault(TEAM, len(self._scopes))
+            self._register_active(idx)
+            superseded = None
+            if old_idx is not None and old_idx != idx:
+                superseded = self._supersede(old_idx, idx, t_now)
+            self._save(idx, "promoted", t_now)
+        self.scope_version += 1
+        return WriteResult(rec.id, "promoted", superseded, 0)
 
     def touch(self, memory_ids: Sequence[str], *, now: float | str | None = None) -> None:
         """Count a search hit for each id: ``access_count += 1``, ``last_accessed_at = now``."""
@@ -1418,6 +1489,7 @@ class MemoryStore:
         return {
             "client_id": rec.client_id,
             "type": rec.type,
+            "scope": rec.scope,
             "active": bool(rec.active),
             "forgotten": rec.forgotten_reason is not None,
             "created_at": float(rec.created_at),
@@ -1495,6 +1567,7 @@ class MemoryStore:
         at_time: float | str | None = None,
         include_superseded: bool = False,
         now: float | str | None = None,
+        principal: Principal | None = None,
     ) -> dict[str, Any] | None:
         """The chromadb ``where`` filter equivalent to :meth:`visible_mask`."""
         clauses: list[dict[str, Any]] = []
@@ -1502,6 +1575,8 @@ class MemoryStore:
             clauses.append({"created_at": {"$lte": coerce_ts(now, field="now")}})
         if client_id is not None:
             clauses.append({"client_id": {"$in": [client_id, GLOBAL_CLIENT]}})
+        if principal is not None:
+            clauses.append({"scope": {"$in": list(principal.readable_scopes())}})
         if at_time is not None:
             t = coerce_ts(at_time, field="at_time")
             clauses += [
@@ -1564,16 +1639,27 @@ class MemoryStore:
         c.created_at[idx] = rec.created_at
         c.client[idx] = self._clients.setdefault(rec.client_id, len(self._clients))
         c.type[idx] = rec.type
+        c.scope[idx] = self._scopes.setdefault(rec.scope, len(self._scopes))
         c.valid_from[idx] = rec.valid_from if rec.valid_from is not None else rec.created_at
         self._sync_columns(idx)
         self.vectors.set(idx, vector)
         if rec.active:
-            self._dedup[(rec.client_id, rec.type, rec.content_hash)] = idx
-            if rec.type == "fact" and rec.key is not None:
-                self._by_key[(rec.client_id, rec.key)] = idx
-            if rec.type == "status" and rec.subject is not None:
-                self._by_subject[(rec.client_id, rec.subject)] = idx
+            self._register_active(idx)
         return idx
+
+    def _register_active(self, idx: int) -> None:
+        """Enter an active record in the dedup and supersession lookups (per client and scope)."""
+        rec = self._records[idx]
+        cs = (rec.client_id, rec.scope)
+        self._dedup[(*cs, rec.type, rec.content_hash)] = idx
+        if rec.type == "fact" and rec.key is not None:
+            self._by_key[(*cs, rec.key)] = idx
+        if rec.type == "status" and rec.subject is not None:
+            self._by_subject[(*cs, rec.subject)] = idx
+
+    def scope_code(self, scope: str) -> int:
+        """Integer code of a scope (-1 when the store has never seen it)."""
+        return self._scopes.get(scope, -1)
 
     def _sync_columns(self, idx: int) -> None:
         """Copy a record's mutable lifecycle fields into the numpy columns."""

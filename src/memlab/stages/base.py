@@ -31,6 +31,7 @@ from memlab.registry import Registry
 from memlab.stages.constraints import validate_params
 
 if TYPE_CHECKING:
+    from memlab.memory.scopes import Principal
     from memlab.memory.store import MemoryStore
 
 CANDIDATE_SCHEMA: dict[str, pl.DataType] = {
@@ -166,6 +167,9 @@ class QueryContext:
         cache: Experiment-wide cache shared by stages (query embeddings, shared prefixes).
         trace: Per-query diagnostics written by stages (timings, eviction reports, LIF traces).
         context_text: The prompt addition a ``context`` stage rendered.
+        principal: The agent asking (:class:`~memlab.memory.scopes.Principal`): it sees the
+            ``team`` scope, its own and its projects' scopes; ``None`` is a human, who sees
+            every scope. Every stage reads rows through :meth:`visible_mask`, which applies it.
     """
 
     qid: str
@@ -181,16 +185,22 @@ class QueryContext:
     cache: dict[Any, Any] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
     context_text: str | None = None
+    principal: Principal | None = None
 
     def visible_mask(self, *, relaxed: bool = False) -> np.ndarray:
-        """The store rows this query may see (``relaxed`` drops the scope and ``at_time``)."""
+        """The store rows this query may see.
+
+        ``relaxed`` drops the client scope and ``at_time``; the principal's namespaces always
+        apply.
+        """
         if relaxed:
-            return self.store.visible_mask(now=self.now)
+            return self.store.visible_mask(now=self.now, principal=self.principal)
         return self.store.visible_mask(
             client_id=self.client_id,
             at_time=self.at_time,
             include_superseded=self.include_superseded,
             now=self.now,
+            principal=self.principal,
         )
 
     def embed(self, texts: list[str]) -> np.ndarray:

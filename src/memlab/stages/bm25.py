@@ -12,7 +12,10 @@ visibility. With ``statistics="scope"`` each query scope has its own index over 
 that scope can ever see (the client's and the ``global`` ones, active or not): one tenant's
 vocabulary then never shifts another tenant's idf, and a per-conversation benchmark such as
 LoCoMo gets per-conversation statistics. Either way superseded and forgotten memories still
-count in the statistics (a documented approximation of a live index).
+count in the statistics (a documented approximation of a live index). A query with a principal
+(an agent, :mod:`memlab.memory.scopes`) gets, with ``statistics="scope"``, an index over the
+namespaces that agent reads only, so private memories of other agents never shape its idf; a
+promotion (which moves a memory between namespaces) rebuilds those indexes.
 
 The stage keeps each fitted index (``indexes_``, by scope) between queries. Texts never change
 once written, so an index is refitted lazily only when the store has new rows in its scope (a
@@ -43,6 +46,7 @@ from memlab.stages.constraints import Integral, Interval, Options, Real, is_rege
 from memlab.stages.dense import top_rows
 
 if TYPE_CHECKING:
+    from memlab.memory.scopes import Principal
     from memlab.memory.store import MemoryStore
 
 _STATISTICS = ("store", "scope")
@@ -54,6 +58,9 @@ class ScopedIndex:
 
     Attributes:
         client_id: The scope (``None`` = every client).
+        principal: The agent whose namespaces the index covers (``None`` = every namespace).
+        scope_version: ``store.scope_version`` when the index was built (a promotion moves a
+            memory between namespaces and rebuilds it).
         corpus: Tokenised texts of ``rows``, in row order.
         rows: Store rows covered (document ``i`` of the corpus is store row ``rows[i]``).
         seen: Store rows examined so far (rows ``>= seen`` are not yet considered).
@@ -63,6 +70,8 @@ class ScopedIndex:
 
     client_id: str | None
     corpus: TokenizedCorpus
+    principal: Principal | None = None
+    scope_version: int = 0
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     seen: int = 0
     engine: BM25Engine | None = None
@@ -89,7 +98,7 @@ class BM25(Stage):
 
     Attributes:
         indexes_: The fitted :class:`ScopedIndex` of each scope seen (key ``None`` for the
-            store-wide index).
+            store-wide index, the client id, or ``(client id, principal)`` for an agent).
         corpus_: The tokenised corpus of the index used last.
         index_: The engine of the index used last.
         index_version_: ``store.version`` when the index was last checked against the store.
@@ -142,17 +151,22 @@ class BM25(Stage):
         self._index(store, None if client_id is None else str(client_id))
         return self
 
-    def _index(self, store: MemoryStore, client_id: str | None) -> tuple[ScopedIndex, BM25Engine]:
-        """The index of ``client_id``'s scope and its engine, refitted when rows or settings
-        change."""
+    def _index(
+        self, store: MemoryStore, client_id: str | None, principal: Principal | None = None
+    ) -> tuple[ScopedIndex, BM25Engine]:
+        """The index of ``client_id``'s scope (and ``principal``'s namespaces) and its engine,
+        refitted when rows or settings change."""
         if self.statistics not in _STATISTICS:
             raise ValueError(
                 f"bm25: statistics must be one of {', '.join(_STATISTICS)}, "
                 f"got {self.statistics!r}"
             )
-        key = client_id if self.statistics == "scope" else None
+        scoped = self.statistics == "scope"
+        key: Any = None
+        if scoped:
+            key = client_id if principal is None else (client_id, principal)
         ref = getattr(self, "store_", None)
-        indexes: dict[str | None, ScopedIndex] | None = getattr(self, "indexes_", None)
+        indexes: dict[Any, ScopedIndex] | None = getattr(self, "indexes_", None)
         if indexes is None or ref is None or ref() is not store:
             indexes = {}
             self.indexes_ = indexes
@@ -163,15 +177,27 @@ class BM25(Stage):
             or index.corpus.token_pattern != self.token_pattern
             or index.corpus.lowercase != self.lowercase
             or index.seen > len(store)
+            or (index.principal is not None and index.scope_version != store.scope_version)
         ):
             corpus = TokenizedCorpus(token_pattern=self.token_pattern, lowercase=self.lowercase)
-            index = indexes[key] = ScopedIndex(client_id=key, corpus=corpus)
+            index = indexes[key] = ScopedIndex(
+                client_id=client_id if scoped else None,
+                corpus=corpus,
+                principal=principal if scoped else None,
+                scope_version=store.scope_version,
+            )
         n = len(store)
         if index.seen < n:
             new = np.arange(index.seen, n, dtype=np.int64)
-            if key is not None:
-                codes = [store.client_code(key), store.client_code(GLOBAL_CLIENT)]
-                new = new[np.isin(store.column("client")[index.seen : n], codes)]
+            if index.client_id is not None or index.principal is not None:
+                keep = np.ones(len(new), dtype=bool)
+                if index.client_id is not None:
+                    codes = [store.client_code(index.client_id), store.client_code(GLOBAL_CLIENT)]
+                    keep &= np.isin(store.column("client")[index.seen : n], codes)
+                if index.principal is not None:
+                    scopes = store.scope_codes(index.principal)
+                    keep &= np.isin(store.column("scope")[index.seen : n], scopes)
+                new = new[keep]
             if len(new):
                 index.corpus.extend(store.record_at(int(i)).text for i in new)
                 index.rows = np.concatenate([index.rows, new])
@@ -192,7 +218,7 @@ class BM25(Stage):
         store = ctx.store
         if len(store) == 0:
             return empty_candidates({"bm25_score": pl.Float64()})
-        index, engine = self._index(store, ctx.client_id)
+        index, engine = self._index(store, ctx.client_id, ctx.principal)
         tokens = index.corpus.tokenize(ctx.text)
         if self.query_stopwords is not None:
             stop = get_stopwords(self.query_stopwords)

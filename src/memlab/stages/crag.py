@@ -193,7 +193,10 @@ def _llm(stage: CRAG, ctx: QueryContext, batch: EvalBatch) -> np.ndarray:
 @register_fallback("relax")
 def _relax(stage: CRAG, ctx: QueryContext, exclude: set[str]) -> pl.DataFrame:
     mask = ctx.store.visible_mask(
-        client_id=ctx.client_id, include_superseded=ctx.include_superseded, now=ctx.now
+        client_id=ctx.client_id,
+        include_superseded=ctx.include_superseded,
+        now=ctx.now,
+        principal=ctx.principal,
     )
     sims = ctx.store.vectors.similarities(ctx.vector())
     mask &= np.isfinite(sims)

@@ -88,6 +88,7 @@ def chroma_search(
         at_time=ctx.at_time,
         include_superseded=ctx.include_superseded,
         now=ctx.now,
+        principal=ctx.principal,
     )
     k = index.count() if top_k is None else top_k
     hits = index.query(vector, k, where=where)

@@ -1,0 +1,181 @@
+"""Live serving: HTTP bulk ingest under concurrent load, and recall latency.
+
+Usage: python bench/bench_serve.py [CLIENTS] [BATCHES] [BATCH_SIZE] [--time-limit S]
+
+Starts ``memlab serve http`` (hashing embedder, a persisted store with chromadb, ``--record``)
+on 127.0.0.1 and runs CLIENTS threads, each posting BATCHES batches of BATCH_SIZE distinct
+memories (default 8 x 200 x 50 = 80,000), for at most ``--time-limit`` seconds. Reports
+throughput of acknowledged memories, p50 / p95 request latency, and checks that every
+acknowledged item is in the store and in the recording. Then times ``recall`` with the ``rrf``
+pipeline at 10,000 memories (in process, hashing embedder).
+
+Goals (2 cores): >= 1,000 memories/s persisted through HTTP; recall p50 < 50 ms at 10k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+WORDS = (
+    "deploy billing api PostgreSQL Redis Kubernetes invoice customer outage latency cache "
+    "release migration schema dashboard alert token budget review contract renewal Stripe "
+    "Next.js onboarding sprint ticket incident rollback feature flag metrics"
+).split()
+MEMLAB = ("-c", "import sys; from memlab.cli import main; sys.exit(main())")
+TOKEN = "bench-token-not-a-secret"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server did not become healthy")
+
+
+def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="memlab-bench-serve-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "MEMLAB_INGEST_TOKEN": TOKEN}
+    cmd = [sys.executable, *MEMLAB, "serve", "http", str(tmp / "store"), "--human",
+           "--embedder", "hashing", "--no-cache", "--record", str(tmp / "rec"),
+           "--port", str(port), "--max-batch", str(max(size, 1))]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latencies: list[float] = []
+    acked: list[str] = []
+    lock = threading.Lock()
+    deadline = time.monotonic() + time_limit
+    try:
+        wait_health(url, proc)
+
+        def client(c: int) -> None:
+            rng = random.Random(c)
+            with httpx.Client(base_url=url, timeout=60.0,
+                              headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                for b in range(batches):
+                    if time.monotonic() > deadline:
+                        return
+                    items = [
+                        {"content": f"{' '.join(rng.choices(WORDS, k=10))} c{c} b{b} i{i}",
+                         "memory_type": "event" if i % 2 else "fact",
+                         **({} if i % 2 else {"key": f"c{c}-b{b}-i{i}"})}
+                        for i in range(size)
+                    ]
+                    t0 = time.perf_counter()
+                    r = http.post("/memories", json=items)
+                    dt = time.perf_counter() - t0
+                    ids = [x["id"] for x in r.json()["results"] if x["ok"]]
+                    with lock:
+                        latencies.append(dt)
+                        acked.extend(ids)
+
+        start = time.perf_counter()
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - start
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    from memlab.memory.store import MemoryStore
+
+    with MemoryStore(tmp / "store", chroma=False) as store:
+        in_store = set(store.ids)
+    recorded = {
+        json.loads(line)["id"]
+        for line in (tmp / "rec" / "memories.jsonl").read_text().splitlines()
+    }
+    lat = np.asarray(latencies) * 1000.0
+    return {
+        "acknowledged": len(acked),
+        "seconds": wall,
+        "memories_per_s": len(acked) / wall,
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p95_ms": float(np.percentile(lat, 95)),
+        "all_in_store": set(acked) <= in_store,
+        "all_recorded": set(acked) <= recorded,
+        "requests": len(latencies),
+    }
+
+
+def recall_latency(n: int = 10_000, queries: int = 200) -> dict:
+    import logging
+
+    logging.getLogger("memlab.store").setLevel(logging.ERROR)  # keyless facts warn each time
+    from memlab.embed import HashingEmbedder
+    from memlab.memory.store import MemoryStore
+    from memlab.pipeline import load_pipeline
+    from memlab.serve.service import MemoryService
+
+    rng = random.Random(0)
+    store = MemoryStore(embedder=HashingEmbedder())
+    svc = MemoryService(store, load_pipeline("rrf"), clock=lambda: 1.77e9)
+    items = [{"content": f"{' '.join(rng.choices(WORDS, k=10))} #{i}"} for i in range(n)]
+    for start in range(0, n, 1000):
+        svc.store_many(items[start : start + 1000])
+    times = []
+    for _ in range(queries):
+        q = " ".join(rng.choices(WORDS, k=4))
+        t0 = time.perf_counter()
+        svc.recall(q, limit=10)
+        times.append(time.perf_counter() - t0)
+    ms = np.asarray(times[10:]) * 1000.0
+    return {"memories": len(store), "p50_ms": float(np.percentile(ms, 50)),
+            "p95_ms": float(np.percentile(ms, 95))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("clients", nargs="?", type=int, default=8)
+    parser.add_argument("batches", nargs="?", type=int, default=200)
+    parser.add_argument("size", nargs="?", type=int, default=50)
+    parser.add_argument("--time-limit", type=float, default=600.0)
+    args = parser.parse_args()
+    res = ingest(args.clients, args.batches, args.size, args.time_limit)
+    print(
+        f"ingest: {args.clients} clients x {args.batches} batches x {args.size}: "
+        f"{res['acknowledged']} acknowledged in {res['seconds']:.1f} s = "
+        f"{res['memories_per_s']:.0f} memories/s; request p50 {res['p50_ms']:.0f} ms, "
+        f"p95 {res['p95_ms']:.0f} ms; all in store: {res['all_in_store']}; "
+        f"all recorded: {res['all_recorded']}"
+    )
+    rec = recall_latency()
+    print(f"recall (rrf, {rec['memories']} memories): p50 {rec['p50_ms']:.1f} ms, "
+          f"p95 {rec['p95_ms']:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Namespaces inside a client (seed 003 §5): who may read which memories.
+
+Every memory lives in one *scope* of its client (the tenant):
+
+==================  ==========================================================
+scope               who reads it
+==================  ==========================================================
+``team``            every principal of the client (the default scope)
+``agent:{name}``    the agent ``name`` only (its private memory)
+``project:{name}``  the agents assigned to project ``name``
+==================  ==========================================================
+
+A *principal* is who reads: ``None`` is a human, who reads every scope; a :class:`Principal`
+is an agent with its project assignments. An agent writes its own ``agent:`` scope by default,
+a project it is assigned to or ``team`` when it asks; ``promote`` moves a memory to ``team``.
+The rule is enforced where rows are chosen (:meth:`MemoryStore.visible_mask`), so every stage
+and every tool obeys it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+TEAM = "team"
+SCOPE_KINDS: tuple[str, ...] = ("agent", "project")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@/-]{0,127}$")
+
+
+def check_name(value: object, field: str) -> str:
+    """An agent or project name: 1-128 characters ``[A-Za-z0-9_.@/-]``, starting alphanumeric."""
+    if not isinstance(value, str):
+        raise TypeError(f"field '{field}' must be a string, got {type(value).__name__}")
+    if not _NAME.match(value):
+        raise ValueError(
+            f"field '{field}': {value!r} is not a valid name (letters, digits and _ . @ / -, "
+            "starting with a letter or digit, at most 128 characters)"
+        )
+    return value
+
+
+def check_scope(value: object, field: str = "scope") -> str:
+    """Validate a scope string (``team``, ``agent:{name}`` or ``project:{name}``)."""
+    if not isinstance(value, str):
+        raise TypeError(f"field '{field}' must be a string, got {type(value).__name__}")
+    if value == TEAM:
+        return value
+    kind, sep, name = value.partition(":")
+    if not sep or kind not in SCOPE_KINDS:
+        raise ValueError(
+            f"field '{field}': {value!r} is not a scope; expected 'team', 'agent:NAME' or "
+            "'project:NAME'"
+        )
+    check_name(name, field)
+    return value
+
+
+def agent_scope(name: str) -> str:
+    """The private scope of agent ``name``."""
+    return f"agent:{check_name(name, 'agent')}"
+
+
+def project_scope(name: str) -> str:
+    """The scope of project ``name``."""
+    return f"project:{check_name(name, 'project')}"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An agent reading or writing memories.
+
+    Attributes:
+        agent: The agent's name.
+        projects: Projects the agent is assigned to (sorted, unique).
+    """
+
+    agent: str
+    projects: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, agent: str, projects: Iterable[str] = ()) -> Principal:
+        """A checked principal (names validated, projects sorted and unique)."""
+        check_name(agent, "agent")
+        projs = tuple(sorted({check_name(p, "projects") for p in projects}))
+        return cls(agent, projs)
+
+    @property
+    def own_scope(self) -> str:
+        """Where the agent writes by default: ``agent:{name}``."""
+        return f"agent:{self.agent}"
+
+    def readable_scopes(self) -> tuple[str, ...]:
+        """``team``, the agent's own scope and its projects' scopes."""
+        return (TEAM, self.own_scope, *(f"project:{p}" for p in self.projects))
+
+    def can_read(self, scope: str) -> bool:
+        """Whether a memory of ``scope`` is visible to this agent."""
+        return scope in self.readable_scopes()
+
+    def can_write(self, scope: str) -> bool:
+        """Whether the agent may write into ``scope`` (its own, its projects', ``team``)."""
+        return self.can_read(scope)
+
+
+def can_read(principal: Principal | None, scope: str) -> bool:
+    """Whether ``principal`` (``None`` = a human, who reads everything) may read ``scope``."""
+    return principal is None or principal.can_read(scope)

@@ -1,0 +1,157 @@
+"""``memlab serve mcp`` and ``memlab serve http``.
+
+::
+
+    memlab serve mcp STORE_DIR --pipeline rrf --agent atlas [--project apollo] [--record DIR]
+        [--transport stdio|http] [--host 127.0.0.1] [--port 8000]
+    memlab serve http STORE_DIR --human [--token-env MEMLAB_INGEST_TOKEN | --token-file F]
+        [--record DIR] [--port 8080] [--max-batch 1000] [--max-request-bytes 8388608]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+
+def _service(args: argparse.Namespace) -> Any:
+    from memlab.cli import CLIError, _embedder
+    from memlab.memory.scopes import Principal
+    from memlab.memory.store import MemoryStore
+    from memlab.pipeline import load_pipeline
+    from memlab.serve.recording import Recorder
+    from memlab.serve.service import MemoryService
+    from memlab.timeutil import parse_ts
+
+    if args.human and args.agent:
+        raise CLIError("give --agent NAME or --human, not both")
+    if not args.human and not args.agent:
+        raise CLIError("say who the server serves: --agent NAME (with --project P) or --human")
+    if args.human and args.project:
+        raise CLIError("--project assigns projects to an agent; a human reads every project")
+    principal = None if args.human else Principal.of(args.agent, args.project or ())
+    pipeline = load_pipeline(args.pipeline)
+    clock = None
+    if args.clock is not None:
+        fixed = parse_ts(args.clock, field="--clock")
+        clock = lambda: fixed  # noqa: E731 - a fixed clock; the service makes it advance 1 ms a call
+    store_dir = Path(args.store_dir)
+    if store_dir.exists() and not store_dir.is_dir():
+        raise CLIError(f"{store_dir}: not a directory")
+    recorder = Recorder(args.record) if args.record else None
+    store = MemoryStore(
+        store_dir,
+        embedder=_embedder(args.embedder, not args.no_cache),
+        chroma=False if args.no_chroma else None,
+    )
+    kwargs: dict[str, Any] = {}
+    if clock is not None:
+        kwargs["clock"] = clock
+    return MemoryService(
+        store,
+        pipeline,
+        principal=principal,
+        client_id=args.client,
+        recorder=recorder,
+        touch_k=args.touch_k,
+        ttl_days=args.ttl_days,
+        expire=not args.no_expire,
+        **kwargs,
+    )
+
+
+def _close(service: Any) -> None:
+    service.store.close()
+    if service.recorder is not None:
+        service.recorder.close()
+
+
+def cmd_serve_mcp(args: argparse.Namespace) -> int:
+    from memlab.serve.mcp_server import run
+
+    service = _service(args)
+    try:
+        run(service, transport=args.transport, host=args.host, port=args.port)
+    finally:
+        _close(service)
+    return 0
+
+
+def _token(args: argparse.Namespace) -> str:
+    from memlab.cli import CLIError
+
+    if args.token_file:
+        path = Path(args.token_file)
+        if not path.is_file():
+            raise CLIError(f"{path}: no such token file")
+        token = path.read_text(encoding="utf-8").strip()
+        where = str(path)
+    else:
+        token = os.environ.get(args.token_env, "").strip()
+        where = f"${args.token_env}"
+    if not token:
+        raise CLIError(
+            f"no ingest token in {where}: the server refuses to start without one "
+            "(--token-env NAME or --token-file PATH)"
+        )
+    return token
+
+
+def cmd_serve_http(args: argparse.Namespace) -> int:
+    from memlab.cli import CLIError
+    from memlab.serve.http import build_app, serve
+
+    token = _token(args)
+    if args.max_batch < 1 or args.max_request_bytes < 1:
+        raise CLIError("--max-batch and --max-request-bytes must be positive")
+    service = _service(args)
+    try:
+        app = build_app(
+            service, token=token, max_request_bytes=args.max_request_bytes,
+            max_batch=args.max_batch,
+        )
+        serve(app, host=args.host, port=args.port)
+    finally:
+        _close(service)
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``serve mcp`` and ``serve http`` under the ``memlab`` parser's subcommands."""
+    top = sub.add_parser("serve", help="live servers: MCP tools, HTTP bulk ingest")
+    serve = top.add_subparsers(dest="serve_command", required=True)
+
+    def common(p: argparse.ArgumentParser, port: int) -> None:
+        p.add_argument("store_dir", help="store directory (created when missing)")
+        p.add_argument("--pipeline", default="rrf", help="pipeline name or TOML (default rrf)")
+        p.add_argument("--agent", help="serve this agent (reads team, its scope, its projects)")
+        p.add_argument("--project", action="append", help="a project of the agent (repeatable)")
+        p.add_argument("--human", action="store_true", help="serve a human (reads every scope)")
+        p.add_argument("--client", default="global", help="tenant client id (default global)")
+        p.add_argument("--record", help="append every write and recall to this dataset dir")
+        p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
+        p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+        p.add_argument("--no-chroma", action="store_true", help="no chromadb index beside SQLite")
+        p.add_argument("--touch-k", type=int, default=10, help="recall hits counted as accesses")
+        p.add_argument("--ttl-days", type=float, default=30.0, help="event TTL")
+        p.add_argument("--no-expire", action="store_true", help="no event TTL expiry")
+        p.add_argument("--clock", help="fixed clock (ISO 8601; each call advances it 1 ms)")
+        p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+        p.add_argument("--port", type=int, default=port, help=f"port (default {port})")
+
+    p = serve.add_parser("mcp", help="MCP server over stdio or Streamable HTTP")
+    common(p, 8000)
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    p.set_defaults(func=cmd_serve_mcp)
+
+    p = serve.add_parser("http", help="HTTP bulk ingest with a Bearer token")
+    common(p, 8080)
+    p.add_argument("--token-env", default="MEMLAB_INGEST_TOKEN",
+                   help="environment variable holding the token (default MEMLAB_INGEST_TOKEN)")
+    p.add_argument("--token-file", help="file holding the token (instead of the environment)")
+    p.add_argument("--max-batch", type=int, default=1000, help="most items per request")
+    p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024,
+                   help="largest request body")
+    p.set_defaults(func=cmd_serve_http)

@@ -1,0 +1,1055 @@
+"""The transport-independent memory service behind ``memlab serve``.
+
+:class:`MemoryService` owns one store, one pipeline, one principal (who the server serves), an
+optional :class:`~memlab.serve.recording.Recorder` and a clock. Every MCP tool and every HTTP
+ingest item is one of its methods; arguments are checked here (``ServiceError`` names the field
+at fault), so every transport rejects bad input the same way.
+
+Memory types. Seed 000's ``event``, ``fact``, ``decision`` and ``status`` are the model. Seed
+004's types map onto it so that its agents' calls work unchanged:
+
+============  ===========================================================================
+seed 004      stored as
+============  ===========================================================================
+rule          ``fact``, ``importance="critical"``, ``category="procedural"`` (a hard
+              constraint: correctable, superseded by ``key``; it decays like every fact)
+preference    ``fact``, ``category="procedural"`` (a soft convention)
+summary       ``fact``, ``category="episodic"`` (a distilled discussion; decays, never
+              expires)
+============  ===========================================================================
+
+The seed's type is kept in ``metadata.memory_type`` and reported back as ``memory_type``;
+``recall(memory_type="rule")`` filters on it. Tags live in ``metadata.tags``.
+
+Namespaces (:mod:`memlab.memory.scopes`). An agent reads ``team``, its own ``agent:`` scope and
+its projects; it writes its own scope by default, or a project it is assigned to; ``team`` only
+through ``promote``. A human principal (``principal=None``) reads and writes every scope. A
+memory the principal may not read is reported as unknown, never as forbidden. Reads go through
+the store's visibility mask with the principal, so the pipeline's stages enforce it too.
+
+Replay consistency. A recall runs exactly what a replay of the recording runs: event TTL expiry
+at the call's time, the configured pipeline on a :class:`~memlab.stages.base.QueryContext`
+with the client, principal, ``at_time`` and ``include_superseded``, then the top ``touch_k`` of
+the pipeline's ranking count as accesses. ``scope``, ``memory_type``, ``tags``,
+``min_confidence``, ``limit`` and ``token_budget`` filter that ranking afterwards, so the ids
+served are the replayed ranking with those filters applied. The clock is quantised to
+milliseconds and strictly increasing, so recorded timestamps order the calls as they happened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+import numpy as np
+
+from memlab.memory.consolidate import consolidate_scope, expire_events
+from memlab.memory.records import (
+    GLOBAL_CLIENT,
+    IMPORTANCE_LEVELS,
+    MEMORY_TYPES,
+    RELATION_TYPES,
+    MemoryRecord,
+    UnknownMemoryError,
+)
+from memlab.memory.scopes import TEAM, Principal, check_name, check_scope
+from memlab.memory.scrub import scrub
+from memlab.memory.store import MemoryStore, WriteResult
+from memlab.pipeline import Pipeline
+from memlab.stages.base import QueryContext
+from memlab.timeutil import coerce_ts, to_iso
+from memlab.tokens import count_tokens
+
+#: Seed 004's memory types and how they are stored (type, payload defaults).
+SEED004_TYPES: dict[str, tuple[str, dict[str, str]]] = {
+    "rule": ("fact", {"importance": "critical", "category": "procedural"}),
+    "preference": ("fact", {"category": "procedural"}),
+    "summary": ("fact", {"category": "episodic"}),
+}
+TOOL_MEMORY_TYPES: tuple[str, ...] = (*MEMORY_TYPES, *SEED004_TYPES)
+FORMATS: tuple[str, ...] = ("bullets", "json", "xml")
+WRITABLE_RELATIONS: tuple[str, ...] = tuple(r for r in RELATION_TYPES if r != "co_occurrence")
+DECISION_STATUSES: tuple[str, ...] = ("active", "superseded", "all")
+
+
+class ServiceError(ValueError):
+    """A call the service refuses; the message names the field at fault."""
+
+
+def scrub_text(text: str) -> str:
+    """The one place the service scrubs credentials from what it records or answers."""
+    return scrub(text)[0]
+
+
+def _scrub_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return scrub_text(value)
+    if isinstance(value, Mapping):
+        return {str(k): _scrub_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub_value(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------- argument checks
+def _text(value: Any, name: str, *, max_chars: int = 20_000, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ServiceError(f"field '{name}' must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ServiceError(f"field '{name}' must not be empty")
+    if len(value) > max_chars:
+        raise ServiceError(f"field '{name}' is longer than {max_chars} characters")
+    return value
+
+
+def _choice(value: Any, name: str, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ServiceError(f"field '{name}': {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _int(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ServiceError(f"field '{name}' must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ServiceError(f"field '{name}' must lie in [{low}, {high}], got {value}")
+    return value
+
+
+def _unit(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ServiceError(f"field '{name}' must be a number, got {type(value).__name__}")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ServiceError(f"field '{name}' must lie in [0, 1], got {value}")
+    return float(value)
+
+
+def _strings(value: Any, name: str, *, max_items: int = 50) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(v, str) and v.strip() for v in value
+    ):
+        raise ServiceError(f"field '{name}' must be an array of non-empty strings")
+    if len(value) > max_items:
+        raise ServiceError(f"field '{name}' holds more than {max_items} items")
+    return list(dict.fromkeys(value))
+
+
+def _ts(value: Any, name: str) -> float | None:
+    """A timestamp argument, quantised to the millisecond a recording keeps."""
+    if value is None:
+        return None
+    try:
+        t = coerce_ts(value, field=name)
+    except (TypeError, ValueError) as exc:
+        raise ServiceError(str(exc)) from None
+    return _quantise(t)
+
+
+def _quantise(t: float | None) -> float | None:
+    return None if t is None else int(np.floor(t * 1000.0 + 1e-6)) / 1000.0
+
+
+def _scope_arg(value: Any, name: str = "scope") -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_scope(value, name)
+    except (TypeError, ValueError) as exc:
+        raise ServiceError(str(exc)) from None
+
+
+@dataclass
+class _Served:
+    """What one recall served (kept for ``feedback``)."""
+
+    ids: tuple[str, ...]
+    judged: set[str] = field(default_factory=set)
+
+
+class MemoryService:
+    """Every memlab tool over one store, for one principal.
+
+    Args:
+        store: The memory store (the service is its only writer).
+        pipeline: The retrieval pipeline ``recall`` runs.
+        principal: The agent served, or ``None`` for a human principal (reads every scope).
+        client_id: The tenant of every call (``"global"`` = system-wide).
+        source_agent: ``source_agent`` of the memories written (default: the agent's name, or
+            ``"human"``).
+        recorder: Appends every write and recall (``None``: nothing is recorded).
+        clock: Wall clock in epoch seconds (tests inject a fixed one).
+        touch_k: Top hits of each recall counted as accesses (as the replay's ``touch_k``).
+        ttl_days: Event TTL applied before each recall (as the replay's TTL).
+        expire: Apply the TTL before each recall (as the replay's ``expire``).
+        judge: Name written into the judgments of ``feedback`` (default: the agent's name, or
+            ``"human"``).
+        max_served: How many recall ids ``feedback`` remembers.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        pipeline: Pipeline,
+        *,
+        principal: Principal | None = None,
+        client_id: str = GLOBAL_CLIENT,
+        source_agent: str | None = None,
+        recorder: Any | None = None,
+        clock: Callable[[], float] = time.time,
+        touch_k: int = 10,
+        ttl_days: float = 30.0,
+        expire: bool = True,
+        judge: str | None = None,
+        max_served: int = 10_000,
+    ) -> None:
+        for stage in _stages(pipeline):
+            if stage.requires_fit or stage.needs_generator:
+                raise ServiceError(
+                    f"pipeline {pipeline.name!r}: stage {type(stage).__name__} needs "
+                    "training queries or a generator; serve a pipeline without it"
+                )
+        check_name(client_id, "client_id")
+        self.store = store
+        self.pipeline = pipeline
+        self.principal = principal
+        self.client_id = client_id
+        default_name = principal.agent if principal is not None else "human"
+        self.source_agent = source_agent or default_name
+        self.judge = judge or default_name
+        self.recorder = recorder
+        self.clock = clock
+        self.touch_k = touch_k
+        self.ttl_days = ttl_days
+        self.expire = expire
+        self.max_served = max_served
+        self.lock = threading.RLock()
+        self.cache: dict[Any, Any] = {}
+        self._served: dict[str, _Served] = {}
+        self._served_order: deque[str] = deque()
+        last = getattr(recorder, "last_ts", None)
+        self._last_ms = -1 if last is None else round(last * 1000.0)
+        self.pending_judgments: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ helpers
+    def now(self) -> float:
+        """The call's time: the clock in whole milliseconds, strictly after the previous call."""
+        with self.lock:
+            ms = max(int(np.floor(self.clock() * 1000.0)), self._last_ms + 1)
+            self._last_ms = ms
+            return ms / 1000.0
+
+    def _visible(self, *, include_superseded: bool = False) -> np.ndarray:
+        return self.store.visible_mask(
+            client_id=self.client_id,
+            include_superseded=include_superseded,
+            principal=self.principal,
+        )
+
+    def _record_of(self, memory_id: Any, name: str = "id") -> MemoryRecord:
+        """The record of a memory the principal may see (else: unknown, as if absent)."""
+        _text(memory_id, name, max_chars=200)
+        try:
+            idx = self.store.idx(memory_id)
+        except UnknownMemoryError:
+            raise ServiceError(f"field '{name}': unknown memory id {memory_id!r}") from None
+        rec = self.store.record_at(idx)
+        if rec.forgotten_reason is not None or not self._visible(include_superseded=True)[idx]:
+            raise ServiceError(f"field '{name}': unknown memory id {memory_id!r}")
+        return rec
+
+    def _write_scope(self, scope: Any) -> str:
+        scope = _scope_arg(scope)
+        if self.principal is None:
+            return scope or TEAM
+        if scope is None:
+            return self.principal.own_scope
+        if scope == TEAM:
+            raise ServiceError(
+                "field 'scope': an agent writes its own scope or its projects'; move a memory "
+                "to 'team' with promote"
+            )
+        if not self.principal.can_write(scope):
+            who = self.principal.agent
+            raise ServiceError(f"field 'scope': agent {who!r} may not write {scope!r}")
+        return scope
+
+    def _read_scope(self, scope: Any) -> str | None:
+        scope = _scope_arg(scope)
+        if scope is not None and self.principal is not None and not self.principal.can_read(scope):
+            who = self.principal.agent
+            raise ServiceError(f"field 'scope': agent {who!r} may not read {scope!r}")
+        return scope
+
+    def _record(self, lines: list[dict[str, Any]]) -> None:
+        if self.recorder is not None and lines:
+            self.recorder.memories(lines)
+
+    @staticmethod
+    def describe(rec: MemoryRecord, score: float | None = None) -> dict[str, Any]:
+        """A memory as the tools return it."""
+        out: dict[str, Any] = {
+            "id": rec.id,
+            "text": rec.text,
+            "memory_type": rec.metadata.get("memory_type", rec.type),
+            "type": rec.type,
+            "scope": rec.scope,
+            "client_id": rec.client_id,
+            "source_agent": rec.source_agent,
+            "confidence": rec.confidence,
+            "importance": rec.importance,
+            "tags": list(rec.metadata.get("tags", [])),
+            "created_at": to_iso(rec.created_at),
+            "active": rec.active,
+        }
+        for name in ("key", "subject", "status_value", "supersedes", "superseded_by"):
+            if getattr(rec, name) is not None:
+                out[name] = getattr(rec, name)
+        if rec.valid_from is not None:
+            out["valid_from"] = to_iso(rec.valid_from)
+        if score is not None:
+            out["score"] = float(score)
+        return out
+
+    # ------------------------------------------------------------------ writes
+    def store_memory(
+        self,
+        content: Any,
+        memory_type: Any = "fact",
+        *,
+        scope: Any = None,
+        tags: Any = None,
+        confidence: Any = 1.0,
+        key: Any = None,
+        subject: Any = None,
+        status_value: Any = None,
+        importance: Any = None,
+        valid_from: Any = None,
+        metadata: Any = None,
+        source_agent: Any = None,
+        _record: bool = True,
+    ) -> dict[str, Any]:
+        """``store``: one memory through the store's full write path.
+
+        Returns ``{id, action, superseded, redactions, scope, memory_type}``; ``action`` is
+        ``created``, ``deduplicated`` or ``corroborated``.
+        """
+        with self.lock:
+            return self._store_locked(
+                content, memory_type, scope=scope, tags=tags, confidence=confidence, key=key,
+                subject=subject, status_value=status_value, importance=importance,
+                valid_from=valid_from, metadata=metadata, source_agent=source_agent,
+                now=self.now(), record=_record,
+            )[0]
+
+    def _store_locked(
+        self,
+        content: Any,
+        memory_type: Any,
+        *,
+        now: float,
+        record: bool,
+        scope: Any = None,
+        tags: Any = None,
+        confidence: Any = 1.0,
+        key: Any = None,
+        subject: Any = None,
+        status_value: Any = None,
+        importance: Any = None,
+        valid_from: Any = None,
+        metadata: Any = None,
+        source_agent: Any = None,
+        category: str | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        content = _text(content, "content", max_chars=self.store.max_text_chars)
+        memory_type = _choice(memory_type, "memory_type", TOOL_MEMORY_TYPES)
+        mtype, defaults = SEED004_TYPES.get(memory_type, (memory_type, {}))
+        target_scope = self._write_scope(scope)
+        tag_list = _strings(tags, "tags")
+        conf = _unit(confidence, "confidence")
+        key = _text(key, "key", max_chars=500, optional=True)
+        subject = _text(subject, "subject", max_chars=500, optional=True)
+        if status_value is not None and not isinstance(status_value, str):
+            raise ServiceError("field 'status_value' must be a string")
+        if importance is not None:
+            _choice(importance, "importance", IMPORTANCE_LEVELS)
+        t_valid = _ts(valid_from, "valid_from")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ServiceError(f"field 'metadata' must be an object, got {type(metadata).__name__}")
+        agent = source_agent if source_agent is not None else self.source_agent
+        _text(agent, "source_agent", max_chars=200)
+        meta: dict[str, Any] = _scrub_value(dict(metadata or {}))
+        if tag_list:
+            meta["tags"] = [scrub_text(t) for t in tag_list]
+        if memory_type != mtype:
+            meta["memory_type"] = memory_type
+        fields: dict[str, Any] = {
+            "source_agent": agent,
+            "client_id": self.client_id,
+            "key": None if key is None else scrub_text(key),
+            "subject": None if subject is None else scrub_text(subject),
+            "status_value": None if status_value is None else scrub_text(status_value),
+            "importance": importance or defaults.get("importance", "medium"),
+            "category": category or defaults.get("category"),
+            "valid_from": t_valid,
+            "metadata": meta or None,
+            "confidence": conf,
+            "scope": target_scope,
+        }
+        fields = {k: v for k, v in fields.items() if v is not None}
+        try:
+            res = self.store.store(content, mtype, now=now, **fields)
+        except (TypeError, ValueError) as exc:
+            raise ServiceError(str(exc)) from None
+        line = self._store_line(res, now, content, mtype, fields)
+        if record:
+            self._record([line])
+        out = {
+            "id": res.id,
+            "action": res.action,
+            "superseded": res.superseded,
+            "redactions": res.redactions,
+            "scope": target_scope,
+            "memory_type": memory_type,
+        }
+        return out, line
+
+    def _store_line(
+        self, res: WriteResult, now: float, content: str, mtype: str, fields: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The recording line of a store (dataset id = store id; a deduplicated write gets a
+        fresh id that a replay maps onto the same record)."""
+        if res.action == "created":
+            ident = res.id
+        else:
+            seed = f"{res.id}|{now!r}|{uuid.uuid4().hex}".encode()
+            ident = f"{res.id}~{hashlib.sha256(seed).hexdigest()[:12]}"
+        line: dict[str, Any] = {"id": ident, "ts": to_iso(now), "type": mtype}
+        line["text"] = self.store.get(res.id).text  # scrubbed by the store (dedup: same text)
+        for name, value in fields.items():
+            line[name] = to_iso(value) if name == "valid_from" else value
+        return line
+
+    def store_many(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Bulk ingest: each item through :meth:`store_memory`'s path, one transaction, one
+        durable append. Returns one result per item: ``{index, ok, ...}``."""
+        results: list[dict[str, Any]] = []
+        lines: list[dict[str, Any]] = []
+        allowed = {
+            "content", "memory_type", "scope", "tags", "confidence", "key", "subject",
+            "status_value", "importance", "valid_from", "metadata", "agent",
+        }
+        with self.lock, self.store.batch():
+            for i, item in enumerate(items):
+                try:
+                    if not isinstance(item, Mapping):
+                        raise ServiceError(f"item must be an object, got {type(item).__name__}")
+                    unknown = sorted(set(item) - allowed)
+                    if unknown:
+                        raise ServiceError(
+                            f"unknown field(s) {', '.join(map(repr, unknown))}; expected "
+                            f"{', '.join(sorted(allowed))}"
+                        )
+                    agent = item.get("agent")
+                    if agent is not None:
+                        check_name(agent, "agent")
+                        if self.principal is not None and agent != self.principal.agent:
+                            raise ServiceError(
+                                f"field 'agent': {agent!r} is not the token's agent "
+                                f"{self.principal.agent!r}"
+                            )
+                    scope = item.get("scope")
+                    if scope is None and agent is not None and self.principal is None:
+                        scope = f"agent:{agent}"
+                    args = {k: v for k, v in item.items() if k not in ("agent", "scope")}
+                    out, line = self._store_locked(
+                        args.pop("content", None),
+                        args.pop("memory_type", "fact"),
+                        now=self.now(),
+                        record=False,
+                        scope=scope,
+                        source_agent=agent,
+                        **args,
+                    )
+                except (ServiceError, TypeError, ValueError) as exc:
+                    results.append({"index": i, "ok": False, "error": str(exc)})
+                    continue
+                lines.append(line)
+                results.append({"index": i, "ok": True, **out})
+        self._record(lines)
+        return results
+
+    def store_decision(
+        self,
+        decision: Any,
+        rationale: Any = None,
+        alternatives: Any = None,
+        participants: Any = None,
+        *,
+        scope: Any = None,
+        tags: Any = None,
+        key: Any = None,
+    ) -> dict[str, Any]:
+        """``store_decision``: an immutable decision record (seed 003 §3.3)."""
+        decision = _text(decision, "decision")
+        rationale = _text(rationale, "rationale", optional=True)
+        alts = _strings(alternatives, "alternatives")
+        people = _strings(participants, "participants")
+        text = decision.strip()
+        if rationale:
+            text += f" Rationale: {rationale.strip()}"
+        if alts:
+            text += f" Alternatives considered: {', '.join(alts)}."
+        if people:
+            text += f" Participants: {', '.join(people)}."
+        meta = {"decision": {"rationale": rationale, "alternatives": alts, "participants": people}}
+        return self.store_memory(
+            text, "decision", scope=scope, tags=tags, key=key, importance="high", metadata=meta
+        )
+
+    def relate(
+        self, from_entity: Any, relation: Any, to_entity: Any, properties: Any = None
+    ) -> dict[str, Any]:
+        """``relate``: a typed relation between two entities (properties are kept in the
+        recording; the graph keeps the relation's strength)."""
+        src = _text(from_entity, "from", max_chars=200)
+        rel = _choice(relation, "relation", WRITABLE_RELATIONS)
+        dst = _text(to_entity, "to", max_chars=200)
+        if properties is not None and not isinstance(properties, Mapping):
+            raise ServiceError("field 'properties' must be an object")
+        with self.lock:
+            now = self.now()
+            strength = self.store.relate(src, rel, dst, now=now)
+            line: dict[str, Any] = {
+                "ts": to_iso(now), "op": "relate", "from": src, "relation": rel, "to": dst
+            }
+            if properties:
+                line["properties"] = _scrub_value(dict(properties))
+            self._record([line])
+        return {"from": src, "relation": rel, "to": dst, "strength": strength}
+
+    def store_entity(
+        self, name: Any, type: Any = "concept", properties: Any = None, relations: Any = None,
+        *, scope: Any = None,
+    ) -> dict[str, Any]:
+        """``store_entity``: an entity as a fact keyed ``entity:{type}:{name}`` (a new version
+        supersedes the old), plus its relations."""
+        name = _text(name, "name", max_chars=200)
+        etype = _text(type, "type", max_chars=64)
+        if properties is not None and not isinstance(properties, Mapping):
+            raise ServiceError("field 'properties' must be an object")
+        rels = relations or []
+        if not isinstance(rels, (list, tuple)):
+            raise ServiceError("field 'relations' must be an array of {relation, to} objects")
+        checked = []
+        for i, r in enumerate(rels):
+            if not isinstance(r, Mapping) or set(r) - {"relation", "to", "properties"}:
+                raise ServiceError(
+                    f"field 'relations[{i}]' must be an object with 'relation', 'to' and "
+                    "optional 'properties'"
+                )
+            checked.append(
+                (
+                    _choice(r.get("relation"), f"relations[{i}].relation", WRITABLE_RELATIONS),
+                    _text(r.get("to"), f"relations[{i}].to", max_chars=200),
+                    r.get("properties"),
+                )
+            )
+        props = dict(properties or {})
+        text = f"{name} is a {etype}."
+        if props:
+            text += " " + "; ".join(f"{k}: {v}" for k, v in sorted(props.items())) + "."
+        meta = {"entity": {"name": name, "type": etype, "properties": props}}
+        out = self.store_memory(
+            text, "fact", scope=scope, key=f"entity:{etype}:{name}", metadata=meta
+        )
+        out["relations"] = [self.relate(name, rel, dst, p) for rel, dst, p in checked]
+        return out
+
+    # ------------------------------------------------------------------ lifecycle
+    def forget(self, memory_id: Any, reason: Any) -> dict[str, Any]:
+        """``forget``: soft-delete a memory (never returned again; decisions refuse)."""
+        reason = _text(reason, "reason", max_chars=2000)
+        with self.lock:
+            rec = self._record_of(memory_id)
+            now = self.now()
+            try:
+                self.store.forget(rec.id, scrub_text(reason), now=now)
+            except (TypeError, ValueError) as exc:
+                raise ServiceError(str(exc)) from None
+            self._record(
+                [{"ts": to_iso(now), "op": "forget", "target": rec.id,
+                  "reason": scrub_text(reason)}]
+            )
+        return {"id": rec.id, "forgotten": True}
+
+    def correct(self, old_id: Any, new_content: Any, reason: Any) -> dict[str, Any]:
+        """``supersede`` / ``correct``: replace a memory with corrected text, linked both ways."""
+        new_content = _text(new_content, "new_content", max_chars=self.store.max_text_chars)
+        reason = _text(reason, "reason", max_chars=2000)
+        with self.lock:
+            rec = self._record_of(old_id, "old_id")
+            now = self.now()
+            try:
+                res = self.store.correct(
+                    rec.id, new_content, scrub_text(reason), now=now,
+                    source_agent=self.source_agent,
+                )
+            except (TypeError, ValueError) as exc:
+                raise ServiceError(str(exc)) from None
+            self._record(
+                [{"id": res.id, "ts": to_iso(now), "op": "correct", "target": rec.id,
+                  "text": scrub_text(new_content), "reason": scrub_text(reason),
+                  "source_agent": self.source_agent}]
+            )
+        return {"id": res.id, "superseded": rec.id, "redactions": res.redactions}
+
+    def promote(self, memory_id: Any) -> dict[str, Any]:
+        """``promote``: move a memory the principal can read to the ``team`` scope."""
+        with self.lock:
+            rec = self._record_of(memory_id)
+            now = self.now()
+            try:
+                res = self.store.promote(rec.id, now=now)
+            except (TypeError, ValueError) as exc:
+                raise ServiceError(str(exc)) from None
+            self._record([{"ts": to_iso(now), "op": "promote", "target": rec.id}])
+        return {"id": res.id, "scope": TEAM, "superseded": res.superseded}
+
+    def consolidate(self, scope: Any = None, since: Any = None) -> dict[str, Any]:
+        """``consolidate``: one consolidation cycle (no LLM merges) over a scope (an agent:
+        its own scope by default), memories created at or after ``since``."""
+        scope = self._read_scope(scope)
+        if scope is None and self.principal is not None:
+            scope = self.principal.own_scope
+        t_since = _ts(since, "since")
+        with self.lock:
+            now = self.now()
+            report = consolidate_scope(
+                self.store, now=now, client_id=self.client_id, scope=scope, since=t_since
+            )
+            line: dict[str, Any] = {"ts": to_iso(now), "op": "consolidate",
+                                    "client_id": self.client_id}
+            if scope is not None:
+                line["scope"] = scope
+            if t_since is not None:
+                line["since"] = to_iso(t_since)
+            self._record([line])
+        return {
+            "processed": report.processed,
+            "reclassified": len(report.reclassified),
+            "expired": len(report.expired),
+        }
+
+    def capture_episode(
+        self, summary: Any, observations: Any, episode_id: Any = None, *, scope: Any = None,
+    ) -> dict[str, Any]:
+        """``capture_episode`` (seed 004): an episode summary (an ``event``) plus 1-10 durable
+        observations, each stored as a memory tagged with the episode."""
+        summary = _text(summary, "summary")
+        if not isinstance(observations, (list, tuple)) or not 1 <= len(observations) <= 10:
+            raise ServiceError("field 'observations' must be an array of 1 to 10 objects")
+        episode = _text(episode_id, "episode_id", max_chars=200, optional=True)
+        episode = episode or f"ep-{uuid.uuid4().hex[:12]}"
+        allowed = {"content", "memory_type", "tags", "confidence"}
+        for i, obs in enumerate(observations):
+            if not isinstance(obs, Mapping) or set(obs) - allowed or "content" not in obs:
+                raise ServiceError(
+                    f"field 'observations[{i}]' must be an object with 'content' and optional "
+                    "'memory_type', 'tags', 'confidence'"
+                )
+        with self.lock:
+            meta = {"episode_id": episode}
+            first = self.store_memory(summary, "event", scope=scope, metadata=meta)
+            ids = []
+            for obs in observations:
+                res = self.store_memory(
+                    obs["content"],
+                    obs.get("memory_type", "fact"),
+                    scope=scope,
+                    tags=obs.get("tags"),
+                    confidence=obs.get("confidence", 1.0),
+                    metadata=meta,
+                )
+                ids.append(res["id"])
+        return {"episode_id": episode, "summary_id": first["id"], "observation_ids": ids}
+
+    # ------------------------------------------------------------------ reads
+    def recall(
+        self,
+        query: Any,
+        *,
+        scope: Any = None,
+        memory_type: Any = None,
+        tags: Any = None,
+        limit: Any = 10,
+        min_confidence: Any = None,
+        at_time: Any = None,
+        include_superseded: Any = False,
+        format: Any = "json",
+        token_budget: Any = None,
+    ) -> dict[str, Any]:
+        """``recall``: run the configured pipeline and serve its ranking, filtered.
+
+        Returns ``{recall_id, ids, memories | text}``; ``recall_id`` names the recall for
+        ``feedback`` and is the ``qid`` of the recorded query.
+        """
+        text = scrub_text(_text(query, "query", max_chars=4000))
+        scope = self._read_scope(scope)
+        mtype = None if memory_type is None else _choice(memory_type, "memory_type",
+                                                           TOOL_MEMORY_TYPES)
+        tag_list = _strings(tags, "tags")
+        limit = _int(limit, "limit", 1, 100)
+        min_conf = None if min_confidence is None else _unit(min_confidence, "min_confidence")
+        if not isinstance(include_superseded, bool):
+            raise ServiceError("field 'include_superseded' must be a boolean")
+        fmt = _choice(format, "format", FORMATS)
+        budget = None if token_budget is None else _int(token_budget, "token_budget", 1, 10**6)
+        t_at = _ts(at_time, "at_time")
+        with self.lock:
+            now = self.now()
+            if t_at is not None and t_at > now:
+                raise ServiceError(f"field 'at_time': {to_iso(t_at)} is in the future")
+            if self.expire:
+                expire_events(self.store, now=now, event_ttl_days=self.ttl_days)
+            recall_id = f"r-{uuid.uuid4().hex}"
+            if len(self.cache) > self.max_served:
+                self.cache.clear()  # query embeddings: bounded, recomputed when needed
+            ctx = QueryContext(
+                qid=recall_id,
+                text=text,
+                store=self.store,
+                now=now,
+                client_id=self.client_id,
+                at_time=t_at,
+                include_superseded=include_superseded,
+                embedder=self.store.embedder,
+                cache=self.cache,
+                principal=self.principal,
+            )
+            frame = self.pipeline.run(ctx)
+            ranked = frame["mem_id"].to_list()
+            scores = frame["score"].to_list()
+            if self.touch_k > 0 and ranked:
+                self.store.touch(ranked[: self.touch_k], now=now)
+            served: list[tuple[MemoryRecord, float]] = []
+            used = 0
+            for mid, score in zip(ranked, scores, strict=True):
+                rec = self.store.get(mid)
+                if scope is not None and rec.scope != scope:
+                    continue
+                if mtype is not None and mtype not in (rec.type, rec.metadata.get("memory_type")):
+                    continue
+                if tag_list and not set(tag_list) <= set(rec.metadata.get("tags", [])):
+                    continue
+                if min_conf is not None and rec.confidence < min_conf:
+                    continue
+                if budget is not None:
+                    cost = count_tokens(rec.text)
+                    if used + cost > budget:
+                        break
+                    used += cost
+                served.append((rec, score))
+                if len(served) >= limit:
+                    break
+            ids = [rec.id for rec, _ in served]
+            self._remember(recall_id, ids)
+            if self.recorder is not None:
+                line: dict[str, Any] = {"qid": recall_id, "ts": to_iso(now),
+                                        "client_id": self.client_id}
+                if self.principal is not None:
+                    line["agent"] = self.principal.agent
+                    if self.principal.projects:
+                        line["projects"] = list(self.principal.projects)
+                if t_at is not None:
+                    line["at_time"] = to_iso(t_at)
+                if include_superseded:
+                    line["include_superseded"] = True
+                line.update({"text": text, "relevant": {}, "tags": ["live"], "served": ids})
+                self.recorder.query(line)
+        out: dict[str, Any] = {"recall_id": recall_id, "ids": ids}
+        described = [self.describe(rec, score) for rec, score in served]
+        if fmt == "json":
+            out["memories"] = described
+        elif fmt == "bullets":
+            out["text"] = "\n".join(
+                f"- [{m['memory_type']}] {m['text']} (id {m['id']})" for m in described
+            )
+        else:
+            out["text"] = _xml(described)
+        return out
+
+    def _remember(self, recall_id: str, ids: Sequence[str]) -> None:
+        self._served[recall_id] = _Served(tuple(ids))
+        self._served_order.append(recall_id)
+        while len(self._served_order) > self.max_served:
+            self._served.pop(self._served_order.popleft(), None)
+
+    def feedback(
+        self, recall_id: Any, useful_ids: Any = None, not_useful_ids: Any = None, note: Any = None,
+    ) -> dict[str, Any]:
+        """``feedback``: judge the memories a recall served (useful → grade 1, not useful → 0).
+
+        Judgments go to ``judgments.jsonl`` of the recording (source ``agent`` for an agent,
+        ``human`` for a human principal).
+        """
+        _text(recall_id, "recall_id", max_chars=200)
+        useful = _strings(useful_ids, "useful_ids", max_items=100)
+        useless = _strings(not_useful_ids, "not_useful_ids", max_items=100)
+        note = _text(note, "note", max_chars=2000, optional=True)
+        if not useful and not useless:
+            raise ServiceError("give at least one id in 'useful_ids' or 'not_useful_ids'")
+        both = sorted(set(useful) & set(useless))
+        if both:
+            raise ServiceError(f"ids {both} are in both 'useful_ids' and 'not_useful_ids'")
+        with self.lock:
+            served = self._served.get(recall_id)
+            if served is None:
+                raise ServiceError(f"field 'recall_id': unknown recall {recall_id!r}")
+            for name, ids in (("useful_ids", useful), ("not_useful_ids", useless)):
+                for mid in ids:
+                    if mid not in served.ids:
+                        self._record_of(mid, name)  # a visible memory, even if not served
+            now = self.now()
+            source = "agent" if self.principal is not None else "human"
+            lines = []
+            for ids, grade in ((useful, 1), (useless, 0)):
+                for mid in ids:
+                    line: dict[str, Any] = {"qid": recall_id, "mem_id": mid, "grade": grade,
+                                            "source": source, "judge": self.judge,
+                                            "ts": to_iso(now)}
+                    if note is not None:
+                        line["note"] = scrub_text(note)
+                    lines.append(line)
+                    served.judged.add(mid)
+            if self.recorder is not None:
+                self.recorder.judgments(lines)
+            else:
+                self.pending_judgments.extend(lines)
+        return {"recall_id": recall_id, "judged": len(lines),
+                "recorded": self.recorder is not None}
+
+    def list_memories(
+        self,
+        *,
+        offset: Any = 0,
+        limit: Any = 20,
+        memory_type: Any = None,
+        scope: Any = None,
+        include_inactive: Any = False,
+    ) -> dict[str, Any]:
+        """``list_memories``: the visible memories in write order, paginated."""
+        offset = _int(offset, "offset", 0, 10**9)
+        limit = _int(limit, "limit", 1, 100)
+        mtype = None if memory_type is None else _choice(memory_type, "memory_type",
+                                                           TOOL_MEMORY_TYPES)
+        scope = self._read_scope(scope)
+        if not isinstance(include_inactive, bool):
+            raise ServiceError("field 'include_inactive' must be a boolean")
+        with self.lock:
+            rows = np.flatnonzero(self._visible(include_superseded=include_inactive))
+            recs = [self.store.record_at(int(i)) for i in rows]
+            recs = [
+                r for r in recs
+                if (scope is None or r.scope == scope)
+                and (mtype is None or mtype in (r.type, r.metadata.get("memory_type")))
+            ]
+            page = recs[offset : offset + limit]
+            return {
+                "total": len(recs),
+                "offset": offset,
+                "memories": [self.describe(r) for r in page],
+            }
+
+    def get_decisions(
+        self, topic: Any = None, since: Any = None, status: Any = "active", limit: Any = 20,
+    ) -> dict[str, Any]:
+        """``get_decisions``: decisions (newest first) whose text mentions every word of
+        ``topic``, created at or after ``since``."""
+        topic = _text(topic, "topic", max_chars=500, optional=True)
+        t_since = _ts(since, "since")
+        status = _choice(status, "status", DECISION_STATUSES)
+        limit = _int(limit, "limit", 1, 100)
+        words = [w.lower() for w in (topic or "").split()]
+        with self.lock:
+            rows = np.flatnonzero(
+                self._visible(include_superseded=True) & (self.store.column("type") == "decision")
+            )
+            found = []
+            for i in rows[::-1]:
+                rec = self.store.record_at(int(i))
+                if status == "active" and not rec.active:
+                    continue
+                if status == "superseded" and rec.active:
+                    continue
+                if t_since is not None and rec.created_at < t_since:
+                    continue
+                if words and not all(w in rec.text.lower() for w in words):
+                    continue
+                found.append(self.describe(rec) | {"decision": rec.metadata.get("decision")})
+                if len(found) >= limit:
+                    break
+        return {"decisions": found}
+
+    # ------------------------------------------------------------------ the entity graph
+    def _entity_rows_visible(self, entity: int, visible: np.ndarray) -> list[int]:
+        return [m for m in self.store.graph.memories_of(entity) if visible[m]]
+
+    def _edges(self, entity: int, visible: np.ndarray) -> list[tuple[int, str, float]]:
+        """Edges of ``entity`` the principal may see: typed relations, and co-occurrences
+        backed by a memory it can read."""
+        graph = self.store.graph
+        out = []
+        mine = set(self._entity_rows_visible(entity, visible))
+        for other, rel, strength in graph.neighbours(entity):
+            if rel == "co_occurrence" and not (
+                mine & set(self._entity_rows_visible(other, visible))
+            ):
+                continue
+            out.append((other, rel, float(strength)))
+        return sorted(out, key=lambda e: (graph.entity(e[0]).name, e[1]))
+
+    def _direction(self, a: int, b: int, rel: str) -> tuple[int, int]:
+        """``(source, target)`` of the edge between ``a`` and ``b`` (co-occurrence: as given)."""
+        if rel == "co_occurrence" or self.store.graph.strength(a, b, rel) > 0:
+            return a, b
+        return b, a
+
+    def _find_entity(self, name: Any, field_name: str, visible: np.ndarray) -> int:
+        _text(name, field_name, max_chars=200)
+        graph = self.store.graph
+        idx = graph.find(name)
+        if idx is None:
+            resolved = self.store.extractor.resolve(name)
+            if resolved is not None:
+                idx = graph.find(resolved.name, resolved.type)
+        if idx is None or not (
+            self._entity_rows_visible(idx, visible)
+            or any(rel != "co_occurrence" for _, rel, _ in graph.neighbours(idx))
+        ):
+            raise ServiceError(f"field '{field_name}': unknown entity {name!r}")
+        return idx
+
+    def get_entity(self, name: Any, depth: Any = 1, *, scope: Any = None) -> dict[str, Any]:
+        """``get_entity``: an entity, its relations up to ``depth`` hops and the memories
+        about it that the principal may read (``scope`` narrows them)."""
+        depth = _int(depth, "depth", 0, 3)
+        scope = self._read_scope(scope)
+        with self.lock:
+            visible = self._visible()
+            start = self._find_entity(name, "name", visible)
+            graph = self.store.graph
+            seen = {start}
+            frontier = [start]
+            relations = []
+            for _ in range(depth):
+                nxt = []
+                for e in frontier:
+                    for other, rel, strength in self._edges(e, visible):
+                        src, dst = self._direction(e, other, rel)
+                        a, b = graph.entity(src).name, graph.entity(dst).name
+                        relations.append({"from": a, "relation": rel, "to": b,
+                                          "strength": strength})
+                        if other not in seen:
+                            seen.add(other)
+                            nxt.append(other)
+                frontier = nxt
+            ent = graph.entity(start)
+            recs = [self.store.record_at(m) for m in self._entity_rows_visible(start, visible)]
+            recs = [r for r in recs if scope is None or r.scope == scope]
+            profile = [
+                self.describe(r) for r in self._entity_facts(ent.name, visible)
+                if scope is None or r.scope == scope
+            ]
+        unique = {(r["from"], r["relation"], r["to"]): r for r in relations}
+        return {
+            "entity": {"name": ent.name, "type": ent.type},
+            "profile": profile,
+            "relations": sorted(unique.values(), key=lambda r: (r["from"], r["relation"],
+                                                                  r["to"])),
+            "memories": [self.describe(r) for r in recs[-50:]],
+        }
+
+    def _entity_facts(self, name: str, visible: np.ndarray) -> list[MemoryRecord]:
+        out = []
+        for i in np.flatnonzero(visible):
+            rec = self.store.record_at(int(i))
+            ent = rec.metadata.get("entity")
+            if isinstance(ent, Mapping) and str(ent.get("name", "")).lower() == name.lower():
+                out.append(rec)
+        return out
+
+    def trace(self, from_entity: Any, to_entity: Any, max_depth: Any = 3) -> dict[str, Any]:
+        """``trace``: a shortest path between two entities over the edges the principal may
+        see (breadth first, at most ``max_depth`` hops)."""
+        max_depth = _int(max_depth, "max_depth", 1, 6)
+        with self.lock:
+            visible = self._visible()
+            a = self._find_entity(from_entity, "from", visible)
+            b = self._find_entity(to_entity, "to", visible)
+            graph = self.store.graph
+            parent: dict[int, tuple[int, str] | None] = {a: None}
+            frontier = [a]
+            for _ in range(max_depth):
+                if b in parent:
+                    break
+                nxt = []
+                for e in frontier:
+                    for other, rel, _ in self._edges(e, visible):
+                        if other not in parent:
+                            parent[other] = (e, rel)
+                            nxt.append(other)
+                frontier = nxt
+            if b not in parent:
+                return {"found": False, "path": []}
+            steps = []
+            node = b
+            while parent[node] is not None:
+                prev, rel = parent[node]  # type: ignore[misc]
+                src, _ = self._direction(prev, node, rel)
+                steps.append({"from": graph.entity(prev).name, "relation": rel,
+                              "to": graph.entity(node).name, "reverse": src != prev})
+                node = prev
+        return {"found": True, "path": steps[::-1]}
+
+    def resource(self, scope: str, entity: str) -> dict[str, Any]:
+        """``memory://{scope}/{entity}``: the entity and its memories in one scope."""
+        return self.get_entity(entity, 1, scope=scope)
+
+    def health(self) -> dict[str, Any]:
+        """Counts for ``GET /health``."""
+        with self.lock:
+            return {"status": "ok", "memories": len(self.store)}
+
+
+def _xml(memories: Iterable[Mapping[str, Any]]) -> str:
+    parts = ["<memories>"]
+    for m in memories:
+        attrs = " ".join(
+            f"{k}={quoteattr(str(m[k]))}"
+            for k in ("id", "memory_type", "scope", "created_at", "score")
+            if m.get(k) is not None
+        )
+        parts.append(f"  <memory {attrs}>{escape(m['text'])}</memory>")
+    parts.append("</memories>")
+    return "\n".join(parts)
+
+
+def _stages(pipeline: Pipeline) -> list[Any]:
+    from memlab.pipeline import Parallel
+
+    out = []
+    for _, stage in pipeline.named_stages():
+        if not isinstance(stage, (Pipeline, Parallel)):
+            out.append(stage)
+    return out
