@@ -214,6 +214,7 @@ class MemoryStore:
         self.vectors = ExactIndex()
         self._records: list[MemoryRecord] = []
         self._index: dict[str, int] = {}
+        self._id_column = pl.Series("mem_id", [], dtype=pl.String)
         self._cols = _Columns()
         self._clients: dict[str, int] = {}
         self._dedup: dict[tuple[str, str, str], int] = {}
@@ -288,7 +289,29 @@ class MemoryStore:
 
     def ids_of(self, rows: Sequence[int] | np.ndarray) -> list[str]:
         """Memory ids of store rows."""
-        return [self._records[int(i)].id for i in rows]
+        return self.id_column().gather(np.asarray(rows, dtype=np.int64)).to_list()
+
+    def id_column(self) -> pl.Series:
+        """Every memory id in row order as a polars ``String`` Series named ``mem_id``.
+
+        Kept between calls and extended with the rows written since, so that
+        ``id_column().gather(rows)`` maps store rows to ids without a Python loop.
+        """
+        n = len(self._records)
+        col = self._id_column
+        if len(col) != n:
+            new = pl.Series("mem_id", [r.id for r in self._records[len(col) :]], dtype=pl.String)
+            col = pl.concat([col, new], rechunk=col.n_chunks() >= 16)
+            self._id_column = col
+        return col
+
+    def rows_of(self, memory_ids: Sequence[str] | pl.Series) -> np.ndarray:
+        """Store rows of memory ids, in order (``int64``; raises :class:`UnknownMemoryError`)."""
+        ids = memory_ids.to_list() if isinstance(memory_ids, pl.Series) else list(memory_ids)
+        try:
+            return np.fromiter(map(self._index.__getitem__, ids), dtype=np.int64, count=len(ids))
+        except KeyError as error:
+            raise UnknownMemoryError(f"unknown memory id {error.args[0]!r}") from None
 
     @property
     def texts(self) -> list[str]:

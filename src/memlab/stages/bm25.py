@@ -38,6 +38,7 @@ from memlab.stages.base import (
     candidates_from_rows,
     empty_candidates,
     register_stage,
+    score_column,
 )
 from memlab.stages.dense import top_rows
 
@@ -95,6 +96,8 @@ class BM25(Stage):
     """
 
     cacheable = True
+
+    columns = (score_column("bm25_score", "BM25 score"),)
 
     def __init__(
         self,

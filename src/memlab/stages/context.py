@@ -29,7 +29,7 @@ from xml.sax.saxutils import escape, quoteattr
 import polars as pl
 
 from memlab.registry import Registry
-from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.base import Column, QueryContext, Stage, register_stage
 from memlab.timeutil import to_iso
 from memlab.tokens import count_tokens
 
@@ -102,6 +102,11 @@ class Context(Stage):
     token count, :func:`memlab.tokens.count_tokens`) on every candidate;
     ``ctx.trace["context_tokens"]`` is that count over the whole rendered ``ctx.context_text``.
     """
+
+    columns = (
+        Column("text", pl.String(), False, "text given to the model"),
+        Column("tokens", pl.Int64(), False, "context cost in tokens"),
+    )
 
     def __init__(
         self,

@@ -60,11 +60,13 @@ import polars as pl
 from memlab.registry import Registry
 from memlab.stages.base import (
     CANDIDATE_SCHEMA,
+    Column,
     QueryContext,
     Stage,
     candidates_from_rows,
     empty_candidates,
     register_stage,
+    score_column,
 )
 from memlab.stages.features import (
     FEATURE_NAMES,
@@ -292,6 +294,15 @@ class CRAG(Stage):
     def needs_generator(self) -> bool:
         """The LLM judge asks the generator."""
         return self.evaluator == "llm"
+
+    columns = (
+        score_column("crag_score", "retrieval evaluator score"),
+        Column("crag_action", pl.String(), False, "correct, ambiguous or incorrect"),
+        Column("low_confidence", pl.Boolean(), False, "found by a fallback"),
+        Column("text", pl.String(), False, "the (refined) text"),
+        score_column("dense_score", "cosine similarity to the query vector"),
+        score_column("graph_score", "spreading activation from the query's entities"),
+    )
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ from memlab.stages.base import (
     candidates_from_rows,
     empty_candidates,
     register_stage,
+    score_column,
 )
 
 DenseBackend = Callable[[QueryContext, np.ndarray, int | None], tuple[np.ndarray, np.ndarray]]
@@ -116,6 +117,8 @@ class Dense(Stage):
     """
 
     cacheable = True
+
+    columns = (score_column("dense_score", "cosine similarity to the query vector"),)
 
     def __init__(
         self,

@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.base import Column, QueryContext, Stage, register_stage
 from memlab.stages.features import word_tokens
 
 
@@ -114,6 +114,12 @@ class EntropyGate(Stage):
         tokens_per_word: Context tokens per word (1.3 is the usual English estimate for
             sub-word tokenisers).
     """
+
+    columns = (
+        Column("entropy", pl.Float64(), False, "Shannon entropy of the words, bits"),
+        Column("redundancy", pl.Float64(), False, "max Jaccard with a higher-ranked kept one"),
+        Column("tokens", pl.Int64(), False, "context cost in tokens"),
+    )
 
     def __init__(
         self,

@@ -33,6 +33,7 @@ from memlab.stages.base import (
     candidates_from_rows,
     empty_candidates,
     register_stage,
+    score_column,
 )
 
 if TYPE_CHECKING:
@@ -136,6 +137,8 @@ class Graph(Stage):
     """
 
     cacheable = True
+
+    columns = (score_column("graph_score", "spreading activation from the query's entities"),)
 
     def __init__(
         self,

@@ -48,7 +48,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from memlab.stages.base import QueryContext, Stage, register_stage, rerank
+from memlab.stages.base import QueryContext, Stage, register_stage, rerank, score_column
 from memlab.stages.features import max_normalise
 from memlab.stages.graph import check_roles, memory_incidence
 
@@ -121,6 +121,8 @@ class LIF(Stage):
         top_k: Keep this many candidates after re-ranking (``None`` = all).
         roles: Entity-memory links used for seeding and for pulling memories in.
     """
+
+    columns = (score_column("activation", "LIF activation"),)
 
     def __init__(
         self,

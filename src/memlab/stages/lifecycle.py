@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from memlab.memory.lifecycle import days_since, lifecycle_factor
-from memlab.stages.base import QueryContext, Stage, register_stage, rerank
+from memlab.stages.base import QueryContext, Stage, register_stage, rerank, score_column
 
 _OTHER_SIGNALS: tuple[str, ...] = ("bm25_score", "graph_score", "activation")
 
@@ -46,6 +46,11 @@ class Lifecycle(Stage):
     Output columns: ``lifecycle_factor`` (effective confidence × boost) and ``effective_score``
     (also ``score``).
     """
+
+    columns = (
+        score_column("lifecycle_factor", "effective confidence × access boost"),
+        score_column("effective_score", "relevance × lifecycle factor"),
+    )
 
     def __init__(
         self,

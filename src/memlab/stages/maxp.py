@@ -34,6 +34,7 @@ from memlab.stages.base import (
     candidates_from_rows,
     empty_candidates,
     register_stage,
+    score_column,
 )
 from memlab.stages.dense import top_rows
 
@@ -67,6 +68,8 @@ class MaxP(Stage):
     """
 
     cacheable = True
+
+    columns = (score_column("maxp_score", "cosine of the best sentence"),)
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from memlab.registry import Registry
-from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.base import QueryContext, Stage, register_stage, score_column
 
 Similarity = Callable[[np.ndarray], np.ndarray]
 """``(n, dim) vectors -> (n, n) similarity matrix``."""
@@ -87,6 +87,8 @@ class MMR(Stage):
     """
 
     cacheable = True
+
+    columns = (score_column("mmr_score", "MMR value at selection"),)
 
     def __init__(
         self,

@@ -27,6 +27,7 @@ from memlab.stages.base import (
     Stage,
     register_stage,
     rerank,
+    score_column,
 )
 
 
@@ -44,6 +45,8 @@ class Neighbors(Stage):
     Attributes:
         links_: ``(prev, next)`` row arrays (-1 = none) for the store it last saw.
     """
+
+    columns = (score_column("neighbor_score", "score inherited from write-order neighbours"),)
 
     def __init__(
         self,
