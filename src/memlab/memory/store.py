@@ -215,6 +215,8 @@ class MemoryStore:
         self._records: list[MemoryRecord] = []
         self._index: dict[str, int] = {}
         self._id_column = pl.Series("mem_id", [], dtype=pl.String)
+        self._id_frame = pl.DataFrame(schema={"mem_id": pl.String, "row": pl.Int64})
+        self._id_rank = np.zeros(0, dtype=np.int64)
         self._cols = _Columns()
         self._clients: dict[str, int] = {}
         self._dedup: dict[tuple[str, str, str], int] = {}
@@ -289,7 +291,7 @@ class MemoryStore:
 
     def ids_of(self, rows: Sequence[int] | np.ndarray) -> list[str]:
         """Memory ids of store rows."""
-        return self.id_column().gather(np.asarray(rows, dtype=np.int64)).to_list()
+        return self.id_frame()[np.asarray(rows, dtype=np.int64)].get_column("mem_id").to_list()
 
     def id_column(self) -> pl.Series:
         """Every memory id in row order as a polars ``String`` Series named ``mem_id``.
@@ -304,6 +306,31 @@ class MemoryStore:
             col = pl.concat([col, new], rechunk=col.n_chunks() >= 16)
             self._id_column = col
         return col
+
+    def id_frame(self) -> pl.DataFrame:
+        """``mem_id, row`` of every memory in row order (cached): ``id_frame()[rows]`` maps
+        rows to ids with one frame gather."""
+        n = len(self._records)
+        if self._id_frame.height != n:
+            self._id_frame = pl.DataFrame(
+                [self.id_column(), pl.Series("row", np.arange(n, dtype=np.int64))]
+            )
+        return self._id_frame
+
+    def id_sort_keys(self, rows: np.ndarray) -> np.ndarray:
+        """Integer keys of the rows' memory ids that sort as the ids do (``int64``).
+
+        The rank of every id among all ids, computed once per store size (one string sort of
+        the ids after writes, none between them), so that candidates are ranked with
+        ``np.lexsort`` on integers instead of a string sort per query.
+        """
+        n = len(self._records)
+        if len(self._id_rank) != n:
+            ids = np.asarray(self.ids, dtype=str)
+            rank = np.empty(n, dtype=np.int64)
+            rank[np.argsort(ids, kind="stable")] = np.arange(n, dtype=np.int64)
+            self._id_rank = rank
+        return self._id_rank[np.asarray(rows, dtype=np.int64)]
 
     def rows_of(self, memory_ids: Sequence[str] | pl.Series) -> np.ndarray:
         """Store rows of memory ids, in order (``int64``; raises :class:`UnknownMemoryError`)."""

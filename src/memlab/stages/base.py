@@ -374,17 +374,37 @@ def empty_candidates(extra: dict[str, pl.DataType] | None = None) -> pl.DataFram
     return pl.DataFrame(schema={**CANDIDATE_SCHEMA, **(extra or {})})
 
 
-def rerank(frame: pl.DataFrame, by: str = "score") -> pl.DataFrame:
+def rerank(
+    frame: pl.DataFrame,
+    by: str = "score",
+    top_k: int | None = None,
+    store: MemoryStore | None = None,
+) -> pl.DataFrame:
     """Sort by ``by`` descending (ties: ``mem_id`` ascending), copy it to ``score``, set ``rank``.
 
-    The tie-break makes every ranking deterministic.
+    The tie-break makes every ranking deterministic. ``top_k`` keeps the best ones only. Given
+    the ``store`` and a frame with a complete ``row`` column, the order is computed with numpy
+    on integer id keys (:meth:`MemoryStore.id_sort_keys`) and applied with one gather.
     """
     if frame.height == 0:
-        return frame
-    out = frame.with_columns(pl.col(by).cast(pl.Float64).alias("score")).sort(
-        ["score", "mem_id"], descending=[True, False], nulls_last=True
+        return frame if top_k is None else frame.head(top_k)
+    score = frame.get_column(by)
+    if by != "score" or score.dtype != pl.Float64:
+        frame = frame.clone()
+        frame.replace_column(frame.get_column_index("score"), score.cast(pl.Float64).alias("score"))
+    rows = frame.get_column(ROW_COLUMN) if ROW_COLUMN in frame.columns else None
+    if store is not None and rows is not None and rows.null_count() == 0:
+        values = frame.get_column("score").to_numpy()
+        order = np.lexsort((store.id_sort_keys(rows.to_numpy()), -values))
+        out = frame[order if top_k is None else order[:top_k]]
+    else:
+        out = frame.sort(["score", "mem_id"], descending=[True, False], nulls_last=True)
+        if top_k is not None:
+            out = out.head(top_k)
+    out.replace_column(
+        out.get_column_index("rank"), pl.Series("rank", np.arange(1, out.height + 1))
     )
-    return out.with_columns(pl.int_range(1, out.height + 1, dtype=pl.Int64).alias("rank"))
+    return out
 
 
 def frame_rows(frame: pl.DataFrame, ctx: QueryContext) -> np.ndarray:
@@ -400,20 +420,6 @@ def frame_rows(frame: pl.DataFrame, ctx: QueryContext) -> np.ndarray:
     return ctx.store.rows_of(frame["mem_id"])
 
 
-def ranking_order(ids: pl.Series, scores: np.ndarray) -> np.ndarray:
-    """Positions sorted by score descending, ties by ``mem_id`` ascending (as :func:`rerank`,
-    NaN scores last), computed on the two key arrays only."""
-    if len(ids) == 0:
-        return np.zeros(0, dtype=np.int64)
-    keys = pl.DataFrame(
-        {"score": pl.Series(scores, dtype=pl.Float64, nan_to_null=True), "mem_id": ids}
-    )
-    order = keys.select(
-        pl.arg_sort_by(["score", "mem_id"], descending=[True, False], nulls_last=True)
-    ).to_series()
-    return order.to_numpy().astype(np.int64, copy=False)
-
-
 def ranked_frame(
     ctx: QueryContext,
     rows: np.ndarray | None,
@@ -426,7 +432,6 @@ def ranked_frame(
     """A ranked candidate frame built from arrays: ``qid, mem_id, score, rank, row`` + columns.
 
     Sorted by ``scores`` descending, ties by ``mem_id`` (as :func:`rerank`), cut to ``top_k``.
-    The extra columns are aligned with ``rows`` and reordered with them.
 
     Args:
         ctx: The query context (``qid``, the store).
@@ -438,29 +443,24 @@ def ranked_frame(
         ids: The candidates' memory ids (default: looked up from ``rows``).
     """
     scores = np.asarray(scores, dtype=np.float64)
+    n = len(scores)
     if ids is None:
         if rows is None:
             raise ValueError("ranked_frame: give rows or ids")
         rows = np.asarray(rows, dtype=np.int64)
-        ids = ctx.store.id_column().gather(rows)
-    order = ranking_order(ids, scores)
-    if top_k is not None:
-        order = order[:top_k]
-    n = len(order)
-    data: dict[str, Any] = {
-        "qid": pl.repeat(ctx.qid, n, dtype=pl.String, eager=True),
-        "mem_id": ids.gather(order),
-        "score": pl.Series(scores[order], dtype=pl.Float64),
-        "rank": pl.Series(np.arange(1, n + 1, dtype=np.int64)),
-    }
+        ids = ctx.store.id_frame()[rows].get_column("mem_id")
+    series = [
+        pl.Series("qid", np.full(n, ctx.qid, dtype=object), dtype=pl.String),
+        ids.alias("mem_id"),
+        pl.Series("score", scores, dtype=pl.Float64),
+        pl.Series("rank", np.zeros(n, dtype=np.int64)),
+    ]
     if rows is not None:
-        data[ROW_COLUMN] = pl.Series(np.asarray(rows, dtype=np.int64)[order])
+        series.append(pl.Series(ROW_COLUMN, np.asarray(rows, dtype=np.int64)))
     for name, values in (columns or {}).items():
-        if isinstance(values, pl.Series):
-            data[name] = values.gather(order)
-        else:
-            data[name] = pl.Series(np.asarray(values)[order])
-    return pl.DataFrame(data)
+        series.append(values.alias(name) if isinstance(values, pl.Series)
+                      else pl.Series(name, np.asarray(values)))
+    return rerank(pl.DataFrame(series), top_k=top_k, store=ctx.store if rows is not None else None)
 
 
 def candidates_from_rows(
@@ -601,7 +601,7 @@ class FusedLists:
             ids, rows = pl.Series("mem_id", union_ids.tolist(), dtype=pl.String), None
         else:
             rows, inverse = np.unique(np.concatenate(row_lists), return_inverse=True)
-            ids = ctx.store.id_column().gather(rows)
+            ids = ctx.store.id_frame()[rows].get_column("mem_id")
         n, n_lists = len(ids), len(frames)
         scores = np.full((n_lists, n), np.nan)
         ranks = np.full((n_lists, n), np.nan)
@@ -634,6 +634,15 @@ class FusedLists:
                     (f.schema[name] for f in frames if name in f.columns
                      and f.schema[name] != pl.Null()), pl.Null()
                 )
+            if dtype == pl.Float64():
+                values = np.full(self.size, np.nan)
+                for f, pos in reversed(list(zip(frames, self.positions, strict=True))):
+                    if name in f.columns and f.height:
+                        col = f.get_column(name).to_numpy().astype(np.float64, copy=False)
+                        ok = ~np.isnan(col)
+                        values[pos[ok]] = col[ok]
+                out[name] = pl.Series(name, values, dtype=pl.Float64, nan_to_null=True)
+                continue
             src = np.full(self.size, -1, dtype=np.int64)
             pieces, offset = [], 0
             for f, pos in zip(frames, self.positions, strict=True):

@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from memlab.stages.base import Column, QueryContext, Stage, register_stage
+from memlab.stages.base import Column, QueryContext, Stage, frame_rows, register_stage
 from memlab.stages.features import word_tokens
 
 
@@ -152,7 +152,7 @@ class EntropyGate(Stage):
         frame = frame.sort("rank")
         if frame.height:
             visible = ctx.visible_mask()
-            rows = np.asarray([ctx.store.idx(m) for m in frame["mem_id"].to_list()])
+            rows = frame_rows(frame, ctx)
             frame = frame.filter(pl.Series(visible[rows]))
         ids = frame["mem_id"].to_list()
         toks = [word_tokens(t) for t in self._texts(frame, ctx)]

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from memlab.memory.lifecycle import days_since, lifecycle_factor
-from memlab.stages.base import QueryContext, Stage, register_stage, rerank, score_column
+from memlab.stages.base import QueryContext, Stage, frame_rows, register_stage, rerank, score_column
 
 _OTHER_SIGNALS: tuple[str, ...] = ("bm25_score", "graph_score", "activation")
 
@@ -78,9 +78,7 @@ class Lifecycle(Stage):
                 f"(columns: {', '.join(frame.columns)})"
             )
         store = ctx.store
-        rows = np.fromiter(
-            (store.idx(m) for m in frame["mem_id"]), dtype=np.int64, count=frame.height
-        )
+        rows = frame_rows(frame, ctx)
         keep = ctx.visible_mask()[rows]
         if "dense_score" in frame.columns:
             dense = frame["dense_score"].cast(pl.Float64).to_numpy()
@@ -103,12 +101,14 @@ class Lifecycle(Stage):
             boost_weight=self.boost_weight,
             decaying_types=tuple(self.decaying_types),
         )
-        out = frame.filter(pl.Series(keep)).with_columns(
-            pl.Series("lifecycle_factor", np.asarray(factor, dtype=np.float64))
+        factor = np.asarray(factor, dtype=np.float64)
+        out = frame if keep.all() else frame[np.flatnonzero(keep)]
+        relevance = out.get_column(self.relevance).cast(pl.Float64).to_numpy()
+        out = out.drop(list(added), strict=False).hstack(
+            [
+                pl.Series("lifecycle_factor", factor, dtype=pl.Float64),
+                pl.Series("effective_score", relevance * factor, dtype=pl.Float64,
+                          nan_to_null=True),
+            ]
         )
-        out = out.with_columns(
-            (pl.col(self.relevance).cast(pl.Float64) * pl.col("lifecycle_factor")).alias(
-                "effective_score"
-            )
-        )
-        return rerank(out, by="effective_score")
+        return rerank(out, by="effective_score", store=store)

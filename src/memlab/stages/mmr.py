@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from memlab.registry import Registry
-from memlab.stages.base import QueryContext, Stage, register_stage, score_column
+from memlab.stages.base import QueryContext, Stage, frame_rows, register_stage, score_column
 
 Similarity = Callable[[np.ndarray], np.ndarray]
 """``(n, dim) vectors -> (n, n) similarity matrix``."""
@@ -112,9 +112,7 @@ class MMR(Stage):
             return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("mmr_score"))
         frame = frame.sort("rank")
         store = ctx.store
-        rows = np.fromiter(
-            (store.idx(m) for m in frame["mem_id"]), dtype=np.int64, count=frame.height
-        )
+        rows = frame_rows(frame, ctx)
         vectors = store.vectors.matrix[rows] * store.vectors.present[rows, None]
         score = frame["score"].cast(pl.Float64)
         lo, hi = score.min(), score.max()
