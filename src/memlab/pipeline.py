@@ -92,7 +92,7 @@ class Parallel(Stage):
         if self.fuse is not None:
             yield self.fuse
 
-    def declared_columns(self) -> dict[str, pl.DataType]:
+    def declared_columns(self) -> dict[str, pl.DataType] | None:
         """The columns any branch or the fusion stage declares."""
         return _declared(self.named_stages())
 
@@ -105,18 +105,24 @@ class Parallel(Stage):
         start = time.perf_counter()
         fused = self.fuse[1].fuse(outs, ctx)
         _record_time(ctx, self.fuse[0], start)
-        declared = {**self.fuse[1].declared_columns()}
+        own = self.fuse[1].declared_columns()
+        declared = None if own is None else dict(own)
         for out in outs:
-            declared.update(_extra_columns(out))
+            if declared is not None:
+                declared.update(_extra_columns(out))
         check_frame(fused, f"stage '{self.fuse[0]}'", declared)
         return fused
 
 
-def _declared(stages: Iterator[tuple[str, Stage]]) -> dict[str, pl.DataType]:
+def _declared(stages: Iterator[tuple[str, Stage]]) -> dict[str, pl.DataType] | None:
+    """The union of the stages' declarations (``None`` if one of them declares nothing)."""
     out: dict[str, pl.DataType] = {}
     for _, stage in stages:
         if not isinstance(stage, (Pipeline, Parallel)):
-            out.update(stage.declared_columns())
+            own = stage.declared_columns()
+            if own is None:
+                return None
+            out.update(own)
     return out
 
 
@@ -136,7 +142,9 @@ def run_step(name: str, stage: Stage, frame: pl.DataFrame, ctx: QueryContext) ->
     out = stage.transform(frame, ctx)
     if not isinstance(stage, (Pipeline, Parallel)):
         _record_time(ctx, name, start)
-    check_frame(out, f"stage '{name}'", {**_extra_columns(frame), **stage.declared_columns()})
+    own = stage.declared_columns()
+    declared = None if own is None else {**_extra_columns(frame), **own}
+    check_frame(out, f"stage '{name}'", declared)
     return out
 
 
@@ -177,7 +185,7 @@ class Pipeline(Stage):
         name = left.name if isinstance(left, Pipeline) else "pipeline"
         return cls(steps=named, name=name)
 
-    def declared_columns(self) -> dict[str, pl.DataType]:
+    def declared_columns(self) -> dict[str, pl.DataType] | None:
         """The columns any stage of the pipeline declares."""
         return _declared(self.named_stages())
 

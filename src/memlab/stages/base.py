@@ -197,7 +197,7 @@ def register_stage(name: str) -> Callable[[S], S]:
     """
 
     def deco(cls: S) -> S:
-        declare_columns(cls.columns, f"stage '{name}'")
+        declare_columns(cls.columns or (), f"stage '{name}'")
         STAGES.register(name)(cls)
         cls.stage_name = name
         return cls
@@ -260,9 +260,10 @@ class Stage:
     """
 
     stage_name: ClassVar[str] = ""
-    columns: ClassVar[tuple[Column, ...]] = ()
-    """The columns this stage adds to the frame it returns (its declared outputs). A pipeline
-    checks every stage's output against the columns of its input plus these."""
+    columns: ClassVar[tuple[Column, ...] | None] = None
+    """The columns this stage adds to the frame it returns (its declared outputs; ``()`` adds
+    none). A pipeline checks every stage's output against the columns of its input plus these.
+    A stage that declares nothing (``None``) is checked against every registered declaration."""
     cacheable: ClassVar[bool] = False
     """True when the output depends only on the query, the memories written and which of them
     are visible (not on access counts or the clock): a replay may then share it between
@@ -351,8 +352,11 @@ class Stage:
     def __call__(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         return self.transform(frame, ctx)
 
-    def declared_columns(self) -> dict[str, pl.DataType]:
-        """``name -> dtype`` of the columns this stage may add (:attr:`columns`)."""
+    def declared_columns(self) -> dict[str, pl.DataType] | None:
+        """``name -> dtype`` of the columns this stage may add (:attr:`columns`); ``None``
+        when the stage declares nothing."""
+        if self.columns is None:
+            return None
         return {c.name: c.dtype for c in self.columns}
 
     def __rshift__(self, other: Stage) -> Stage:
