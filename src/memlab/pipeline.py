@@ -2,7 +2,9 @@
 
 A pipeline is a list of named steps run in order; a :class:`Parallel` step runs named branches on
 the same input and merges them with a fusion stage (e.g. ``rrf``). Stage names are unique across
-the whole pipeline, so ``set_params(rrf__k=30)`` reaches the ``rrf`` stage wherever it sits.
+the whole pipeline, so ``set_params(rrf__k=30)`` reaches the ``rrf`` stage wherever it sits. Each
+stage's output is checked against the columns of its input plus the columns the stage declares
+(:attr:`Stage.columns`): the vocabulary is open, each stage brings its own.
 
 Configuration files (``eval/configs/NAME.toml``)::
 
@@ -42,6 +44,7 @@ import polars as pl
 
 from memlab.io import atomic_write_text
 from memlab.stages.base import (
+    CANDIDATE_SCHEMA,
     FusionStage,
     QueryContext,
     Stage,
@@ -92,6 +95,10 @@ class Parallel(Stage):
         if self.fuse is not None:
             yield self.fuse
 
+    def declared_columns(self) -> dict[str, pl.DataType] | None:
+        """The columns any branch or the fusion stage declares."""
+        return _declared(self.named_stages())
+
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         if self.fuse is None:
             raise ValueError("a parallel step needs a fusion stage (fuse=)")
@@ -101,8 +108,30 @@ class Parallel(Stage):
         start = time.perf_counter()
         fused = self.fuse[1].fuse(outs, ctx)
         _record_time(ctx, self.fuse[0], start)
-        check_frame(fused, f"stage '{self.fuse[0]}'")
+        own = self.fuse[1].declared_columns()
+        declared = None if own is None else dict(own)
+        for out in outs:
+            if declared is not None:
+                declared.update(_extra_columns(out))
+        check_frame(fused, f"stage '{self.fuse[0]}'", declared)
         return fused
+
+
+def _declared(stages: Iterator[tuple[str, Stage]]) -> dict[str, pl.DataType] | None:
+    """The union of the stages' declarations (``None`` if one of them declares nothing)."""
+    out: dict[str, pl.DataType] = {}
+    for _, stage in stages:
+        if not isinstance(stage, (Pipeline, Parallel)):
+            own = stage.declared_columns()
+            if own is None:
+                return None
+            out.update(own)
+    return out
+
+
+def _extra_columns(frame: pl.DataFrame) -> dict[str, pl.DataType]:
+    """The stage columns of ``frame`` with their types."""
+    return {c: t for c, t in frame.schema.items() if c not in CANDIDATE_SCHEMA}
 
 
 def _record_time(ctx: QueryContext, name: str, start: float) -> None:
@@ -121,7 +150,9 @@ def run_step(name: str, stage: Stage, frame: pl.DataFrame, ctx: QueryContext) ->
         raise stage_error(name, stage, ctx.qid, exc) from exc
     if not isinstance(stage, (Pipeline, Parallel)):
         _record_time(ctx, name, start)
-    check_frame(out, f"stage '{name}'")
+    own = stage.declared_columns()
+    declared = None if own is None else {**_extra_columns(frame), **own}
+    check_frame(out, f"stage '{name}'", declared)
     return out
 
 
@@ -161,6 +192,10 @@ class Pipeline(Stage):
             named.append((name if used[name] == 1 else f"{name}_{used[name]}", stage))
         name = left.name if isinstance(left, Pipeline) else "pipeline"
         return cls(steps=named, name=name)
+
+    def declared_columns(self) -> dict[str, pl.DataType] | None:
+        """The columns any stage of the pipeline declares."""
+        return _declared(self.named_stages())
 
     def named_stages(self) -> Iterator[tuple[str, Stage]]:
         """Every named stage, depth first (parallel groups and their branches included)."""

@@ -4,7 +4,8 @@ import polars as pl
 import pytest
 
 from memlab.stages.base import CANDIDATE_SCHEMA, rerank
-from memlab.stages.combsum import CombSUM, normalize
+from memlab.stages.combsum import CombSUM
+from memlab.stages.normalization import get_normalization
 
 
 def ranked(qid, pairs, column):
@@ -25,10 +26,10 @@ def test_normalizers():
     import numpy as np
 
     v = np.array([1.0, 2.0, 3.0])
-    assert normalize(v, "minmax").tolist() == [0.0, 0.5, 1.0]
+    assert get_normalization("minmax")(v).tolist() == [0.0, 0.5, 1.0]
     sd = math.sqrt(2 / 3)
-    assert normalize(v, "zscore").tolist() == pytest.approx([-1 / sd, 0.0, 1 / sd])
-    assert normalize(np.array([4.0, 4.0]), "zscore").tolist() == [0.0, 0.0]
+    assert get_normalization("zscore")(v).tolist() == pytest.approx([-1 / sd, 0.0, 1 / sd])
+    assert get_normalization("zscore")(np.array([4.0, 4.0])).tolist() == [0.0, 0.0]
 
 
 def test_minmax_combsum_over_the_union_with_missing_zero(make_ctx):

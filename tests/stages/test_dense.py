@@ -28,7 +28,7 @@ def test_exact_ranks_every_visible_memory_by_cosine(store, make_ctx) -> None:
     np.testing.assert_allclose(out["dense_score"].to_numpy(), [s for _, s in want], atol=1e-6)
     assert out["score"].to_list() == out["dense_score"].to_list()
     assert out["rank"].to_list() == list(range(1, len(want) + 1))
-    assert list(out.columns) == [*CANDIDATE_SCHEMA, "dense_score"]
+    assert list(out.columns) == [*CANDIDATE_SCHEMA, "row", "dense_score"]
     assert "acme-stack-1" not in out["mem_id"].to_list()  # superseded
 
 

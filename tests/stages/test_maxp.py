@@ -34,7 +34,7 @@ def test_a_memory_scores_as_its_best_sentence(now: float) -> None:
     ctx = QueryContext("q", "Rome trip", store, now, embedder=emb)
     out = MaxP(top_k=None).transform(empty_candidates(), ctx)
     check_frame(out, "maxp")
-    assert list(out.columns) == [*CANDIDATE_SCHEMA, "maxp_score"]
+    assert list(out.columns) == [*CANDIDATE_SCHEMA, "row", "maxp_score"]
     q = _unit(emb.embed(["Rome trip"])[0])
     sentences = emb.embed(["Hello friend.", "The Rome trip was great.", "Billing moved to Stripe"])
     cos = [float(_unit(v) @ q) for v in sentences]

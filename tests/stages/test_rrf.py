@@ -60,7 +60,7 @@ def test_weights_and_k(ctx: QueryContext) -> None:
         {"a": 2.0 / (10 + 1) + 0.5 / (10 + 2), "b": 2.0 / (10 + 2) + 0.5 / (10 + 1)}, rel=1e-15
     )
     assert out["mem_id"].to_list() == ["a", "b"]
-    with pytest.raises(ValueError, match="1 weights for 2 ranked lists"):
+    with pytest.raises(ValueError, match="1 weights for 2 lists"):
         RRF(weights=(1.0,)).fuse([dense, bm25], ctx)
 
 

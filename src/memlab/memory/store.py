@@ -288,6 +288,9 @@ class MemoryStore:
         self.vectors = ExactIndex()
         self._records: list[MemoryRecord] = []
         self._index: dict[str, int] = {}
+        self._id_column = pl.Series("mem_id", [], dtype=pl.String)
+        self._id_frame = pl.DataFrame(schema={"mem_id": pl.String, "row": pl.Int64})
+        self._id_rank = np.zeros(0, dtype=np.int64)
         self._cols = _Columns()
         self._clients: dict[str, int] = {}
         self._dedup: dict[tuple[str, str, str, str], int] = {}
@@ -529,7 +532,54 @@ class MemoryStore:
                 raise IndexError(
                     f"field 'rows' holds a row outside 0..{len(self._records) - 1}"
                 )
-        return [self._records[int(i)].id for i in arr.reshape(-1)]
+        return self.id_frame()[np.asarray(rows, dtype=np.int64)].get_column("mem_id").to_list()
+
+    def id_column(self) -> pl.Series:
+        """Every memory id in row order as a polars ``String`` Series named ``mem_id``.
+
+        Kept between calls and extended with the rows written since, so that
+        ``id_column().gather(rows)`` maps store rows to ids without a Python loop.
+        """
+        n = len(self._records)
+        col = self._id_column
+        if len(col) != n:
+            new = pl.Series("mem_id", [r.id for r in self._records[len(col) :]], dtype=pl.String)
+            col = pl.concat([col, new], rechunk=col.n_chunks() >= 16)
+            self._id_column = col
+        return col
+
+    def id_frame(self) -> pl.DataFrame:
+        """``mem_id, row`` of every memory in row order (cached): ``id_frame()[rows]`` maps
+        rows to ids with one frame gather."""
+        n = len(self._records)
+        if self._id_frame.height != n:
+            self._id_frame = pl.DataFrame(
+                [self.id_column(), pl.Series("row", np.arange(n, dtype=np.int64))]
+            )
+        return self._id_frame
+
+    def id_sort_keys(self, rows: np.ndarray) -> np.ndarray:
+        """Integer keys of the rows' memory ids that sort as the ids do (``int64``).
+
+        The rank of every id among all ids, computed once per store size (one string sort of
+        the ids after writes, none between them), so that candidates are ranked with
+        ``np.lexsort`` on integers instead of a string sort per query.
+        """
+        n = len(self._records)
+        if len(self._id_rank) != n:
+            ids = np.asarray(self.ids, dtype=str)
+            rank = np.empty(n, dtype=np.int64)
+            rank[np.argsort(ids, kind="stable")] = np.arange(n, dtype=np.int64)
+            self._id_rank = rank
+        return self._id_rank[np.asarray(rows, dtype=np.int64)]
+
+    def rows_of(self, memory_ids: Sequence[str] | pl.Series) -> np.ndarray:
+        """Store rows of memory ids, in order (``int64``; raises :class:`UnknownMemoryError`)."""
+        ids = memory_ids.to_list() if isinstance(memory_ids, pl.Series) else list(memory_ids)
+        try:
+            return np.fromiter(map(self._index.__getitem__, ids), dtype=np.int64, count=len(ids))
+        except KeyError as error:
+            raise UnknownMemoryError(f"unknown memory id {error.args[0]!r}") from None
 
     @property
     def texts(self) -> list[str]:
@@ -1469,6 +1519,9 @@ class MemoryStore:
         self._records = []
         self._index = {}
         self._cols = _Columns()
+        self._id_column = pl.Series("mem_id", [], dtype=pl.String)
+        self._id_frame = pl.DataFrame(schema={"mem_id": pl.String, "row": pl.Int64})
+        self._id_rank = np.zeros(0, dtype=np.int64)
         self._clients = {}
         self._dedup = {}
         self._by_key = {}

@@ -42,28 +42,11 @@ CANDIDATE_SCHEMA: dict[str, pl.DataType] = {
 }
 """The columns every candidate frame has, in this order."""
 
-STAGE_COLUMNS: dict[str, pl.DataType] = {
-    "dense_score": pl.Float64(),
-    "maxp_score": pl.Float64(),
-    "bm25_score": pl.Float64(),
-    "graph_score": pl.Float64(),
-    "rrf_score": pl.Float64(),
-    "combsum_score": pl.Float64(),
-    "neighbor_score": pl.Float64(),
-    "activation": pl.Float64(),
-    "lifecycle_factor": pl.Float64(),
-    "effective_score": pl.Float64(),
-    "mmr_score": pl.Float64(),
-    "entropy": pl.Float64(),
-    "redundancy": pl.Float64(),
-    "tokens": pl.Int64(),
-    "crag_score": pl.Float64(),
-    "crag_action": pl.String(),
-    "low_confidence": pl.Boolean(),
-    "text": pl.String(),
-    "source": pl.String(),
-}
-"""The optional columns stages may add (the vocabulary is fixed: no other columns)."""
+ROW_COLUMN = "row"
+"""Optional column: the candidate's store row (``Int64``). Retrievers write it and every stage
+carries it, so that later stages index the store's columns with it instead of looking memory ids
+up one by one; a frame without it (one built by hand) is looked up once, vectorised
+(:func:`frame_rows`)."""
 
 
 def score_columns() -> set[str]:
@@ -71,81 +54,52 @@ def score_columns() -> set[str]:
     return {"score"} | {n for n, t in STAGE_COLUMNS.items() if t == pl.Float64()}
 
 
-def empty_candidates(extra: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
-    """An empty candidate frame (with optional extra stage columns)."""
-    return pl.DataFrame(schema={**CANDIDATE_SCHEMA, **(extra or {})})
+@dataclass(frozen=True)
+class Column:
+    """A column a stage adds to the candidate frame (PyTerrier-style declared outputs).
 
-
-def rerank(frame: pl.DataFrame, by: str = "score") -> pl.DataFrame:
-    """Sort by ``by`` descending (ties: ``mem_id`` ascending), copy it to ``score``, set ``rank``.
-
-    The tie-break makes every ranking deterministic.
+    Attributes:
+        name: Column name.
+        dtype: Its polars type.
+        signal: True when it is a ranking signal (a score) that later stages may read and that
+            fusion carries; False for annotations (``text``, ``crag_action`` …).
+        description: One line for documentation.
     """
-    if frame.height == 0:
-        return frame
-    out = frame.with_columns(pl.col(by).cast(pl.Float64).alias("score")).sort(
-        ["score", "mem_id"], descending=[True, False], nulls_last=True
-    )
-    return out.with_columns(pl.int_range(1, out.height + 1, dtype=pl.Int64).alias("rank"))
+
+    name: str
+    dtype: pl.DataType
+    signal: bool = True
+    description: str = ""
 
 
-def candidates_from_rows(
-    ctx: QueryContext,
-    rows: np.ndarray,
-    scores: np.ndarray,
-    column: str,
-    *,
-    top_k: int | None = None,
-) -> pl.DataFrame:
-    """Build a ranked candidate frame from store rows and their scores.
-
-    Args:
-        ctx: The query context (for ``qid`` and the store).
-        rows: Store row indices.
-        scores: One score per row; the frame is ranked by it (ties by ``mem_id``).
-        column: The stage column that also keeps the score (e.g. ``"dense_score"``).
-        top_k: Keep the best ``top_k`` only.
-    """
-    rows = np.asarray(rows, dtype=np.int64)
-    scores = np.asarray(scores, dtype=np.float64)
-    ids = ctx.store.ids_of(rows)
-    frame = pl.DataFrame(
-        {
-            "qid": [ctx.qid] * len(rows),
-            "mem_id": ids,
-            "score": scores,
-            "rank": np.zeros(len(rows), dtype=np.int64),
-            column: scores,
-        },
-        schema={**CANDIDATE_SCHEMA, column: STAGE_COLUMNS[column]},
-    )
-    frame = rerank(frame)
-    if top_k is not None:
-        frame = frame.head(top_k)
-    return frame
+def score_column(name: str, description: str = "") -> Column:
+    """A ``Float64`` ranking-signal column."""
+    return Column(name, pl.Float64(), True, description)
 
 
-def check_frame(frame: pl.DataFrame, where: str) -> None:
-    """Raise ``TypeError`` if ``frame`` breaks the column vocabulary."""
-    for name, dtype in CANDIDATE_SCHEMA.items():
-        if name not in frame.schema:
-            raise TypeError(f"{where}: candidate frame lacks column '{name}'")
-        if frame.schema[name] != dtype:
+COLUMNS: dict[str, Column] = {ROW_COLUMN: Column(ROW_COLUMN, pl.Int64(), False, "store row")}
+"""Every column declared by a registered stage (filled by :func:`register_stage`), plus
+``row``. Two stages may declare the same column only with the same type."""
+
+STAGE_COLUMNS: dict[str, pl.DataType] = {ROW_COLUMN: pl.Int64()}
+"""``name -> dtype`` view of :data:`COLUMNS`: the vocabulary a frame is checked against when
+no pipeline declares a narrower one."""
+
+
+def declare_columns(columns: Sequence[Column], owner: str) -> None:
+    """Add column declarations to :data:`COLUMNS` (``TypeError`` on a type clash)."""
+    for col in columns:
+        known = COLUMNS.get(col.name)
+        if known is not None and known.dtype != col.dtype:
             raise TypeError(
-                f"{where}: column '{name}' has type {frame.schema[name]}, expected {dtype}"
+                f"{owner}: column '{col.name}' is declared as {col.dtype}, but another stage "
+                f"declared it as {known.dtype}"
             )
-    for name, dtype in frame.schema.items():
-        if name in CANDIDATE_SCHEMA:
-            continue
-        if name not in STAGE_COLUMNS:
-            raise TypeError(
-                f"{where}: column '{name}' is not in the stage vocabulary "
-                f"({', '.join(STAGE_COLUMNS)})"
-            )
-        if dtype != STAGE_COLUMNS[name] and dtype != pl.Null():
-            raise TypeError(
-                f"{where}: column '{name}' has type {dtype}, expected {STAGE_COLUMNS[name]}"
-            )
+        if col.name in CANDIDATE_SCHEMA:
+            raise TypeError(f"{owner}: column '{col.name}' is a fixed candidate column")
+        if known is None:
+            COLUMNS[col.name] = col
+            STAGE_COLUMNS[col.name] = col.dtype
 
 
 @dataclass
@@ -186,22 +140,35 @@ class QueryContext:
     trace: dict[str, Any] = field(default_factory=dict)
     context_text: str | None = None
     principal: Principal | None = None
+    _visible: dict[Any, np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def visible_mask(self, *, relaxed: bool = False) -> np.ndarray:
         """The store rows this query may see.
 
         ``relaxed`` drops the client scope and ``at_time``; the principal's namespaces always
-        apply.
+        apply. Computed once per store state and query (every stage of a pipeline asks for it)
+        and returned read-only.
         """
+        key = (relaxed, len(self.store), self.store.version, self.principal)
+        hit = self._visible.get(key)
+        if hit is not None:
+            return hit
         if relaxed:
-            return self.store.visible_mask(now=self.now, principal=self.principal)
-        return self.store.visible_mask(
-            client_id=self.client_id,
-            at_time=self.at_time,
-            include_superseded=self.include_superseded,
-            now=self.now,
-            principal=self.principal,
-        )
+            mask = self.store.visible_mask(now=self.now, principal=self.principal)
+        else:
+            mask = self.store.visible_mask(
+                client_id=self.client_id,
+                at_time=self.at_time,
+                include_superseded=self.include_superseded,
+                now=self.now,
+                principal=self.principal,
+            )
+        mask.flags.writeable = False
+        self._visible.clear()
+        self._visible[key] = mask
+        return mask
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed texts with the context's embedder, cached by (model, text) for the experiment."""
@@ -238,9 +205,13 @@ S = TypeVar("S", bound="type[Stage]")
 
 
 def register_stage(name: str) -> Callable[[S], S]:
-    """Class decorator: register a stage under ``name`` (used by configuration files)."""
+    """Class decorator: register a stage under ``name`` (used by configuration files).
+
+    The class's declared :attr:`Stage.columns` join the vocabulary (:data:`COLUMNS`).
+    """
 
     def deco(cls: S) -> S:
+        declare_columns(cls.columns or (), f"stage '{name}'")
         STAGES.register(name)(cls)
         cls.stage_name = name
         return cls
@@ -409,6 +380,10 @@ class Stage:
     """Parameter name → admissible constraints (:mod:`memlab.stages.constraints`), checked
     after ``__init__``, in :meth:`set_params` (so in :meth:`clone`) and when a configuration
     is loaded."""
+    columns: ClassVar[tuple[Column, ...] | None] = None
+    """The columns this stage adds to the frame it returns (its declared outputs; ``()`` adds
+    none). A pipeline checks every stage's output against the columns of its input plus these.
+    A stage that declares nothing (``None``) is checked against every registered declaration."""
     cacheable: ClassVar[bool] = False
     """True when the output depends only on the query, the memories written and which of them
     are visible (not on access counts or the clock): a replay may then share it between
@@ -525,6 +500,13 @@ class Stage:
     def __call__(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         return self.transform(frame, ctx)
 
+    def declared_columns(self) -> dict[str, pl.DataType] | None:
+        """``name -> dtype`` of the columns this stage may add (:attr:`columns`); ``None``
+        when the stage declares nothing."""
+        if self.columns is None:
+            return None
+        return {c.name: c.dtype for c in self.columns}
+
     def __rshift__(self, other: Stage) -> Stage:
         from memlab.pipeline import Pipeline
 
@@ -538,12 +520,328 @@ def _same(a: Any, b: Any) -> bool:
         return a is b
 
 
+
+def empty_candidates(extra: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
+    """An empty candidate frame (with optional extra stage columns)."""
+    return pl.DataFrame(schema={**CANDIDATE_SCHEMA, **(extra or {})})
+
+
+def rerank(
+    frame: pl.DataFrame,
+    by: str = "score",
+    top_k: int | None = None,
+    store: MemoryStore | None = None,
+) -> pl.DataFrame:
+    """Sort by ``by`` descending (ties: ``mem_id`` ascending), copy it to ``score``, set ``rank``.
+
+    The tie-break makes every ranking deterministic. ``top_k`` keeps the best ones only. Given
+    the ``store`` and a frame with a complete ``row`` column, the order is computed with numpy
+    on integer id keys (:meth:`MemoryStore.id_sort_keys`) and applied with one gather.
+    """
+    if frame.height == 0:
+        return frame if top_k is None else frame.head(top_k)
+    score = frame.get_column(by)
+    if by != "score" or score.dtype != pl.Float64:
+        frame = frame.clone()
+        frame.replace_column(frame.get_column_index("score"), score.cast(pl.Float64).alias("score"))
+    rows = frame.get_column(ROW_COLUMN) if ROW_COLUMN in frame.columns else None
+    if store is not None and rows is not None and rows.null_count() == 0:
+        values = frame.get_column("score").to_numpy()
+        order = np.lexsort((store.id_sort_keys(rows.to_numpy()), -values))
+        out = frame[order if top_k is None else order[:top_k]]
+    else:
+        out = frame.sort(["score", "mem_id"], descending=[True, False], nulls_last=True)
+        if top_k is not None:
+            out = out.head(top_k)
+    out.replace_column(
+        out.get_column_index("rank"), pl.Series("rank", np.arange(1, out.height + 1))
+    )
+    return out
+
+
+def frame_rows(frame: pl.DataFrame, ctx: QueryContext) -> np.ndarray:
+    """The store row of every candidate, in frame order (``int64``).
+
+    Read from the ``row`` column when the frame carries it complete, else looked up once for
+    the whole frame (:meth:`MemoryStore.rows_of`).
+    """
+    if ROW_COLUMN in frame.columns:
+        col = frame[ROW_COLUMN]
+        if col.null_count() == 0 and col.dtype == pl.Int64:
+            return col.to_numpy()
+    return ctx.store.rows_of(frame["mem_id"])
+
+
+def ranked_frame(
+    ctx: QueryContext,
+    rows: np.ndarray | None,
+    scores: np.ndarray,
+    columns: dict[str, pl.Series | np.ndarray] | None = None,
+    *,
+    top_k: int | None = None,
+    ids: pl.Series | None = None,
+) -> pl.DataFrame:
+    """A ranked candidate frame built from arrays: ``qid, mem_id, score, rank, row`` + columns.
+
+    Sorted by ``scores`` descending, ties by ``mem_id`` (as :func:`rerank`), cut to ``top_k``.
+
+    Args:
+        ctx: The query context (``qid``, the store).
+        rows: Store rows (``None`` when unknown: then ``ids`` is required and the frame has no
+            ``row`` column).
+        scores: One score per candidate.
+        columns: Extra columns, aligned with the candidates.
+        top_k: Keep the best ``top_k`` only.
+        ids: The candidates' memory ids (default: looked up from ``rows``).
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    n = len(scores)
+    if ids is None:
+        if rows is None:
+            raise ValueError("ranked_frame: give rows or ids")
+        rows = np.asarray(rows, dtype=np.int64)
+        ids = ctx.store.id_frame()[rows].get_column("mem_id")
+    series = [
+        pl.Series("qid", np.full(n, ctx.qid, dtype=object), dtype=pl.String),
+        ids.alias("mem_id"),
+        pl.Series("score", scores, dtype=pl.Float64),
+        pl.Series("rank", np.zeros(n, dtype=np.int64)),
+    ]
+    if rows is not None:
+        series.append(pl.Series(ROW_COLUMN, np.asarray(rows, dtype=np.int64)))
+    for name, values in (columns or {}).items():
+        series.append(values.alias(name) if isinstance(values, pl.Series)
+                      else pl.Series(name, np.asarray(values)))
+    return rerank(pl.DataFrame(series), top_k=top_k, store=ctx.store if rows is not None else None)
+
+
+def candidates_from_rows(
+    ctx: QueryContext,
+    rows: np.ndarray,
+    scores: np.ndarray,
+    column: str,
+    *,
+    top_k: int | None = None,
+) -> pl.DataFrame:
+    """Build a ranked candidate frame from store rows and their scores.
+
+    Args:
+        ctx: The query context (for ``qid`` and the store).
+        rows: Store row indices.
+        scores: One score per row; the frame is ranked by it (ties by ``mem_id``).
+        column: The stage column that also keeps the score (e.g. ``"dense_score"``).
+        top_k: Keep the best ``top_k`` only.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    dtype = STAGE_COLUMNS.get(column, pl.Float64())
+    return ranked_frame(
+        ctx, rows, scores, {column: pl.Series(column, scores, dtype=dtype)}, top_k=top_k
+    )
+
+
+def check_frame(
+    frame: pl.DataFrame, where: str, declared: dict[str, pl.DataType] | None = None
+) -> None:
+    """Raise ``TypeError`` if ``frame`` has a column nobody declared, or a wrong type.
+
+    Args:
+        frame: A candidate frame.
+        where: Names the stage in the message.
+        declared: The columns allowed besides the fixed ones and ``row`` (a pipeline passes
+            the columns of the stage's input plus the stage's declarations); ``None`` checks
+            against every registered stage's declarations (:data:`STAGE_COLUMNS`).
+    """
+    for name, dtype in CANDIDATE_SCHEMA.items():
+        if name not in frame.schema:
+            raise TypeError(f"{where}: candidate frame lacks column '{name}'")
+        if frame.schema[name] != dtype:
+            raise TypeError(
+                f"{where}: column '{name}' has type {frame.schema[name]}, expected {dtype}"
+            )
+    vocabulary = STAGE_COLUMNS if declared is None else {ROW_COLUMN: pl.Int64(), **declared}
+    for name, dtype in frame.schema.items():
+        if name in CANDIDATE_SCHEMA:
+            continue
+        if name not in vocabulary:
+            raise TypeError(
+                f"{where}: column '{name}' is not declared by this stage or an earlier one "
+                f"(declared: {', '.join(vocabulary)})"
+            )
+        expected = vocabulary[name]
+        if dtype != expected and dtype != pl.Null() and expected != pl.Null():
+            raise TypeError(f"{where}: column '{name}' has type {dtype}, expected {expected}")
+
+
+# ---------------------------------------------------------------------------- fusion
+@dataclass
+class FusedLists:
+    """The ranked lists one query's fusion merges, aligned on their union (ranx's runs).
+
+    Attributes:
+        ids: Memory ids of the union, one per candidate found by any list.
+        rows: Their store rows (``None`` when an input frame has no ``row`` column and names
+            memories the store does not know, e.g. a frame built by hand).
+        scores: ``(n_lists, n)`` incoming ``score`` of each candidate in each list (NaN where
+            the list does not contain it).
+        ranks: ``(n_lists, n)`` incoming ``rank`` (NaN where absent).
+        present: ``(n_lists, n)``: which list contains which candidate.
+        positions: Per list, the union position of each of its rows (frame order).
+    """
+
+    ids: pl.Series
+    rows: np.ndarray | None
+    scores: np.ndarray
+    ranks: np.ndarray
+    present: np.ndarray
+    positions: list[np.ndarray]
+
+    @property
+    def n_lists(self) -> int:
+        """How many lists are fused."""
+        return len(self.positions)
+
+    @property
+    def size(self) -> int:
+        """How many candidates the union has."""
+        return len(self.ids)
+
+    @property
+    def counts(self) -> np.ndarray:
+        """In how many lists each candidate appears."""
+        return self.present.sum(axis=0)
+
+    @property
+    def list_sizes(self) -> np.ndarray:
+        """How many candidates each list has."""
+        return self.present.sum(axis=1)
+
+    def weights(self, weights: Sequence[float] | None, where: str) -> np.ndarray:
+        """One weight per list (``None`` = all 1.0); ``ValueError`` on a count mismatch."""
+        if weights is None:
+            return np.ones(self.n_lists, dtype=np.float64)
+        if len(weights) != self.n_lists:
+            raise ValueError(f"{where}: {len(weights)} weights for {self.n_lists} lists")
+        return np.asarray([float(w) for w in weights], dtype=np.float64)
+
+    def normalized(self, method: str) -> np.ndarray:
+        """``(n_lists, n)`` scores normalised per list over that list's own candidates
+        (:data:`memlab.stages.normalization.NORMALIZATIONS`); 0 where a list lacks one."""
+        from memlab.stages.normalization import get_normalization
+
+        norm = get_normalization(method)
+        out = np.zeros_like(self.scores)
+        for i in range(self.n_lists):
+            have = self.present[i]
+            if have.any():
+                # a list's own order: by incoming rank
+                pos = np.flatnonzero(have)
+                pos = pos[np.argsort(self.ranks[i, pos], kind="stable")]
+                out[i, pos] = norm(self.scores[i, pos])
+        return out
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[pl.DataFrame], ctx: QueryContext) -> FusedLists:
+        """Align candidate frames on the union of their store rows (of their memory ids when
+        a frame carries no ``row`` column and the store does not know its ids)."""
+        rows: np.ndarray | None
+        try:
+            row_lists = [frame_rows(f, ctx) if f.height else np.zeros(0, np.int64)
+                         for f in frames]
+        except KeyError:
+            all_ids = pl.concat([f["mem_id"] for f in frames])
+            union_ids, inverse = np.unique(all_ids.to_numpy().astype(str), return_inverse=True)
+            ids, rows = pl.Series("mem_id", union_ids.tolist(), dtype=pl.String), None
+        else:
+            rows, inverse = np.unique(np.concatenate(row_lists), return_inverse=True)
+            ids = ctx.store.id_frame()[rows].get_column("mem_id")
+        n, n_lists = len(ids), len(frames)
+        scores = np.full((n_lists, n), np.nan)
+        ranks = np.full((n_lists, n), np.nan)
+        present = np.zeros((n_lists, n), dtype=bool)
+        positions = []
+        start = 0
+        for i, f in enumerate(frames):
+            pos = inverse[start : start + f.height]
+            start += f.height
+            positions.append(pos)
+            if f.height:
+                scores[i, pos] = f["score"].to_numpy()
+                ranks[i, pos] = f["rank"].to_numpy()
+                present[i, pos] = True
+        return cls(ids, rows, scores, ranks, present, positions)
+
+    def carried(self, frames: Sequence[pl.DataFrame], skip: Sequence[str]) -> dict[str, pl.Series]:
+        """The stage columns of the input frames on the union: each candidate takes the first
+        non-null value in list order."""
+        names: dict[str, None] = {}
+        for f in frames:
+            for c in f.columns:
+                if c not in CANDIDATE_SCHEMA and c != ROW_COLUMN and c not in skip:
+                    names.setdefault(c)
+        out: dict[str, pl.Series] = {}
+        for name in names:
+            dtype = STAGE_COLUMNS.get(name)
+            if dtype is None:
+                dtype = next(
+                    (f.schema[name] for f in frames if name in f.columns
+                     and f.schema[name] != pl.Null()), pl.Null()
+                )
+            if dtype == pl.Float64():
+                values = np.full(self.size, np.nan)
+                for f, pos in reversed(list(zip(frames, self.positions, strict=True))):
+                    if name in f.columns and f.height:
+                        col = f.get_column(name).to_numpy().astype(np.float64, copy=False)
+                        ok = ~np.isnan(col)
+                        values[pos[ok]] = col[ok]
+                out[name] = pl.Series(name, values, dtype=pl.Float64, nan_to_null=True)
+                continue
+            src = np.full(self.size, -1, dtype=np.int64)
+            pieces, offset = [], 0
+            for f, pos in zip(frames, self.positions, strict=True):
+                if name not in f.columns or f.height == 0:
+                    continue
+                col = f[name]
+                valid = col.is_not_null().to_numpy()
+                at = pos[valid]
+                idx = np.flatnonzero(valid) + offset
+                unset = src[at] < 0
+                src[at[unset]] = idx[unset]
+                pieces.append(col.cast(dtype))
+                offset += f.height
+            pieces.append(pl.Series(name, [None], dtype=dtype))
+            values = pl.concat(pieces, rechunk=True)
+            out[name] = values.gather(np.where(src < 0, offset, src)).alias(name)
+        return out
+
+
 class FusionStage(Stage):
-    """A stage that merges the candidate frames of parallel branches."""
+    """A stage that merges the candidate frames of parallel branches (ranx's ``fuse``).
+
+    The base class owns the union of the lists (:class:`FusedLists`, aligned on store rows),
+    carries every branch's columns onto the union (first non-null value in list order), writes
+    the fused score to :attr:`score_name` and re-ranks (ties by ``mem_id``), keeping ``top_k``
+    when the stage has that parameter. A fusion method writes only :meth:`combine`.
+    """
+
+    score_name: ClassVar[str] = ""
+    """The column the fused score is written to (also declared in :attr:`columns`)."""
+
+    def combine(self, lists: FusedLists) -> np.ndarray:
+        """The fused score of every candidate of the union (override)."""
+        raise NotImplementedError
 
     def fuse(self, frames: list[pl.DataFrame], ctx: QueryContext) -> pl.DataFrame:
-        """Merge several ranked candidate frames into one (override)."""
-        raise NotImplementedError
+        """Merge several ranked candidate frames into one."""
+        name = self.score_name or f"{self.stage_name}_score"
+        lists = FusedLists.from_frames(frames, ctx)
+        fused = np.asarray(self.combine(lists), dtype=np.float64)
+        if lists.size == 0:
+            return empty_candidates({ROW_COLUMN: pl.Int64(), name: pl.Float64()})
+        columns: dict[str, pl.Series | np.ndarray] = {name: fused}
+        columns.update(lists.carried(frames, skip=(name,)))
+        return ranked_frame(
+            ctx, lists.rows, fused, columns, top_k=getattr(self, "top_k", None), ids=lists.ids
+        )
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         return self.fuse([frame], ctx)

@@ -41,6 +41,7 @@ from memlab.stages.base import (
     candidates_from_rows,
     empty_candidates,
     register_stage,
+    score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Real, is_regex
 from memlab.stages.dense import top_rows
@@ -117,6 +118,8 @@ class BM25(Stage):
         "query_stopwords": [Options(str, STOPWORDS), None],
         "statistics": [Options(str, _STATISTICS)],
     }
+
+    columns = (score_column("bm25_score", "BM25 score"),)
 
     def __init__(
         self,

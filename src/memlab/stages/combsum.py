@@ -8,9 +8,11 @@ activation) — then summed with weights::
     combsum(d) = Σ_i w_i · norm_i(s_i(d)),  d ∈ U
 
 ``normalization``: ``"zscore"`` ((s - mean) / std over ``U``), ``"minmax"`` ((s - min) /
-(max - min)) or ``"none"``. A constant list contributes 0 under both normalisations. Unlike RRF,
-CombSUM keeps how far apart the scores are, which matters when one list separates the candidates
-sharply and another barely does.
+(max - min)) or ``"none"`` (:mod:`memlab.stages.normalization`). A constant
+list contributes 0 under both normalisations. Unlike RRF, CombSUM keeps how far apart the scores
+are, which matters when one list separates the candidates sharply and another barely does.
+Normalising over the union (rather than over each list's own candidates, as ranx's ``wsum``
+does, :mod:`memlab.stages.wsum`) lets ``missing_value`` say what absence means.
 """
 
 from __future__ import annotations
@@ -19,32 +21,17 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-import polars as pl
 
 from memlab.stages.base import (
-    CANDIDATE_SCHEMA,
+    FusedLists,
     FusionStage,
-    QueryContext,
-    empty_candidates,
     register_stage,
-    rerank,
+    score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Real, SequenceOf
+from memlab.stages.normalization import get_normalization
 
 _NORMALIZERS = ("zscore", "minmax", "none")
-
-
-def normalize(values: np.ndarray, method: str) -> np.ndarray:
-    """Normalise one list's scores (see the module docstring)."""
-    if method == "none":
-        return values
-    if method == "zscore":
-        std = float(values.std())
-        return np.zeros_like(values) if std == 0.0 else (values - values.mean()) / std
-    if method == "minmax":
-        span = float(values.max() - values.min()) if len(values) else 0.0
-        return np.zeros_like(values) if span == 0.0 else (values - values.min()) / span
-    raise ValueError(f"combsum: normalization must be one of {', '.join(_NORMALIZERS)}")
 
 
 @register_stage("combsum")
@@ -59,6 +46,8 @@ class CombSUM(FusionStage):
     """
 
     cacheable = True
+    score_name = "combsum_score"
+    columns = (score_column("combsum_score", "weighted sum of normalised scores"),)
 
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         "normalization": [Options(str, _NORMALIZERS)],
@@ -79,49 +68,16 @@ class CombSUM(FusionStage):
         self.missing_value = missing_value
         self.top_k = top_k
 
-    def fuse(self, frames: list[pl.DataFrame], ctx: QueryContext) -> pl.DataFrame:
+    def combine(self, lists: FusedLists) -> np.ndarray:
         if self.normalization not in _NORMALIZERS:
             raise ValueError(
                 f"combsum: normalization must be one of {', '.join(_NORMALIZERS)}, "
                 f"got {self.normalization!r}"
             )
-        if self.weights is not None and len(self.weights) != len(frames):
-            raise ValueError(f"combsum: {len(self.weights)} weights for {len(frames)} lists")
-        nonempty = [f for f in frames if f.height]
-        if not nonempty:
-            return empty_candidates({"combsum_score": pl.Float64()})
-        union = (
-            pl.concat([f.select("mem_id") for f in nonempty])
-            .unique(maintain_order=True)["mem_id"]
-            .to_list()
-        )
-        pos = {m: i for i, m in enumerate(union)}
-        total = np.zeros(len(union), dtype=np.float64)
-        for i, frame in enumerate(frames):
-            raw = np.full(len(union), float(self.missing_value), dtype=np.float64)
-            if frame.height:
-                idx = np.fromiter((pos[m] for m in frame["mem_id"]), dtype=np.int64)
-                raw[idx] = frame["score"].to_numpy()
-            w = 1.0 if self.weights is None else float(self.weights[i])
-            total += w * normalize(raw, self.normalization)
-        extras = (
-            pl.concat(
-                [f.drop([c for c in CANDIDATE_SCHEMA if c != "mem_id"]) for f in nonempty],
-                how="diagonal_relaxed",
-            )
-            .drop("combsum_score", strict=False)
-            .group_by("mem_id", maintain_order=True)
-            .agg(pl.all().drop_nulls().first())
-        )
-        fused = pl.DataFrame(
-            {
-                "qid": [ctx.qid] * len(union),
-                "mem_id": union,
-                "score": total,
-                "rank": np.zeros(len(union), dtype=np.int64),
-                "combsum_score": total,
-            },
-            schema={**CANDIDATE_SCHEMA, "combsum_score": pl.Float64()},
-        ).join(extras, on="mem_id", how="left")
-        fused = rerank(fused)
-        return fused if self.top_k is None else fused.head(self.top_k)
+        norm = get_normalization(self.normalization, where="combsum")
+        w = lists.weights(self.weights, "combsum")
+        raw = np.where(lists.present, lists.scores, float(self.missing_value))
+        total = np.zeros(lists.size, dtype=np.float64)
+        for i in range(lists.n_lists):
+            total += w[i] * norm(raw[i])
+        return total

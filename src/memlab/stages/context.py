@@ -29,7 +29,12 @@ from xml.sax.saxutils import escape, quoteattr
 import polars as pl
 
 from memlab.registry import Registry
-from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.base import (
+    Column,
+    QueryContext,
+    Stage,
+    register_stage,
+)
 from memlab.stages.constraints import Integral, Interval, Options
 from memlab.timeutil import to_iso
 from memlab.tokens import count_tokens
@@ -109,6 +114,11 @@ class Context(Stage):
         "max_items": [Interval(Integral, 0, None, closed="left"), None],
         "include_metadata": [bool],
     }
+
+    columns = (
+        Column("text", pl.String(), False, "text given to the model"),
+        Column("tokens", pl.Int64(), False, "context cost in tokens"),
+    )
 
     def __init__(
         self,

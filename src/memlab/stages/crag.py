@@ -60,11 +60,13 @@ import polars as pl
 from memlab.registry import Registry
 from memlab.stages.base import (
     CANDIDATE_SCHEMA,
+    Column,
     QueryContext,
     Stage,
     candidates_from_rows,
     empty_candidates,
     register_stage,
+    score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real
 from memlab.stages.features import (
@@ -316,6 +318,15 @@ class CRAG(Stage):
         ],
         "max_new_tokens": [Interval(Integral, 1, None, closed="left")],
     }
+
+    columns = (
+        score_column("crag_score", "retrieval evaluator score"),
+        Column("crag_action", pl.String(), False, "correct, ambiguous or incorrect"),
+        Column("low_confidence", pl.Boolean(), False, "found by a fallback"),
+        Column("text", pl.String(), False, "the (refined) text"),
+        score_column("dense_score", "cosine similarity to the query vector"),
+        score_column("graph_score", "spreading activation from the query's entities"),
+    )
 
     def __init__(
         self,

@@ -27,6 +27,7 @@ from memlab.stages.base import (
     candidates_from_rows,
     empty_candidates,
     register_stage,
+    score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real, SequenceOf
 
@@ -126,6 +127,8 @@ class Dense(Stage):
         "min_similarity": [Interval(Real, -1, 1, closed="both"), None],
         "mask_entity_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
     }
+
+    columns = (score_column("dense_score", "cosine similarity to the query vector"),)
 
     def __init__(
         self,

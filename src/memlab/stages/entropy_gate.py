@@ -42,7 +42,13 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.base import (
+    Column,
+    QueryContext,
+    Stage,
+    frame_rows,
+    register_stage,
+)
 from memlab.stages.constraints import Integral, Interval, Real
 from memlab.stages.features import word_tokens
 
@@ -124,6 +130,12 @@ class EntropyGate(Stage):
         "tokens_per_word": [Interval(Real, 0, None, closed="left")],
     }
 
+    columns = (
+        Column("entropy", pl.Float64(), False, "Shannon entropy of the words, bits"),
+        Column("redundancy", pl.Float64(), False, "max Jaccard with a higher-ranked kept one"),
+        Column("tokens", pl.Int64(), False, "context cost in tokens"),
+    )
+
     def __init__(
         self,
         token_budget: int = 2000,
@@ -155,7 +167,7 @@ class EntropyGate(Stage):
         frame = frame.sort("rank")
         if frame.height:
             visible = ctx.visible_mask()
-            rows = np.asarray([ctx.store.idx(m) for m in frame["mem_id"].to_list()])
+            rows = frame_rows(frame, ctx)
             frame = frame.filter(pl.Series(visible[rows]))
         ids = frame["mem_id"].to_list()
         toks = [word_tokens(t) for t in self._texts(frame, ctx)]

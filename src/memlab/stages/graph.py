@@ -33,6 +33,7 @@ from memlab.stages.base import (
     candidates_from_rows,
     empty_candidates,
     register_stage,
+    score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real, SequenceOf
 
@@ -148,6 +149,8 @@ class Graph(Stage):
         "roles": [SequenceOf(Options(str, ENTITY_ROLES))],
         "known_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
     }
+
+    columns = (score_column("graph_score", "spreading activation from the query's entities"),)
 
     def __init__(
         self,

@@ -49,7 +49,13 @@ import polars as pl
 import scipy.sparse as sp
 
 from memlab.memory.records import ENTITY_ROLES
-from memlab.stages.base import QueryContext, Stage, register_stage, rerank
+from memlab.stages.base import (
+    QueryContext,
+    Stage,
+    register_stage,
+    rerank,
+    score_column,
+)
 from memlab.stages.constraints import Integral, Interval, Options, Real, SequenceOf
 from memlab.stages.features import max_normalise
 from memlab.stages.graph import check_roles, memory_incidence
@@ -139,6 +145,8 @@ class LIF(Stage):
         "top_k": [Interval(Integral, 1, None, closed="left"), None],
         "roles": [SequenceOf(Options(str, ENTITY_ROLES))],
     }
+
+    columns = (score_column("activation", "LIF activation"),)
 
     def __init__(
         self,

@@ -31,8 +31,10 @@ from memlab.memory.records import MEMORY_TYPES
 from memlab.stages.base import (
     QueryContext,
     Stage,
+    frame_rows,
     register_stage,
     rerank,
+    score_column,
     score_columns,
 )
 from memlab.stages.constraints import Interval, Options, Real, SequenceOf
@@ -65,6 +67,11 @@ class Lifecycle(Stage):
         "relevance": [Options(str, score_columns)],
     }
 
+    columns = (
+        score_column("lifecycle_factor", "effective confidence × access boost"),
+        score_column("effective_score", "relevance × lifecycle factor"),
+    )
+
     def __init__(
         self,
         decay_factor: float = 0.98,
@@ -91,9 +98,7 @@ class Lifecycle(Stage):
                 f"(columns: {', '.join(frame.columns)})"
             )
         store = ctx.store
-        rows = np.fromiter(
-            (store.idx(m) for m in frame["mem_id"]), dtype=np.int64, count=frame.height
-        )
+        rows = frame_rows(frame, ctx)
         keep = ctx.visible_mask()[rows]
         if "dense_score" in frame.columns:
             dense = frame["dense_score"].cast(pl.Float64).to_numpy()
@@ -116,12 +121,14 @@ class Lifecycle(Stage):
             boost_weight=self.boost_weight,
             decaying_types=tuple(self.decaying_types),
         )
-        out = frame.filter(pl.Series(keep)).with_columns(
-            pl.Series("lifecycle_factor", np.asarray(factor, dtype=np.float64))
+        factor = np.asarray(factor, dtype=np.float64)
+        out = frame if keep.all() else frame[np.flatnonzero(keep)]
+        relevance = out.get_column(self.relevance).cast(pl.Float64).to_numpy()
+        out = out.drop(list(added), strict=False).hstack(
+            [
+                pl.Series("lifecycle_factor", factor, dtype=pl.Float64),
+                pl.Series("effective_score", relevance * factor, dtype=pl.Float64,
+                          nan_to_null=True),
+            ]
         )
-        out = out.with_columns(
-            (pl.col(self.relevance).cast(pl.Float64) * pl.col("lifecycle_factor")).alias(
-                "effective_score"
-            )
-        )
-        return rerank(out, by="effective_score")
+        return rerank(out, by="effective_score", store=store)

@@ -34,6 +34,7 @@ from memlab.stages.base import (
     candidates_from_rows,
     empty_candidates,
     register_stage,
+    score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Predicate, SequenceOf, is_regex
 from memlab.stages.dense import top_rows
@@ -74,6 +75,8 @@ class MaxP(Stage):
         "sentence_pattern": [is_regex()],
         "mask_entity_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
     }
+
+    columns = (score_column("maxp_score", "cosine of the best sentence"),)
 
     def __init__(
         self,

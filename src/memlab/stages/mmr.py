@@ -21,7 +21,13 @@ import numpy as np
 import polars as pl
 
 from memlab.registry import Registry
-from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.base import (
+    QueryContext,
+    Stage,
+    frame_rows,
+    register_stage,
+    score_column,
+)
 from memlab.stages.constraints import Integral, Interval, Options, Real
 
 Similarity = Callable[[np.ndarray], np.ndarray]
@@ -96,6 +102,8 @@ class MMR(Stage):
         "similarity": [Options(str, MMR_SIMILARITIES)],
     }
 
+    columns = (score_column("mmr_score", "MMR value at selection"),)
+
     def __init__(
         self,
         lambda_: float = 0.7,
@@ -118,9 +126,7 @@ class MMR(Stage):
             return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("mmr_score"))
         frame = frame.sort("rank")
         store = ctx.store
-        rows = np.fromiter(
-            (store.idx(m) for m in frame["mem_id"]), dtype=np.int64, count=frame.height
-        )
+        rows = frame_rows(frame, ctx)
         vectors = store.vectors.matrix[rows] * store.vectors.present[rows, None]
         score = frame["score"].cast(pl.Float64)
         lo, hi = score.min(), score.max()

@@ -23,11 +23,13 @@ import numpy as np
 import polars as pl
 
 from memlab.stages.base import (
-    CANDIDATE_SCHEMA,
+    ROW_COLUMN,
     QueryContext,
     Stage,
+    frame_rows,
     register_stage,
     rerank,
+    score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Real
 
@@ -54,6 +56,8 @@ class Neighbors(Stage):
         "add_missing": [bool],
         "top_k": [Interval(Integral, 1, None, closed="left"), None],
     }
+
+    columns = (score_column("neighbor_score", "score inherited from write-order neighbours"),)
 
     def __init__(
         self,
@@ -100,16 +104,26 @@ class Neighbors(Stage):
         n = len(store)
         score = np.zeros(n, dtype=np.float64)
         present = np.zeros(n, dtype=bool)
-        rows = np.fromiter((store.idx(m) for m in frame["mem_id"]), dtype=np.int64)
+        rows = frame_rows(frame, ctx)
         score[rows] = frame["score"].to_numpy()
         present[rows] = True
+        # Only the candidates and their neighbours can inherit: walk from the candidates
+        # outwards and add each hop's score to the memory it was reached from.
         inherited = np.zeros(n, dtype=np.float64)
+        reached = [rows]
         for links in (prev, nxt):
-            hop = np.arange(n)
+            src = rows
+            for _ in range(self.window):
+                src = links[src]
+                src = src[src >= 0]
+                reached.append(src)
+        near = np.unique(np.concatenate(reached))
+        for links in (prev, nxt):
+            hop = near
             for _ in range(self.window):
                 hop = np.where(hop >= 0, links[np.maximum(hop, 0)], -1)
                 has = hop >= 0
-                inherited[has] += score[hop[has]] * present[hop[has]]
+                inherited[near[has]] += score[hop[has]] * present[hop[has]]
         targets = present.copy()
         if self.add_missing:
             reach = np.zeros(n, dtype=bool)
@@ -121,21 +135,28 @@ class Neighbors(Stage):
                     reach[hop[hop >= 0]] = True
             targets |= reach & ctx.visible_mask()
         new_rows = np.flatnonzero(targets & ~present)
-        out = frame.with_columns(
-            pl.Series("neighbor_score", inherited[rows], dtype=pl.Float64),
+        out = frame.clone()
+        for col in (
             pl.Series("score", score[rows] + self.weight * inherited[rows], dtype=pl.Float64),
-        )
+            pl.Series(ROW_COLUMN, rows, dtype=pl.Int64),
+            pl.Series("neighbor_score", inherited[rows], dtype=pl.Float64),
+        ):
+            if col.name in out.columns:
+                out.replace_column(out.get_column_index(col.name), col)
+            else:
+                out.insert_column(out.width, col)
         if len(new_rows):
+            ids = store.id_frame()[new_rows]
+            m = len(new_rows)
             added = pl.DataFrame(
-                {
-                    "qid": [ctx.qid] * len(new_rows),
-                    "mem_id": store.ids_of(new_rows),
-                    "score": self.weight * inherited[new_rows],
-                    "rank": np.zeros(len(new_rows), dtype=np.int64),
-                    "neighbor_score": inherited[new_rows],
-                },
-                schema={**CANDIDATE_SCHEMA, "neighbor_score": pl.Float64()},
+                [
+                    pl.Series("qid", np.full(m, ctx.qid, dtype=object), dtype=pl.String),
+                    ids.get_column("mem_id"),
+                    pl.Series("score", self.weight * inherited[new_rows], dtype=pl.Float64),
+                    pl.Series("rank", np.zeros(m, dtype=np.int64)),
+                    ids.get_column(ROW_COLUMN),
+                    pl.Series("neighbor_score", inherited[new_rows], dtype=pl.Float64),
+                ]
             )
             out = pl.concat([out, added], how="diagonal_relaxed")
-        out = rerank(out)
-        return out if self.top_k is None else out.head(self.top_k)
+        return rerank(out, top_k=self.top_k, store=store)

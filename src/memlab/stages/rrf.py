@@ -10,15 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import polars as pl
+import numpy as np
 
 from memlab.stages.base import (
-    CANDIDATE_SCHEMA,
+    FusedLists,
     FusionStage,
-    QueryContext,
-    empty_candidates,
     register_stage,
-    rerank,
+    score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Real, SequenceOf
 
@@ -34,6 +32,8 @@ class RRF(FusionStage):
     """
 
     cacheable = True
+    score_name = "rrf_score"
+    columns = (score_column("rrf_score", "reciprocal rank fusion score"),)
 
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         "k": [Interval(Real, 0, None, closed="left")],
@@ -51,38 +51,10 @@ class RRF(FusionStage):
         self.weights = weights
         self.top_k = top_k
 
-    def fuse(self, frames: list[pl.DataFrame], ctx: QueryContext) -> pl.DataFrame:
-        if self.weights is not None and len(self.weights) != len(frames):
-            raise ValueError(
-                f"rrf: {len(self.weights)} weights for {len(frames)} ranked lists"
-            )
-        parts = []
-        for i, frame in enumerate(frames):
-            w = 1.0 if self.weights is None else float(self.weights[i])
-            if frame.height == 0:
-                continue
-            extra = [c for c in frame.columns if c not in CANDIDATE_SCHEMA and c != "rrf_score"]
-            parts.append(
-                frame.select(
-                    "mem_id",
-                    (w / (self.k + pl.col("rank").cast(pl.Float64))).alias("rrf_score"),
-                    *extra,
-                )
-            )
-        if not parts:
-            return empty_candidates({"rrf_score": pl.Float64()})
-        stacked = pl.concat(parts, how="diagonal_relaxed")
-        extra_cols = [c for c in stacked.columns if c not in ("mem_id", "rrf_score")]
-        fused = stacked.group_by("mem_id", maintain_order=True).agg(
-            pl.col("rrf_score").sum(),
-            *[pl.col(c).drop_nulls().first() for c in extra_cols],
-        )
-        fused = fused.with_columns(
-            pl.lit(ctx.qid).alias("qid"),
-            pl.lit(0, dtype=pl.Int64).alias("rank"),
-            pl.col("rrf_score").alias("score"),
-        )
-        fused = rerank(fused.select("qid", "mem_id", "score", "rank", "rrf_score", *extra_cols))
-        if self.top_k is not None:
-            fused = fused.head(self.top_k)
-        return fused
+    def combine(self, lists: FusedLists) -> np.ndarray:
+        w = lists.weights(self.weights, "rrf")
+        total = np.zeros(lists.size)
+        for i in range(lists.n_lists):
+            have = lists.present[i]
+            total[have] += w[i] / (self.k + lists.ranks[i, have])
+        return total

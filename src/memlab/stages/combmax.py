@@ -1,0 +1,34 @@
+"""CombMAX fusion (Fox & Shaw, "Combination of Multiple Searches", TREC-2 1993).
+
+``combmax(d) = max_{i : d ∈ L_i} norm_i(s_i(d))``: the best normalised score a candidate has in
+any list (ranx ``comb_max``; each list normalised over its own candidates, ranx default
+``min-max``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memlab.stages.base import FusedLists, FusionStage, register_stage, score_column
+
+
+@register_stage("combmax")
+class CombMAX(FusionStage):
+    """Best normalised score over the lists that found the candidate.
+
+    Args:
+        normalization: A name of :mod:`memlab.stages.normalization` (ranx default min-max).
+        top_k: Keep this many fused candidates (``None`` = all).
+    """
+
+    cacheable = True
+    score_name = "combmax_score"
+    columns = (score_column("combmax_score", "CombMAX fusion score"),)
+
+    def __init__(self, normalization: str = "min-max", top_k: int | None = None) -> None:
+        self.normalization = normalization
+        self.top_k = top_k
+
+    def combine(self, lists: FusedLists) -> np.ndarray:
+        norm = lists.normalized(self.normalization)
+        return np.where(lists.present, norm, -np.inf).max(axis=0)

@@ -1,0 +1,88 @@
+"""Score normalisations for fusion, by name (ranx's ``normalization/``).
+
+Each function maps one list's scores, given in the list's rank order, to a common scale:
+
+* ``min-max`` (alias ``minmax``): ``(s - min) / (max - min)`` (Lee, SIGIR 1997);
+* ``max``: ``s / max`` (ranx; the denominator is floored at 1e-9);
+* ``sum``: ``(s - min) / Σ (s - min)`` (Montague & Aslam, CIKM 2001; floored at 1e-9);
+* ``zscore`` (alias ``zmuv``): ``(s - mean) / std``, zero mean and unit variance
+  (Montague & Aslam, CIKM 2001);
+* ``rank``: ``1 - i / n`` for the list's ``i``-th candidate (0-based) of ``n``: the scores are
+  ignored (ranx);
+* ``none``: the scores as they are.
+
+A list whose scores are all equal normalises to 0 under ``min-max`` and ``zscore`` (it says
+nothing about the order). Register another with :func:`register_normalization`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from memlab.registry import Registry
+
+Normalization = Callable[[np.ndarray], np.ndarray]
+"""``scores in rank order -> normalised scores``."""
+
+NORMALIZATIONS: Registry[Normalization] = Registry("normalization")
+"""Normalisations by name."""
+
+register_normalization = NORMALIZATIONS.register
+"""Function decorator: register a normalisation under ``name``."""
+
+_FLOOR = 1e-9
+
+
+def get_normalization(name: str, *, where: str = "fusion") -> Normalization:
+    """The normalisation registered as ``name`` (``ValueError`` naming ``where``)."""
+    try:
+        return NORMALIZATIONS.lookup(name)
+    except ValueError as error:
+        raise ValueError(f"{where}: field 'normalization': {error}") from None
+
+
+@register_normalization("none")
+def no_norm(values: np.ndarray) -> np.ndarray:
+    """The scores unchanged."""
+    return values
+
+
+@register_normalization("minmax")
+@register_normalization("min-max")
+def min_max_norm(values: np.ndarray) -> np.ndarray:
+    """``(s - min) / (max - min)``; a constant list gives zeros."""
+    span = float(values.max() - values.min()) if len(values) else 0.0
+    return np.zeros_like(values) if span == 0.0 else (values - values.min()) / span
+
+
+@register_normalization("max")
+def max_norm(values: np.ndarray) -> np.ndarray:
+    """``s / max`` (max floored at 1e-9)."""
+    top = float(values.max()) if len(values) else 0.0
+    return values / max(top, _FLOOR)
+
+
+@register_normalization("sum")
+def sum_norm(values: np.ndarray) -> np.ndarray:
+    """``(s - min) / Σ (s - min)`` (denominator floored at 1e-9)."""
+    if len(values) == 0:
+        return values
+    low = float(values.min())
+    return (values - low) / max(float(values.sum()) - low * len(values), _FLOOR)
+
+
+@register_normalization("zmuv")
+@register_normalization("zscore")
+def zscore_norm(values: np.ndarray) -> np.ndarray:
+    """``(s - mean) / std``; a constant list gives zeros."""
+    std = float(values.std())
+    return np.zeros_like(values) if std == 0.0 else (values - values.mean()) / std
+
+
+@register_normalization("rank")
+def rank_norm(values: np.ndarray) -> np.ndarray:
+    """``1 - i / n`` by position in the list (the scores themselves are ignored)."""
+    n = len(values)
+    return 1.0 - np.arange(n, dtype=np.float64) / n if n else values.astype(np.float64)

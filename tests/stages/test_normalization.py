@@ -1,0 +1,31 @@
+"""Tests for memlab.stages.normalization (ranx's normalisations)."""
+
+import numpy as np
+import pytest
+
+from memlab.stages.normalization import NORMALIZATIONS, get_normalization
+
+
+def test_each_normalisation_by_hand() -> None:
+    v = np.array([4.0, 2.0, 1.0])
+    assert get_normalization("min-max")(v).tolist() == [1.0, (2 - 1) / (4 - 1), 0.0]
+    assert get_normalization("max")(v).tolist() == [1.0, 2 / 4, 1 / 4]
+    assert get_normalization("sum")(v).tolist() == pytest.approx(
+        [3 / (3 + 1 + 0), 1 / (3 + 1 + 0), 0.0], rel=1e-15
+    )
+    mean, sd = 7 / 3, np.sqrt(((4 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (1 - 7 / 3) ** 2) / 3)
+    assert get_normalization("zscore")(v).tolist() == pytest.approx(
+        [(4 - mean) / sd, (2 - mean) / sd, (1 - mean) / sd], rel=1e-12
+    )
+    assert get_normalization("rank")(v).tolist() == [1 - 0 / 3, 1 - 1 / 3, 1 - 2 / 3]
+    assert get_normalization("none")(v) is v
+
+
+def test_constant_lists_and_aliases() -> None:
+    c = np.array([5.0, 5.0])
+    assert get_normalization("min-max")(c).tolist() == [0.0, 0.0]
+    assert get_normalization("zscore")(c).tolist() == [0.0, 0.0]
+    assert NORMALIZATIONS["minmax"] is NORMALIZATIONS["min-max"]
+    assert NORMALIZATIONS["zmuv"] is NORMALIZATIONS["zscore"]
+    with pytest.raises(ValueError, match="wsum: field 'normalization': unknown normalization"):
+        get_normalization("l2", where="wsum")
