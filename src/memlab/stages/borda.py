@@ -7,9 +7,12 @@ points left over); a candidate's score is the sum of its points over the lists.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 
 from memlab.stages.base import FusedLists, FusionStage, register_stage, score_column
+from memlab.stages.constraints import Integral, Interval
 
 
 @register_stage("borda")
@@ -23,6 +26,10 @@ class BordaFuse(FusionStage):
     cacheable = True
     score_name = "borda_score"
     columns = (score_column("borda_score", "Borda count"),)
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+    }
 
     def __init__(self, top_k: int | None = None) -> None:
         self.top_k = top_k

@@ -7,9 +7,13 @@ any list (ranx ``comb_max``; each list normalised over its own candidates, ranx 
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 
 from memlab.stages.base import FusedLists, FusionStage, register_stage, score_column
+from memlab.stages.constraints import Integral, Interval, Options
+from memlab.stages.normalization import NORMALIZATIONS
 
 
 @register_stage("combmax")
@@ -24,6 +28,11 @@ class CombMAX(FusionStage):
     cacheable = True
     score_name = "combmax_score"
     columns = (score_column("combmax_score", "CombMAX fusion score"),)
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "normalization": [Options(str, NORMALIZATIONS)],
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+    }
 
     def __init__(self, normalization: str = "min-max", top_k: int | None = None) -> None:
         self.normalization = normalization

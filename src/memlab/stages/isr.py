@@ -7,9 +7,12 @@ inverse squared ranks). Scores are ignored; only the incoming ranks count.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 
 from memlab.stages.base import FusedLists, FusionStage, register_stage, score_column
+from memlab.stages.constraints import Integral, Interval
 
 
 @register_stage("isr")
@@ -23,6 +26,10 @@ class ISR(FusionStage):
     cacheable = True
     score_name = "isr_score"
     columns = (score_column("isr_score", "inverse square rank fusion score"),)
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+    }
 
     def __init__(self, top_k: int | None = None) -> None:
         self.top_k = top_k

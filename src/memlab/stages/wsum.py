@@ -9,10 +9,13 @@ normalisation).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
 from memlab.stages.base import FusedLists, FusionStage, register_stage, score_column
+from memlab.stages.constraints import Integral, Interval, Options, Real, SequenceOf
+from memlab.stages.normalization import NORMALIZATIONS
 
 
 @register_stage("wsum")
@@ -28,6 +31,12 @@ class WeightedSum(FusionStage):
     cacheable = True
     score_name = "wsum_score"
     columns = (score_column("wsum_score", "weighted sum of normalised scores"),)
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "weights": [SequenceOf(Interval(Real, 0, None, closed="left"), min_length=1), None],
+        "normalization": [Options(str, NORMALIZATIONS)],
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+    }
 
     def __init__(
         self,
