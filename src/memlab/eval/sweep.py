@@ -237,6 +237,7 @@ def _shippable(replayer: Replayer, embedder: Any) -> Replayer:
     vars(out).pop("last_store_", None)
     out.cache = {}
     out.embedder = embedder
+    out.progress = False
     return out
 
 
@@ -245,23 +246,33 @@ def run_tasks(
     fn: Any,
     tasks: Sequence[Any],
     executor: str | Executor,
+    *,
+    probe: bool = True,
 ) -> list[Any]:
-    """Run ``fn(job, task)`` for every task: the first in this process (recording every text
-    it embeds), the others on ``executor`` with those vectors frozen into the job's replayer.
+    """Run ``fn(job, task)`` for every task, in task order, on ``executor``.
 
-    ``job.replayer.embedder`` must be a :class:`~memlab.embed.frozen.RecordingEmbedder`.
+    Embeddings are computed once, in this process, and shipped to the workers frozen (a
+    :class:`~memlab.embed.frozen.FrozenEmbedder`), so no worker loads the model: with ``probe``
+    the first task runs here and every text it embeds (memories, queries, and whatever its
+    stages ask for, such as MaxP's sentences or masked queries) is frozen; without, only the
+    replayer's memories and queries are (a worker asks the wrapped embedder, e.g. the disk
+    cache, for anything else). ``job.replayer.embedder`` must be a
+    :class:`~memlab.embed.frozen.RecordingEmbedder`.
     """
     ex = make_executor(executor) if isinstance(executor, str) else executor
     if not tasks:
         return []
-    first = fn(job, tasks[0])
-    if len(tasks) == 1:
-        return [first]
-    if isinstance(ex, SerialExecutor):
-        return [first, *ex.map(fn, job, tasks[1:])]
+    if isinstance(ex, SerialExecutor) or len(tasks) == 1:
+        return ex.map(fn, job, tasks) if isinstance(ex, SerialExecutor) else [fn(job, tasks[0])]
+    done: list[Any] = []
+    if probe:
+        done.append(fn(job, tasks[0]))
+        tasks = tasks[1:]
+    else:
+        job.replayer.prepare()
     frozen = job.replayer.embedder.freeze()
     shipped = dataclasses.replace(job, replayer=_shippable(job.replayer, frozen))
-    return [first, *ex.map(fn, shipped, tasks[1:])]
+    return [*done, *ex.map(fn, shipped, tasks)]
 
 
 def bootstrap_interval(
