@@ -133,3 +133,17 @@ def test_a_bad_operation_names_its_line():
     )
     with pytest.raises(ValueError, match=r"memories.jsonl:8: .*immutable"):
         run(ds)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ttl_days": -1}, r"replay: parameter 'ttl_days' must be a float in \[0, inf\); got -1"),
+        ({"ttl_days": float("nan")}, "parameter 'ttl_days'"),
+        ({"touch_k": -1}, r"parameter 'touch_k' must be an int in \[0, inf\); got -1"),
+        ({"depth": 0}, r"parameter 'depth' must be an int in \[1, inf\); got 0"),
+    ],
+)
+def test_replay_refuses_bad_settings(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        Replayer(Dataset(None, {}, [], []), embedder=None, **kwargs)

@@ -161,3 +161,17 @@ def test_bootstrap_interval_brackets_the_mean():
     assert bootstrap_interval(np.array([1.0, 1.0, 1.0])) == (1.0, 1.0)
     lo, hi = bootstrap_interval(np.array([0.0, 1.0] * 50), seed=3)
     assert lo < 0.5 < hi and hi - lo < 0.3
+
+
+def test_sweep_on_a_cost_picks_the_cheapest_point(tmp_path):
+    # tokens@10 is lower-is-better: top_k=1 returns one memory per query, top_k=20 up to ten
+    res = run_sweep(
+        HANDMADE, "bm25", {"bm25__top_k": [20, 1]}, metric="tokens@10",
+        embedder=HashingEmbedder(dim=8), out=tmp_path / "s", progress=False,
+    )
+    costs = dict(zip(res.results["param_bm25__top_k"], res.results["tokens@10_train"],
+                     strict=True))
+    assert costs[1] < costs[20]
+    assert res.best_params == {"bm25__top_k": 1}
+    assert res.best_train == costs[1]
+    assert "lower is better" in (tmp_path / "s" / "report.md").read_text()

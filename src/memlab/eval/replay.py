@@ -33,10 +33,12 @@ import numpy as np
 import polars as pl
 
 from memlab.datasets.format import Dataset, MemoryOp, Query
+from memlab.datasets.writes import apply_op
 from memlab.memory.consolidate import expire_events
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Parallel, Pipeline, run_step
 from memlab.stages.base import QueryContext, Stage, empty_candidates
+from memlab.stages.constraints import Integral, Interval, Real, validate_params
 
 
 def progress_enabled(progress: bool | None) -> bool:
@@ -130,6 +132,16 @@ class Replayer:
         depth: int = 100,
         progress: bool | None = None,
     ) -> None:
+        validate_params(
+            "replay",
+            {
+                "ttl_days": [Interval(Real, 0, None, closed="left")],
+                "expire": [bool],
+                "touch_k": [Interval(Integral, 0, None, closed="left")],
+                "depth": [Interval(Integral, 1, None, closed="left")],
+            },
+            {"ttl_days": ttl_days, "expire": expire, "touch_k": touch_k, "depth": depth},
+        )
         self.dataset = dataset
         self.embedder = embedder
         self.generator = generator
@@ -175,28 +187,12 @@ class Replayer:
 
     # ------------------------------------------------------------------ replay
     def _apply(self, store: MemoryStore, op: MemoryOp, id_map: dict[str, str]) -> None:
-        where = f"memories.jsonl:{op.line}"
-        try:
-            if op.op == "store":
-                assert self._vectors is not None
-                text = self._scrubbed[op.line]
-                res = store.store(
-                    op.text,
-                    op.type,
-                    now=op.ts,
-                    embedding=self._vectors[text],
-                    id=op.id,
-                    **op.fields,
-                )
-                id_map[op.id] = res.id
-            elif op.op == "forget":
-                store.forget(id_map.get(op.target, op.target), op.reason or "forgotten", now=op.ts)
-            elif op.op == "relate":
-                store.relate(op.from_entity, op.relation, op.to_entity, now=op.ts)
-            else:
-                raise ValueError(f"unknown op {op.op!r}")
-        except (TypeError, ValueError, KeyError) as exc:
-            raise ValueError(f"{where}: {exc}") from None
+        vector = None
+        if op.op == "store":
+            if self._vectors is None:
+                raise RuntimeError("prepare() must run before the replay")
+            vector = self._vectors[self._scrubbed[op.line]]
+        apply_op(store, op, id_map, embedding=vector)
 
     def run(
         self,
@@ -213,6 +209,8 @@ class Replayer:
                 only these queries' hits count as accesses.
             on_query: Called after each query with its context and output (notebooks).
         """
+        for _, stage in pipeline.named_stages():  # parameters set by plain assignment
+            stage._validate_params()
         self.prepare()
         store = MemoryStore()
         id_map: dict[str, str] = {}

@@ -39,11 +39,11 @@ from memlab.eval.experiment import (
     score_rankings,
     split_queries,
 )
-from memlab.eval.metrics import parse_metric
+from memlab.eval.metrics import higher_is_better
 from memlab.eval.replay import Replayer
 from memlab.eval.report import markdown_table, save_chart
 from memlab.eval.stats import compare, correct_pvalues
-from memlab.io import atomic_directory
+from memlab.io import atomic_directory, check_output_dir
 from memlab.pipeline import Pipeline, load_pipeline
 
 
@@ -188,18 +188,6 @@ def _cell(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return value
-
-
-def higher_is_better(metric: str) -> bool:
-    """Whether a larger value of ``metric`` is better (read from the metric registry when it
-    records the direction; otherwise the families counting harm — stale, leak, dup, tokens —
-    are lower-is-better)."""
-    from memlab.eval import metrics as _metrics
-
-    lookup = getattr(_metrics, "higher_is_better", None)
-    if callable(lookup):
-        return bool(lookup(metric))
-    return parse_metric(metric).family not in ("stale", "leak", "dup", "tokens")
 
 
 @dataclass
@@ -410,6 +398,8 @@ def run_sweep(
         n_resamples: Resamples of the permutation test.
     """
     started = time.time()
+    if out is not None:
+        check_output_dir(out)  # refuse before the expensive part
     names = check_metrics(list(dict.fromkeys([metric, *metrics])))
     metric = names[0]
     higher = higher_is_better(metric)
@@ -696,7 +686,7 @@ def write_sweep(
     same dataset, pipeline, grid and seeds, whichever executor ran them.
     """
     mean, sd = result.chosen_test
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out, kind="sweep") as tmp:
         result.results.write_parquet(tmp / "results.parquet")
         if result.per_query is not None:
             result.per_query.write_parquet(tmp / "per_query.parquet")
@@ -735,7 +725,8 @@ def write_sweep(
             f"Queries split by {result.split_by} (seed {seed}): {result.n_train} train, "
             f"{result.n_test} held out.",
             "",
-            f"Best on the train split ({result.metric}): "
+            f"Best on the train split ({result.metric}, "
+            f"{'higher' if higher_is_better(result.metric) else 'lower'} is better): "
             + ", ".join(f"`{k}={v}`" for k, v in result.best_params.items())
             + f" — train {result.best_train:.4f}, held-out test {result.best_test:.4f}.",
             "",
