@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_lif.py
 	$(PY) bench/bench_graph.py
 	$(PY) bench/bench_locomo.py $(LOCOMO_SRC)
+	$(PY) bench/bench_eval.py $(LOCOMO_SRC)
 
 clean:
 	rm -rf $(VENV) .pytest_cache reports/latest

@@ -4,6 +4,7 @@
 
     memlab eval DATASET [--pipelines a,b,c] [--baseline a] [--out DIR]
     memlab sweep DATASET --pipeline hybrid --grid rrf__k=10,30,60 [--grid …]
+    memlab tune DATASET --pipeline P --space rrf__k=int:1:200:log [--trials 100]
     memlab datasets validate DIR
     memlab datasets generate --seed N OUT
     memlab datasets import-locomo SRC OUT
@@ -169,6 +170,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         ttl_days=args.ttl_days,
         expire=not args.no_expire,
         touch_k=args.touch_k,
+        executor=_executor(args),
         tests=_split(args.tests) or ("t", "wilcoxon", "permutation"),
         correction=args.correction,
         alpha=args.alpha,
@@ -242,14 +244,43 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         ttl_days=args.ttl_days,
         expire=not args.no_expire,
         touch_k=args.touch_k,
+        repeats=args.repeats,
+        executor=_executor(args),
     )
     print(res.results)
     print(
         f"best on train: {res.best_params} → {res.metric} train {res.best_train:.4f}, "
         f"test {res.best_test:.4f}"
     )
+    mean, sd = res.chosen_test
+    print(f"held-out score of the chosen point over {args.repeats} splits: {mean:.4f} ± {sd:.4f}")
+    for warning in res.warnings:
+        print(f"warning: {warning}")
     print(f"wrote {res.out}")
     return 0
+
+
+def _executor(args: argparse.Namespace) -> Any:
+    """The executor named by ``--executor``/``--jobs``/``--address``."""
+    from memlab.eval.executor import make_executor
+
+    if args.address is not None and args.executor != "ray":
+        raise CLIError("--address is for --executor ray")
+    return make_executor(args.executor, n_jobs=args.jobs, address=args.address)
+
+
+def parallel_options(p: argparse.ArgumentParser, *, default: str = "joblib") -> None:
+    """``--executor``, ``--jobs`` and ``--address`` (sweeps, experiments, tuning)."""
+    from memlab.eval.executor import available_executors
+
+    p.add_argument(
+        "--executor",
+        choices=available_executors(),
+        default=default,
+        help=f"where points/pipelines run (default: {default}; joblib = local cores)",
+    )
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--address", default=None, help="HOST:PORT of a Ray head (--executor ray)")
 
 
 def cmd_datasets_validate(args: argparse.Namespace) -> int:
@@ -456,6 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how several judges' grades combine (default: majority, ties to the lower)",
     )
     common(p)
+    parallel_options(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sweep", help="grid search over pipeline constants")
@@ -473,8 +505,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="query",
         help="hold out queries one by one, or whole clients (default: query)",
     )
+    p.add_argument(
+        "--repeats", type=int, default=5, help="seeded train/test splits (default: 5)"
+    )
     p.add_argument("--out")
     common(p)
+    parallel_options(p)
     p.set_defaults(func=cmd_sweep)
 
     ds = sub.add_parser("datasets", help="dataset tools").add_subparsers(
@@ -539,6 +575,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_generations_record)
+
+    from memlab.eval.tune import add_commands as add_tune
+
+    add_tune(sub)
 
     from memlab.eval.commands import add_commands as _publishing
 

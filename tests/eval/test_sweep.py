@@ -4,7 +4,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from memlab.datasets.format import load_dataset
 from memlab.embed import HashingEmbedder
+from memlab.eval.experiment import split_queries
 from memlab.eval.sweep import grid_points, parse_grid, run_sweep
 
 HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
@@ -89,6 +91,76 @@ def test_unknown_parameter_fails_before_any_work(tmp_path):
         run_sweep(HANDMADE, "hybrid", {"rrf__kk": [1]}, embedder=HashingEmbedder(dim=8),
                   out=tmp_path / "s")
     assert not (tmp_path / "s").exists()
+
+
+def _files(d):
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.name != "manifest.json"}
+
+
+def test_parallel_sweep_is_byte_identical_to_serial(tmp_path):
+    grid = {"rrf__k": [1, 10, 60], "lifecycle__boost_weight": [0.0, 0.3]}
+    kw = dict(embedder=HashingEmbedder(dim=64), progress=False, repeats=3, n_resamples=200)
+    serial = run_sweep(HANDMADE, "hybrid", grid, executor="serial", out=tmp_path / "s", **kw)
+    par = run_sweep(HANDMADE, "hybrid", grid, executor="joblib", n_jobs=2,
+                    out=tmp_path / "p", **kw)
+    assert serial.results.equals(par.results)
+    assert _files(tmp_path / "s").keys() >= {
+        "results.parquet", "per_query.parquet", "repeats.parquet", "tests.parquet",
+        "sweep.json", "report.md", "heatmap_rrf__k_lifecycle__boost_weight.png",
+    }
+    s_files, p_files = _files(tmp_path / "s"), _files(tmp_path / "p")
+    for name in ("results.parquet", "per_query.parquet", "sweep.json", "report.md"):
+        assert s_files[name] == p_files[name], name
+    man = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert (man["executor"], man["repeats"], man["dataset"]["name"]) == (
+        "JoblibExecutor", 3, "handmade",
+    )
+    # 6 points × 10 queries × every metric; the defaults (k=60, boost 0.3) are a grid point
+    pq = serial.per_query
+    assert sorted(set(pq["point"].to_list())) == [0, 1, 2, 3, 4, 5]
+
+
+def test_repeats_tests_and_edge_warning(tmp_path):
+    grid = {"rrf__k": [1, 10]}
+    res = run_sweep(HANDMADE, "rrf", grid, embedder=HashingEmbedder(dim=64), progress=False,
+                    repeats=4, executor="serial", n_resamples=200, out=tmp_path / "s")
+    assert res.repeats["seed"].to_list() == [0, 1, 2, 3]
+    # each split's held-out score of the point it chose, averaged
+    tests = res.repeats["test"].to_list()
+    assert res.chosen_test[0] == round(sum(tests) / 4, 6)
+    # the best value is one end of a two-value grid
+    assert any(w.startswith(f"best rrf__k={res.best_params['rrf__k']} is the") for w in
+               res.warnings)
+    # rrf's default k=60 is not in the grid: it is replayed as point -1 and tested against
+    assert -1 in set(res.per_query["point"].to_list())
+    assert res.tests["against"].to_list() == ["defaults", "runner-up"]
+    row = res.tests.row(0, named=True)
+    assert json.loads(row["against_params"]) == {"rrf__k": 60}
+    assert row["delta"] == pytest.approx(row["best_mean"] - row["other_mean"])
+    _, held_out = split_queries(load_dataset(HANDMADE).queries, test_fraction=0.5, seed=0)
+    assert row["n"] == len(held_out) == res.n_test  # paired on every held-out query
+    assert (tmp_path / "s" / "sweep_rrf__k.png").exists()
+
+
+def test_edge_warnings_and_direction():
+    from memlab.eval.sweep import edge_warnings, higher_is_better
+
+    grid = {"a__k": [1, 10, 60], "b__w": [(1, 2), (3, 4)], "c__x": [0.5]}
+    assert edge_warnings(grid, {"a__k": 10, "b__w": (1, 2), "c__x": 0.5}) == []
+    [w] = edge_warnings(grid, {"a__k": 1, "b__w": (1, 2), "c__x": 0.5})
+    assert w.startswith("best a__k=1 is the smallest value of the grid (1 … 60)")
+    assert higher_is_better("R_all@10") and higher_is_better("MRR")
+    assert not higher_is_better("stale@10") and not higher_is_better("tokens@10")
+
+
+def test_bootstrap_interval_brackets_the_mean():
+    import numpy as np
+
+    from memlab.eval.sweep import bootstrap_interval
+
+    assert bootstrap_interval(np.array([1.0, 1.0, 1.0])) == (1.0, 1.0)
+    lo, hi = bootstrap_interval(np.array([0.0, 1.0] * 50), seed=3)
+    assert lo < 0.5 < hi and hi - lo < 0.3
 
 
 def test_sweep_on_a_cost_picks_the_cheapest_point(tmp_path):

@@ -49,6 +49,7 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
+from memlab.eval.executor import Executor, make_executor
 from memlab.eval.metrics import aggregate as aggregate_metrics
 from memlab.eval.metrics import evaluate, main_metric_of, parse_metric
 from memlab.eval.replay import Replayer, ReplayResult, qrels_frame, queries_frame
@@ -480,6 +481,8 @@ def run_experiment(
     depth: int = 100,
     progress: bool | None = None,
     write_report: bool = True,
+    executor: str | Executor = "serial",
+    n_jobs: int | None = None,
 ) -> ExperimentResult:
     """Compare pipelines on a dataset (see the module docstring for the output contract).
 
@@ -512,6 +515,10 @@ def run_experiment(
         depth: Candidates kept per query in the rankings.
         progress: Progress bars (default: on unless ``CI=true``).
         write_report: Render ``report.md`` and charts into ``out``.
+        executor: Where the pipelines replay: ``"serial"``, ``"joblib"`` (local cores),
+            ``"ray"`` or an executor object (see :mod:`memlab.eval.executor`); the metrics are
+            the same whichever runs them.
+        n_jobs: Worker processes of the joblib executor (default: every core).
     """
     started = time.time()
     if out is not None:
@@ -552,17 +559,21 @@ def run_experiment(
     )
     embedder, generator = replayer.embedder, replayer.generator
     eval_queries: list[Query] | None = None
+    train: list[Query] | None = None
     if any(learnable_stages(p) for p in pipes):
-        train, test = split_queries(ds.queries, test_fraction=test_fraction, seed=seed)
-        for p in pipes:
-            fit_learned_stages(replayer, p, train)
-        eval_queries = test
-    replays: dict[str, ReplayResult] = {}
-    for p in pipes:
-        replays[p.name] = replayer.run(p)
+        train, eval_queries = split_queries(ds.queries, test_fraction=test_fraction, seed=seed)
+    from memlab.embed.frozen import RecordingEmbedder
+    from memlab.eval.sweep import run_tasks
+
+    replayer.embedder = RecordingEmbedder(embedder)
+    ex = make_executor(executor, n_jobs=n_jobs) if isinstance(executor, str) else executor
+    tasks = list(enumerate(pipes))
+    done = run_tasks(_PipelineJob(replayer, train), _pipeline_task, tasks, ex, probe=False)
+    replayer.embedder = embedder
+    replays: dict[str, ReplayResult] = {p.name: r for p, (r, _) in zip(pipes, done, strict=True)}
     first = replays[names[0]]
     keep = None if eval_queries is None else {q.qid for q in eval_queries}
-    memories = memories_frame(replayer)
+    memories = done[0][1]
     per_query_parts = []
     for name in names:
         pq = score_rankings(
@@ -684,6 +695,26 @@ def run_experiment(
     if out is not None:
         result.out = write_experiment(result, Path(out), write_report=write_report)
     return result
+
+
+@dataclass
+class _PipelineJob:
+    """What each pipeline's replay needs (pickled once per worker)."""
+
+    replayer: Replayer
+    train: list[Query] | None
+
+
+def _pipeline_task(
+    job: _PipelineJob, task: tuple[int, Pipeline]
+) -> tuple[ReplayResult, pl.DataFrame | None]:
+    """Fit the pipeline's learned stages on the train split (if any), then replay it; the first
+    task also returns the memories of its replay (the same for every pipeline)."""
+    index, pipeline = task
+    if job.train is not None:
+        fit_learned_stages(job.replayer, pipeline, job.train)
+    result = job.replayer.run(pipeline)
+    return result, memories_frame(job.replayer) if index == 0 else None
 
 
 def judging_summary(dataset: Dataset, *, qrels_source: str = "human") -> dict[str, Any]:

@@ -9,29 +9,40 @@ split, so the reported number is not the maximum of many noisy tries. Grids are 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import itertools
 import json
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import altair as alt
+import numpy as np
 import polars as pl
 
-from memlab.datasets.format import Dataset, load_dataset
+from memlab.datasets.format import Dataset, Query, load_dataset
+from memlab.embed.frozen import RecordingEmbedder
+from memlab.eval.executor import Executor, SerialExecutor, make_executor
 from memlab.eval.experiment import (
     DEFAULT_METRICS,
     check_metrics,
     fit_learned_stages,
+    git_commit,
+    learnable_stages,
     memories_frame,
+    package_versions,
     replayer_for,
     score_rankings,
     split_queries,
 )
 from memlab.eval.metrics import higher_is_better
-from memlab.eval.replay import progress_enabled
+from memlab.eval.replay import Replayer
 from memlab.eval.report import markdown_table, save_chart
+from memlab.eval.stats import compare, correct_pvalues
 from memlab.io import atomic_directory, check_output_dir
 from memlab.pipeline import Pipeline, load_pipeline
 
@@ -125,16 +136,26 @@ class SweepResult:
     """A sweep's results.
 
     Attributes:
-        results: One row per point: ``param_*`` columns, then ``<metric>`` on all queries,
-            ``<metric>_train`` and ``<metric>_test``.
-        best_params: The point with the best train score: the highest, or the lowest for a
-            lower-is-better metric such as ``tokens@10`` (ties: first in grid order).
+        results: One row per point, in grid order: ``param_*`` columns, then ``<metric>`` on all
+            queries, ``<metric>_train`` and ``<metric>_test`` (split 0), and for the selection
+            metric ``<metric>_test_mean`` / ``_test_sd`` (held-out mean over the repeated
+            splits) and ``_test_lo`` / ``_test_hi`` (95% bootstrap interval of the held-out mean
+            of split 0).
+        best_params: The point with the best train score of split 0 (ties: first in grid order).
         best_test: Its held-out score.
         best_train: Its train score.
         metric: The selection metric.
         split_by: How queries were split (``"query"`` or ``"client"``).
-        n_train: Train queries.
-        n_test: Held-out queries.
+        n_train: Train queries (split 0).
+        n_test: Held-out queries (split 0).
+        per_query: ``point, split, qid, metric, value`` (``point``: the row of ``results``;
+            -1: the defaults, when they
+            are not a grid point; ``split``: the split a learned stage was fitted on).
+        repeats: One row per split: ``split, seed, n_train, n_test, best_point, best_params,
+            train, test`` — the held-out score of the point each split chooses.
+        tests: Paired tests of the best point against the defaults and the runner-up on the
+            held-out queries of split 0 (Holm-corrected across the rows).
+        warnings: Best values on the edge of the grid, skipped degenerate splits.
     """
 
     results: pl.DataFrame
@@ -146,6 +167,20 @@ class SweepResult:
     n_train: int = 0
     n_test: int = 0
     out: Path | None = None
+    per_query: pl.DataFrame | None = None
+    repeats: pl.DataFrame | None = None
+    tests: pl.DataFrame | None = None
+    warnings: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def chosen_test(self) -> tuple[float, float]:
+        """Mean and standard deviation over the splits of the chosen point's held-out score."""
+        if self.repeats is None or self.repeats.height == 0:
+            return self.best_test, float("nan")
+        vals = self.repeats["test"].to_numpy()
+        sd = float(np.std(vals, ddof=1)) if vals.size > 1 else float("nan")
+        return round(float(vals.mean()), 6), round(sd, 6)
 
 
 def _cell(value: Any) -> Any:
@@ -153,6 +188,163 @@ def _cell(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return value
+
+
+@dataclass
+class _SweepJob:
+    """What every sweep task needs (pickled once per worker)."""
+
+    replayer: Replayer
+    dataset: Dataset
+    base: Pipeline
+    metrics: list[str]
+    exclude_tags: tuple[str, ...]
+    trains: list[list[Query]]
+
+
+def _point_task(job: _SweepJob, task: tuple[int, dict[str, Any], int | None]) -> pl.DataFrame:
+    """Replay one point (fitting learned stages on split ``task[2]``); per-query metrics."""
+    _, point, split = task
+    pipe = job.base.clone().set_params(**point)
+    if split is not None:
+        fit_learned_stages(job.replayer, pipe, job.trains[split])
+    rep = job.replayer.run(pipe)
+    return score_rankings(
+        job.dataset,
+        rep.rankings,
+        rep.id_map,
+        memories_frame(job.replayer),
+        job.metrics,
+        exclude_tags=job.exclude_tags,
+    )
+
+
+def _shippable(replayer: Replayer, embedder: Any) -> Replayer:
+    """A copy of ``replayer`` for workers: the frozen embedder, no store, an empty cache."""
+    out = copy.copy(replayer)
+    vars(out).pop("last_store_", None)
+    out.cache = {}
+    out.embedder = embedder
+    out.progress = False
+    return out
+
+
+def run_tasks(
+    job: Any,
+    fn: Any,
+    tasks: Sequence[Any],
+    executor: str | Executor,
+    *,
+    probe: bool = True,
+) -> list[Any]:
+    """Run ``fn(job, task)`` for every task, in task order, on ``executor``.
+
+    Embeddings are computed once, in this process, and shipped to the workers frozen (a
+    :class:`~memlab.embed.frozen.FrozenEmbedder`), so no worker loads the model: with ``probe``
+    the first task runs here and every text it embeds (memories, queries, and whatever its
+    stages ask for, such as MaxP's sentences or masked queries) is frozen; without, only the
+    replayer's memories and queries are (a worker asks the wrapped embedder, e.g. the disk
+    cache, for anything else). ``job.replayer.embedder`` must be a
+    :class:`~memlab.embed.frozen.RecordingEmbedder`.
+    """
+    ex = make_executor(executor) if isinstance(executor, str) else executor
+    if not tasks:
+        return []
+    if isinstance(ex, SerialExecutor) or len(tasks) == 1:
+        return ex.map(fn, job, tasks) if isinstance(ex, SerialExecutor) else [fn(job, tasks[0])]
+    done: list[Any] = []
+    if probe:
+        done.append(fn(job, tasks[0]))
+        tasks = tasks[1:]
+    else:
+        job.replayer.prepare()
+    frozen = job.replayer.embedder.freeze()
+    shipped = dataclasses.replace(job, replayer=_shippable(job.replayer, frozen))
+    return [*done, *ex.map(fn, shipped, tasks)]
+
+
+def bootstrap_interval(
+    values: np.ndarray, *, n_resamples: int = 1000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean (Efron 1979), resampling queries."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(n_resamples, v.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return round(float(lo), 6), round(float(hi), 6)
+
+
+def edge_warnings(grid: Mapping[str, Sequence[Any]], best: Mapping[str, Any]) -> list[str]:
+    """A warning for each numeric constant whose best value is the grid's smallest or largest."""
+    out = []
+    for name, values in grid.items():
+        nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        if len(nums) != len(values) or len(set(nums)) < 2:
+            continue
+        lo, hi = min(nums), max(nums)
+        if best[name] in (lo, hi):
+            side = "smallest" if best[name] == lo else "largest"
+            out.append(
+                f"best {name}={best[name]} is the {side} value of the grid ({lo} … {hi}): "
+                "the optimum may lie outside it; widen the grid"
+            )
+    return out
+
+
+def _better_order(values: Sequence[float], higher: bool) -> list[int]:
+    """Indices from best to worst (ties: grid order; NaN last)."""
+
+    def key(i: int) -> tuple[bool, float, int]:
+        v = values[i]
+        bad = v != v
+        return (bad, 0.0 if bad else (-v if higher else v), i)
+
+    return sorted(range(len(values)), key=key)
+
+
+def _paired_rows(
+    per_query: pl.DataFrame,
+    best: int,
+    others: Sequence[tuple[str, int]],
+    points: Sequence[dict[str, Any]],
+    defaults: dict[str, Any] | None,
+    *,
+    seed: int,
+    n_resamples: int,
+) -> pl.DataFrame:
+    """Paired tests of point ``best`` against each ``(label, point)`` on ``per_query``."""
+    tests = ("t", "wilcoxon", "permutation")
+    parts = []
+    for label, other in others:
+        frame = pl.concat(
+            [
+                per_query.filter(pl.col("point") == best).with_columns(pipeline=pl.lit("best")),
+                per_query.filter(pl.col("point") == other).with_columns(pipeline=pl.lit(label)),
+            ]
+        ).select("pipeline", "qid", "metric", "value")
+        comp = compare(
+            frame, baseline=label, tests=tests, correction="none", seed=seed,
+            n_resamples=n_resamples,
+        )
+        params = points[other] if other >= 0 else defaults or {}
+        parts.append(
+            comp.with_columns(
+                against=pl.lit(label),
+                against_params=pl.lit(json.dumps({k: _cell(v) for k, v in params.items()})),
+            )
+        )
+    if not parts:
+        return pl.DataFrame()
+    out = pl.concat(parts).rename({"baseline_mean": "other_mean", "mean": "best_mean"})
+    out = out.with_columns(
+        pl.Series(f"p_{t}_adj", correct_pvalues(out[f"p_{t}"].to_numpy(), "holm"))
+        for t in tests
+    ).with_columns(significant=pl.col("p_t_adj").fill_nan(None).lt(0.05).fill_null(False))
+    keep = ["against", "against_params", "metric", "n", "best_mean", "other_mean", "delta",
+            "wins", "losses", "ties"]
+    return out.select(keep + [c for c in out.columns if c.startswith("p_")] + ["significant"])
 
 
 def run_sweep(
@@ -165,6 +357,7 @@ def run_sweep(
     seed: int = 0,
     test_fraction: float = 0.5,
     split_by: str = "query",
+    repeats: int = 5,
     embedder: Any | None = None,
     generator: Any | None = None,
     out: str | Path | None = None,
@@ -173,6 +366,9 @@ def run_sweep(
     ttl_days: float = 30.0,
     expire: bool = True,
     touch_k: int = 10,
+    executor: str | Executor = "joblib",
+    n_jobs: int | None = None,
+    n_resamples: int = 10_000,
 ) -> SweepResult:
     """Evaluate every grid point; choose on the train split, report on the test split.
 
@@ -180,12 +376,14 @@ def run_sweep(
         dataset: A dataset or its directory.
         pipeline: A pipeline or its TOML config.
         grid: ``{"stage__param": [values]}``.
-        metric: The selection metric.
+        metric: The selection metric (its direction comes from the metric registry).
         metrics: Further metrics to tabulate.
-        seed: Seed of the train/test split.
+        seed: Seed of the first train/test split; split ``r`` uses ``seed + r``.
         test_fraction: Share of queries held out.
         split_by: ``"query"`` (each query on its own) or ``"client"`` (each client's queries
             together; see :func:`~memlab.eval.experiment.split_queries`).
+        repeats: Seeded splits; the spread of the held-out score over them is reported.
+            Splits that leave one side empty are skipped (with a warning), except the first.
         embedder: Embedder (default: MiniLM behind the disk cache).
         generator: Generator for stages that need one.
         out: Write the results here (atomically).
@@ -194,11 +392,20 @@ def run_sweep(
         ttl_days: Event TTL of the replay.
         expire: Run TTL expiry before each query.
         touch_k: Top hits counted as accesses.
+        executor: ``"serial"``, ``"joblib"`` (local cores), ``"ray"`` or an executor object;
+            results are identical whichever runs them.
+        n_jobs: Worker processes of the joblib executor (default: every core).
+        n_resamples: Resamples of the permutation test.
     """
+    started = time.time()
     if out is not None:
         check_output_dir(out)  # refuse before the expensive part
     names = check_metrics(list(dict.fromkeys([metric, *metrics])))
     metric = names[0]
+    higher = higher_is_better(metric)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    ex = make_executor(executor, n_jobs=n_jobs) if isinstance(executor, str) else executor
     base = pipeline.clone() if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
     if not grid:
         raise ValueError("the grid is empty: give at least one stage__param=values")
@@ -206,6 +413,22 @@ def run_sweep(
     for point in points:  # reject unknown names before any work
         base.clone().set_params(**point)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
+    splits: list[tuple[int, list[Query], list[Query]]] = []
+    warnings: list[str] = []
+    for r in range(repeats):
+        train, test = split_queries(
+            ds.queries, test_fraction=test_fraction, seed=seed + r, by=split_by
+        )
+        if train and test:
+            splits.append((seed + r, train, test))
+        elif r == 0:
+            side = "train" if not train else "held-out"
+            raise ValueError(
+                f"the split by {split_by} with seed {seed} leaves no {side} queries "
+                f"({len(ds.queries)} queries); try another --seed or test fraction"
+            )
+        else:
+            warnings.append(f"split seed {seed + r} leaves one side empty: skipped")
     replayer = replayer_for(
         ds,
         [base],
@@ -216,43 +439,101 @@ def run_sweep(
         touch_k=touch_k,
         progress=progress,
     )
-    train, test = split_queries(ds.queries, test_fraction=test_fraction, seed=seed, by=split_by)
-    if not train or not test:
-        side = "train" if not train else "held-out"
-        raise ValueError(
-            f"the split by {split_by} with seed {seed} leaves no {side} queries "
-            f"({len(ds.queries)} queries); try another --seed or test fraction"
-        )
-    train_ids, test_ids = {q.qid for q in train}, {q.qid for q in test}
-    rows: list[dict[str, Any]] = []
-    enabled = progress_enabled(progress)
-    iterator: Any = points
-    if enabled:
-        from tqdm.auto import tqdm
+    replayer.embedder = RecordingEmbedder(replayer.embedder)
+    all_params = base.get_params()
+    defaults = {k: all_params[k] for k in grid if k in all_params}
+    default_i = next((i for i, p in enumerate(points) if p == defaults), -1)
+    learned = bool(learnable_stages(base))
+    fits: list[int | None] = list(range(len(splits))) if learned else [None]
+    tasks: list[tuple[int, dict[str, Any], int | None]] = [
+        (i, point, f) for f in fits for i, point in enumerate(points)
+    ]
+    if default_i < 0 and len(defaults) == len(grid):
+        tasks += [(-1, defaults, f) for f in fits]
+    job = _SweepJob(
+        replayer=replayer,
+        dataset=ds,
+        base=base,
+        metrics=names,
+        exclude_tags=tuple(exclude_tags),
+        trains=[s[1] for s in splits],
+    )
+    frames = run_tasks(job, _point_task, tasks, ex)
+    per_query = pl.concat(
+        [
+            f.with_columns(point=pl.lit(i), split=pl.lit(0 if s is None else s))
+            for (i, _, s), f in zip(tasks, frames, strict=True)
+        ]
+    ).select("point", "split", "qid", "metric", "value")
 
-        iterator = tqdm(points, desc=f"sweep {base.name}")
-    for point in iterator:
-        pipe = base.clone().set_params(**point)
-        fit_learned_stages(replayer, pipe, train)
-        rep = replayer.run(pipe)
-        pq = score_rankings(
-            ds,
-            rep.rankings,
-            rep.id_map,
-            memories_frame(replayer),
-            names,
-            exclude_tags=exclude_tags,
+    def scores(split: int, qids: set[str], m: str) -> dict[int, float]:
+        sel = per_query.filter(
+            (pl.col("split") == (split if learned else 0))
+            & (pl.col("metric") == m)
+            & pl.col("qid").is_in(qids)
         )
-        row: dict[str, Any] = {f"param_{k}": _cell(v) for k, v in point.items()}
-        for m in names:
-            vals = pq.filter(pl.col("metric") == m)
-            row[m] = _mean(vals)
-            row[f"{m}_train"] = _mean(vals.filter(pl.col("qid").is_in(train_ids)))
-            row[f"{m}_test"] = _mean(vals.filter(pl.col("qid").is_in(test_ids)))
-        rows.append(row)
+        means = dict(sel.group_by("point").agg(pl.col("value").mean()).iter_rows())
+        return {i: round(float(means[i]), 6) if i in means else float("nan") for i in means}
+
+    def nan_get(d: dict[int, float], i: int) -> float:
+        return d.get(i, float("nan"))
+
+    qid_sets = [({q.qid for q in tr}, {q.qid for q in te}) for _, tr, te in splits]
+    repeat_rows = []
+    test_by_split = []
+    for r, (s_seed, tr, te) in enumerate(splits):
+        train_s, test_s = scores(r, qid_sets[r][0], metric), scores(r, qid_sets[r][1], metric)
+        test_by_split.append(test_s)
+        order = _better_order([nan_get(train_s, i) for i in range(len(points))], higher)
+        b = order[0]
+        repeat_rows.append(
+            {
+                "split": r,
+                "seed": s_seed,
+                "n_train": len(tr),
+                "n_test": len(te),
+                "best_point": b,
+                "best_params": json.dumps({k: _cell(v) for k, v in points[b].items()}),
+                "train": nan_get(train_s, b),
+                "test": nan_get(test_s, b),
+            }
+        )
+    train0, test0 = qid_sets[0]
+    rows: list[dict[str, Any]] = [
+        {f"param_{k}": _cell(v) for k, v in point.items()} for point in points
+    ]
+    for m in names:
+        everything = scores(0, {q.qid for q in ds.queries}, m)
+        tr_s, te_s = scores(0, train0, m), scores(0, test0, m)
+        for i, row in enumerate(rows):
+            row[m] = nan_get(everything, i)
+            row[f"{m}_train"] = nan_get(tr_s, i)
+            row[f"{m}_test"] = nan_get(te_s, i)
+    held0 = per_query.filter(
+        (pl.col("split") == 0) & (pl.col("metric") == metric) & pl.col("qid").is_in(test0)
+    ).sort("point", "qid")
+    for i, row in enumerate(rows):
+        vals = np.array([t[i] for t in test_by_split if i in t and t[i] == t[i]])
+        row[f"{metric}_test_mean"] = round(float(vals.mean()), 6) if vals.size else float("nan")
+        row[f"{metric}_test_sd"] = (
+            round(float(np.std(vals, ddof=1)), 6) if vals.size > 1 else float("nan")
+        )
+        lo, hi = bootstrap_interval(
+            held0.filter(pl.col("point") == i)["value"].to_numpy(), seed=seed
+        )
+        row[f"{metric}_test_lo"], row[f"{metric}_test_hi"] = lo, hi
     results = pl.DataFrame(rows, strict=False)
-    sign = 1.0 if higher_is_better(metric) else -1.0  # a cost (tokens@k) is minimised
-    best_i = max(range(len(rows)), key=lambda i: (sign * rows[i][f"{metric}_train"], -i))
+    order = _better_order([r[f"{metric}_train"] for r in rows], higher)
+    best_i = order[0]
+    warnings = edge_warnings(grid, points[best_i]) + warnings
+    others: list[tuple[str, int]] = []
+    if default_i != best_i and len(defaults) == len(grid):
+        others.append(("defaults", default_i))
+    if len(order) > 1:
+        others.append(("runner-up", order[1]))
+    tests = _paired_rows(
+        held0, best_i, others, points, defaults, seed=seed, n_resamples=n_resamples
+    ) if held0.height else pl.DataFrame()
     res = SweepResult(
         results=results,
         best_params=dict(points[best_i]),
@@ -260,44 +541,133 @@ def run_sweep(
         best_train=rows[best_i][f"{metric}_train"],
         metric=metric,
         split_by=split_by,
-        n_train=len(train),
-        n_test=len(test),
+        n_train=len(splits[0][1]),
+        n_test=len(splits[0][2]),
+        per_query=per_query,
+        repeats=pl.DataFrame(repeat_rows),
+        tests=tests,
+        warnings=warnings,
     )
+    res.manifest = {
+        "dataset": dataset_entry(ds),
+        "pipeline": base.to_config(),
+        "grid": {k: [_cell(v) for v in vs] for k, vs in grid.items()},
+        "defaults": {k: _cell(v) for k, v in defaults.items()},
+        "metric": metric,
+        "higher_is_better": higher,
+        "metrics": names,
+        "seed": seed,
+        "repeats": len(splits),
+        "test_fraction": test_fraction,
+        "split_by": split_by,
+        "exclude_tags": sorted(set(exclude_tags)),
+        "replay": {"ttl_days": ttl_days, "expire": expire, "touch_k": touch_k},
+        "embedder": getattr(replayer.embedder, "model_id", type(replayer.embedder).__name__),
+        "executor": type(ex).__name__,
+        "n_jobs": n_jobs,
+        "packages": package_versions(),
+        "git_commit": git_commit(),
+        "started_at": datetime.fromtimestamp(started, tz=UTC).isoformat(),
+        "seconds": round(time.time() - started, 3),
+    }
     if out is not None:
         res.out = write_sweep(res, Path(out), pipeline=base, grid=grid, seed=seed, dataset=ds)
     return res
 
 
-def _mean(frame: pl.DataFrame) -> float:
-    if frame.height == 0:
-        return float("nan")
-    return round(float(frame["value"].mean()), 6)
+def dataset_entry(ds: Dataset) -> dict[str, Any]:
+    """The manifest's description of a dataset (name, path, SHA-256 of its files, sizes)."""
+    return {
+        "name": ds.meta.get("name", Path(str(ds.path)).name),
+        "path": str(ds.path),
+        "sha256": ds.sha256(),
+        "memories": sum(1 for op in ds.ops if op.op == "store"),
+        "operations": len(ds.ops),
+        "queries": len(ds.queries),
+    }
+
+
+def _varied(grid: Mapping[str, Sequence[Any]]) -> list[str]:
+    return [k for k, v in grid.items() if len({json.dumps(_cell(x)) for x in v}) > 1]
 
 
 def sweep_chart(result: SweepResult, param: str) -> alt.Chart:
-    """The selection metric against one constant (train and test lines; mean over others)."""
-    col = f"param_{param}"
-    data = (
-        result.results.group_by(col)
-        .agg(
-            pl.col(f"{result.metric}_train").mean().alias("train"),
-            pl.col(f"{result.metric}_test").mean().alias("test"),
-        )
-        .unpivot(index=col, on=["train", "test"], variable_name="split", value_name="value")
-        .sort(col)
+    """The selection metric against one constant, the others at their best values: train line,
+    held-out mean over the splits with a ± one standard deviation band."""
+    col, m = f"param_{param}", result.metric
+    data = _slice(result, [param]).select(
+        col,
+        pl.col(f"{m}_train").alias("train"),
+        pl.col(f"{m}_test_mean").alias("test"),
+        (pl.col(f"{m}_test_mean") - pl.col(f"{m}_test_sd").fill_nan(0)).alias("lo"),
+        (pl.col(f"{m}_test_mean") + pl.col(f"{m}_test_sd").fill_nan(0)).alias("hi"),
     )
-    kind = "Q" if data.schema[col].is_numeric() else "N"
-    return (
-        alt.Chart(data)
+    kind = "Q" if data.schema[col].is_numeric() else "O"
+    long = data.unpivot(index=[col, "lo", "hi"], on=["train", "test"], variable_name="split")
+    x = alt.X(f"{col}:{kind}", title=param)
+    lines = (
+        alt.Chart(long)
         .mark_line(point=True)
         .encode(
-            x=alt.X(f"{col}:{kind}", title=param),
-            y=alt.Y("value:Q", title=result.metric),
-            color=alt.Color("split:N"),
+            x=x,
+            y=alt.Y("value:Q", title=m, scale=alt.Scale(zero=False)),
+            color=alt.Color("split:N", title=None),
             tooltip=[col, "split", alt.Tooltip("value:Q", format=".4f")],
         )
-        .properties(width=320, height=220)
     )
+    band = alt.Chart(data).mark_errorbar(color="#f58518").encode(
+        x=x, y=alt.Y("lo:Q", title=m), y2="hi:Q"
+    )
+    return (band + lines).properties(
+        width=320, height=220, title=f"held-out: mean ± sd over {_n_repeats(result)} splits"
+    )
+
+
+def _n_repeats(result: SweepResult) -> int:
+    return 0 if result.repeats is None else result.repeats.height
+
+
+def _slice(result: SweepResult, params: Sequence[str]) -> pl.DataFrame:
+    """Rows whose other constants sit at the best point's values."""
+    frame = result.results
+    for k, v in result.best_params.items():
+        if k not in params:
+            frame = frame.filter(pl.col(f"param_{k}") == _cell(v))
+    return frame
+
+
+def heatmap_chart(result: SweepResult, a: str, b: str) -> alt.Chart:
+    """Held-out mean of the selection metric over a pair of constants (others at their best)."""
+    m = f"{result.metric}_test_mean"
+    data = _slice(result, [a, b]).select(
+        pl.col(f"param_{a}").cast(pl.String).alias(a),
+        pl.col(f"param_{b}").cast(pl.String).alias(b),
+        pl.col(m).alias("value"),
+        pl.col(f"param_{a}").alias("_sa"),
+        pl.col(f"param_{b}").alias("_sb"),
+    )
+    order_a = data.sort("_sa")[a].unique(maintain_order=True).to_list()
+    order_b = data.sort("_sb")[b].unique(maintain_order=True).to_list()
+    data = data.drop("_sa", "_sb")
+    base = alt.Chart(data).encode(
+        x=alt.X(f"{a}:O", sort=order_a, title=a), y=alt.Y(f"{b}:O", sort=order_b, title=b)
+    )
+    rect = base.mark_rect().encode(
+        color=alt.Color("value:Q", title=f"{result.metric} held-out", scale=alt.Scale(
+            scheme="viridis")),
+        tooltip=[a, b, alt.Tooltip("value:Q", format=".4f")],
+    )
+    text = base.mark_text(fontSize=11).encode(
+        text=alt.Text("value:Q", format=".3f"),
+        color=alt.condition(
+            alt.datum.value > (data["value"].mean() or 0), alt.value("black"), alt.value("white")
+        ),
+    )
+    others = [k for k in result.best_params if k not in (a, b)]
+    title = f"mean over {_n_repeats(result)} splits" + (
+        f"; {', '.join(f'{k}={_cell(result.best_params[k])}' for k in others)}" if others else ""
+    )
+    return (rect + text).properties(width=alt.Step(56), height=alt.Step(32), title=title)
 
 
 def write_sweep(
@@ -309,14 +679,27 @@ def write_sweep(
     seed: int,
     dataset: Dataset,
 ) -> Path:
-    """Write ``results.parquet``, ``sweep.json``, ``report.md`` and plots, atomically."""
+    """Write ``results.parquet``, ``per_query.parquet``, ``repeats.parquet``, ``tests.parquet``,
+    ``sweep.json``, ``manifest.json``, ``report.md`` and charts, atomically.
+
+    Everything but ``manifest.json`` (times, executor) is byte-identical between runs of the
+    same dataset, pipeline, grid and seeds, whichever executor ran them.
+    """
+    mean, sd = result.chosen_test
     with atomic_directory(out, kind="sweep") as tmp:
         result.results.write_parquet(tmp / "results.parquet")
+        if result.per_query is not None:
+            result.per_query.write_parquet(tmp / "per_query.parquet")
+        if result.repeats is not None:
+            result.repeats.write_parquet(tmp / "repeats.parquet")
+        tests = result.tests if result.tests is not None else pl.DataFrame()
+        tests.write_parquet(tmp / "tests.parquet")
         summary = {
             "dataset": dataset.meta.get("name"),
             "pipeline": pipeline.to_config(),
             "grid": {k: list(v) for k, v in grid.items()},
             "seed": seed,
+            "repeats": _n_repeats(result),
             "split_by": result.split_by,
             "n_train": result.n_train,
             "n_test": result.n_test,
@@ -324,9 +707,17 @@ def write_sweep(
             "best_params": result.best_params,
             "best_train": result.best_train,
             "best_test": result.best_test,
+            "chosen_test_mean": mean,
+            "chosen_test_sd": sd,
+            "tests": tests.to_dicts(),
+            "warnings": result.warnings,
         }
         (tmp / "sweep.json").write_text(
             json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        (tmp / "manifest.json").write_text(
+            json.dumps(result.manifest, indent=2, sort_keys=True, default=str) + "\n",
+            encoding="utf-8",
         )
         lines = [
             f"# Sweep of `{pipeline.name}` on {dataset.meta.get('name')}",
@@ -339,10 +730,24 @@ def write_sweep(
             + ", ".join(f"`{k}={v}`" for k, v in result.best_params.items())
             + f" — train {result.best_train:.4f}, held-out test {result.best_test:.4f}.",
             "",
-            markdown_table(result.results),
+            f"Over {_n_repeats(result)} seeded splits (seeds {seed}…), the point chosen on each "
+            f"train half scores {mean:.4f} ± {sd:.4f} (sd) on its held-out half.",
         ]
-        for param in grid:
-            files = save_chart(sweep_chart(result, param), tmp / f"sweep_{param}")
-            lines += ["", f"![{param}]({files[0]}) ([svg]({files[1]}))"]
+        lines += [""] + [f"> **Warning:** {w}" for w in result.warnings] if result.warnings else []
+        if tests.height:
+            lines += [
+                "",
+                "## Paired tests on the held-out queries (split 0; Holm across rows)",
+                "",
+                markdown_table(tests.drop("against_params")),
+            ]
+        lines += ["", "## Points", "", markdown_table(result.results)]
+        varied = _varied(grid)
+        if len(varied) == 1:
+            files = save_chart(sweep_chart(result, varied[0]), tmp / f"sweep_{varied[0]}")
+            lines += ["", f"![{varied[0]}]({files[0]}) ([svg]({files[1]}))"]
+        for a, b in itertools.combinations(varied, 2):
+            files = save_chart(heatmap_chart(result, a, b), tmp / f"heatmap_{a}_{b}")
+            lines += ["", f"![{a} × {b}]({files[0]}) ([svg]({files[1]}))"]
         (tmp / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out.resolve()

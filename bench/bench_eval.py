@@ -1,0 +1,78 @@
+"""Whole-benchmark speed: warm LoCoMo ``conversational``, warm ``make eval``, a parallel sweep.
+
+Usage: python bench/bench_eval.py [LOCOMO_DIR] [--jobs N] [--skip-locomo]
+
+* LoCoMo is imported (read by path) into a temporary directory and evaluated with
+  ``conversational`` (``--no-expire --touch-k 0``) twice; the second, warm run is timed
+  (goal: ≤ 5 s wall on 2 cores).
+* ``make eval``'s work (every shipped pipeline on ``datasets/agent-memories``, report written)
+  is run twice through the CLI in a subprocess; the second run is timed (goal: ≤ 30 s).
+* A 12-point sweep of ``hybrid`` on ``datasets/agent-memories`` runs serially and with joblib
+  on ``--jobs`` cores (goal: ≥ 1.7× on 2 cores; the outputs are compared byte for byte).
+
+Every line printed names the command that reproduces it. Numbers depend on what else the
+machine is doing: run it on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _memlab(*args: str) -> float:
+    """Wall seconds of one ``memlab`` command (a fresh process, as a user runs it)."""
+    env = dict(os.environ, CI="true")
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "memlab.cli", *args], check=True, env=env, cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("locomo", nargs="?", default=str(ROOT.parent / "shared/datasets/locomo10"))
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--skip-locomo", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        if not args.skip_locomo:
+            _memlab("datasets", "import-locomo", args.locomo, str(t / "locomo"))
+            cmd = ["eval", str(t / "locomo"), "--pipelines", "conversational", "--no-expire",
+                   "--touch-k", "0", "--quiet", "--jobs", str(args.jobs)]
+            _memlab(*cmd, "--out", str(t / "l1"))
+            warm = _memlab(*cmd, "--out", str(t / "l2"))
+            print(f"LoCoMo conversational, warm: {warm:.1f} s wall (goal ≤ 5 s)  "
+                  f"[memlab {' '.join(cmd)} --out DIR]")
+        cmd = ["eval", "datasets/agent-memories", "--quiet", "--jobs", str(args.jobs)]
+        _memlab(*cmd, "--out", str(t / "e1"))
+        warm = _memlab(*cmd, "--out", str(t / "e2"))
+        print(f"make eval, warm: {warm:.1f} s wall (goal ≤ 30 s)  [memlab {' '.join(cmd)} "
+              "--out DIR]")
+        sweep = ["sweep", "datasets/agent-memories", "--pipeline", "hybrid",
+                 "--grid", "rrf__k=10,30,60", "--grid", "lifecycle__decay_factor=0.98,1.0",
+                 "--grid", "lifecycle__boost_weight=0,0.3", "--quiet", "--repeats", "5"]
+        serial = _memlab(*sweep, "--executor", "serial", "--out", str(t / "s1"))
+        par = _memlab(*sweep, "--executor", "joblib", "--jobs", str(args.jobs),
+                      "--out", str(t / "s2"))
+        same = all(
+            (t / "s1" / n).read_bytes() == (t / "s2" / n).read_bytes()
+            for n in ("results.parquet", "per_query.parquet", "sweep.json")
+        )
+        print(f"12-point sweep: serial {serial:.1f} s, joblib --jobs {args.jobs} {par:.1f} s, "
+              f"speed-up {serial / par:.2f}× (goal ≥ 1.7× on 2 cores), identical outputs: "
+              f"{same}  [memlab {' '.join(sweep)} --executor serial|joblib]")
+
+
+if __name__ == "__main__":
+    main()

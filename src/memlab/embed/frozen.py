@@ -1,0 +1,139 @@
+"""Embedders that ship precomputed vectors to worker processes.
+
+:class:`RecordingEmbedder` wraps an embedder in the parent process and keeps every vector it
+returns; :meth:`RecordingEmbedder.freeze` turns what it saw into a :class:`FrozenEmbedder`, one
+float32 matrix and a text → row map, which pickles cheaply and needs no model. A worker that meets
+a text the parent never embedded asks the optional ``fallback`` (for MiniLM behind the disk cache:
+a read from the cache, the model only if the cache misses too) and counts it in ``misses_``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memlab.embed.base import Embedder, check_texts
+
+__all__ = ["FrozenEmbedder", "RecordingEmbedder", "unloaded"]
+
+
+def unloaded(embedder: Any) -> Any:
+    """A shallow copy of ``embedder`` without fitted state (attributes ending in ``_``).
+
+    A loaded model (``model_``) is dropped, so the copy pickles small and loads the model only
+    if it is asked to embed; a wrapped ``embedder`` attribute is stripped the same way.
+    """
+    if not hasattr(embedder, "__dict__"):
+        return embedder
+    out = copy.copy(embedder)
+    for name in [n for n in vars(out) if n.endswith("_") and not n.startswith("__")]:
+        delattr(out, name)
+    inner = getattr(out, "embedder", None)
+    if inner is not None:
+        out.embedder = unloaded(inner)
+    if hasattr(embedder, "hits_"):  # counters of CachedEmbedder start again at zero
+        out.hits_ = 0
+        out.misses_ = 0
+    return out
+
+
+class FrozenEmbedder:
+    """A fixed table of vectors behind the :class:`~memlab.embed.base.Embedder` protocol.
+
+    Args:
+        texts: The texts, one per row of ``vectors``.
+        vectors: ``(len(texts), dim)`` float32 matrix.
+        model_id: The model id of the embedder that computed them (it keys stage caches).
+        fallback: Embedder asked for texts not in the table; ``None`` makes them an error.
+
+    Attributes:
+        misses_: Texts served by the fallback.
+    """
+
+    def __init__(
+        self,
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        model_id: str,
+        fallback: Embedder | None = None,
+    ) -> None:
+        self.texts = texts
+        self.vectors = vectors
+        self.model_id = model_id
+        self.fallback = fallback
+        self.misses_ = 0
+        self._rows = {t: i for i, t in enumerate(texts)}
+
+    @property
+    def dim(self) -> int:
+        """Length of every vector."""
+        return int(self.vectors.shape[1])
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Look the texts up (the fallback embeds the missing ones).
+
+        Raises:
+            ValueError: A text is not in the table and there is no fallback.
+        """
+        items = check_texts(texts)
+        out = np.empty((len(items), self.dim), dtype=np.float32)
+        missing = [i for i, t in enumerate(items) if t not in self._rows]
+        for i, t in enumerate(items):
+            row = self._rows.get(t)
+            if row is not None:
+                out[i] = self.vectors[row]
+        if missing:
+            if self.fallback is None:
+                raise ValueError(
+                    f"FrozenEmbedder({self.model_id}): text not precomputed: {items[missing[0]]!r}"
+                )
+            vecs = np.asarray(self.fallback.embed([items[i] for i in missing]), dtype=np.float32)
+            out[missing] = vecs
+            self.misses_ += len(missing)
+        return out
+
+
+class RecordingEmbedder:
+    """Wraps an embedder and keeps every (text, vector) it returns, in first-seen order.
+
+    Args:
+        embedder: The embedder to wrap.
+    """
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.seen_: dict[str, np.ndarray] = {}
+
+    @property
+    def model_id(self) -> str:
+        """The wrapped embedder's model id."""
+        return self.embedder.model_id
+
+    @property
+    def dim(self) -> int:
+        """The wrapped embedder's vector length."""
+        return self.embedder.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed with the wrapped embedder and remember the vectors."""
+        vecs = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        for t, v in zip(texts, vecs, strict=True):
+            self.seen_.setdefault(t, v)
+        return vecs
+
+    def freeze(self, *, fallback: bool = True) -> FrozenEmbedder:
+        """Everything seen so far as a :class:`FrozenEmbedder` (fallback: an unloaded copy of
+        the wrapped embedder)."""
+        texts = list(self.seen_)
+        dim = self.dim if not texts else len(next(iter(self.seen_.values())))
+        matrix = (
+            np.stack([self.seen_[t] for t in texts]).astype(np.float32)
+            if texts
+            else np.zeros((0, dim), dtype=np.float32)
+        )
+        return FrozenEmbedder(
+            texts, matrix, self.model_id, unloaded(self.embedder) if fallback else None
+        )

@@ -1,0 +1,171 @@
+"""Executors: run independent tasks (sweep points, experiment pipelines) on cores or a cluster.
+
+An executor maps ``fn(shared, task)`` over tasks and returns the results **in task order**, so a
+parallel run writes exactly what a serial run writes. ``shared`` (the replayer with its frozen
+embeddings, the dataset, the base pipeline) is pickled once; each worker unpickles it once per
+run and keeps it, with its caches, for every task it is given.
+
+* ``serial``: in this process, one task after another (``shared`` is used as is).
+* ``joblib``: local cores through joblib's loky process pool (``n_jobs``; default all cores).
+* ``ray``: a Ray cluster (``address="HOST:PORT"`` of a running head; default: a local Ray
+  started for the run). Every node needs memlab installed (or on ``PYTHONPATH``).
+
+``fn`` must be a module-level function so that workers can import it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from memlab.registry import Registry
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "JoblibExecutor",
+    "RayExecutor",
+    "SerialExecutor",
+    "available_executors",
+    "make_executor",
+]
+
+
+class Executor(Protocol):
+    """Runs ``fn(shared, task)`` for every task; results in task order."""
+
+    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
+        """Return ``[fn(shared, t) for t in tasks]``, computed wherever the executor runs."""
+        ...
+
+
+EXECUTORS: Registry[Callable[..., Executor]] = Registry("executor")
+register_executor = EXECUTORS.register
+
+
+def available_executors() -> tuple[str, ...]:
+    """Names of the registered executors."""
+    return tuple(EXECUTORS)
+
+
+def make_executor(name: str, *, n_jobs: int | None = None, address: str | None = None) -> Executor:
+    """Build the executor registered under ``name``.
+
+    Raises:
+        ValueError: Unknown name, ``n_jobs < 1``, or an address for an executor other than ray.
+    """
+    factory = EXECUTORS.lookup(name)
+    if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int)):
+        raise TypeError(f"n_jobs must be an int, got {n_jobs!r}")
+    if n_jobs is not None and n_jobs < 1:
+        raise ValueError(f"n_jobs must be >= 1, got {n_jobs}")
+    if address is not None and name != "ray":
+        raise ValueError(f"an address is for the ray executor, not {name!r}")
+    if name == "ray":
+        return factory(n_jobs=n_jobs, address=address)
+    return factory(n_jobs=n_jobs)
+
+
+# ------------------------------------------------------------------ worker side
+_STATE: dict[str, Any] = {}
+
+
+def _shared_state(token: str, blob: Any) -> Any:
+    """The unpickled shared object of run ``token`` (kept in the worker for its later tasks)."""
+    state = _STATE.get(token)
+    if state is None:
+        if not isinstance(blob, bytes):  # a Ray object reference, passed inside a list
+            import ray
+
+            blob = ray.get(blob[0])
+        _STATE.clear()
+        state = _STATE[token] = pickle.loads(blob)
+    return state
+
+
+def _call(fn: Callable[[Any, T], R], token: str, blob: Any, task: T) -> R:
+    return fn(_shared_state(token, blob), task)
+
+
+# ------------------------------------------------------------------ executors
+@register_executor("serial")
+class SerialExecutor:
+    """One task after another in this process.
+
+    Args:
+        n_jobs: Ignored (always 1).
+    """
+
+    def __init__(self, n_jobs: int | None = None) -> None:
+        self.n_jobs = n_jobs
+
+    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
+        return [fn(shared, t) for t in tasks]
+
+
+@register_executor("joblib")
+class JoblibExecutor:
+    """joblib's loky process pool on this machine.
+
+    Args:
+        n_jobs: Worker processes (default: every core); with one job or one task, the tasks run
+            in this process.
+    """
+
+    def __init__(self, n_jobs: int | None = None) -> None:
+        self.n_jobs = n_jobs
+
+    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
+        jobs = min(self.n_jobs or os.cpu_count() or 1, len(tasks))
+        if jobs <= 1:
+            return SerialExecutor().map(fn, shared, tasks)
+        from joblib import Parallel, delayed
+
+        token, blob = uuid.uuid4().hex, pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
+        return list(
+            Parallel(n_jobs=jobs, backend="loky")(delayed(_call)(fn, token, blob, t) for t in tasks)
+        )
+
+
+@register_executor("ray")
+class RayExecutor:
+    """Tasks on a Ray cluster (one CPU each).
+
+    Args:
+        n_jobs: Ignored: Ray schedules on every CPU the cluster offers.
+        address: ``HOST:PORT`` of a running Ray head (``ray start --head``); ``None`` starts a
+            local Ray for the run. A connection this executor opened is closed after ``map``.
+    """
+
+    def __init__(self, n_jobs: int | None = None, address: str | None = None) -> None:
+        self.n_jobs = n_jobs
+        self.address = address
+
+    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
+        if not tasks:
+            return []
+        import ray
+
+        opened = not ray.is_initialized()
+        if opened:
+            env = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
+            ray.init(
+                address=self.address,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"env_vars": env} if env else None,
+            )
+        try:
+            token = uuid.uuid4().hex
+            ref = ray.put(pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL))
+            remote = ray.remote(num_cpus=1)(_call)
+            return list(ray.get([remote.remote(fn, token, [ref], t) for t in tasks]))
+        finally:
+            if opened:
+                ray.shutdown()

@@ -1,0 +1,462 @@
+"""Tuning beyond grids: Optuna studies over pipeline constants (``memlab tune``).
+
+Each trial is ``clone()`` + ``set_params()`` of one pipeline, replayed and scored on the **train**
+queries of the same seeded split as :mod:`memlab.eval.sweep`; the best trial is then scored on the
+held-out queries and compared, paired per query, with the pipeline's own defaults. The sampler is
+TPE (Bergstra et al., "Algorithms for Hyper-Parameter Optimization", NeurIPS 2011), seeded.
+
+The study lives in an Optuna RDB storage: ``sqlite:///OUT/study.db`` by default, or any URL
+(``--storage postgresql://…``) so that several machines add trials to one study (each runs
+``--trials`` more; ``--study-name`` names it).
+
+Search spaces are written ``stage__param=KIND:…``::
+
+    rrf__k=int:1:200:log          lifecycle__decay_factor=float:0.9:1.0
+    mmr__lambda_=float:0:1        bm25__statistics=cat:store,scope
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import polars as pl
+
+from memlab.datasets.format import Dataset, load_dataset
+from memlab.eval.experiment import (
+    DEFAULT_METRICS,
+    check_metrics,
+    fit_learned_stages,
+    git_commit,
+    learnable_stages,
+    memories_frame,
+    package_versions,
+    replayer_for,
+    score_rankings,
+    split_queries,
+)
+from memlab.eval.report import save_chart
+from memlab.eval.stats import compare
+from memlab.eval.sweep import _parse_value, dataset_entry, higher_is_better
+from memlab.io import atomic_write_text
+from memlab.pipeline import Pipeline, load_pipeline
+
+SAMPLERS = ("tpe", "random")
+
+
+def parse_space(expressions: Sequence[str]) -> dict[str, Any]:
+    """Parse ``stage__param=int:lo:hi[:log]``, ``float:lo:hi[:log]`` or ``cat:a,b,c``.
+
+    Returns:
+        ``{name: optuna distribution}``.
+
+    Raises:
+        ValueError: Naming the expression at fault.
+    """
+    import optuna.distributions as od
+
+    space: dict[str, Any] = {}
+    for expr in expressions:
+        name, sep, spec = expr.partition("=")
+        name = name.strip()
+        kind, _, rest = spec.partition(":")
+        hint = "write stage__param=int:1:200[:log], float:0.9:1.0[:log] or cat:a,b"
+        if not sep or "__" not in name or not rest:
+            raise ValueError(f"bad space expression {expr!r}: {hint}")
+        if name in space:
+            raise ValueError(f"bad space expression {expr!r}: {name} is given twice")
+        try:
+            if kind == "cat":
+                choices = [_parse_value(v) for v in rest.split(",") if v.strip()]
+                if not choices:
+                    raise ValueError("no choices")
+                space[name] = od.CategoricalDistribution(choices)
+                continue
+            parts = rest.split(":")
+            log = len(parts) == 3 and parts[2] == "log"
+            if len(parts) not in (2, 3) or (len(parts) == 3 and not log):
+                raise ValueError(hint)
+            if kind == "int":
+                lo, hi = int(parts[0]), int(parts[1])
+                space[name] = od.IntDistribution(lo, hi, log=log)
+            elif kind == "float":
+                lo_f, hi_f = float(parts[0]), float(parts[1])
+                space[name] = od.FloatDistribution(lo_f, hi_f, log=log)
+            else:
+                raise ValueError(f"unknown kind {kind!r} (int, float, cat)")
+        except ValueError as error:
+            raise ValueError(f"bad space expression {expr!r}: {error}") from None
+    return space
+
+
+@dataclass
+class TuneResult:
+    """A study's outcome.
+
+    Attributes:
+        best_params: The best trial's parameters (on the train split).
+        best_train: Its train score.
+        best_test: Its held-out score.
+        defaults_test: The pipeline's defaults on the held-out queries.
+        tests: Paired tests of the best trial against the defaults on the held-out queries.
+        trials: :func:`trials_table` of the study (every machine's trials).
+        pipeline: The tuned pipeline.
+    """
+
+    best_params: dict[str, Any]
+    best_train: float
+    best_test: float
+    defaults_test: float
+    metric: str
+    tests: pl.DataFrame
+    trials: pl.DataFrame
+    pipeline: Pipeline
+    storage: str = ""
+    study_name: str = ""
+    out: Path | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def run_tune(
+    dataset: str | Path | Dataset,
+    pipeline: str | Pipeline,
+    space: Mapping[str, Any],
+    *,
+    trials: int = 100,
+    metric: str = "R_all@10",
+    seed: int = 0,
+    test_fraction: float = 0.5,
+    split_by: str = "query",
+    sampler: str = "tpe",
+    storage: str | None = None,
+    study_name: str | None = None,
+    out: str | Path | None = None,
+    embedder: Any | None = None,
+    generator: Any | None = None,
+    exclude_tags: Sequence[str] = ("adversarial",),
+    ttl_days: float = 30.0,
+    expire: bool = True,
+    touch_k: int = 10,
+    n_resamples: int = 10_000,
+    progress: bool | None = None,
+) -> TuneResult:
+    """Run (or continue) an Optuna study of ``pipeline`` over ``space``.
+
+    Args:
+        dataset: A dataset or its directory.
+        pipeline: A pipeline or its TOML config.
+        space: ``{"stage__param": optuna distribution}`` (see :func:`parse_space`).
+        trials: Trials this call adds to the study.
+        metric: The objective (maximised or minimised by its direction), on train queries.
+        seed: Seed of the split and of the sampler.
+        test_fraction: Share of queries held out.
+        split_by: ``"query"`` or ``"client"`` (as in sweeps).
+        sampler: ``"tpe"`` (default) or ``"random"``.
+        storage: Optuna RDB URL (default: ``sqlite:///OUT/study.db``; in memory without ``out``).
+        study_name: Name of the study in the storage (default: ``PIPELINE-METRIC``).
+        out: Output directory: ``study.db``, ``tune.json``, ``manifest.json``, ``best.toml``,
+            ``trials.parquet``, ``history.png/svg``, ``importance.png/svg``.
+        embedder: Embedder (default: MiniLM behind the disk cache).
+        generator: Generator for stages that need one.
+        exclude_tags: Queries with these tags are not scored.
+        ttl_days: Event TTL of the replay.
+        expire: Run TTL expiry before each query.
+        touch_k: Top hits counted as accesses.
+        n_resamples: Resamples of the permutation test.
+        progress: Progress bars of the replay.
+    """
+    import optuna
+
+    started = time.time()
+    [metric] = check_metrics([metric])
+    names = check_metrics(list(dict.fromkeys([metric, *DEFAULT_METRICS])))
+    higher = higher_is_better(metric)
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials must be an int >= 1, got {trials!r}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
+    if not space:
+        raise ValueError("the search space is empty: give at least one --space")
+    base = pipeline.clone() if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
+    params = base.get_params()
+    for name, dist in space.items():  # unknown names and bad types fail before any work
+        base.clone().set_params(**{name: _first(dist)})
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
+    train, test = split_queries(ds.queries, test_fraction=test_fraction, seed=seed, by=split_by)
+    if not train or not test:
+        raise ValueError(
+            f"the split by {split_by} with seed {seed} leaves no "
+            f"{'train' if not train else 'held-out'} queries; try another --seed"
+        )
+    train_ids, test_ids = {q.qid for q in train}, {q.qid for q in test}
+    replayer = replayer_for(
+        ds, [base], embedder=embedder, generator=generator, ttl_days=ttl_days,
+        expire=expire, touch_k=touch_k, progress=progress,
+    )
+    learned = bool(learnable_stages(base))
+
+    def per_query(point: Mapping[str, Any]) -> pl.DataFrame:
+        pipe = base.clone().set_params(**point)
+        if learned:
+            fit_learned_stages(replayer, pipe, train)
+        rep = replayer.run(pipe)
+        return score_rankings(
+            ds, rep.rankings, rep.id_map, memories_frame(replayer), names,
+            exclude_tags=exclude_tags,
+        )
+
+    def mean(frame: pl.DataFrame, qids: set[str]) -> float:
+        vals = frame.filter((pl.col("metric") == metric) & pl.col("qid").is_in(qids))["value"]
+        return float("nan") if vals.len() == 0 else round(float(vals.mean()), 6)
+
+    def objective(trial: Any) -> float:
+        point = {name: _suggest(trial, name, dist) for name, dist in space.items()}
+        return mean(per_query(point), train_ids)
+
+    out_dir = Path(out) if out is not None else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    if storage is None and out_dir is not None:
+        storage = f"sqlite:///{(out_dir / 'study.db').resolve()}"
+    study_name = study_name or f"{base.name}-{metric}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    samplers = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler}
+    study = optuna.create_study(
+        storage=storage,
+        study_name=study_name,
+        direction="maximize" if higher else "minimize",
+        sampler=samplers[sampler](seed=seed),
+        load_if_exists=True,
+    )
+    study.optimize(objective, n_trials=trials)
+    best = dict(study.best_params)
+    best_pq = per_query(best)
+    defaults = {k: params[k] for k in space if k in params}
+    default_pq = per_query(defaults)
+    held = pl.concat(
+        [
+            best_pq.with_columns(pipeline=pl.lit("best")),
+            default_pq.with_columns(pipeline=pl.lit("defaults")),
+        ]
+    ).filter((pl.col("metric") == metric) & pl.col("qid").is_in(test_ids))
+    tests = compare(
+        held.select("pipeline", "qid", "metric", "value"), baseline="defaults",
+        correction="none", seed=seed, n_resamples=n_resamples,
+    )
+    tuned = base.clone().set_params(**best)
+    tuned.name = f"{base.name}-tuned"
+    trials_frame = trials_table(study, list(space))
+    res = TuneResult(
+        best_params=best,
+        best_train=mean(best_pq, train_ids),
+        best_test=mean(best_pq, test_ids),
+        defaults_test=mean(default_pq, test_ids),
+        metric=metric,
+        tests=tests,
+        trials=trials_frame,
+        pipeline=tuned,
+        storage=_redact(storage) if storage else "in memory",
+        study_name=study_name,
+    )
+    res.manifest = {
+        "dataset": dataset_entry(ds),
+        "pipeline": base.to_config(),
+        "space": {k: repr(v) for k, v in space.items()},
+        "metric": metric,
+        "higher_is_better": higher,
+        "seed": seed,
+        "test_fraction": test_fraction,
+        "split_by": split_by,
+        "n_train": len(train),
+        "n_test": len(test),
+        "sampler": sampler,
+        "trials_added": trials,
+        "trials_in_study": len(study.trials),
+        "storage": res.storage,
+        "study_name": study_name,
+        "exclude_tags": sorted(set(exclude_tags)),
+        "replay": {"ttl_days": ttl_days, "expire": expire, "touch_k": touch_k},
+        "packages": package_versions() | {"optuna": optuna.__version__},
+        "git_commit": git_commit(),
+        "started_at": datetime.fromtimestamp(started, tz=UTC).isoformat(),
+        "seconds": round(time.time() - started, 3),
+    }
+    if out_dir is not None:
+        res.out = write_tune(res, study, out_dir)
+    return res
+
+
+def _suggest(trial: Any, name: str, dist: Any) -> Any:
+    """Ask the trial for a value of ``name`` from its distribution."""
+    if hasattr(dist, "choices"):
+        return trial.suggest_categorical(name, dist.choices)
+    import optuna.distributions as od
+
+    if isinstance(dist, od.IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+
+
+def trials_table(study: Any, names: Sequence[str]) -> pl.DataFrame:
+    """``number, state, value, seconds, param_*`` of every trial of the study."""
+    rows = []
+    for t in study.trials:
+        seconds = (
+            (t.datetime_complete - t.datetime_start).total_seconds()
+            if t.datetime_complete is not None and t.datetime_start is not None
+            else None
+        )
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name,
+            "value": t.value,
+            "seconds": seconds,
+        }
+        row |= {f"param_{n}": t.params.get(n) for n in names}
+        rows.append(row)
+    return pl.DataFrame(rows, strict=False)
+
+
+def _first(dist: Any) -> Any:
+    """A value inside the distribution (to check the name before any work)."""
+    return dist.choices[0] if hasattr(dist, "choices") else dist.low
+
+
+def _redact(url: str) -> str:
+    """The storage URL without a password."""
+    head, at, tail = url.rpartition("@")
+    if not at or "://" not in head:
+        return url
+    scheme, _, cred = head.partition("://")
+    return f"{scheme}://{cred.partition(':')[0]}:***@{tail}"
+
+
+def history_chart(trials: pl.DataFrame, metric: str, higher: bool) -> alt.Chart:
+    """Objective of every completed trial and the best so far (optimisation history)."""
+    done = trials.filter(pl.col("state") == "COMPLETE").sort("number")
+    best = done["value"].cum_max() if higher else done["value"].cum_min()
+    data = done.select("number", "value").with_columns(best=best)
+    points = alt.Chart(data).mark_circle(size=40, opacity=0.6).encode(
+        x=alt.X("number:Q", title="trial"),
+        y=alt.Y("value:Q", title=f"{metric} (train)", scale=alt.Scale(zero=False)),
+        tooltip=["number", alt.Tooltip("value:Q", format=".4f")],
+    )
+    line = alt.Chart(data).mark_line(color="#e45756", interpolate="step-after").encode(
+        x="number:Q", y="best:Q"
+    )
+    return (points + line).properties(width=360, height=220, title="optimisation history")
+
+
+def importance_chart(importances: Mapping[str, float]) -> alt.Chart:
+    """Parameter importances (Optuna's default evaluator, `get_param_importances`) as bars."""
+    data = pl.DataFrame(
+        {"param": list(importances), "importance": [float(v) for v in importances.values()]}
+    )
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("importance:Q", title="importance (share of variance)"),
+            y=alt.Y("param:N", sort="-x", title=None),
+            tooltip=["param", alt.Tooltip("importance:Q", format=".3f")],
+        )
+        .properties(width=320, height=alt.Step(26), title="parameter importances")
+    )
+
+
+def write_tune(res: TuneResult, study: Any, out: Path) -> Path:
+    """Write the study's summary, tuned pipeline, trials and charts into ``out``."""
+    import optuna
+
+    summary = {
+        "metric": res.metric,
+        "best_params": res.best_params,
+        "best_train": res.best_train,
+        "best_test": res.best_test,
+        "defaults_test": res.defaults_test,
+        "tests": res.tests.to_dicts(),
+        "study_name": res.study_name,
+        "storage": res.storage,
+        "trials": res.trials.height,
+    }
+    atomic_write_text(
+        out / "tune.json", json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n"
+    )
+    atomic_write_text(
+        out / "manifest.json",
+        json.dumps(res.manifest, indent=2, sort_keys=True, default=str) + "\n",
+    )
+    atomic_write_text(out / "best.toml", res.pipeline.to_toml())
+    res.trials.write_parquet(out / "trials.parquet")
+    save_chart(history_chart(res.trials, res.metric, study.direction.name == "MAXIMIZE"),
+               out / "history")
+    try:
+        importances = optuna.importance.get_param_importances(study)
+    except (RuntimeError, ValueError):  # too few trials, or no variance yet
+        importances = {}
+    clean = {k: v for k, v in importances.items() if not math.isnan(v)}
+    if clean:
+        save_chart(importance_chart(clean), out / "importance")
+    return out.resolve()
+
+
+def cmd_tune(args: Any) -> int:
+    """``memlab tune``: run or continue a study; print the best trial and its held-out score."""
+    from memlab.cli import CLIError, _embedder, _generator, _load_dataset
+
+    space = parse_space(args.space or [])
+    if not space:
+        raise CLIError("give at least one --space stage__param=int:lo:hi")
+    ds = _load_dataset(args.dataset)
+    out = args.out or f"reports/tune-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    res = run_tune(
+        ds, args.pipeline, space, trials=args.trials, metric=args.metric, seed=args.seed,
+        split_by=args.split_by, sampler=args.sampler, storage=args.storage,
+        study_name=args.study_name, out=out,
+        embedder=_embedder(args.embedder, not args.no_cache),
+        generator=_generator(args.generator, ds), ttl_days=args.ttl_days,
+        expire=not args.no_expire, touch_k=args.touch_k,
+        progress=False if args.quiet else None,
+    )
+    row = res.tests.row(0, named=True) if res.tests.height else {}
+    print(f"best on train ({res.trials.height} trials): {res.best_params}")
+    print(
+        f"{res.metric}: train {res.best_train:.4f}, held-out {res.best_test:.4f} "
+        f"(defaults held-out {res.defaults_test:.4f}, p_t {row.get('p_t', float('nan')):.3g})"
+    )
+    print(f"wrote {res.out}")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``memlab tune`` on the CLI's subparsers."""
+    p = sub.add_parser("tune", help="Optuna study over pipeline constants (TPE)")
+    p.add_argument("dataset")
+    p.add_argument("--pipeline", required=True)
+    p.add_argument(
+        "--space", action="append",
+        help="stage__param=int:lo:hi[:log] | float:lo:hi[:log] | cat:a,b (repeatable)",
+    )
+    p.add_argument("--trials", type=int, default=100, help="trials to add (default: 100)")
+    p.add_argument("--metric", default="R_all@10")
+    p.add_argument("--sampler", choices=SAMPLERS, default="tpe")
+    p.add_argument("--storage", help="Optuna RDB URL (default: sqlite:///OUT/study.db)")
+    p.add_argument("--study-name", help="study name in the storage (default: PIPELINE-METRIC)")
+    p.add_argument("--split-by", choices=("query", "client"), default="query")
+    p.add_argument("--out", help="output directory (default: reports/tune-<timestamp>)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split and the sampler")
+    p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
+    p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+    p.add_argument("--generator", default=None, help="generator for HyDE")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--ttl-days", type=float, default=30.0, help="event TTL in the replay")
+    p.add_argument("--no-expire", action="store_true", help="no event TTL expiry")
+    p.add_argument("--touch-k", type=int, default=10, help="hits per query counted as accesses")
+    p.set_defaults(func=cmd_tune)

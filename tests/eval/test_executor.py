@@ -1,0 +1,129 @@
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memlab.embed import HashingEmbedder
+from memlab.embed.frozen import FrozenEmbedder, RecordingEmbedder, unloaded
+from memlab.eval.executor import available_executors, make_executor
+from memlab.eval.experiment import run_experiment
+from memlab.eval.sweep import run_sweep
+
+HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
+
+
+def _square_plus(shared, task):
+    return shared["offset"] + task * task
+
+
+def test_executors_return_results_in_task_order():
+    assert available_executors() == ("serial", "joblib", "ray")
+    tasks = [3, 1, 2, 5]
+    for name in ("serial", "joblib"):
+        ex = make_executor(name, n_jobs=2)
+        assert ex.map(_square_plus, {"offset": 10}, tasks) == [19, 11, 14, 35]
+
+
+def test_make_executor_rejects_bad_settings():
+    with pytest.raises(ValueError, match="unknown executor 'dask'"):
+        make_executor("dask")
+    with pytest.raises(ValueError, match="n_jobs must be >= 1"):
+        make_executor("joblib", n_jobs=0)
+    with pytest.raises(ValueError, match="an address is for the ray executor"):
+        make_executor("joblib", address="127.0.0.1:6379")
+
+
+def test_recorded_vectors_freeze_into_a_model_free_embedder():
+    rec = RecordingEmbedder(HashingEmbedder(dim=8))
+    first = rec.embed(["a b", "c"])
+    frozen = rec.freeze(fallback=False)
+    assert frozen.model_id == "hashing-d8-s0-c0" and frozen.dim == 8
+    assert np.array_equal(frozen.embed(["c", "a b"]), first[[1, 0]])
+    with pytest.raises(ValueError, match="text not precomputed: 'zzz'"):
+        frozen.embed(["zzz"])
+    with_fallback = rec.freeze()
+    assert np.array_equal(with_fallback.embed(["zzz"]), HashingEmbedder(dim=8).embed(["zzz"]))
+    assert with_fallback.misses_ == 1
+    model = HashingEmbedder(dim=8)
+    model.model_ = object()  # a loaded model is not shipped
+    assert not hasattr(unloaded(model), "model_")
+    assert isinstance(FrozenEmbedder(["x"], first[:1], "m").embed(["x"]), np.ndarray)
+
+
+def test_parallel_experiment_gives_the_serial_metrics(tmp_path):
+    kw = dict(pipelines=["bm25", "dense", "hybrid"], embedder=HashingEmbedder(dim=64),
+              progress=False, n_resamples=200, write_report=False)
+    serial = run_experiment(HANDMADE, out=tmp_path / "s", executor="serial", **kw)
+    par = run_experiment(HANDMADE, out=tmp_path / "p", executor="joblib", n_jobs=2, **kw)
+    for name in ("metrics.json", "per_query.parquet", "rankings.parquet", "comparison.parquet"):
+        assert (tmp_path / "s" / name).read_bytes() == (tmp_path / "p" / name).read_bytes()
+    assert serial.metrics == par.metrics
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.5)
+    return False
+
+
+def test_sweep_on_a_ray_head_started_on_loopback(tmp_path):
+    ray_cli = Path(sys.executable).with_name("ray")
+    if not ray_cli.exists():
+        pytest.skip(f"no ray command beside {sys.executable}")
+    port = _free_port()
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
+    head = subprocess.Popen(  # its own process group: stopping it ends only what it started
+        [str(ray_cli), "start", "--head", "--block", f"--port={port}",
+         "--node-ip-address=127.0.0.1", "--num-cpus=1", "--include-dashboard=false",
+         "--disable-usage-stats", f"--temp-dir={temp}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )
+    try:
+        if not _wait_for_port(port, head, 90):
+            head.kill()
+            out = head.communicate(timeout=30)[0] or ""
+            print(out)
+            pytest.skip(f"ray start did not come up on this machine: {out.strip()[-300:]}")
+        grid = {"rrf__k": [1, 60]}
+        kw = dict(embedder=HashingEmbedder(dim=64), progress=False, repeats=2, n_resamples=200)
+        serial = run_sweep(HANDMADE, "rrf", grid, executor="serial", out=tmp_path / "s", **kw)
+        ray_ex = make_executor("ray", address=f"127.0.0.1:{port}")
+        on_ray = run_sweep(HANDMADE, "rrf", grid, executor=ray_ex, out=tmp_path / "r", **kw)
+        assert on_ray.results.equals(serial.results)
+        for name in ("results.parquet", "per_query.parquet", "sweep.json"):
+            assert (tmp_path / "s" / name).read_bytes() == (tmp_path / "r" / name).read_bytes()
+        assert json.loads((tmp_path / "r" / "manifest.json").read_text())["executor"] == (
+            "RayExecutor"
+        )
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGTERM)
+            try:
+                head.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(head.pid, signal.SIGKILL)
+                head.wait(timeout=30)
+        shutil.rmtree(temp, ignore_errors=True)
