@@ -155,11 +155,18 @@ class RayExecutor:
         opened = not ray.is_initialized()
         if opened:
             env = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
+            extra: dict[str, Any] = {}
+            host = (self.address or "").rpartition(":")[0].removeprefix("ray://")
+            if host == "localhost" or host.startswith("127."):
+                # A head on loopback: keep the driver's own endpoints on loopback too (Ray
+                # otherwise advertises the machine's first network address).
+                extra["_node_ip_address"] = "127.0.0.1" if host == "localhost" else host
             ray.init(
                 address=self.address,
                 include_dashboard=False,
                 log_to_driver=False,
                 runtime_env={"env_vars": env} if env else None,
+                **extra,
             )
         try:
             token = uuid.uuid4().hex
