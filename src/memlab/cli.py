@@ -63,6 +63,30 @@ def _load_dataset(path: str) -> Any:
     return load_dataset(p)
 
 
+def _replay_config(args: argparse.Namespace, dataset: Any) -> Any:
+    """The dataset's ``[replay]`` defaults with the flags that were given."""
+    from memlab.eval.replay import ReplayConfig
+
+    expire = None if args.expire is None else args.expire
+    return ReplayConfig.from_dataset(
+        dataset,
+        ttl_days=args.ttl_days,
+        expire=expire,
+        touch_k=args.touch_k,
+        consolidation__interval_hours=args.consolidation_hours,
+        conflict_policy=args.conflict_policy,
+    )
+
+
+def _print_replay(config: Any) -> None:
+    c = config.consolidation
+    cons = f"every {c.interval_hours:g} h" if c.enabled else "off"
+    print(
+        f"replay: ttl_days={config.ttl_days:g} expire={config.expire} touch_k={config.touch_k} "
+        f"consolidation={cons} conflict_policy={config.conflict_policy}"
+    )
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from memlab.eval.experiment import DEFAULT_METRICS, DEFAULT_PIPELINES, run_experiment
 
@@ -77,6 +101,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     check_metrics(metrics)
     for p in pipelines:
         load_pipeline(p)
+    config = _replay_config(args, ds)
+    _print_replay(config)
     result = run_experiment(
         ds,
         pipelines,
@@ -87,9 +113,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         embedder=_embedder(args.embedder, not args.no_cache),
         generator=_generator(args.generator, ds),
         progress=False if args.quiet else None,
-        ttl_days=args.ttl_days,
-        expire=not args.no_expire,
-        touch_k=args.touch_k,
+        replay=config,
     )
     _print_metrics(result.metrics)
     print(f"wrote {result.out}")
@@ -116,6 +140,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise CLIError("give at least one --grid stage__param=v1,v2")
     ds = _load_dataset(args.dataset)
     out = args.out or f"reports/sweep-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    config = _replay_config(args, ds)
+    _print_replay(config)
     res = run_sweep(
         ds,
         args.pipeline,
@@ -127,9 +153,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         generator=_generator(args.generator, ds),
         out=out,
         progress=False if args.quiet else None,
-        ttl_days=args.ttl_days,
-        expire=not args.no_expire,
-        touch_k=args.touch_k,
+        replay=config,
     )
     print(res.results)
     print(
@@ -280,12 +304,36 @@ def build_parser() -> argparse.ArgumentParser:
             help="generator for HyDE: recorded (default when needed), smollm2, openai",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bars")
-        p.add_argument("--ttl-days", type=float, default=30.0, help="event TTL in the replay")
         p.add_argument(
-            "--no-expire", action="store_true", help="no event TTL expiry during the replay"
+            "--ttl-days",
+            type=float,
+            default=None,
+            help="event TTL in the replay (default: the dataset's, else 30)",
         )
         p.add_argument(
-            "--touch-k", type=int, default=10, help="hits per query counted as accesses"
+            "--expire",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="event TTL expiry during the replay (default: the dataset's, else on)",
+        )
+        p.add_argument(
+            "--touch-k",
+            type=int,
+            default=None,
+            help="hits per query counted as accesses (default: the dataset's, else 10)",
+        )
+        p.add_argument(
+            "--consolidation-hours",
+            type=float,
+            default=None,
+            help="run a consolidation cycle every N simulated hours (0: none; default: the "
+            "dataset's, else none)",
+        )
+        p.add_argument(
+            "--conflict-policy",
+            default=None,
+            help="resolve contradicting writes with this policy (supersede, merge, reject, "
+            "keep_both, recency_weight, confidence_weight, clarify, review, authority, flag)",
         )
 
     p = sub.add_parser("eval", help="compare pipelines on a dataset")

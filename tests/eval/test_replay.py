@@ -4,7 +4,7 @@ import pytest
 
 from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.embed import HashingEmbedder
-from memlab.eval.replay import Replayer, cacheable_prefix, qrels_frame
+from memlab.eval.replay import ReplayConfig, Replayer, cacheable_prefix, qrels_frame
 from memlab.pipeline import Pipeline
 from memlab.stages.base import Stage, candidates_from_rows
 
@@ -28,7 +28,8 @@ def dataset(ops, queries):
 
 
 def run(ds, **kw):
-    rep = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False, **kw)
+    config = ReplayConfig(**kw)
+    rep = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False, config=config)
     res = rep.run(Pipeline([("all", AllVisible())], name="all"))
     return res, rep
 
@@ -85,11 +86,11 @@ def test_ttl_expiry_and_access_feedback():
             Query(0, "late", T0 + 40 * DAY, "anything"),
         ],
     )
-    res, rep = run(ds)
+    res, _ = run(ds)
     # e1 was returned (touched) by the early scoped query, so it survives the TTL; e2 expires.
     assert top(res, "early") == ["e1"]
     assert top(res, "late") == ["e1"]
-    assert rep.last_store_.get("e2").expired_at == T0 + 40 * DAY
+    assert res.store.get("e2").expired_at == T0 + 40 * DAY
     res, _ = run(ds, touch_k=0)
     assert top(res, "late") == []
 
@@ -104,11 +105,11 @@ def test_duplicates_map_onto_the_first_record_and_forget_hides():
         ],
         [Query(0, "q", T0 + 4, "deploys", relevant={"b": 1})],
     )
-    res, rep = run(ds)
+    res, _ = run(ds)
     assert res.id_map == {"a": "a", "b": "a", "c": "c"}
     assert top(res, "q") == ["a"]
     assert qrels_frame(ds, res.id_map).to_dicts() == [{"qid": "q", "mem_id": "a", "relevance": 1}]
-    assert rep.last_store_.get("a").observed_by == ["x", "y"]
+    assert res.store.get("a").observed_by == ["x", "y"]
 
 
 def test_cacheable_prefix_is_shared_between_pipelines():

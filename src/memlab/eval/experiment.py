@@ -40,7 +40,13 @@ import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
 from memlab.eval.metrics import aggregate, evaluate, main_metric_of, parse_metric
-from memlab.eval.replay import Replayer, ReplayResult, qrels_frame, queries_frame
+from memlab.eval.replay import (
+    ReplayConfig,
+    Replayer,
+    ReplayResult,
+    qrels_frame,
+    queries_frame,
+)
 from memlab.eval.stats import (
     available_corrections,
     available_tests,
@@ -193,10 +199,10 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
         collect = _Collector()
         result = replayer.run(prefix, queries=train, on_query=collect)
         relevant = {
-            q.qid: {result.id_map.get(m, m) for m in q.relevant} for q in train if q.relevant
+            q.qid: {result.resolve(m, q.ts) for m in q.relevant} for q in train if q.relevant
         }
         stage.fit(
-            replayer.last_store_,
+            result.store,
             queries=collect.contexts,
             relevant=relevant,
             embedder=replayer.embedder,
@@ -204,33 +210,58 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
         )
 
 
-def memories_frame(replayer: Replayer) -> pl.DataFrame:
-    """``mem_id, client_id, content_hash, text, tokens`` of the memories of the last replay."""
-    recs = replayer.last_store_.records_frame().select(
+def memories_frame(replay: ReplayResult) -> pl.DataFrame:
+    """``mem_id, client_id, content_hash, text, tokens, contradicts`` of a replay's store.
+
+    ``contradicts`` lists the store ids a memory contradicts by the dataset's labels (a store
+    line's ``metadata.contradicts``: a dataset id or a list of them), in both directions.
+    """
+    store = replay.store
+    if store is None:
+        raise ValueError("the replay result carries no store")
+    recs = store.records_frame().select(
         pl.col("id").alias("mem_id"), "client_id", "content_hash", "text"
     )
+    pairs: dict[str, set[str]] = {}
+    for rec in (store.record_at(i) for i in range(len(store))):
+        labelled = rec.metadata.get("contradicts")
+        if labelled is None:
+            continue
+        for other in [labelled] if isinstance(labelled, str) else list(labelled):
+            sid = replay.id_map.get(str(other), str(other))
+            if sid != rec.id:
+                pairs.setdefault(rec.id, set()).add(sid)
+                pairs.setdefault(sid, set()).add(rec.id)
     return recs.with_columns(
-        pl.col("text").map_elements(count_tokens, return_dtype=pl.Int64).alias("tokens")
+        pl.col("text").map_elements(count_tokens, return_dtype=pl.Int64).alias("tokens"),
+        pl.Series(
+            "contradicts",
+            [sorted(pairs.get(m, ())) for m in recs["mem_id"]],
+            dtype=pl.List(pl.String),
+        ),
     )
 
 
 def score_rankings(
     dataset: Dataset,
-    rankings: pl.DataFrame,
-    id_map: dict[str, str],
-    memories: pl.DataFrame,
+    replay: ReplayResult,
     metrics: Sequence[str],
     *,
+    memories: pl.DataFrame | None = None,
     exclude_tags: Sequence[str] = (),
     qids: set[str] | None = None,
 ) -> pl.DataFrame:
-    """Per-query metrics (``qid, metric, value``) of one pipeline's rankings.
+    """Per-query metrics (``qid, metric, value``) of one pipeline's replay.
 
-    Relevance judgements are mapped through ``id_map`` (dedup); queries carrying one of
-    ``exclude_tags`` get no relevance metric; ``qids`` restricts the evaluation (held-out split).
+    Relevance judgements are mapped through the replay's ``id_map`` (dedup) and merges; queries
+    carrying one of ``exclude_tags`` get no relevance metric; ``qids`` restricts the evaluation
+    (held-out split). ``memories`` defaults to :func:`memories_frame` of the replay.
     """
-    qrels = qrels_frame(dataset, id_map)
-    queries = queries_frame(dataset, id_map)
+    rankings = replay.rankings
+    qrels = qrels_frame(dataset, replay.id_map, replay)
+    queries = queries_frame(dataset, replay.id_map, replay)
+    if memories is None:
+        memories = memories_frame(replay)
     if qids is not None:
         qrels = qrels.filter(pl.col("qid").is_in(qids))
         queries = queries.filter(pl.col("qid").is_in(qids))
@@ -267,10 +298,7 @@ def run_experiment(
     n_resamples: int = 10_000,
     exclude_tags: Sequence[str] = ("adversarial",),
     test_fraction: float = 0.5,
-    ttl_days: float = 30.0,
-    expire: bool = True,
-    touch_k: int = 10,
-    depth: int = 100,
+    replay: ReplayConfig | None = None,
     progress: bool | None = None,
     write_report: bool = True,
 ) -> ExperimentResult:
@@ -293,10 +321,8 @@ def run_experiment(
             adversarial questions have no evidence by design).
         test_fraction: When a pipeline has a learned stage, the share of queries held out for
             evaluation (every pipeline is then scored on the same held-out queries).
-        ttl_days: Event TTL of the replay.
-        expire: Run the TTL cleanup at each query.
-        touch_k: Hits per query that count as accesses.
-        depth: Candidates kept per query in the rankings.
+        replay: The replay configuration (TTL, expiry, touch_k, depth, consolidation, conflict
+            policy); default: the dataset's ``[replay]`` defaults.
         progress: Progress bars (default: on unless ``CI=true``).
         write_report: Render ``report.md`` and charts into ``out``.
     """
@@ -319,16 +345,9 @@ def run_experiment(
     if base not in names:
         raise ValueError(f"baseline {base!r} is not among the pipelines ({', '.join(names)})")
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
+    config = replay if replay is not None else ReplayConfig.from_dataset(ds)
     replayer = replayer_for(
-        ds,
-        pipes,
-        embedder=embedder,
-        generator=generator,
-        ttl_days=ttl_days,
-        expire=expire,
-        touch_k=touch_k,
-        depth=depth,
-        progress=progress,
+        ds, pipes, embedder=embedder, generator=generator, config=config, progress=progress
     )
     embedder, generator = replayer.embedder, replayer.generator
     eval_queries: list[Query] | None = None
@@ -342,17 +361,10 @@ def run_experiment(
         replays[p.name] = replayer.run(p)
     first = replays[names[0]]
     keep = None if eval_queries is None else {q.qid for q in eval_queries}
-    memories = memories_frame(replayer)
     per_query_parts = []
     for name in names:
         pq = score_rankings(
-            ds,
-            replays[name].rankings,
-            first.id_map,
-            memories,
-            metric_names,
-            exclude_tags=exclude_tags,
-            qids=keep,
+            ds, replays[name], metric_names, exclude_tags=exclude_tags, qids=keep
         )
         per_query_parts.append(pq.with_columns(pl.lit(name).alias("pipeline")))
     queries = queries_frame(ds, first.id_map)
@@ -412,12 +424,9 @@ def run_experiment(
         "held_out_split": None
         if eval_queries is None
         else {"test_fraction": test_fraction, "n_test": len(eval_queries)},
-        "replay": {
-            "ttl_days": ttl_days,
-            "expire": expire,
-            "touch_k": touch_k,
-            "depth": depth,
-        },
+        "replay": config.to_dict(),
+        "consolidation_cycles": {n: len(replays[n].consolidation) for n in names},
+        "conflicts_resolved": {n: len(replays[n].conflicts) for n in names},
         "embedder": getattr(embedder, "model_id", type(embedder).__name__),
         "generator": None if generator is None else getattr(generator, "model_id", None),
         "packages": package_versions(),
@@ -447,7 +456,8 @@ def replayer_for(
     *,
     embedder: Any | None = None,
     generator: Any | None = None,
-    **replay: Any,
+    config: ReplayConfig | None = None,
+    progress: bool | None = None,
 ) -> Replayer:
     """A replayer for these pipelines: MiniLM behind the disk cache unless an embedder is given,
     the dataset's recorded generations when a pipeline needs a generator and none is given."""
@@ -457,7 +467,15 @@ def replayer_for(
         embedder = default_embedder()
     if generator is None and any(needs_generator(p) for p in pipelines):
         generator = default_generator(dataset)
-    return Replayer(dataset, embedder=embedder, generator=generator, **replay)
+    cfg = config if config is not None else ReplayConfig.from_dataset(dataset)
+    if generator is None and (
+        cfg.consolidation.enabled and cfg.consolidation.merge == "generator"
+        or cfg.conflict_detector == "nli"
+    ):
+        generator = default_generator(dataset)
+    return Replayer(
+        dataset, embedder=embedder, generator=generator, config=cfg, progress=progress
+    )
 
 
 def needs_generator(p: Pipeline) -> bool:

@@ -4,7 +4,9 @@ The best point is chosen on a seeded train split of the queries and reported on 
 split, so the reported number is not the maximum of many noisy tries. Grids are plain dicts
 (``{"rrf__k": [10, 30, 60]}``); :func:`parse_grid` reads the command line's
 ``--grid rrf__k=10,30,60`` (a list-valued constant is written in brackets:
-``--grid combsum__weights=[0.7,0.3],[0.5,0.5]``).
+``--grid combsum__weights=[0.7,0.3],[0.5,0.5]``). Names starting with ``consolidation__`` or
+``replay__`` set the replay configuration instead of the pipeline
+(``--grid consolidation__merge_threshold=0.7,0.8``, ``--grid replay__touch_k=0,10``).
 """
 
 from __future__ import annotations
@@ -24,12 +26,11 @@ from memlab.eval.experiment import (
     DEFAULT_METRICS,
     check_metrics,
     fit_learned_stages,
-    memories_frame,
     replayer_for,
     score_rankings,
     split_queries,
 )
-from memlab.eval.replay import progress_enabled
+from memlab.eval.replay import ReplayConfig, progress_enabled
 from memlab.eval.report import markdown_table, save_chart
 from memlab.io import atomic_directory
 from memlab.pipeline import Pipeline, load_pipeline
@@ -113,6 +114,16 @@ def parse_grid(expressions: Sequence[str]) -> dict[str, list[Any]]:
     return grid
 
 
+REPLAY_PREFIXES: tuple[str, ...] = ("consolidation__", "replay__")
+
+
+def split_point(point: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(pipeline parameters, replay parameters)`` of one grid point."""
+    pipe = {k: v for k, v in point.items() if not k.startswith(REPLAY_PREFIXES)}
+    replay = {k: v for k, v in point.items() if k.startswith(REPLAY_PREFIXES)}
+    return pipe, replay
+
+
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """The Cartesian product of a grid, in a stable order."""
     keys = list(grid)
@@ -168,16 +179,15 @@ def run_sweep(
     out: str | Path | None = None,
     progress: bool | None = None,
     exclude_tags: Sequence[str] = ("adversarial",),
-    ttl_days: float = 30.0,
-    expire: bool = True,
-    touch_k: int = 10,
+    replay: ReplayConfig | None = None,
 ) -> SweepResult:
     """Evaluate every grid point; choose on the train split, report on the test split.
 
     Args:
         dataset: A dataset or its directory.
         pipeline: A pipeline or its TOML config.
-        grid: ``{"stage__param": [values]}``.
+        grid: ``{"stage__param": [values]}``; ``consolidation__…`` and ``replay__…`` names set
+            the replay configuration.
         metric: The selection metric.
         metrics: Further metrics to tabulate.
         seed: Seed of the train/test split.
@@ -189,9 +199,7 @@ def run_sweep(
         out: Write the results here (atomically).
         progress: Show progress bars.
         exclude_tags: Queries with these tags are not scored.
-        ttl_days: Event TTL of the replay.
-        expire: Run TTL expiry before each query.
-        touch_k: Top hits counted as accesses.
+        replay: The replay configuration (default: the dataset's ``[replay]`` defaults).
     """
     names = check_metrics(list(dict.fromkeys([metric, *metrics])))
     metric = names[0]
@@ -199,18 +207,14 @@ def run_sweep(
     if not grid:
         raise ValueError("the grid is empty: give at least one stage__param=values")
     points = grid_points(grid)
-    for point in points:  # reject unknown names before any work
-        base.clone().set_params(**point)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
+    config = replay if replay is not None else ReplayConfig.from_dataset(ds)
+    for point in points:  # reject unknown names before any work
+        pipe_params, replay_params = split_point(point)
+        base.clone().set_params(**pipe_params)
+        config.with_params(_where="--grid", **replay_params)
     replayer = replayer_for(
-        ds,
-        [base],
-        embedder=embedder,
-        generator=generator,
-        ttl_days=ttl_days,
-        expire=expire,
-        touch_k=touch_k,
-        progress=progress,
+        ds, [base], embedder=embedder, generator=generator, config=config, progress=progress
     )
     train, test = split_queries(ds.queries, test_fraction=test_fraction, seed=seed, by=split_by)
     if not train or not test:
@@ -228,17 +232,12 @@ def run_sweep(
 
         iterator = tqdm(points, desc=f"sweep {base.name}")
     for point in iterator:
-        pipe = base.clone().set_params(**point)
+        pipe_params, replay_params = split_point(point)
+        pipe = base.clone().set_params(**pipe_params)
+        replayer.config = config.with_params(_origin="override", **replay_params)
         fit_learned_stages(replayer, pipe, train)
         rep = replayer.run(pipe)
-        pq = score_rankings(
-            ds,
-            rep.rankings,
-            rep.id_map,
-            memories_frame(replayer),
-            names,
-            exclude_tags=exclude_tags,
-        )
+        pq = score_rankings(ds, rep, names, exclude_tags=exclude_tags)
         row: dict[str, Any] = {f"param_{k}": _cell(v) for k, v in point.items()}
         for m in names:
             vals = pq.filter(pl.col("metric") == m)
@@ -258,8 +257,11 @@ def run_sweep(
         n_train=len(train),
         n_test=len(test),
     )
+    replayer.config = config
     if out is not None:
-        res.out = write_sweep(res, Path(out), pipeline=base, grid=grid, seed=seed, dataset=ds)
+        res.out = write_sweep(
+            res, Path(out), pipeline=base, grid=grid, seed=seed, dataset=ds, replay=config
+        )
     return res
 
 
@@ -303,6 +305,7 @@ def write_sweep(
     grid: Mapping[str, Sequence[Any]],
     seed: int,
     dataset: Dataset,
+    replay: ReplayConfig | None = None,
 ) -> Path:
     """Write ``results.parquet``, ``sweep.json``, ``report.md`` and plots, atomically."""
     with atomic_directory(out) as tmp:
@@ -319,6 +322,7 @@ def write_sweep(
             "best_params": result.best_params,
             "best_train": result.best_train,
             "best_test": result.best_test,
+            "replay": None if replay is None else replay.to_dict(),
         }
         (tmp / "sweep.json").write_text(
             json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8"
