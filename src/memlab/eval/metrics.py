@@ -17,6 +17,9 @@ name           per-query value
                top k; scoped queries only
 ``dup@k``      1 if two memories in the top k share a ``content_hash`` (or an identical text)
 ``tokens@k``   sum of the ``tokens`` of the top k memories
+``conflict@k`` 1 if both sides of a labelled contradiction are in the top k (unresolved: a
+               resolved one has a side retired, which a query does not see)
+``archived@k`` 1 if a memory that was in the cold tier when the query ran is in the top k
 =============  ==========================================================================
 
 ``nDCG``, ``MRR``, ``MAP``, ``R_frac`` and ``R_any`` are computed by trec_eval through
@@ -532,6 +535,40 @@ def tokens(data: EvalData, k: int | None) -> pl.DataFrame:
         top = top.join(memories.select("mem_id", "tokens"), on="mem_id", how="left")
     values = top.group_by("qid").agg(value=pl.col("tokens").cast(pl.Float64).fill_null(0).sum())
     return _per_query(data.all_qids, values, 0.0)
+
+
+@register_metric("conflict", description="1 if both sides of a contradiction are in the top k")
+def conflict(data: EvalData, k: int | None) -> pl.DataFrame:
+    """Unresolved-contradiction exposure: some top-k memory's ``contradicts`` list (memories
+    column, store ids) names another top-k memory. One row per known query."""
+    memories = data.require_memories("conflict", "contradicts")
+    top = data.top(k).select("qid", "mem_id")
+    pairs = (
+        memories.select("mem_id", other=pl.col("contradicts"))
+        .explode("other")
+        .drop_nulls("other")
+    )
+    hits = top.join(pairs, on="mem_id", how="inner").join(
+        top.rename({"mem_id": "other"}), on=["qid", "other"], how="semi"
+    )
+    values = hits.select("qid").unique().with_columns(value=pl.lit(1.0))
+    return _per_query(data.all_qids, values, 0.0)
+
+
+@register_metric("archived", description="1 if a cold-tier memory is in the top k")
+def archived(data: EvalData, k: int | None) -> pl.DataFrame:
+    """Cold-tier exposure: a memory in the query's ``archived`` list (queries column: what was
+    archived when it ran) is in the top k. One row per query of the queries frame."""
+    queries = data.require_queries("archived", "archived")
+    cold = (
+        queries.select("qid", mem_id=pl.col("archived"))
+        .explode("mem_id")
+        .drop_nulls("mem_id")
+        .unique()
+    )
+    hits = cold.join(data.top(k), on=["qid", "mem_id"], how="semi")
+    values = hits.select("qid").unique().with_columns(value=pl.lit(1.0))
+    return _per_query(queries.select("qid").unique(), values, 0.0)
 
 
 # --------------------------------------------------------------------------- public API

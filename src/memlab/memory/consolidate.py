@@ -219,6 +219,12 @@ class Consolidator:
         rows = np.flatnonzero(mask)
         if any(store.record_at(int(i)).content_hash == h for i in rows):
             return None
+        if len(sources) > 1:
+            # A fact merged from several memories resembles each of them: the semantic dedup
+            # compares it with the memories it does not merge.
+            mask = mask.copy()
+            mask[[store.idx(sid) for sid in sources]] = False
+            rows = np.flatnonzero(mask)
         vec = embedding
         if vec is None and store.embedder is not None:
             vec = store.embedder.embed([scrubbed])[0]

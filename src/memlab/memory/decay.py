@@ -61,7 +61,7 @@ def importance_score(
     for name, value in (("critical", critical), ("high", high), ("medium", medium), ("low", low)):
         start[labels == name] = value
     if np.isnan(start).any():
-        bad = labels[np.isnan(start)][0]
+        bad = str(labels[np.isnan(start)][0])
         raise ValueError(f"decay.py: field 'importance': unknown label {bad!r}")
     used = np.minimum(1.0, start + use_gain * np.asarray(access_count, dtype=np.float64))
     days = np.maximum(np.asarray(days_since_access, dtype=np.float64), 0.0)
