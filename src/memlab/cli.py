@@ -178,6 +178,14 @@ def cmd_datasets_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_datasets_generate_lifecycle(args: argparse.Namespace) -> int:
+    from memlab.datasets.lifecycle import generate_lifecycle_dataset
+
+    ds = generate_lifecycle_dataset(args.seed, Path(args.out))
+    print(f"wrote {args.out}: {len(ds.ops)} operations, {len(ds.queries)} queries")
+    return 0
+
+
 def _print_import(report: Any, out: str) -> None:
     summary = getattr(report, "summary", None)
     print(summary() if callable(summary) else report)
@@ -374,6 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("out")
     p.set_defaults(func=cmd_datasets_generate)
+    p = ds.add_parser(
+        "generate-lifecycle", help="generate the agent-lifecycle dataset (conflicts, merges)"
+    )
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("out")
+    p.set_defaults(func=cmd_datasets_generate_lifecycle)
     p = ds.add_parser("import-locomo", help="import LoCoMo (read by path)")
     p.add_argument("src")
     p.add_argument("out")
