@@ -468,9 +468,12 @@ def replayer_for(
     if generator is None and any(needs_generator(p) for p in pipelines):
         generator = default_generator(dataset)
     cfg = config if config is not None else ReplayConfig.from_dataset(dataset)
+    detects = cfg.conflict_policy is not None or (
+        cfg.consolidation.enabled and cfg.consolidation.flag_contradictions
+    )
     if generator is None and (
         cfg.consolidation.enabled and cfg.consolidation.merge == "generator"
-        or cfg.conflict_detector == "nli"
+        or detects and cfg.conflict_detector == "nli"
     ):
         generator = default_generator(dataset)
     return Replayer(
