@@ -10,10 +10,21 @@ def _():
     import polars as pl
 
     from memlab.eval.report import tag_chart
+    from memlab.eval.runcompare import compare_runs
     from memlab.explore import runs as rx
     from memlab.explore import session
 
-    return mo, pl, rx, session, tag_chart
+    def rounded(frame):
+        """Floats rounded for display (p-values keep three significant digits)."""
+        return frame.with_columns(
+            [
+                pl.col(c).round_sig_figs(3) if c.startswith("p_") else pl.col(c).round(4)
+                for c, t in frame.schema.items()
+                if t == pl.Float64
+            ]
+        )
+
+    return compare_runs, mo, pl, rounded, rx, session, tag_chart
 
 
 @app.cell
@@ -74,16 +85,88 @@ def _(demo_note, mo, runs):
 
 
 @app.cell
-def _(compare_pick, mo, runs, rx):
+def _(compare_pick, mo, pl, rounded, runs, rx):
     _chosen = [r for r in runs if r.name in compare_pick.value] or runs[:1]
     _wide = rx.metrics_wide(_chosen)
+    _counts = pl.DataFrame(
+        {
+            "run": [r.name for r in _chosen],
+            "queries": [
+                r.manifest.get("dataset", {}).get("evaluated_queries") for r in _chosen
+            ],
+        },
+        schema={"run": pl.String, "queries": pl.Int64},
+    )
+    _wide = _wide.join(_counts, on="run", how="left").select(
+        "run", "pipeline", "queries", *[c for c in _wide.columns if c not in ("run", "pipeline")]
+    )
     _rel = [m for m in _wide.columns if m.split("@")[0] in ("R_all", "R_any", "nDCG", "MRR")]
     mo.vstack(
         [
-            mo.md("## Pipelines across runs"),
+            mo.md(
+                "## Pipelines across runs\n"
+                "Means only; `queries` is how many queries each run scored. Means of runs "
+                "scored on different queries are not comparable: the paired comparison below "
+                "tests two runs on the queries they share."
+            ),
             compare_pick,
-            mo.ui.table(_wide, selection=None, page_size=12),
+            mo.ui.table(rounded(_wide), selection=None, page_size=12),
             mo.as_html(rx.comparison_chart(_wide, _rel)) if _rel else mo.md(""),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(mo, runs):
+    _names = [r.name for r in runs]
+    pair_a = mo.ui.dropdown(_names, value=_names[0], label="run A (reference)")
+    pair_b = mo.ui.dropdown(_names, value=_names[-1], label="run B")
+    return pair_a, pair_b
+
+
+@app.cell
+def _(compare_runs, mo, pair_a, pair_b, rounded, runs):
+    _a = next(r for r in runs if r.name == pair_a.value)
+    _b = next(r for r in runs if r.name == pair_b.value)
+    _lacking = [
+        f"`{r.name}` lacks {', '.join(r.lacks('per_query'))}"
+        for r in (_a, _b)
+        if r.lacks("per_query")
+    ]
+    if _lacking:
+        _body = mo.callout(
+            mo.md("Paired tests need per-query values: " + "; ".join(_lacking) + "."),
+            kind="warn",
+        )
+    else:
+        _res = compare_runs(_a.path, _b.path, n_resamples=2000)
+        _comp = _res.comparison.select(
+            "baseline", "pipeline", "metric", "n", "baseline_mean", "mean", "delta", "wins",
+            "losses", *[c for c in _res.comparison.columns if c.endswith("_adj")],
+            "significant",
+        )
+        _body = mo.vstack(
+            [
+                *(mo.callout(mo.md(n), kind="info") for n in _res.notes),
+                mo.ui.table(rounded(_comp), selection=None, page_size=10),
+                mo.md(f"Queries whose {_res.metric} changed, largest change first:"),
+                mo.ui.table(
+                    rounded(_res.per_query.filter(_res.per_query["outcome"] != "tie")),
+                    selection=None,
+                    page_size=8,
+                ),
+            ]
+        )
+    mo.vstack(
+        [
+            mo.md(
+                "## Two runs, paired\n"
+                "Same-named pipelines of A and B are tested query by query (`n`: paired "
+                "queries); p-values are Holm-adjusted across every row."
+            ),
+            mo.hstack([pair_a, pair_b], justify="start"),
+            _body,
         ]
     )
     return
@@ -100,31 +183,51 @@ def _(focus_pick, mo, runs):
     metric_pick = mo.ui.dropdown(
         _metrics, value="R_all@10" if "R_all@10" in _metrics else _metrics[0], label="metric"
     )
+    _ds = run.manifest.get("dataset", {})
     mo.vstack(
         [
             mo.md("## One run"),
             mo.hstack([focus_pick, metric_pick], justify="start"),
             mo.md(
-                f"Dataset `{run.manifest.get('dataset', {}).get('name', '?')}`, baseline "
+                f"Dataset `{_ds.get('name', '?')}` ({_ds.get('evaluated_queries', '?')} of "
+                f"{_ds.get('queries', '?')} queries scored), baseline "
                 f"`{run.baseline}`, embedder `{run.manifest.get('embedder', '?')}`, "
                 f"correction `{run.manifest.get('correction', '?')}`."
             ),
+            mo.callout(
+                mo.md(
+                    "This run directory lacks "
+                    + ", ".join(f"`{m}`" for m in run.missing)
+                    + " (a trimmed copy keeps only some files); the sections that need them "
+                    "say so. Re-run `memlab eval … --out DIR` for the full set."
+                ),
+                kind="warn",
+            )
+            if run.missing
+            else mo.md(""),
         ]
     )
     return metric_pick, run
 
 
 @app.cell
-def _(metric_pick, mo, pl, run, rx):
+def _(metric_pick, mo, rounded, run, rx):
+    _sig = rx.significance_table(run, metric=metric_pick.value)
     mo.vstack(
         [
-            mo.md(f"### Significance against `{run.baseline}` ({metric_pick.value})"),
-            mo.ui.table(
-                rx.significance_table(run, metric=metric_pick.value).with_columns(
-                    pl.col(pl.Float64).round(4)
+            mo.md(
+                f"### Significance against `{run.baseline}` ({metric_pick.value})\n"
+                "Paired tests over the queries both pipelines scored (`n`)."
+            ),
+            mo.ui.table(rounded(_sig), selection=None, page_size=10)
+            if _sig.height
+            else mo.callout(
+                mo.md(
+                    "No paired comparison: "
+                    + (", ".join(run.lacks("comparison")) or "the table is empty")
+                    + " in this run."
                 ),
-                selection=None,
-                page_size=10,
+                kind="warn",
             ),
         ]
     )
@@ -132,40 +235,55 @@ def _(metric_pick, mo, pl, run, rx):
 
 
 @app.cell
-def _(metric_pick, mo, pl, run, rx):
+def _(metric_pick, mo, rounded, run, rx):
     _by_tag = rx.tag_significance_table(run, metric=metric_pick.value)
+    _why = (
+        f"_This run lacks {', '.join(run.lacks('comparison_by_tag'))}._"
+        if run.lacks("comparison_by_tag")
+        else "_The run compares tags on its headline metric only._"
+    )
     mo.vstack(
         [
-            mo.md(f"### Significance within each tag ({metric_pick.value})"),
-            mo.ui.table(
-                _by_tag.with_columns(pl.col(pl.Float64).round(4)),
-                selection=None,
-                page_size=10,
-            )
+            mo.md(f"### Significance within each tag ({metric_pick.value}; `n`: queries)"),
+            mo.ui.table(rounded(_by_tag), selection=None, page_size=10)
             if _by_tag.height
-            else mo.md("_The run compares tags on its headline metric only._"),
+            else mo.md(_why),
         ]
     )
     return
 
 
 @app.cell
-def _(metric_pick, mo, run, rx, tag_chart):
+def _(metric_pick, mo, rounded, run, rx, tag_chart):
     _tags = rx.tag_table(run, metric_pick.value)
     _per_tag = run.tables["per_tag"]
     mo.vstack(
         [
-            mo.md(f"### Per tag ({metric_pick.value})"),
+            mo.md(f"### Per tag ({metric_pick.value}; the chart names each tag's queries)"),
             mo.as_html(tag_chart(_per_tag, metric_pick.value))
-            if _per_tag.height else mo.md("_No per-tag table._"),
-            mo.ui.table(_tags, selection=None, page_size=12),
+            if _per_tag.height and _per_tag.filter(_per_tag["metric"] == metric_pick.value).height
+            else mo.md(
+                f"_No per-tag values: {', '.join(run.lacks('per_tag')) or 'empty table'}._"
+            ),
+            mo.ui.table(rounded(_tags), selection=None, page_size=12),
         ]
     )
     return
 
 
 @app.cell
-def _(metric_pick, mo, run, rx):
+def _(metric_pick, mo, rounded, run, rx):
+    mo.stop(
+        bool(run.lacks("per_query", "rankings")),
+        mo.callout(
+            mo.md(
+                "The per-query table and the drill-down need "
+                + ", ".join(f"`{m}`" for m in run.lacks("per_query", "rankings"))
+                + ", which this run lacks."
+            ),
+            kind="warn",
+        ),
+    )
     pipeline_pick = mo.ui.dropdown(run.pipelines, value=run.pipelines[-1], label="pipeline")
     _worst = rx.queries_by_metric(run, run.pipelines[-1], metric_pick.value)
     _qids = _worst["qid"].to_list() or sorted(set(run.tables["rankings"]["qid"].to_list()))
@@ -177,13 +295,16 @@ def _(metric_pick, mo, run, rx):
         value=_n_queries <= 50,
         label="replay the earlier queries through the pipeline (exact access counts; slower)",
     )
+    _per_query = rx.query_table(run, metric_pick.value, pipeline=run.pipelines[-1])
     mo.vstack(
         [
             mo.md(
-                f"### Per query ({metric_pick.value})\n"
-                "The query picker below lists the queries worst first (for the last pipeline)."
+                f"### Per query ({metric_pick.value}, {_per_query.height} queries)\n"
+                f"Sorted by the size of `{run.pipelines[-1]}`'s win or loss against "
+                f"`{run.baseline}` (`delta`). The query picker below lists the queries "
+                "worst first (for the last pipeline)."
             ),
-            mo.ui.table(rx.query_table(run, metric_pick.value), selection=None, page_size=8),
+            mo.ui.table(rounded(_per_query), selection=None, page_size=8),
             mo.md("### Drill down"),
             mo.hstack([pipeline_pick, query_pick, k_pick], justify="start"),
             warm,
@@ -238,6 +359,20 @@ def _(drill_state, k_pick, mo, n_fitted, outputs, pipeline_pick, pl, run, rx):
         k_pick.value
     )
     _rerun = outputs[-1].frame.head(k_pick.value).select("rank", "mem_id", "score")
+
+    def _with_text(frame):
+        return frame.with_columns(
+            pl.col("mem_id")
+            .map_elements(
+                lambda m: drill_state.store.get(m).text if m in drill_state.store else "",
+                return_dtype=pl.String,
+            )
+            .alias("text"),
+            pl.col("score").round(4),
+        )
+
+    _recorded = _with_text(_recorded.select("rank", "mem_id", "score"))
+    _rerun = _with_text(_rerun)
     _texts = {m: drill_state.store.get(m).text for m in _ids if m in drill_state.store}
     mo.vstack(
         [

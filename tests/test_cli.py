@@ -1,5 +1,6 @@
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 from memlab.cli import main
 
@@ -82,6 +83,170 @@ def test_store_consolidate_runs_one_cycle(tmp_path, capsys):
     assert main(["store", "consolidate", str(tmp_path / "nowhere")]) == 2
     assert "not a memlab store" in capsys.readouterr().err
     assert main([*argv[:3], "--embedder", "hashing", "--now", "yesterday"]) == 2
+
+
+# ---------------------------------------------------------------------- bad arguments
+def _bad_argument_cases(tmp: Path) -> list[list[str]]:
+    foreign = tmp / "foreign"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("mine")
+    a_file = tmp / "a-file"
+    a_file.write_text("x")
+    folder = tmp / "folder"
+    folder.mkdir()
+    ev = ["eval", HANDMADE, "--embedder", "hashing", "--no-cache", "--quiet"]
+    sw = ["sweep", HANDMADE, "--pipeline", "hybrid", "--embedder", "hashing", "--no-cache",
+          "--quiet"]
+    cases = [
+        # numbers
+        [*ev, "--touch-k", "-1"], [*ev, "--touch-k", "abc"], [*ev, "--touch-k", "1.5"],
+        [*ev, "--ttl-days", "-3"], [*ev, "--ttl-days", "nan"], [*ev, "--ttl-days", "inf"],
+        [*ev, "--ttl-days", "ten"], [*ev, "--seed", "-1"], [*ev, "--seed", "x"],
+        # lists and names
+        [*ev, "--pipelines", ","], [*ev, "--pipelines", " , "], [*ev, "--pipelines", ""],
+        [*ev, "--pipelines", "bm25,,nope"], [*ev, "--pipelines", "nope"],
+        [*ev, "--pipelines", "bm25,bm25"], [*ev, "--pipelines", str(tmp / "missing.toml")],
+        [*ev, "--pipelines", f"{folder}/"], [*ev, "--pipelines", str(a_file)],
+        [*ev, "--metrics", ","], [*ev, "--metrics", "R_all@ten"], [*ev, "--metrics", "nope"],
+        [*ev, "--pipelines", "bm25", "--baseline", "dense"],
+        [*ev, "--pipelines", "bm25", "--embedder", "nope"],
+        [*ev, "--pipelines", "bm25", "--generator", "nope"],
+        [*ev, "--frobnicate"], ["eval"], ["nope"], [],
+        # files
+        ["eval", str(tmp / "missing"), "--embedder", "hashing"],
+        ["eval", str(a_file), "--embedder", "hashing"],
+        [*ev, "--pipelines", "bm25", "--out", str(a_file)],
+        [*ev, "--pipelines", "bm25", "--out", str(foreign)],
+        # grids
+        [*sw, "--grid", "rrf__k=abc"], [*sw, "--grid", "rrf__k=-1"],
+        [*sw, "--grid", "rrf__k=nan"], [*sw, "--grid", "rrf__k=inf"],
+        [*sw, "--grid", "rrf__k="], [*sw, "--grid", "=1"], [*sw, "--grid", "rrf_k=1"],
+        [*sw, "--grid", "nope__k=1"], [*sw, "--grid", "rrf__nope=1"],
+        [*sw, "--grid", "rrf__k=[1,2"], [*sw, "--grid", "rrf__weights=[a,b]"],
+        [*sw, "--grid", "rrf__weights=[0.5,-1]"], [*sw, "--grid", "rrf__k=1,2", "--grid",
+                                                    "rrf__k=3"],
+        [*sw, "--grid", "lifecycle__decay_factor=1.5"],
+        [*sw, "--grid", "lifecycle__decaying_types=[fact,memo]"],
+        [*sw, "--grid", "dense__top_k=-5"], [*sw, "--grid", "dense__top_k=0.5"],
+        [*sw, "--grid", "bm25__b=2"], [*sw, "--grid", "rrf__top_k=true"],
+        [*sw, "--grid", "rrf__k=1", "--metric", "nope"], [*sw],
+        [*sw, "--grid", "rrf__k=1", "--split-by", "x"],
+        [*sw, "--grid", "rrf__k=1", "--out", str(foreign)],
+        ["sweep", HANDMADE, "--pipeline", "nope", "--grid", "rrf__k=1"],
+        # other commands
+        ["datasets", "generate", "--seed", "-1", str(tmp / "gen")],
+        ["datasets", "generate", "--seed", "1", str(foreign)],
+        ["datasets", "validate"],
+        ["datasets", "import", "nope", HANDMADE, str(tmp / "imp")],
+        ["datasets", "import-locomo", str(tmp / "missing"), str(tmp / "imp")],
+        ["store", "check", str(tmp / "missing")],
+        ["store", "consolidate", str(tmp / "missing"), "--ttl-days", "-1"],
+        ["store", "consolidate", str(tmp / "missing"), "--merge-threshold", "2"],
+        ["generations", "record", HANDMADE, "--pipeline", "bm25", "--out", str(tmp / "g")],
+        ["generations", "record", HANDMADE, "--pipeline", "nope", "--out", str(tmp / "g")],
+        ["pipelines", "nope"], ["pipelines", ","],
+    ]
+    return cases
+
+
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    cases = _bad_argument_cases(work)
+    assert len(cases) >= 60
+    monkeypatch.chdir(work)
+    before = sorted(p.name for p in work.iterdir())
+    for argv in cases:
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2, (argv, err)
+        assert "Traceback" not in err, argv
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("memlab: error: "), (argv, err)
+        assert sorted(p.name for p in work.iterdir()) == before, argv  # nothing written
+        assert (work / "foreign" / "thesis.tex").read_text() == "mine"
+
+
+def test_out_dot_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("keep")
+    for argv in (
+        ["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--out", "."],
+        ["sweep", HANDMADE, "--pipeline", "bm25", "--grid", "bm25__k1=1.2", "--out", "."],
+        ["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--out", ".."],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("memlab: error: --out ") and "working directory" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_eval_replaces_its_own_run_and_keeps_added_files(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--no-cache",
+            "--quiet", "--out", str(out)]
+    assert main(argv) == 0
+    (out / "my-notes.md").write_text("mine")
+    assert main(argv) == 0
+    assert (out / "my-notes.md").read_text() == "mine"
+    assert (out / "metrics.json").is_file()
+
+
+def test_a_folder_named_like_a_pipeline_does_not_shadow_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bm25").mkdir()
+    (tmp_path / "bm25" / "x").write_text("")
+    assert main(["pipelines", "bm25"]) == 0
+    assert 'stage = "bm25"' in capsys.readouterr().out
+
+
+def test_default_pipelines_without_generations_leave_out_the_generator_ones(
+    tmp_path, capsys, monkeypatch
+):
+    import memlab.eval.experiment as experiment
+
+    seen = {}
+
+    def fake_run(ds, pipelines, **kwargs):
+        seen["pipelines"] = [p.name for p in pipelines]
+        seen["generator"] = kwargs["generator"]
+        return SimpleNamespace(metrics={}, out=tmp_path / "run")
+
+    monkeypatch.setattr(experiment, "run_experiment", fake_run)
+    argv = ["eval", HANDMADE, "--embedder", "hashing", "--no-cache", "--quiet",
+            "--out", str(tmp_path / "run")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    note = [line for line in err.splitlines() if line.startswith("memlab: note:")]
+    assert len(err.splitlines()) == 1 and len(note) == 1
+    assert "leaving out full" in note[0] and "--generator smollm2" in note[0]
+    assert "memlab generations record" in note[0]
+    assert seen == {
+        "pipelines": ["bm25", "dense", "graph", "rrf", "hybrid", "conversational"],
+        "generator": None,
+    }
+    # asked for by name, or with a generator, nothing is left out
+    assert main([*argv, "--pipelines", "bm25,full"]) == 0
+    assert seen["pipelines"] == ["bm25", "full"]
+    assert main([*argv, "--generator", "recorded"]) == 2  # none recorded: says how to record
+    assert "memlab generations record" in capsys.readouterr().err
+
+
+def test_default_pipelines_keep_full_when_generations_are_recorded(
+    tmp_path, capsys, monkeypatch
+):
+    import memlab.eval.experiment as experiment
+
+    seen = {}
+    monkeypatch.setattr(
+        experiment, "run_experiment",
+        lambda ds, pipelines, **kw: seen.update(names=[p.name for p in pipelines])
+        or SimpleNamespace(metrics={}, out=tmp_path),
+    )
+    shipped = str(Path(__file__).resolve().parents[1] / "datasets" / "agent-memories")
+    assert main(["eval", shipped, "--embedder", "hashing", "--out", str(tmp_path / "r")]) == 0
+    assert "note" not in capsys.readouterr().err
+    assert seen["names"][-1] == "full"
 
 
 def test_replay_defaults_come_from_the_dataset_and_flags_override(tmp_path, capsys):

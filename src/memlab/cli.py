@@ -10,6 +10,9 @@
     memlab datasets import NAME SRC OUT
     memlab store check PATH
     memlab generations record DATASET --out FILE [--pipeline full] [--generator smollm2]
+    memlab export RUN_DIR [--out DIR]
+    memlab compare RUN_A RUN_B [--pipelines a,b] [--metric M]
+    memlab judge pool RUN_DIR… --depth 10 --out POOL.jsonl   (and judge add, judge agreement)
     memlab pipelines [NAME]
 
 Bad input ends with one clear message on stderr and exit status 2; nothing is written.
@@ -18,21 +21,85 @@ Bad input ends with one clear message on stderr and exit status 2; nothing is wr
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+import typing
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from memlab.judge.cli import add_commands as judge_commands
 
 
 class CLIError(Exception):
     """An error reported to the user as one message (exit status 2)."""
 
 
-def _split(value: str | None) -> list[str] | None:
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one ``memlab: error:`` line (exit 2)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        print(f"memlab: error: {message} (see: {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _count(text: str) -> int:
+    """An integer >= 0 (argparse ``type=``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def _days(text: str) -> float:
+    """A finite number >= 0 (argparse ``type=``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def _cosine(text: str) -> float:
+    """A number in [-1, 1] (argparse ``type=``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not -1.0 <= value <= 1.0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"{text!r} must lie in [-1, 1]")
+    return value
+
+
+def probability(text: str) -> float:
+    """A number in the open interval (0, 1) (argparse ``type=``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text}")
+    return value
+
+
+nonnegative_int = _count
+"""An integer >= 0 (argparse ``type=``; the public name other command modules use)."""
+
+
+def _split(value: str | None, option: str = "") -> list[str] | None:
+    """Comma-separated names; ``None`` when the option is absent, an error when it names none."""
     if value is None:
         return None
-    return [v.strip() for v in value.split(",") if v.strip()]
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise CLIError(f"{option} {value!r} names nothing; give comma-separated names")
+    return names
 
 
 def _embedder(name: str, cache: bool) -> Any:
@@ -73,6 +140,7 @@ def _replay_config(args: argparse.Namespace, dataset: Any) -> Any:
         ttl_days=args.ttl_days,
         expire=expire,
         touch_k=args.touch_k,
+        depth=getattr(args, "depth", None),
         consolidation__interval_hours=args.consolidation_hours,
         conflict_policy=args.conflict_policy,
     )
@@ -88,36 +156,76 @@ def _print_replay(config: Any) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from memlab.eval.experiment import DEFAULT_METRICS, DEFAULT_PIPELINES, run_experiment
-
-    ds = _load_dataset(args.dataset)
-    pipelines = _split(args.pipelines) or list(DEFAULT_PIPELINES)
-    metrics = _split(args.metrics) or list(DEFAULT_METRICS)
-    out = args.out or f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
-    # Check everything that can be checked before the expensive part.
-    from memlab.eval.experiment import check_metrics
+    from memlab.eval.experiment import (
+        DEFAULT_PIPELINES,
+        check_metrics,
+        default_metrics,
+        run_experiment,
+    )
+    from memlab.io import check_output_dir
     from memlab.pipeline import load_pipeline
 
-    check_metrics(metrics)
-    for p in pipelines:
-        load_pipeline(p)
+    chosen = _split(args.pipelines, "--pipelines")
+    metrics = _split(args.metrics, "--metrics")
+    out = args.out or f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    # Check everything that can be checked before the expensive part.
+    check_output_dir(out, what="--out")
+    if metrics:
+        check_metrics(metrics)
+    ds = _load_dataset(args.dataset)
+    metrics = metrics or default_metrics(ds)
+    pipes = [load_pipeline(p) for p in (chosen or DEFAULT_PIPELINES)]
+    if chosen is None and args.generator is None:
+        pipes = _without_unrecorded_generations(pipes, ds)
     config = _replay_config(args, ds)
     _print_replay(config)
     result = run_experiment(
         ds,
-        pipelines,
+        pipes,
         baseline=args.baseline,
         out=out,
         metrics=metrics,
         seed=args.seed,
         embedder=_embedder(args.embedder, not args.no_cache),
         generator=_generator(args.generator, ds),
+        qrels_source=args.qrels_source,
+        aggregate=args.aggregate,
         progress=False if args.quiet else None,
         replay=config,
+        tests=_split(args.tests) or ("t", "wilcoxon", "permutation"),
+        correction=args.correction,
+        alpha=args.alpha,
+        n_resamples=args.n_resamples,
+        exclude_tags=("adversarial",)
+        if args.exclude_tags is None
+        else (_split(args.exclude_tags, "--exclude-tags") if args.exclude_tags.strip() else []),
+        test_fraction=args.test_fraction,
     )
     _print_metrics(result.metrics)
     print(f"wrote {result.out}")
     return 0
+
+
+def _without_unrecorded_generations(pipes: list[Any], ds: Any) -> list[Any]:
+    """The default pipelines, less those that need a generator when the dataset has no
+    recorded generations (one line on stderr says which, why and how to include them)."""
+    from memlab.eval.experiment import default_generator, needs_generator
+
+    needy = [p for p in pipes if needs_generator(p)]
+    if not needy:
+        return pipes
+    try:
+        default_generator(ds)
+    except ValueError:
+        names = ", ".join(p.name for p in needy)
+        print(
+            f"memlab: note: leaving out {names}: it needs a generator and {ds.path} has no "
+            f"recorded generations; include it with --generator smollm2 (the local model) or "
+            f"record them first (memlab generations record {ds.path} --out FILE)",
+            file=sys.stderr,
+        )
+        return [p for p in pipes if not needs_generator(p)]
+    return pipes
 
 
 def _print_metrics(metrics: dict[str, dict[str, float]]) -> None:
@@ -134,12 +242,14 @@ def _print_metrics(metrics: dict[str, dict[str, float]]) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from memlab.eval.sweep import parse_grid, run_sweep
+    from memlab.io import check_output_dir
 
     grid = parse_grid(args.grid or [])
     if not grid:
         raise CLIError("give at least one --grid stage__param=v1,v2")
-    ds = _load_dataset(args.dataset)
     out = args.out or f"reports/sweep-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    check_output_dir(out, what="--out")
+    ds = _load_dataset(args.dataset)
     config = _replay_config(args, ds)
     _print_replay(config)
     res = run_sweep(
@@ -196,7 +306,16 @@ def cmd_datasets_import(args: argparse.Namespace) -> int:
     from memlab.datasets.importers import run_importer
 
     name = getattr(args, "importer", None) or args.name
-    report = run_importer(name, Path(args.src), Path(args.out))
+    options = {}
+    for item in getattr(args, "option", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CLIError(f"--option {item!r}: write key=value")
+        options[key.strip().replace("-", "_")] = value
+    try:
+        report = run_importer(name, Path(args.src), Path(args.out), **options)
+    except TypeError as exc:
+        raise CLIError(f"importer {name!r}: {exc}") from None
     _print_import(report, args.out)
     return 0
 
@@ -207,7 +326,7 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not (path / "memlab.sqlite3").is_file():
         raise CLIError(f"{path}: not a memlab store (no memlab.sqlite3)")
-    store = MemoryStore(path, repair=False)
+    store = MemoryStore(path, read_only=True)
     try:
         problems = store.check()
     finally:
@@ -299,11 +418,11 @@ def cmd_pipelines(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
-    parser = argparse.ArgumentParser(prog="memlab", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="memlab", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--seed", type=int, default=0, help="seed (tests, splits)")
+        p.add_argument("--seed", type=_count, default=0, help="seed (tests, splits)")
         p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
         p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
         p.add_argument(
@@ -314,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         p.add_argument(
             "--ttl-days",
-            type=float,
+            type=_days,
             default=None,
             help="event TTL in the replay (default: the dataset's, else 30)",
         )
@@ -326,13 +445,13 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument(
             "--touch-k",
-            type=int,
+            type=_count,
             default=None,
             help="hits per query counted as accesses (default: the dataset's, else 10)",
         )
         p.add_argument(
             "--consolidation-hours",
-            type=float,
+            type=_days,
             default=None,
             help="run a consolidation cycle every N simulated hours (0: none; default: the "
             "dataset's, else none)",
@@ -346,10 +465,53 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="compare pipelines on a dataset")
     p.add_argument("dataset")
-    p.add_argument("--pipelines", help="comma-separated names (default: all shipped)")
+    p.add_argument(
+        "--pipelines",
+        help="comma-separated shipped names or paths (a path ends in .toml or has a slash); "
+        "default: all shipped (without generations, those needing a generator are left out)",
+    )
     p.add_argument("--baseline", help="baseline pipeline (default: the first)")
     p.add_argument("--out", help="output directory (default: reports/<timestamp>)")
     p.add_argument("--metrics", help="comma-separated metric names")
+    p.add_argument(
+        "--tests", help="comma-separated paired tests (default: t,wilcoxon,permutation)"
+    )
+    p.add_argument(
+        "--correction", default="holm", help="multiple-testing correction (default: holm)"
+    )
+    p.add_argument("--alpha", type=probability, default=0.05, help="significance level")
+    p.add_argument(
+        "--n-resamples", type=nonnegative_int, default=10_000, help="permutation resamples"
+    )
+    p.add_argument(
+        "--exclude-tags",
+        help="comma-separated query tags left out of relevance metrics (default: adversarial; "
+        "'' for none)",
+    )
+    p.add_argument(
+        "--test-fraction",
+        type=probability,
+        default=0.5,
+        help="share of queries held out when a pipeline has a learned stage (default: 0.5)",
+    )
+    p.add_argument(
+        "--depth",
+        type=nonnegative_int,
+        default=None,
+        help="candidates kept per query (default: the dataset's, else 100)",
+    )
+    p.add_argument(
+        "--qrels-source",
+        choices=("human", "agent", "all"),
+        default="human",
+        help="judgments.jsonl used as qrels: human (with inline grades; default), agent, all",
+    )
+    p.add_argument(
+        "--aggregate",
+        choices=("majority", "mean", "min", "max"),
+        default="majority",
+        help="how several judges' grades combine (default: majority, ties to the lower)",
+    )
     common(p)
     p.set_defaults(func=cmd_eval)
 
@@ -379,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir")
     p.set_defaults(func=cmd_datasets_validate)
     p = ds.add_parser("generate", help="generate the simulated agent-memories dataset")
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--seed", type=_count, required=True)
     p.add_argument("out")
     p.set_defaults(func=cmd_datasets_generate)
     p = ds.add_parser(
@@ -393,9 +555,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out")
     p.set_defaults(func=cmd_datasets_import, importer="locomo")
     p = ds.add_parser("import", help="run a registered importer")
-    p.add_argument("name")
+    p.add_argument("name", help="locomo, mcp-memory, markdown, log")
     p.add_argument("src")
     p.add_argument("out")
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="importer option (repeatable): ts=mtime, dates=mtime, "
+        "mapping=text=message,ts=time,client_id=user",
+    )
     p.set_defaults(func=cmd_datasets_import)
 
     st = sub.add_parser("store", help="store tools").add_subparsers(
@@ -410,14 +579,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("path")
     p.add_argument("--now", help="the cycle's clock (ISO 8601; default: now)")
-    p.add_argument("--ttl-days", type=float, default=30.0, help="event TTL (seed 000: 30)")
+    p.add_argument("--ttl-days", type=_days, default=30.0, help="event TTL (seed 000: 30)")
     p.add_argument(
         "--generator",
         default=None,
         help="merge clusters of similar memories with this generator (smollm2, openai)",
     )
     p.add_argument(
-        "--merge-threshold", type=float, default=0.75, help="cosine that joins a cluster"
+        "--merge-threshold", type=_cosine, default=0.75, help="cosine that joins a cluster"
     )
     p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
     p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
@@ -434,6 +603,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_generations_record)
 
+    from memlab.eval.commands import add_commands as _publishing
+
+    _publishing(sub)
+    judge_commands(sub)
+
     p = sub.add_parser("pipelines", help="list shipped pipelines, or print one")
     p.add_argument("name", nargs="?")
     p.set_defaults(func=cmd_pipelines)
@@ -447,14 +621,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    from memlab.stages.base import StageError
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error already printed (2)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args.func(args))
     except CLIError as exc:
         print(f"memlab: error: {exc}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, KeyError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, KeyError, OSError, OverflowError) as exc:
         problems = getattr(exc, "problems", None)
         if problems:
             for prob in problems:
@@ -464,6 +643,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             print(f"memlab: error: {msg}", file=sys.stderr)
         return 2
+    except StageError as exc:
+        print(f"memlab: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

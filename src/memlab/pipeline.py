@@ -45,10 +45,13 @@ from memlab.stages.base import (
     FusionStage,
     QueryContext,
     Stage,
+    StageError,
     _type_ok,
     check_frame,
     empty_candidates,
     get_stage_class,
+    stage_error,
+    stage_reference,
 )
 
 CONFIG_DIR_ENV = "MEMLAB_CONFIG_DIR"
@@ -110,7 +113,12 @@ def _record_time(ctx: QueryContext, name: str, start: float) -> None:
 def run_step(name: str, stage: Stage, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
     """Run one named step: time it into ``ctx.trace["timings"]`` and check its output frame."""
     start = time.perf_counter()
-    out = stage.transform(frame, ctx)
+    try:
+        out = stage.transform(frame, ctx)
+    except StageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported with the step and query that failed
+        raise stage_error(name, stage, ctx.qid, exc) from exc
     if not isinstance(stage, (Pipeline, Parallel)):
         _record_time(ctx, name, start)
     check_frame(out, f"stage '{name}'")
@@ -247,7 +255,7 @@ class Pipeline(Stage):
             elif isinstance(s, Pipeline):
                 raise ValueError(f"step {n!r}: nested pipelines are written as their steps")
             else:
-                table: dict[str, Any] = {"stage": s.stage_name}
+                table: dict[str, Any] = {"stage": stage_reference(s)}
                 defaults = s.param_defaults()
                 for k, v in s.get_params(deep=False).items():
                     if v is None:
@@ -372,12 +380,23 @@ def available_pipelines() -> list[str]:
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
-    """A configuration file from a path or a pipeline name."""
-    p = Path(name_or_path)
-    if p.suffix == ".toml" or p.exists():
+    """A configuration file from a path or a pipeline name.
+
+    A :class:`~pathlib.Path`, or text that ends in ``.toml`` or contains a slash, is a path;
+    any other text is a pipeline name, looked up in :func:`config_dirs` only, so a file or
+    folder of the same name in the working directory (``./bm25/``) never shadows a shipped
+    pipeline.
+    """
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text or (
+        os.sep in text
+    ):
+        p = Path(name_or_path)
         if not p.is_file():
             raise ConfigError(f"{p}: no such configuration file")
         return p
+    if not text.strip():
+        raise ConfigError("an empty pipeline name")
     for d in config_dirs():
         cand = d / f"{name_or_path}.toml"
         if cand.is_file():

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 SECONDS_PER_DAY = 86_400.0
 
 
-def parse_ts(value: str, *, field: str = "ts", where: str = "") -> float:
-    """Parse an ISO 8601 timestamp into UTC epoch seconds.
+_MIN_TS = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+_MAX_TS = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC).timestamp()
 
-    A naive timestamp is read as UTC; a trailing ``Z`` is accepted.
+
+def _check_range(ts: float, shown: object, prefix: str, field: str) -> float:
+    if not _MIN_TS <= ts <= _MAX_TS:  # also refuses NaN
+        raise ValueError(
+            f"{prefix}field '{field}': {shown!r} is outside years 1 to 9999 in UTC"
+        )
+    return ts
+
+
+def parse_ts(value: str, *, field: str = "ts", where: str = "") -> float:
+    """Parse an ISO 8601 timestamp with a time zone into UTC epoch seconds.
+
+    A trailing ``Z`` is accepted. A timestamp without a time zone is refused (it would mean
+    different moments on different machines), and so is one outside years 1 to 9999 once
+    converted to UTC (it could not be written back).
 
     Args:
         value: The timestamp text.
@@ -22,7 +37,7 @@ def parse_ts(value: str, *, field: str = "ts", where: str = "") -> float:
 
     Raises:
         TypeError: If ``value`` is not a string.
-        ValueError: If it does not parse.
+        ValueError: If it does not parse, has no time zone or is out of range.
     """
     prefix = f"{where}: " if where else ""
     if not isinstance(value, str):
@@ -38,9 +53,18 @@ def parse_ts(value: str, *, field: str = "ts", where: str = "") -> float:
         raise ValueError(
             f"{prefix}field '{field}' is not an ISO 8601 timestamp: {value!r}"
         ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        raise ValueError(
+            f"{prefix}field '{field}': {value!r} has no time zone; add Z (UTC) or an offset "
+            "such as +02:00"
+        )
+    try:
+        ts = dt.timestamp()
+    except (OverflowError, ValueError, OSError):
+        raise ValueError(
+            f"{prefix}field '{field}': {value!r} is outside years 1 to 9999 in UTC"
+        ) from None
+    return _check_range(ts, value, prefix, field)
 
 
 def to_iso(ts: float | None) -> str | None:
@@ -52,15 +76,28 @@ def to_iso(ts: float | None) -> str | None:
 
 
 def coerce_ts(value: float | int | str | datetime | None, *, field: str = "ts") -> float | None:
-    """Accept epoch seconds, an ISO string or a datetime; return epoch seconds (or None)."""
+    """Accept epoch seconds, an ISO string or an aware datetime; return epoch seconds (or None).
+
+    Raises:
+        TypeError: For a bool or another type.
+        ValueError: For a naive timestamp, NaN, or a moment outside years 1 to 9999 (UTC).
+    """
     if value is None:
         return None
     if isinstance(value, bool):
         raise TypeError(f"field '{field}' must be a timestamp, got bool")
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            ts = float(value)
+        except OverflowError:
+            ts = math.inf
+        return _check_range(ts, value, "", field)
     if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value.timestamp()
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"field '{field}': datetime {value!r} has no time zone")
+        try:
+            ts = value.timestamp()
+        except (OverflowError, ValueError, OSError):
+            ts = math.inf
+        return _check_range(ts, value, "", field)
     return parse_ts(value, field=field)

@@ -228,14 +228,22 @@ def test_write_replaces_an_existing_dataset(tmp_path: Path) -> None:
     out = tmp_path / "out"
     write_dataset(parts(), out, extra_files={"README.md": "old\n"})
     meta, ops, queries = parts()
+    (out / "generations.jsonl").write_text("recorded\n")
     write_dataset((meta, ops[:2], []), out)
+    # files that are not part of the new dataset are kept: memlab cannot tell who wrote them
     assert sorted(p.name for p in out.iterdir()) == [
+        "README.md",
         "dataset.toml",
+        "generations.jsonl",
         "memories.jsonl",
         "queries.jsonl",
     ]
+    assert (out / "generations.jsonl").read_text() == "recorded\n"
     assert len(load_dataset(out).ops) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    write_dataset((meta, ops[:1], []), out, extra_files={"README.md": "new\n"})
+    assert (out / "README.md").read_text() == "new\n"
+    assert (out / "generations.jsonl").read_text() == "recorded\n"
 
 
 def test_write_refuses_a_foreign_directory(tmp_path: Path) -> None:

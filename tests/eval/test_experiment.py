@@ -12,8 +12,8 @@ HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
 FILES = {
     "manifest.json", "metrics.json", "per_query.parquet", "rankings.parquet",
     "comparison.parquet", "comparison_by_tag.parquet", "per_tag.parquet", "timings.parquet",
-    "report.md",
-    "metrics.png", "metrics.svg", "tags.png", "tags.svg",
+    "qrels.parquet", "queries.parquet", "report.md", "appendix.md",
+    "metrics.png", "metrics.svg", "tags.png", "tags.svg", ".memlab-output.json",
 }
 
 

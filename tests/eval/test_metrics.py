@@ -346,6 +346,78 @@ def test_evaluate_rejects_bad_input() -> None:
         evaluate(make_rankings({"q": ["a"]}), qrels, "MRR")
 
 
+# --------------------------------------------------------------------------- metadata
+
+
+def test_families_state_their_direction_and_kind():
+    from memlab.eval.metrics import higher_is_better, metric_family
+
+    assert [higher_is_better(m) for m in ("tokens@10", "stale@10", "leak@5", "dup@10")] == [
+        False, False, False, False,
+    ]
+    assert all(higher_is_better(m) for m in ("R_all@10", "nDCG", "MRR", "bpref", "judged@10"))
+    assert higher_is_better("not_registered@3") is True
+    assert (metric_family("tokens@10").kind, metric_family("stale@3").kind) == ("cost", "exposure")
+    assert (metric_family("judged@10").kind, metric_family("cnDCG@10").kind) == (
+        "judgment", "relevance",
+    )
+
+
+def test_register_metric_checks_direction_and_kind():
+    with pytest.raises(ValueError, match="field 'kind'"):
+        register_metric("zz_kind", kind="speed")
+    with pytest.raises(TypeError, match="higher_is_better"):
+        register_metric("zz_dir", higher_is_better="no")
+
+
+# --------------------------------------------------------------------------- unjudged memories
+
+# q1 ranks a (rel 1), x (unjudged), n (judged 0), b (rel 2), y (unjudged);
+# q2 is judged (z: 0) without any relevant memory; q3 is unjudged.
+INC_RANKINGS = {"q1": ["a", "x", "n", "b", "y"], "q2": ["z", "w"], "q3": ["a"]}
+INC_QRELS = {"q1": {"a": 1, "n": 0, "b": 2, "c": 1}, "q2": {"z": 0}}
+
+
+@pytest.fixture
+def incomplete() -> pl.DataFrame:
+    metrics = ["judged@2", "judged@4", "judged@10", "bpref", "cnDCG@3", "cnDCG", "cMAP",
+               "nDCG@3"]
+    return evaluate(make_rankings(INC_RANKINGS), make_qrels(INC_QRELS), metrics)
+
+
+def test_judged_at_k_is_the_judged_share_of_the_top_k(incomplete):
+    # q1 top 2: a judged, x not; top 4: a, n, b judged; top 10 is the 5 ranked (ir_measures
+    # divides by the ranking's length when shorter than k); q2: z judged, w not.
+    assert values(incomplete, "judged@2") == {"q1": 1 / 2, "q2": 1 / 2}
+    assert values(incomplete, "judged@4") == {"q1": 3 / 4, "q2": 1 / 2}
+    assert values(incomplete, "judged@10") == {"q1": 3 / 5, "q2": 1 / 2}
+
+
+def test_bpref_ignores_unjudged_memories(incomplete):
+    # R = 3 (a, b, c), N = 1 (n): a has no judged non-relevant above it, b has n above it,
+    # c is not retrieved: (1 + (1 - 1/min(3, 1)) + 0) / 3.
+    assert values(incomplete, "bpref") == pytest.approx({"q1": (1 + 0 + 0) / 3})
+
+
+def test_condensed_ndcg_and_map_drop_unjudged_before_scoring(incomplete):
+    from math import log2
+
+    # condensed list of q1: a (1), n (0), b (2); ideal: 2, 1, 1 (b, a, c)
+    dcg3 = 1 / log2(2) + 0 / log2(3) + 2 / log2(4)
+    idcg3 = 2 / log2(2) + 1 / log2(3) + 1 / log2(4)
+    assert values(incomplete, "cnDCG@3") == pytest.approx({"q1": dcg3 / idcg3})
+    assert values(incomplete, "cnDCG") == pytest.approx({"q1": dcg3 / idcg3})
+    # the standard nDCG@3 sees a, x, n: only a gains
+    assert values(incomplete, "nDCG@3") == pytest.approx({"q1": (1 / log2(2)) / idcg3})
+    # AP' of q1: a at 1 (1/1), b at 3 (2/3), c missing; divided by R = 3
+    assert values(incomplete, "cMAP") == pytest.approx({"q1": (1 + 2 / 3) / 3})
+
+
+def test_judged_needs_qrels():
+    with pytest.raises(ValueError, match="metric 'judged' needs qrels"):
+        evaluate(make_rankings({"q": ["a"]}), None, ["judged@10"])
+
+
 def test_conflict_and_archived_at_k():
     rankings = pl.DataFrame(
         {"qid": ["a", "a", "a", "b"], "rank": [1, 2, 3, 1], "mem_id": ["x", "y", "z", "x"]}

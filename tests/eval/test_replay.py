@@ -134,3 +134,17 @@ def test_a_bad_operation_names_its_line():
     )
     with pytest.raises(ValueError, match=r"memories.jsonl:8: .*immutable"):
         run(ds)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ttl_days": -1}, r"field 'ttl_days' must be at least 0.0, got -1"),
+        ({"ttl_days": float("nan")}, "field 'ttl_days' must be finite"),
+        ({"touch_k": -1}, r"field 'touch_k' must be at least 0, got -1"),
+        ({"depth": 0}, r"field 'depth' must be at least 1, got 0"),
+    ],
+)
+def test_replay_refuses_bad_settings(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        Replayer(Dataset(None, {}, [], []), embedder=None, config=ReplayConfig(**kwargs))

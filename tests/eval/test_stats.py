@@ -293,3 +293,20 @@ def test_compare_by_tag_pairs_within_each_tag_and_corrects_across_rows() -> None
     none_tagged = tags.with_columns(tags=pl.lit([], dtype=pl.List(pl.String)))
     empty = compare_by_tag(FRAME, none_tagged, baseline="base", metric="m1")
     assert empty.height == 0 and empty.columns == out.columns
+
+
+def test_wins_and_losses_flip_for_a_lower_is_better_metric() -> None:
+    # tokens@10 is registered lower-is-better: fewer tokens than the baseline is a win
+    frame = per_query_frame(
+        {("base", "tokens@10"): [100.0, 50.0, 80.0], ("A", "tokens@10"): [60.0, 70.0, 80.0]}
+    )
+    row = compare(frame, baseline="base", n_resamples=10).row(0, named=True)
+    assert (row["wins"], row["losses"], row["ties"]) == (1, 1, 1)
+    assert row["delta"] == pytest.approx((60 + 70 + 80 - 100 - 50 - 80) / 3)
+    frame = per_query_frame(
+        {("base", "tokens@10"): [100.0, 50.0], ("A", "tokens@10"): [60.0, 60.0]}
+    )
+    row = compare(frame, baseline="base", n_resamples=10).row(0, named=True)
+    assert (row["wins"], row["losses"]) == (1, 1)
+    got = wins_losses(frame, "base", "tokens@10")
+    assert got.get_column("outcome").to_list() == ["win", "loss"]

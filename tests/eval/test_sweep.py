@@ -89,3 +89,17 @@ def test_unknown_parameter_fails_before_any_work(tmp_path):
         run_sweep(HANDMADE, "hybrid", {"rrf__kk": [1]}, embedder=HashingEmbedder(dim=8),
                   out=tmp_path / "s")
     assert not (tmp_path / "s").exists()
+
+
+def test_sweep_on_a_cost_picks_the_cheapest_point(tmp_path):
+    # tokens@10 is lower-is-better: top_k=1 returns one memory per query, top_k=20 up to ten
+    res = run_sweep(
+        HANDMADE, "bm25", {"bm25__top_k": [20, 1]}, metric="tokens@10",
+        embedder=HashingEmbedder(dim=8), out=tmp_path / "s", progress=False,
+    )
+    costs = dict(zip(res.results["param_bm25__top_k"], res.results["tokens@10_train"],
+                     strict=True))
+    assert costs[1] < costs[20]
+    assert res.best_params == {"bm25__top_k": 1}
+    assert res.best_train == costs[1]
+    assert "lower is better" in (tmp_path / "s" / "report.md").read_text()

@@ -56,6 +56,14 @@ def test_check_reports_disagreement_and_reopen_repairs(tmp_path):
             "memory ghost: in chromadb, missing from SQLite",
         ]
     with MemoryStore(tmp_path / "s") as repaired:
+        # the missing vector is re-sent; the ghost is kept but quarantined, never deleted
+        assert repaired.check() == [
+            "memory ghost: in chromadb, missing from SQLite (quarantined: hidden from searches)"
+        ]
+        assert repaired._chroma.get(["ghost"])["metadatas"][0] == {
+            "client_id": "global", "orphan": True, "active": False, "forgotten": True
+        }
+        assert repaired.drop_orphans() == ["ghost"]
         assert repaired.check() == []
 
 

@@ -191,6 +191,65 @@ def test_search_ranks_by_similarity_decay_and_boost():
     assert store.get(f.id).access_count == 1
 
 
+class TwoDim:
+    model_id = "two"
+    dim = 2
+
+    def embed(self, texts):
+        return np.array([[1.0, float(len(t) % 3)] for t in texts], dtype=np.float32)
+
+
+@pytest.mark.parametrize("k", [-1, -3, 1.5, "2", True, None])
+def test_search_refuses_a_k_that_is_not_a_count(k):
+    store = MemoryStore(embedder=TwoDim())
+    for i in range(4):
+        store.store(f"memory {i}", source_agent="a", now=T0 + i)
+    with pytest.raises(ValueError, match="field 'k' must be an int >= 0"):
+        store.search("memory", k=k, now=T0 + 10, min_similarity=-1.0, touch=False)
+
+
+def test_search_k_counts_rows_exactly():
+    store = MemoryStore(embedder=TwoDim())
+    for i in range(4):
+        store.store(f"memory {i}", source_agent="a", now=T0 + i)
+    for k in (0, 1, 3, 4, 10):
+        hits = store.search("memory", k=k, now=T0 + 10, min_similarity=-1.0, touch=False)
+        assert hits.height == min(k, 4)
+
+
+def test_row_lookups_refuse_negative_and_out_of_range_rows(store):
+    a = store.store("only row", source_agent="a", now=T0)
+    assert store.record_at(0).id == a.id
+    assert store.ids_of([0]) == [a.id]
+    for bad in (-1, 1):
+        with pytest.raises(IndexError):
+            store.record_at(bad)
+        with pytest.raises(IndexError):
+            store.ids_of(np.array([0, bad]))
+    with pytest.raises(TypeError):
+        store.record_at(0.0)
+    assert store.vectors.get(-1) is None
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"max_observed_by": 0}, {"max_observed_by": -1}, {"max_text_chars": 2.5}]
+)
+def test_store_limits_must_be_positive_ints(kwargs):
+    with pytest.raises(MemoryInputError, match=next(iter(kwargs))):
+        MemoryStore(**kwargs)
+
+
+def test_chroma_query_refuses_a_negative_k():
+    from memlab.memory.vectors import ChromaIndex
+
+    index = ChromaIndex(None)
+    index.upsert(["a", "b"], np.eye(2, dtype=np.float32), [{"x": 1}, {"x": 2}])
+    assert [mid for mid, _ in index.query(np.array([1.0, 0.0]), 1)] == ["a"]
+    assert index.query(np.array([1.0, 0.0]), 0) == []
+    with pytest.raises(ValueError, match="'k'"):
+        index.query(np.array([1.0, 0.0]), -1)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "field"),
     [

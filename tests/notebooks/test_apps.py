@@ -208,3 +208,90 @@ def test_app_renders_in_headless_chromium(app):
     assert page_errors == [], f"{app}: the browser reported errors: {page_errors}"
     assert "Traceback" not in log and "[E " not in log, log[-4000:]
     assert shot.stat().st_size > 10_000
+
+
+def user_env() -> dict[str, str]:
+    """The environment a user runs the apps in: no fast mode (MiniLM, every query)."""
+    env = app_env()
+    env.pop("MEMLAB_NOTEBOOK_FAST")
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("app", list(APPS))
+def test_app_exports_in_the_mode_users_run(app, tmp_path):
+    """``marimo export html`` as a user runs it: the real embedder, the runs under
+    ``reports/`` (trimmed copies such as ``reports/baseline`` included)."""
+    out = tmp_path / f"{app}.html"
+    res = subprocess.run(
+        [str(MARIMO), "export", "html", "--no-include-code", str(NOTEBOOKS / f"{app}.py"),
+         "-o", str(out)],
+        cwd=ROOT,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    assert "some cells failed" not in res.stdout + res.stderr, (res.stdout + res.stderr)[-4000:]
+    html = out.read_text(encoding="utf-8")
+    # A section that says what is missing stops its dependants with mo.stop; marimo records
+    # those as "ancestor-stopped" outputs, which are not errors.
+    errors = html.count('"type": "error"') - html.count('"ename": "ancestor-stopped"')
+    assert errors == 0, f"{app}: the export holds {errors} cell error(s)"
+    for marker in ERROR_MARKERS[1:]:
+        assert marker not in html, f"{app}: the export holds {marker}"
+    assert APPS[app][0] in html
+@pytest.mark.browser
+def test_judge_app_saves_a_judgment_per_key_in_headless_chromium(tmp_path):
+    import shutil
+
+    if not CHROMIUM.is_file():
+        pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium')")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    dataset = tmp_path / "recording"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "recording", dataset)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(MARIMO), "run", str(NOTEBOOKS / "judge.py"), "--headless", "--port", str(port),
+         "--no-token", "--", "--dataset", str(dataset), "--judge", "ann"],
+        cwd=ROOT, env=app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        _wait_for_server(port, proc)
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.get_by_text("judged 0 of 12").wait_for(timeout=120_000)
+                page.get_by_text("Query r1").first.wait_for(timeout=30_000)
+                page.locator("body").click(position={"x": 5, "y": 5})
+                page.keyboard.press("2")
+                page.get_by_text("judged 1 of 12").wait_for(timeout=30_000)
+                page.keyboard.press("s")
+                page.keyboard.press("0")
+                page.get_by_text("judged 2 of 12").wait_for(timeout=30_000)
+                shot = _screenshot(page, "judge")
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        try:
+            log = proc.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            log = proc.communicate()[0]
+    from memlab.judge.judgments import read_judgments
+
+    got = [(j.qid, j.mem_id, j.grade, j.judge) for j in read_judgments(dataset)]
+    # r1 serves m08, m01, m06: 2 on m08, skip m01, 0 on m06
+    assert got == [("r1", "m08", 2, "ann"), ("r1", "m06", 0, "ann")], log[-3000:]
+    assert "Traceback" not in log
+    assert shot.stat().st_size > 10_000
+
+
+def test_judge_app_runs_as_a_script():
+    res = subprocess.run([sys.executable, str(NOTEBOOKS / "judge.py")], cwd=ROOT, env=app_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]

@@ -168,8 +168,8 @@ def test_tokenizer_parameters(now: float) -> None:
 
 
 def test_unknown_engine_is_rejected(make_ctx) -> None:
-    with pytest.raises(ValueError, match="unknown BM25 engine 'lucene'"):
-        BM25(engine="lucene").transform(empty_candidates(), make_ctx("x"))
+    with pytest.raises(ValueError, match="BM25: parameter 'engine' must be a str among .*'lucene'"):
+        BM25(engine="lucene")
     assert get_bm25_engine("sparse") is SparseBM25Engine
 
 
@@ -273,4 +273,8 @@ def test_fit_builds_the_index_of_one_scope(now: float) -> None:
 def test_unknown_statistics_is_rejected(now: float) -> None:
     store = _two_client_store(now)
     with pytest.raises(ValueError, match="bm25: statistics must be one of store, scope"):
-        BM25(statistics="tenant").transform(empty_candidates(), QueryContext("q", "x", store, now))
+        stage = BM25()
+        stage.statistics = "tenant"  # bypasses the declared constraint; transform checks again
+        stage.transform(empty_candidates(), QueryContext("q", "x", store, now))
+    with pytest.raises(ValueError, match=r"'statistics' must be a str among \{'scope', 'store'\}"):
+        BM25(statistics="tenant")

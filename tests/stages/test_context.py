@@ -112,5 +112,5 @@ def test_follows_the_rank_and_handles_empty(ctx: QueryContext) -> None:
 
 
 def test_unknown_format(ctx: QueryContext) -> None:
-    with pytest.raises(ValueError, match="unknown format 'yaml'"):
-        Context(format="yaml").transform(_frame(["m1"]), ctx)
+    with pytest.raises(ValueError, match="Context: parameter 'format' must be a str among"):
+        Context(format="yaml")

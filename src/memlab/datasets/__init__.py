@@ -1,6 +1,11 @@
 """Datasets: format v1 (write log + timed queries), validation, importers and the generator."""
 
-from memlab.datasets import locomo  # noqa: E402,F401  (registers the "locomo" importer)
+from memlab.datasets import (  # noqa: F401  (importing registers each importer)
+    import_log,
+    import_markdown,
+    import_mcp_memory,
+    locomo,
+)
 from memlab.datasets.format import (
     Dataset,
     DatasetError,

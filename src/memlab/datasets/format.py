@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from memlab.io import replace_directory
 from memlab.memory.records import RELATION_TYPES
 from memlab.timeutil import coerce_ts, to_iso
 
@@ -485,6 +486,8 @@ def write_dataset(
         raise FileExistsError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / META_FILE).is_file():
         raise FileExistsError(f"{out}: exists, is not empty and holds no {META_FILE}")
+    if out.is_dir() and out.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents):
+        raise FileExistsError(f"{out}: is the working directory or one of its parents")
     files = ds.serialize()
     for name, content in (extra_files or {}).items():
         if name in files or "/" in name or name.startswith("."):
@@ -503,18 +506,8 @@ def write_dataset(
         problems = result.problems if validate else result.unreadable
         if problems:
             raise DatasetError(out, problems)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.rmdir(old)
-            os.replace(out, old)
-            try:
-                os.replace(tmp, out)
-            except BaseException:
-                os.replace(old, out)
-                raise
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
+        # Files memlab did not write (recorded generations, notes) are carried over.
+        replace_directory(tmp, out, owned=set(files).__contains__)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -31,6 +31,10 @@ class ImportReport:
         repaired: One entry per repaired source item (``qid``, ``raw``, ``fixed``).
         unrecoverable: One entry per item that could not be used (``qid``, ``raw``, ``reason``,
             ``question``).
+        unmapped: Source records an importer of agent-memory files could not map (``where``:
+            ``file:line``, ``reason``).
+        notes: Decisions the import made that a reader must know (e.g. where timestamps came
+            from).
         no_evidence: Questions left without any relevant memory (``qid``, ``question``).
         dataset: The dataset as written.
     """
@@ -44,6 +48,8 @@ class ImportReport:
     unrecoverable: list[dict[str, Any]] = field(default_factory=list)
     no_evidence: list[dict[str, Any]] = field(default_factory=list)
     dataset: Dataset | None = None
+    unmapped: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """A human-readable multi-line summary."""
@@ -61,6 +67,9 @@ class ImportReport:
             )
         for item in self.no_evidence:
             lines.append(f"  no evidence {item['qid']}: {item['question']}")
+        lines += [f"  note: {note}" for note in self.notes]
+        for item in self.unmapped:
+            lines.append(f"  not mapped {item['where']}: {item['reason']}")
         return "\n".join(lines)
 
 

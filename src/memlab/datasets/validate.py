@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -38,7 +39,9 @@ from memlab.memory.records import (
     CATEGORIES,
     IMPORTANCE_LEVELS,
     KNOWLEDGE_CATEGORIES,
+    MAX_JSON_DEPTH,
     MEMORY_TYPES,
+    json_problem,
 )
 from memlab.timeutil import parse_ts, to_iso
 
@@ -56,6 +59,8 @@ _OP_KEYS: dict[str, tuple[str, ...]] = {
     "relate": ("from", "relation", "to"),
 }
 _QUERY_KEYS = ("qid", "ts", "text", "client_id", "at_time", "relevant", "stale", "tags", "answer")
+#: Fields a recorded query may carry (live traffic): what was served, who asked, in which projects.
+_RECORDING_KEYS = ("served", "agent", "projects")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +161,11 @@ class _LineChecker:
             return None
         try:
             return parse_ts(value, field=name)
-        except ValueError:
-            self.add(name, f"not an ISO 8601 timestamp: {value!r}")
+        except ValueError as exc:
+            detail = str(exc)
+            for head in (f"field '{name}': ", f"field '{name}' is "):
+                detail = detail.removeprefix(head)
+            self.add(name, detail)
             return None
 
     def enum(self, name: str, allowed: tuple[str, ...], *, required: bool, what: str) -> str | None:
@@ -171,6 +179,17 @@ class _LineChecker:
         for key in self.obj:
             if key not in allowed:
                 self.add(key, f"unknown field for {what}")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a number")
+    return value
 
 
 def _read_lines(
@@ -212,14 +231,30 @@ def _read_lines(
                 return seen
 
             try:
-                obj = json.loads(text, object_pairs_hook=pairs)
+                obj = json.loads(
+                    text,
+                    object_pairs_hook=pairs,
+                    parse_constant=_refuse_constant,
+                    parse_float=_finite_float,
+                )
             except json.JSONDecodeError as exc:
                 bad = Problem(name, number, None, f"invalid JSON: {exc.msg} (column {exc.colno})")
+            except ValueError as exc:  # NaN, Infinity, 1e999, an int of 5000 digits
+                why = str(exc)
+                if "integer string conversion" in why:
+                    why = "a number has more than 4300 digits"
+                bad = Problem(name, number, None, f"invalid JSON: {why}")
+            except RecursionError:
+                bad = Problem(
+                    name, number, None, f"invalid JSON: nested deeper than {MAX_JSON_DEPTH} levels"
+                )
             else:
                 if not isinstance(obj, dict):
                     bad = Problem(
                         name, number, None, f"expected a JSON object, got {_type_name(obj)}"
                     )
+                elif (found := json_problem(obj)) is not None:
+                    bad = Problem(name, number, found[0], found[1])
                 else:
                     for key in duplicates:
                         problem = Problem(name, number, key, "duplicate key in object")
@@ -410,6 +445,16 @@ def _check_memories(
     return written, forgotten
 
 
+def _check_writes(result: ReadResult, written: dict[str, _Written]) -> None:
+    """Apply the readable, problem-free operations to a scratch store, as the replay will."""
+    from memlab.datasets.writes import write_problems
+
+    bad_lines = {p.line for p in result.problems if p.file == MEMORIES_FILE}
+    ops = [op for op in result.ops if op.line not in bad_lines]
+    skip = {ident for ident, w in written.items() if w.line in bad_lines}
+    result.problems += write_problems(ops, skip_ids=skip)
+
+
 def _check_reference(
     chk: _LineChecker,
     name: str,
@@ -447,7 +492,14 @@ def _check_queries(
     previous: tuple[int, float] | None = None
     for number, obj in lines:
         chk = _LineChecker(QUERIES_FILE, number, obj)
-        chk.unknown_keys(_QUERY_KEYS, "a query")
+        chk.unknown_keys(_QUERY_KEYS + _RECORDING_KEYS, "a query")
+        for name in ("served", "projects"):
+            value = obj.get(name)
+            if value is not None and (
+                not isinstance(value, list) or not all(isinstance(v, str) for v in value)
+            ):
+                chk.add(name, "must be an array of strings")
+        chk.string("agent", required=False)
         qid = chk.string("qid", required=True)
         ts = chk.timestamp("ts", required=True)
         text = chk.string("text", required=True)
@@ -549,6 +601,7 @@ def read_dataset(path: str | os.PathLike[str]) -> ReadResult:
     forgotten: dict[str, tuple[int, float | None]] = {}
     if mem_lines is not None:
         written, forgotten = _check_memories(mem_lines, result)
+        _check_writes(result, written)
     query_lines = _read_lines(root, QUERIES_FILE, result)
     if query_lines is not None:
         _check_queries(query_lines, result, written, forgotten)

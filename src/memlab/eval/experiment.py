@@ -17,10 +17,20 @@ correction by default), breaks results down by query tag, and writes the output 
 ``DIR/comparison.parquet``, ``DIR/comparison_by_tag.parquet`` (the paired tests of the headline
 metric within each query tag), ``DIR/per_tag.parquet``, ``DIR/timings.parquet``
     significance table, per-tag means, per-stage latencies.
+``DIR/qrels.parquet``
+    ``qid, mem_id, relevance``: the judgements the relevance metrics used (store ids, evaluated
+    queries only, excluded tags left out).
+``DIR/queries.parquet``
+    ``qid, text, client_id, tags``: the evaluated queries.
 ``DIR/report.md`` with charts as PNG and SVG beside it.
 
+:meth:`ExperimentResult.load` is the one reader of this contract (the report, the runs app,
+``memlab export`` and ``memlab compare`` read runs through it).
+
 The directory appears whole or not at all: everything is written into a temporary sibling that
-is renamed into place at the end.
+is renamed into place at the end. It carries the marker ``.memlab-output.json``; an existing
+``DIR`` is replaced only when it is such a result (files a user added are kept), and a
+non-empty directory memlab did not write is refused before any work (:mod:`memlab.io`).
 """
 
 from __future__ import annotations
@@ -39,7 +49,8 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
-from memlab.eval.metrics import aggregate, evaluate, main_metric_of, parse_metric
+from memlab.eval.metrics import aggregate as aggregate_metrics
+from memlab.eval.metrics import evaluate, main_metric_of, parse_metric
 from memlab.eval.replay import (
     ReplayConfig,
     Replayer,
@@ -54,7 +65,7 @@ from memlab.eval.stats import (
     compare_by_tag,
     per_tag,
 )
-from memlab.io import atomic_directory
+from memlab.io import atomic_directory, check_output_dir
 from memlab.pipeline import Pipeline, load_pipeline
 from memlab.tokens import count_tokens
 
@@ -79,6 +90,10 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "dup@10",
     "tokens@10",
 )
+JUDGED_METRICS: tuple[str, ...] = ("judged@10", "bpref", "cnDCG@10")
+"""Added to the default metrics when the dataset has ``judgments.jsonl`` (pooled judging)."""
+JUDGED_WARNING = 0.8
+"""The report warns when a pipeline's judged@10 is below this, on a judged dataset."""
 RELEVANCE_FAMILIES = ("R_all", "R_any", "R_frac", "nDCG", "MRR", "MAP")
 PACKAGES = (
     "memlab",
@@ -96,9 +111,27 @@ PACKAGES = (
 )
 
 
+RUN_TABLES: dict[str, str] = {
+    "per_query": "per_query.parquet",
+    "rankings": "rankings.parquet",
+    "comparison": "comparison.parquet",
+    "per_tag": "per_tag.parquet",
+    "tag_comparison": "comparison_by_tag.parquet",
+    "timings": "timings.parquet",
+    "qrels": "qrels.parquet",
+    "queries": "queries.parquet",
+}
+"""The parquet tables of a run directory: :class:`ExperimentResult` attribute → file name."""
+
+
 @dataclass
 class ExperimentResult:
-    """Everything an experiment computed (the same tables it writes)."""
+    """Everything an experiment computed (the same tables it writes).
+
+    Attributes:
+        missing: Files of the output contract that :meth:`load` did not find (their tables are
+            empty); always empty for a result computed in this process.
+    """
 
     metrics: dict[str, dict[str, float]]
     per_query: pl.DataFrame
@@ -110,6 +143,68 @@ class ExperimentResult:
     manifest: dict[str, Any]
     replays: dict[str, ReplayResult] = field(default_factory=dict)
     out: Path | None = None
+    qrels: pl.DataFrame = field(default_factory=pl.DataFrame)
+    queries: pl.DataFrame = field(default_factory=pl.DataFrame)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def pipelines(self) -> list[str]:
+        """Pipeline names in ``metrics.json`` order."""
+        return list(self.metrics)
+
+    @property
+    def baseline(self) -> str | None:
+        """The baseline pipeline named by the manifest (``None`` when unknown)."""
+        base = self.manifest.get("baseline")
+        return base if isinstance(base, str) else None
+
+    @classmethod
+    def load(cls, path: str | Path) -> ExperimentResult:
+        """Read a run directory written by :func:`write_experiment`.
+
+        ``metrics.json`` is required; every other file may be absent (a trimmed copy such as
+        ``reports/baseline`` keeps only some): its table is then empty and its file name is
+        listed in :attr:`missing`, so a caller can say what is missing instead of failing.
+
+        Raises:
+            ValueError: If ``path`` is not a directory holding ``metrics.json``, or a JSON or
+                parquet file of the run cannot be read (the message names the file).
+        """
+        p = Path(path)
+        metrics_file = p / "metrics.json"
+        if not metrics_file.is_file():
+            raise ValueError(f"{p}: not a memlab run (no metrics.json)")
+        metrics = _read_json(metrics_file)
+        if not isinstance(metrics, dict) or not all(isinstance(v, dict) for v in metrics.values()):
+            raise ValueError(f"{metrics_file}: expected {{pipeline: {{metric: value}}}}")
+        missing: list[str] = []
+        manifest: dict[str, Any] = {}
+        if (p / "manifest.json").is_file():
+            loaded = _read_json(p / "manifest.json")
+            if not isinstance(loaded, dict):
+                raise ValueError(f"{p / 'manifest.json'}: expected a JSON object")
+            manifest = loaded
+        else:
+            missing.append("manifest.json")
+        tables: dict[str, pl.DataFrame] = {}
+        for attr, name in RUN_TABLES.items():
+            f = p / name
+            if not f.is_file():
+                missing.append(name)
+                tables[attr] = pl.DataFrame()
+                continue
+            try:
+                tables[attr] = pl.read_parquet(f)
+            except Exception as exc:  # noqa: BLE001 - polars raises several error types
+                raise ValueError(f"{f}: not a readable parquet file ({exc})") from None
+        return cls(metrics=metrics, manifest=manifest, out=p, missing=missing, **tables)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not readable JSON ({exc})") from None
 
 
 SPLIT_BY = ("query", "client")
@@ -242,6 +337,71 @@ def memories_frame(replay: ReplayResult) -> pl.DataFrame:
     )
 
 
+def has_judgments(dataset: Dataset) -> bool:
+    """Whether the dataset directory holds ``judgments.jsonl``."""
+    from memlab.judge.judgments import JUDGMENTS_FILE
+
+    return dataset.path is not None and (Path(str(dataset.path)) / JUDGMENTS_FILE).is_file()
+
+
+def default_metrics(dataset: Dataset) -> list[str]:
+    """:data:`DEFAULT_METRICS`, plus :data:`JUDGED_METRICS` on a judged dataset."""
+    extra = JUDGED_METRICS if has_judgments(dataset) else ()
+    return [*DEFAULT_METRICS, *extra]
+
+
+def dataset_qrels(
+    dataset: Dataset,
+    id_map: dict[str, str],
+    *,
+    qrels_source: str = "human",
+    aggregate: str = "majority",
+) -> pl.DataFrame:
+    """``qid, mem_id, relevance``: the dataset's inline ``relevant`` and its judgments.
+
+    Judgments (``judgments.jsonl``) of ``qrels_source`` are aggregated across judges
+    (:func:`memlab.judge.judgments.qrels_from_judgments`) and override an inline grade of the
+    same pair; grade-0 rows are kept (judged, not relevant). ``qrels_source="agent"`` leaves the
+    inline grades out, so the agent's feedback is evaluated on its own. Ids are mapped through
+    ``id_map`` (dedup; the highest grade wins on a collision).
+
+    Raises:
+        ValueError: On an unknown source or aggregation, or a judgment of an unknown query
+            (naming ``judgments.jsonl:LINE``).
+    """
+    from memlab.judge.judgments import QRELS_SOURCES, qrels_from_judgments, read_judgments
+
+    if qrels_source not in QRELS_SOURCES:
+        raise ValueError(
+            f"unknown qrels source {qrels_source!r}; expected one of {', '.join(QRELS_SOURCES)}"
+        )
+    inline = qrels_frame(dataset, id_map)
+    if qrels_source == "agent":
+        inline = inline.head(0)
+    judgments = read_judgments(dataset.path) if dataset.path is not None else []
+    if not judgments:
+        return inline
+    known = {q.qid for q in dataset.queries}
+    for j in judgments:
+        if j.qid not in known:
+            raise ValueError(f"judgments.jsonl:{j.line}: field 'qid': unknown query {j.qid!r}")
+    judged = (
+        qrels_from_judgments(judgments, source=qrels_source, aggregate=aggregate)
+        .with_columns(
+            pl.col("mem_id").replace_strict(
+                id_map, default=pl.col("mem_id"), return_dtype=pl.String
+            )
+        )
+        .group_by("qid", "mem_id")
+        .agg(pl.col("relevance").max())
+    )
+    return (
+        pl.concat([judged, inline.join(judged, on=["qid", "mem_id"], how="anti")])
+        .select("qid", "mem_id", pl.col("relevance").cast(pl.Int64))
+        .sort("qid", "mem_id")
+    )
+
+
 def score_rankings(
     dataset: Dataset,
     replay: ReplayResult,
@@ -250,30 +410,42 @@ def score_rankings(
     memories: pl.DataFrame | None = None,
     exclude_tags: Sequence[str] = (),
     qids: set[str] | None = None,
+    qrels_source: str = "human",
+    aggregate: str = "majority",
 ) -> pl.DataFrame:
     """Per-query metrics (``qid, metric, value``) of one pipeline's replay.
 
-    Relevance judgements are mapped through the replay's ``id_map`` (dedup) and merges; queries
-    carrying one of ``exclude_tags`` get no relevance metric; ``qids`` restricts the evaluation
-    (held-out split). ``memories`` defaults to :func:`memories_frame` of the replay.
+    Relevance judgements (:func:`dataset_qrels`: inline grades and ``judgments.jsonl`` of
+    ``qrels_source``, aggregated with ``aggregate``) are mapped through the replay's ``id_map``
+    (dedup) and merges; queries carrying one of ``exclude_tags`` get no relevance metric;
+    ``qids`` restricts the evaluation (held-out split). ``memories`` defaults to
+    :func:`memories_frame` of the replay.
     """
     rankings = replay.rankings
-    qrels = qrels_frame(dataset, replay.id_map, replay)
-    queries = queries_frame(dataset, replay.id_map, replay)
+    id_map = replay.id_map
+    queries = queries_frame(dataset, id_map, replay)
     if memories is None:
         memories = memories_frame(replay)
     if qids is not None:
-        qrels = qrels.filter(pl.col("qid").is_in(qids))
         queries = queries.filter(pl.col("qid").is_in(qids))
         rankings = rankings.filter(pl.col("qid").is_in(qids))
-    excluded = set(exclude_tags)
-    if excluded:
-        drop = {
-            qid
-            for qid, tags in zip(queries["qid"], queries["tags"], strict=True)
-            if excluded & set(tags)
-        }
-        qrels = qrels.filter(~pl.col("qid").is_in(drop))
+    qrels = evaluation_qrels(
+        dataset,
+        id_map,
+        exclude_tags=exclude_tags,
+        qids=qids,
+        qrels_source=qrels_source,
+        aggregate=aggregate,
+    )
+    if replay.merges and qrels.height:
+        at = {q.qid: q.ts for q in dataset.queries}
+        merged = [replay.resolve(m, at[q]) for q, m in zip(qrels["qid"], qrels["mem_id"],
+                                                           strict=True)]
+        qrels = (
+            qrels.with_columns(pl.Series("mem_id", merged, dtype=pl.String))
+            .group_by("qid", "mem_id", maintain_order=True)
+            .agg(pl.col("relevance").max())
+        )
     return evaluate(
         rankings.select("qid", "rank", "mem_id", "score"),
         qrels,
@@ -283,18 +455,62 @@ def score_rankings(
     )
 
 
+def evaluation_qrels(
+    dataset: Dataset,
+    id_map: dict[str, str],
+    *,
+    exclude_tags: Sequence[str] = (),
+    qids: set[str] | None = None,
+    qrels_source: str = "human",
+    aggregate: str = "majority",
+) -> pl.DataFrame:
+    """The judgements relevance metrics use: ``qid, mem_id, relevance`` on store ids
+    (:func:`dataset_qrels` of ``qrels_source`` and ``aggregate``).
+
+    Queries outside ``qids`` (when given) or carrying one of ``exclude_tags`` have none.
+    """
+    qrels = dataset_qrels(dataset, id_map, qrels_source=qrels_source, aggregate=aggregate)
+    excluded = set(exclude_tags)
+    drop = {q.qid for q in dataset.queries if excluded & set(q.tags)}
+    if qids is not None:
+        drop |= {q.qid for q in dataset.queries if q.qid not in qids}
+    return qrels.filter(~pl.col("qid").is_in(drop)) if drop else qrels
+
+
+def evaluated_queries(dataset: Dataset, qids: set[str] | None = None) -> pl.DataFrame:
+    """``qid, text, client_id, tags`` of the queries a run scores (all when ``qids`` is None)."""
+    keep = [q for q in dataset.queries if qids is None or q.qid in qids]
+    return pl.DataFrame(
+        {
+            "qid": [q.qid for q in keep],
+            "text": [q.text for q in keep],
+            "client_id": [q.client_id for q in keep],
+            "tags": [list(q.tags) for q in keep],
+        },
+        schema={
+            "qid": pl.String,
+            "text": pl.String,
+            "client_id": pl.String,
+            "tags": pl.List(pl.String),
+        },
+    )
+
+
 def run_experiment(
     dataset: str | Path | Dataset,
     pipelines: Sequence[str | Pipeline] = DEFAULT_PIPELINES,
     *,
     baseline: str | None = None,
     out: str | Path | None = None,
-    metrics: Sequence[str] = DEFAULT_METRICS,
+    metrics: Sequence[str] | None = None,
     seed: int = 0,
     embedder: Any | None = None,
     generator: Any | None = None,
+    qrels_source: str = "human",
+    aggregate: str = "majority",
     tests: Sequence[str] = ("t", "wilcoxon", "permutation"),
     correction: str = "holm",
+    alpha: float = 0.05,
     n_resamples: int = 10_000,
     exclude_tags: Sequence[str] = ("adversarial",),
     test_fraction: float = 0.5,
@@ -309,13 +525,19 @@ def run_experiment(
         pipelines: Pipeline names (``eval/configs/NAME.toml``), paths or objects.
         baseline: The pipeline the others are compared with (default: the first).
         out: Output directory (written atomically); ``None`` writes nothing.
-        metrics: Metric names (``R_all@10``, ``nDCG@5``, ``MRR`` …).
+        metrics: Metric names (``R_all@10``, ``nDCG@5``, ``MRR`` …); default
+            :func:`default_metrics` (judged@10, bpref and cnDCG@10 join on a judged dataset).
         seed: Seeds the permutation test and the train/test split.
         embedder: Embedder for memories and queries (default: MiniLM behind the on-disk cache).
         generator: Generator for stages that need one (HyDE); default: recorded generations
             of the dataset when the pipelines need one.
+        qrels_source: Judgments of ``judgments.jsonl`` used as qrels: ``"human"`` (with the
+            inline grades), ``"agent"`` (alone) or ``"all"``.
+        aggregate: How the grades of several judges combine (``majority``, ``mean``, ``min``,
+            ``max``).
         tests: Paired tests to run.
         correction: Multiple-testing correction across pipelines × metrics.
+        alpha: Level of the ``significant`` column (first test's adjusted p-value).
         n_resamples: Permutation-test resamples.
         exclude_tags: Queries with these tags are left out of relevance metrics (LoCoMo's
             adversarial questions have no evidence by design).
@@ -327,7 +549,10 @@ def run_experiment(
         write_report: Render ``report.md`` and charts into ``out``.
     """
     started = time.time()
-    metric_names = check_metrics(metrics)
+    if out is not None:
+        check_output_dir(out)  # refuse before the expensive part
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
+    metric_names = check_metrics(default_metrics(ds) if metrics is None else metrics)
     for t in tests:
         if t not in available_tests():
             raise ValueError(f"unknown test {t!r}; known tests: {', '.join(available_tests())}")
@@ -346,6 +571,7 @@ def run_experiment(
         raise ValueError(f"baseline {base!r} is not among the pipelines ({', '.join(names)})")
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
     config = replay if replay is not None else ReplayConfig.from_dataset(ds)
+    judging = judging_summary(ds, qrels_source=qrels_source)
     replayer = replayer_for(
         ds, pipes, embedder=embedder, generator=generator, config=config, progress=progress
     )
@@ -364,9 +590,25 @@ def run_experiment(
     per_query_parts = []
     for name in names:
         pq = score_rankings(
-            ds, replays[name], metric_names, exclude_tags=exclude_tags, qids=keep
+            ds,
+            replays[name],
+            metric_names,
+            exclude_tags=exclude_tags,
+            qids=keep,
+            qrels_source=qrels_source,
+            aggregate=aggregate,
         )
         per_query_parts.append(pq.with_columns(pl.lit(name).alias("pipeline")))
+        coverage = pq.filter(pl.col("metric") == "judged@10")
+        if coverage.is_empty():
+            coverage = score_rankings(
+                ds, replays[name], ["judged@10"],
+                exclude_tags=exclude_tags, qids=keep, qrels_source=qrels_source,
+                aggregate=aggregate,
+            )
+        judging["judged@10"][name] = (
+            None if coverage.is_empty() else round(float(coverage["value"].mean()), 6)
+        )
     queries = queries_frame(ds, first.id_map)
     if keep is not None:
         queries = queries.filter(pl.col("qid").is_in(keep))
@@ -375,7 +617,7 @@ def run_experiment(
     agg = {
         name: {
             m: round(v, 6)
-            for m, v in aggregate(per_query.filter(pl.col("pipeline") == name)).items()
+            for m, v in aggregate_metrics(per_query.filter(pl.col("pipeline") == name)).items()
         }
         for name in names
     }
@@ -387,6 +629,7 @@ def run_experiment(
         metrics=compared,
         tests=tuple(tests),
         correction=correction,
+        alpha=alpha,
         seed=seed,
         n_resamples=n_resamples,
     )
@@ -399,6 +642,7 @@ def run_experiment(
         metric=main_metric_of(compared),
         tests=tuple(tests),
         correction=correction,
+        alpha=alpha,
         seed=seed,
         n_resamples=n_resamples,
     )
@@ -418,8 +662,10 @@ def run_experiment(
         "baseline": base,
         "metrics": metric_names,
         "seed": seed,
+        "judgments": judging,
         "tests": list(tests),
         "correction": correction,
+        "alpha": alpha,
         "exclude_tags": sorted(excluded),
         "held_out_split": None
         if eval_queries is None
@@ -444,10 +690,47 @@ def run_experiment(
         timings=timings,
         manifest=manifest,
         replays=replays,
+        qrels=evaluation_qrels(
+            ds,
+            first.id_map,
+            exclude_tags=exclude_tags,
+            qids=keep,
+            qrels_source=qrels_source,
+            aggregate=aggregate,
+        ),
+        queries=evaluated_queries(ds, keep),
     )
     if out is not None:
         result.out = write_experiment(result, Path(out), write_report=write_report)
     return result
+
+
+def judging_summary(dataset: Dataset, *, qrels_source: str = "human") -> dict[str, Any]:
+    """What the manifest records about the judgments: source, counts, judges, agreement.
+
+    ``pooled`` is true when the dataset has ``judgments.jsonl``: its qrels are then incomplete
+    by construction and the report warns below :data:`JUDGED_WARNING` judged@10. A dataset
+    without it (the simulation, LoCoMo) has complete labels by construction.
+    """
+    from memlab.judge.agreement import agreement
+    from memlab.judge.judgments import latest, read_judgments
+
+    judgments = read_judgments(dataset.path) if dataset.path is not None else []
+    kept = [j for j in latest(judgments) if qrels_source == "all" or j.source == qrels_source]
+    table = agreement(judgments, source=qrels_source)
+    return {
+        "pooled": has_judgments(dataset),
+        "qrels_source": qrels_source,
+        "n": len(kept),
+        "judges": sorted({j.judge for j in kept}),
+        "queries": len({j.qid for j in kept}),
+        "agreement": [
+            {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+            for row in table.iter_rows(named=True)
+        ],
+        "warn_below": JUDGED_WARNING,
+        "judged@10": {},
+    }
 
 
 def replayer_for(
@@ -512,17 +795,13 @@ def metrics_json(metrics: dict[str, dict[str, float]]) -> str:
 
 def write_experiment(result: ExperimentResult, out: Path, *, write_report: bool = True) -> Path:
     """Write the output contract into ``out`` atomically (temporary sibling + rename)."""
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out, kind="experiment") as tmp:
         (tmp / "manifest.json").write_text(
             json.dumps(result.manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
         (tmp / "metrics.json").write_text(metrics_json(result.metrics), encoding="utf-8")
-        result.per_query.write_parquet(tmp / "per_query.parquet")
-        result.rankings.write_parquet(tmp / "rankings.parquet")
-        result.comparison.write_parquet(tmp / "comparison.parquet")
-        result.per_tag.write_parquet(tmp / "per_tag.parquet")
-        result.tag_comparison.write_parquet(tmp / "comparison_by_tag.parquet")
-        result.timings.write_parquet(tmp / "timings.parquet")
+        for attr, name in RUN_TABLES.items():
+            getattr(result, attr).write_parquet(tmp / name)
         if write_report:
             from memlab.eval.report import write_report as render
 

@@ -17,10 +17,23 @@ name           per-query value
                top k; scoped queries only
 ``dup@k``      1 if two memories in the top k share a ``content_hash`` (or an identical text)
 ``tokens@k``   sum of the ``tokens`` of the top k memories
+``judged@k``   share of the top k that has a judgement of any grade (ir_measures Judged@k)
+``bpref``      binary preference (Buckley and Voorhees 2004): unjudged memories ignored
+``cnDCG[@k]``  nDCG on the condensed list: unjudged memories removed first (Sakai's nDCG')
+``cMAP[@k]``   average precision on the condensed list (Sakai's AP')
 ``conflict@k`` 1 if both sides of a labelled contradiction are in the top k (unresolved: a
                resolved one has a side retired, which a query does not see)
 ``archived@k`` 1 if a memory that was in the cold tier when the query ran is in the top k
 =============  ==========================================================================
+
+Every family carries its direction and kind (:func:`register_metric`): ``stale``, ``leak``,
+``dup`` (exposures) and ``tokens`` (a cost) are lower-is-better; the others higher-is-better.
+
+Judgements of grade 0 ("judged, not relevant") matter only to ``judged``, ``bpref``, ``cnDCG``
+and ``cMAP``; the standard metrics read every memory without a grade ≥ 1 as not relevant, as
+trec_eval does. ``c`` marks a condensed-list variant: with incomplete (pooled) judgements it
+does not penalise a pipeline for surfacing memories nobody judged (Sakai, "Alternatives to
+bpref", SIGIR 2007).
 
 ``nDCG``, ``MRR``, ``MAP``, ``R_frac`` and ``R_any`` are computed by trec_eval through
 ir_measures / pytrec_eval (Van Gysel and de Rijke, "Pytrec_eval: An Extremely Fast Python
@@ -33,7 +46,9 @@ Populations: relevance metrics have one row per query with at least one relevant
 qrels (a query without rankings scores 0 and counts in the mean; a query without qrels has no
 row). ``stale@k`` has one row per query with a non-empty ``stale`` list, ``leak@k`` one per
 query whose ``client_id`` is not null, ``dup@k`` and ``tokens@k`` one per known query (the
-queries frame, the qrels and the rankings together).
+queries frame, the qrels and the rankings together). ``judged@k`` has one row per query with
+at least one judgement of any grade; ``bpref``, ``cnDCG`` and ``cMAP`` one per query with a
+relevant id, like the standard relevance metrics.
 """
 
 from __future__ import annotations
@@ -50,6 +65,11 @@ import polars as pl
 from memlab.memory.records import GLOBAL_CLIENT
 
 Cutoff = Literal["required", "optional", "none"]
+Kind = Literal["relevance", "judgment", "exposure", "cost"]
+KINDS: tuple[str, ...] = ("relevance", "judgment", "exposure", "cost")
+"""What a family measures: ``relevance`` (needs qrels), ``judgment`` (how much of a ranking is
+judged), ``exposure`` (memories that should not be shown: stale, leaked, duplicated), ``cost``
+(context size)."""
 
 _NAME_PATTERN = re.compile(r"^(?P<family>[A-Za-z][A-Za-z_]*)(?:@(?P<k>[0-9]+))?$")
 _VALUE_SCHEMA = {"qid": pl.String, "value": pl.Float64}
@@ -73,12 +93,17 @@ class MetricFamily:
         function: The implementation.
         cutoff: Whether ``@k`` is ``"required"``, ``"optional"`` or not allowed (``"none"``).
         description: One line shown in error messages and listings.
+        higher_is_better: The direction: ``False`` for costs and exposures (``tokens@k``,
+            ``stale@k``), read by sweeps, comparisons, wins/losses, reports and apps.
+        kind: One of :data:`KINDS`.
     """
 
     name: str
     function: MetricFunction
     cutoff: Cutoff
     description: str
+    higher_is_better: bool = True
+    kind: Kind = "relevance"
 
     @property
     def pattern(self) -> str:
@@ -110,27 +135,52 @@ _FAMILIES: dict[str, MetricFamily] = {}
 
 
 def register_metric(
-    name: str, *, cutoff: Cutoff = "required", description: str = ""
+    name: str,
+    *,
+    cutoff: Cutoff = "required",
+    description: str = "",
+    higher_is_better: bool = True,
+    kind: Kind = "relevance",
 ) -> Callable[[MetricFunction], MetricFunction]:
     """Register a metric family under ``name`` (decorator).
+
+    Modelled on ir_measures' measure objects, which carry their own metadata: a family states
+    its direction and kind once, and every consumer (sweep, compare, wins/losses, the report,
+    the apps) reads them through :func:`metric_family` / :func:`higher_is_better`.
 
     Args:
         name: Family name; letters and underscores, starting with a letter.
         cutoff: ``"required"``, ``"optional"`` or ``"none"``.
         description: One line describing the per-query value.
+        higher_is_better: ``False`` for metrics to minimise (costs, exposures).
+        kind: One of :data:`KINDS`.
 
     Raises:
-        ValueError: If the name is malformed or already registered, or ``cutoff`` is unknown.
+        ValueError: If the name is malformed or already registered, or ``cutoff`` or ``kind``
+            is unknown.
+        TypeError: If ``higher_is_better`` is not a bool.
     """
     if not re.fullmatch(r"[A-Za-z][A-Za-z_]*", name):
         raise ValueError(f"register_metric: field 'name': malformed family name {name!r}")
     if cutoff not in ("required", "optional", "none"):
         raise ValueError(f"register_metric: field 'cutoff': unknown value {cutoff!r}")
+    if kind not in KINDS:
+        raise ValueError(
+            f"register_metric: field 'kind': unknown value {kind!r}; expected one of "
+            + ", ".join(KINDS)
+        )
+    if not isinstance(higher_is_better, bool):
+        raise TypeError(
+            "register_metric: field 'higher_is_better' must be a bool, got "
+            f"{type(higher_is_better).__name__}"
+        )
 
     def decorator(function: MetricFunction) -> MetricFunction:
         if name in _FAMILIES:
             raise ValueError(f"register_metric: metric family {name!r} is already registered")
-        _FAMILIES[name] = MetricFamily(name, function, cutoff, description)
+        _FAMILIES[name] = MetricFamily(
+            name, function, cutoff, description, higher_is_better, kind
+        )
         return function
 
     return decorator
@@ -139,6 +189,27 @@ def register_metric(
 def metric_families() -> tuple[MetricFamily, ...]:
     """All registered families, in registration order."""
     return tuple(_FAMILIES.values())
+
+
+def metric_family(name: str) -> MetricFamily:
+    """The registered family of a metric name (``"tokens@10"`` → the ``tokens`` family).
+
+    Raises:
+        ValueError: As :func:`parse_metric`.
+    """
+    return _FAMILIES[parse_metric(name).family]
+
+
+def higher_is_better(name: str) -> bool:
+    """The direction of a metric name; ``True`` for a name no registered family parses.
+
+    Per-query frames may carry metrics that are not registered here (computed elsewhere and
+    joined in); they are read as higher-is-better, the convention of IR measures.
+    """
+    try:
+        return metric_family(name).higher_is_better
+    except (TypeError, ValueError):
+        return True
 
 
 def _known() -> str:
@@ -236,7 +307,8 @@ def _check_rankings(rankings: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _check_qrels(qrels: pl.DataFrame) -> pl.DataFrame:
+def _check_judgments(qrels: pl.DataFrame) -> pl.DataFrame:
+    """Every judgement (grade 0 included), checked and sorted."""
     _require(qrels, "qrels", {"qid": _STR, "mem_id": _STR, "relevance": _INT})
     _no_nulls(qrels, "qrels", ["qid", "mem_id", "relevance"])
     row = _first_row(qrels, pl.col("relevance") < 0)
@@ -244,15 +316,16 @@ def _check_qrels(qrels: pl.DataFrame) -> pl.DataFrame:
         value = qrels.get_column("relevance")[row]
         raise ValueError(f"qrels: row {row}, field 'relevance': must be >= 0, got {value}")
     _no_duplicates(qrels, "qrels", ["qid", "mem_id"])
-    return (
-        qrels.filter(pl.col("relevance") >= 1)
-        .select(
-            pl.col("qid").cast(pl.String),
-            pl.col("mem_id").cast(pl.String),
-            pl.col("relevance").cast(pl.Int64),
-        )
-        .sort("qid", "mem_id")
-    )
+    return qrels.select(
+        pl.col("qid").cast(pl.String),
+        pl.col("mem_id").cast(pl.String),
+        pl.col("relevance").cast(pl.Int64),
+    ).sort("qid", "mem_id")
+
+
+def _check_qrels(qrels: pl.DataFrame) -> pl.DataFrame:
+    """The relevant judgements only (``relevance >= 1``)."""
+    return _check_judgments(qrels).filter(pl.col("relevance") >= 1)
 
 
 def _check_queries(queries: pl.DataFrame) -> pl.DataFrame:
@@ -295,6 +368,8 @@ class EvalData:
         rankings: ``row`` (input row), ``qid``, ``rank``, ``mem_id``, ``pos`` (1-based position
             in rank order) and ``tokens`` when given; sorted by ``qid, rank``.
         qrels: Relevant judgements only (``relevance >= 1``), or ``None``.
+        judgments: Every judgement, non-relevant ones (``relevance == 0``) included, or
+            ``None``; read by the metrics that know what is unjudged.
         queries: The queries frame, or ``None``.
         memories: The memories frame, or ``None``.
         global_client: Client id of memories visible to every client.
@@ -305,6 +380,7 @@ class EvalData:
     queries: pl.DataFrame | None
     memories: pl.DataFrame | None
     global_client: str = GLOBAL_CLIENT
+    judgments: pl.DataFrame | None = None
     _runs: dict[int | None, dict[str, dict[str, float]]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -355,6 +431,26 @@ class EvalData:
         if self.queries is not None:
             parts.append(self.queries.select("qid"))
         return pl.concat(parts).unique().sort("qid")
+
+    @cached_property
+    def judged_qids(self) -> pl.DataFrame:
+        """One row ``qid`` per query with at least one judgement (of any grade), sorted."""
+        judged = self.require_judgments("judged")
+        return judged.select("qid").unique().sort("qid")
+
+    def require_judgments(self, metric: str) -> pl.DataFrame:
+        """Every judgement (grade 0 included), or a ValueError naming ``metric``."""
+        if self.judgments is None:
+            raise ValueError(f"metric {metric!r} needs qrels")
+        return self.judgments
+
+    @cached_property
+    def judgments_dict(self) -> dict[str, dict[str, int]]:
+        """Every judgement as ``{qid: {mem_id: relevance}}`` (grade 0 included)."""
+        out: dict[str, dict[str, int]] = {}
+        for qid, mem_id, relevance in self.require_judgments("trec_eval").iter_rows():
+            out.setdefault(qid, {})[mem_id] = relevance
+        return out
 
     @cached_property
     def qrels_dict(self) -> dict[str, dict[str, int]]:
@@ -449,10 +545,92 @@ def map_(data: EvalData, k: int | None) -> pl.DataFrame:
     return _trec_eval(data, "MAP", measure, cut=None)
 
 
+# --------------------------------------------------------------------------- incomplete judgements
+
+
+def _trec_eval_judged(
+    data: EvalData, metric: str, measure: object, population: pl.DataFrame
+) -> pl.DataFrame:
+    """Per-query values of a trec_eval measure that reads non-relevant judgements too."""
+    data.require_judgments(metric)
+    if population.is_empty():
+        return pl.DataFrame(schema=_VALUE_SCHEMA)
+    results = ir_measures.pytrec_eval.iter_calc([measure], data.judgments_dict, data.run_dict(None))
+    values = pl.DataFrame(
+        [(m.query_id, float(m.value)) for m in results], schema=_VALUE_SCHEMA, orient="row"
+    )
+    return _per_query(population, values, 0.0)
+
+
+@register_metric(
+    "judged", description="share of the top k that has a judgement", kind="judgment"
+)
+def judged(data: EvalData, k: int | None) -> pl.DataFrame:
+    """Judgement rate: the share of the top k memories that have a judgement of any grade.
+
+    ir_measures ``Judged@k`` (its ``judged`` provider, after OpenNIR): the share is taken over
+    ``min(k, length of the ranking)``. One row per query with at least one judgement; such a
+    query without rankings scores 0.
+    """
+    population = data.judged_qids
+    if population.is_empty():
+        return pl.DataFrame(schema=_VALUE_SCHEMA)
+    measure = ir_measures.Judged @ k
+    results = ir_measures.judged.iter_calc([measure], data.judgments_dict, data.run_dict(None))
+    values = pl.DataFrame(
+        [(m.query_id, float(m.value)) for m in results], schema=_VALUE_SCHEMA, orient="row"
+    )
+    return _per_query(population, values, 0.0)
+
+
+@register_metric(
+    "bpref",
+    cutoff="none",
+    description="binary preference: judged relevant above judged non-relevant",
+)
+def bpref(data: EvalData, k: int | None) -> pl.DataFrame:
+    """bpref (Buckley and Voorhees, "Retrieval evaluation with incomplete information", SIGIR
+    2004) as trec_eval ``bpref``: ``1/R · Σ_r (1 - |n ranked above r| / min(R, N))`` over the
+    judged relevant ``r``, with ``n`` among the first ``R`` judged non-relevant; unjudged
+    memories are ignored. One row per query with a relevant id."""
+    return _trec_eval_judged(data, "bpref", ir_measures.Bpref, data.relevant_qids)
+
+
+@register_metric(
+    "cnDCG", cutoff="optional", description="nDCG on the condensed list (unjudged removed)"
+)
+def cndcg(data: EvalData, k: int | None) -> pl.DataFrame:
+    """Condensed-list nDCG, Sakai's nDCG' ("Alternatives to bpref", SIGIR 2007).
+
+    Unjudged memories are removed from the ranking before scoring, then the cutoff applies
+    (trec_eval ``-J``, ir_measures ``nDCG(judged_only=True)``). One row per query with a
+    relevant id.
+    """
+    base = ir_measures.nDCG(judged_only=True)
+    measure = base if k is None else base @ k
+    return _trec_eval_judged(data, "cnDCG", measure, data.relevant_qids)
+
+
+@register_metric(
+    "cMAP", cutoff="optional", description="average precision on the condensed list"
+)
+def cmap(data: EvalData, k: int | None) -> pl.DataFrame:
+    """Condensed-list average precision, Sakai's AP' (trec_eval ``-J``, ir_measures
+    ``AP(judged_only=True)``): unjudged memories are removed before scoring."""
+    base = ir_measures.AP(judged_only=True)
+    measure = base if k is None else base @ k
+    return _trec_eval_judged(data, "cMAP", measure, data.relevant_qids)
+
+
 # --------------------------------------------------------------------------- memory families
 
 
-@register_metric("stale", description="1 if a stale id of the query is in the top k")
+@register_metric(
+    "stale",
+    description="1 if a stale id of the query is in the top k",
+    higher_is_better=False,
+    kind="exposure",
+)
 def stale(data: EvalData, k: int | None) -> pl.DataFrame:
     """Stale exposure: 1 if any id in the query's ``stale`` list is in the top k."""
     queries = data.require_queries("stale", "stale")
@@ -468,7 +646,12 @@ def stale(data: EvalData, k: int | None) -> pl.DataFrame:
     return _per_query(population, values, 0.0)
 
 
-@register_metric("leak", description="1 if a memory of another client is in the top k")
+@register_metric(
+    "leak",
+    description="1 if a memory of another client is in the top k",
+    higher_is_better=False,
+    kind="exposure",
+)
 def leak(data: EvalData, k: int | None) -> pl.DataFrame:
     """Cross-client leak for scoped queries.
 
@@ -505,7 +688,12 @@ def _has_duplicate(column: str) -> pl.Expr:
     return kept.len() > kept.n_unique()
 
 
-@register_metric("dup", description="1 if two memories in the top k share content")
+@register_metric(
+    "dup",
+    description="1 if two memories in the top k share content",
+    higher_is_better=False,
+    kind="exposure",
+)
 def dup(data: EvalData, k: int | None) -> pl.DataFrame:
     """Duplicate exposure: two top-k memories share a non-empty ``content_hash`` or ``text``.
 
@@ -526,7 +714,9 @@ def dup(data: EvalData, k: int | None) -> pl.DataFrame:
     return _per_query(data.all_qids, values, 0.0)
 
 
-@register_metric("tokens", description="tokens of the top k memories")
+@register_metric(
+    "tokens", description="tokens of the top k memories", higher_is_better=False, kind="cost"
+)
 def tokens(data: EvalData, k: int | None) -> pl.DataFrame:
     """Context cost: the sum of ``tokens`` over the top k (rankings column, else memories)."""
     top = data.top(k)
@@ -610,12 +800,14 @@ def evaluate(
     if isinstance(metrics, str):
         raise TypeError("metrics must be a sequence of metric names, not a single str")
     specs = list(dict.fromkeys(parse_metric(name) for name in metrics))
+    judgments = None if qrels is None else _check_judgments(qrels)
     data = EvalData(
         rankings=_check_rankings(rankings),
-        qrels=None if qrels is None else _check_qrels(qrels),
+        qrels=None if judgments is None else judgments.filter(pl.col("relevance") >= 1),
         queries=None if queries is None else _check_queries(queries),
         memories=None if memories is None else _check_memories(memories),
         global_client=global_client,
+        judgments=judgments,
     )
     frames = [pl.DataFrame(schema=_RESULT_SCHEMA)]
     for spec in specs:

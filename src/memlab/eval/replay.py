@@ -688,6 +688,8 @@ class Replayer:
         Returns:
             The rankings, the store the replay left and its logs (:class:`ReplayResult`).
         """
+        for _, stage in pipeline.named_stages():  # parameters set by plain assignment
+            stage._validate_params()
         self.prepare()
         cfg = config if config is not None else self.config
         state = _Run(self, cfg, pipeline.name)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 import polars as pl
 
-from memlab.eval.metrics import main_metric_of
+from memlab.eval.metrics import higher_is_better, main_metric_of
 from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
 
 if TYPE_CHECKING:
@@ -26,41 +26,87 @@ def save_chart(chart: alt.TopLevelMixin, base: Path) -> list[str]:
     return [base.with_suffix(".png").name, base.with_suffix(".svg").name]
 
 
-def metrics_chart(per_query: pl.DataFrame, metrics: list[str]) -> alt.Chart:
-    """Mean of each relevance metric per pipeline (grouped bars)."""
-    data = (
+def metric_means(per_query: pl.DataFrame, metrics: list[str]) -> pl.DataFrame:
+    """Mean, count and a normal 95% interval of each metric per pipeline.
+
+    The interval is ``mean ± 1.96 · sd / sqrt(n)`` over queries (computed here, not by the
+    chart library, so the charts are deterministic).
+    """
+    return (
         per_query.filter(pl.col("metric").is_in(metrics))
         .group_by("pipeline", "metric")
-        .agg(pl.col("value").mean().alias("mean"))
+        .agg(
+            pl.col("value").mean().alias("mean"),
+            pl.col("value").std().fill_null(0.0).alias("sd"),
+            pl.len().alias("n"),
+        )
+        .with_columns(
+            half=1.96 * pl.col("sd") / pl.col("n").cast(pl.Float64).sqrt(),
+        )
+        .with_columns(
+            lo=pl.col("mean") - pl.col("half"),
+            hi=pl.col("mean") + pl.col("half"),
+        )
         .sort("pipeline", "metric")
     )
+
+
+def metrics_chart(per_query: pl.DataFrame, metrics: list[str]) -> alt.FacetChart:
+    """Mean of each relevance metric per pipeline with 95% intervals (grouped bars)."""
+    data = metric_means(per_query, metrics)
+    base = alt.Chart(data)
+    bars = base.mark_bar().encode(
+        x=alt.X("pipeline:N", title=None, axis=alt.Axis(labelAngle=-40, labelFontSize=12)),
+        y=alt.Y(
+            "mean:Q",
+            title="mean over queries (95% CI)",
+            scale=alt.Scale(domain=[0, 1], clamp=True),
+        ),
+        color=alt.Color("pipeline:N", legend=alt.Legend(title="pipeline", labelFontSize=12)),
+        tooltip=[
+            "pipeline",
+            "metric",
+            alt.Tooltip("mean:Q", format=".4f"),
+            alt.Tooltip("lo:Q", format=".4f"),
+            alt.Tooltip("hi:Q", format=".4f"),
+            "n",
+        ],
+    )
+    rules = base.mark_rule(color="black").encode(
+        x="pipeline:N", y="lo:Q", y2="hi:Q"
+    )
     return (
-        alt.Chart(data)
-        .mark_bar()
-        .encode(
-            x=alt.X("pipeline:N", title=None),
-            y=alt.Y("mean:Q", title="mean over queries"),
-            color=alt.Color("pipeline:N", legend=None),
-            column=alt.Column("metric:N", title=None),
-            tooltip=["pipeline", "metric", alt.Tooltip("mean:Q", format=".4f")],
-        )
-        .properties(width=110, height=220)
+        alt.layer(bars, rules, data=data)
+        .properties(width=200, height=260)
+        .facet(column=alt.Column("metric:N", title=None, header=alt.Header(labelFontSize=14)))
+        .configure_axis(labelFontSize=12, titleFontSize=13)
     )
 
 
-def tag_chart(per_tag: pl.DataFrame, metric: str) -> alt.Chart:
-    """Heat map of one metric per (pipeline, tag)."""
+def tag_chart(per_tag: pl.DataFrame, metric: str) -> alt.LayerChart:
+    """Heat map of one metric per (pipeline, tag), each cell labelled with its mean; the tag
+    axis names the number of queries of each tag."""
     data = per_tag.filter(pl.col("metric") == metric)
+    counts = data.group_by("tag").agg(pl.col("n").max().alias("tag_n"))
+    data = data.join(counts, on="tag").with_columns(
+        (pl.col("tag") + " (n=" + pl.col("tag_n").cast(pl.String) + ")").alias("tag_label")
+    )
+    base = alt.Chart(data).encode(
+        x=alt.X("tag_label:N", title="query tag (queries)", axis=alt.Axis(labelAngle=-40)),
+        y=alt.Y("pipeline:N", title=None),
+    )
+    rect = base.mark_rect().encode(
+        color=alt.Color("mean:Q", title=metric, scale=alt.Scale(domain=[0, 1])),
+        tooltip=["pipeline", "tag", alt.Tooltip("mean:Q", format=".3f"), "n"],
+    )
+    text = base.mark_text(fontSize=11).encode(
+        text=alt.Text("mean:Q", format=".2f"),
+        color=alt.condition("datum.mean > 0.6", alt.value("white"), alt.value("black")),
+    )
     return (
-        alt.Chart(data)
-        .mark_rect()
-        .encode(
-            x=alt.X("tag:N", title="query tag"),
-            y=alt.Y("pipeline:N", title=None),
-            color=alt.Color("mean:Q", title=metric, scale=alt.Scale(domain=[0, 1])),
-            tooltip=["pipeline", "tag", alt.Tooltip("mean:Q", format=".3f"), "n"],
-        )
-        .properties(width=alt.Step(48), height=alt.Step(28))
+        alt.layer(rect, text)
+        .properties(width=alt.Step(64), height=alt.Step(30))
+        .configure_axis(labelFontSize=12, titleFontSize=13)
     )
 
 
@@ -77,16 +123,28 @@ def latency_table(timings: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def format_pvalue(p: float | None) -> str:
+    """A p-value in scientific notation with three significant digits (never ``0.0000``)."""
+    if p is None or p != p:
+        return "nan"
+    return f"{p:.2e}"
+
+
 def markdown_table(frame: pl.DataFrame, *, floats: str = "{:.4f}") -> str:
-    """A GitHub-flavoured markdown table of ``frame``."""
+    """A GitHub-flavoured markdown table of ``frame``.
+
+    Columns named ``p_…`` (p-values) print in scientific notation (:func:`format_pvalue`).
+    """
     if frame.height == 0:
         return "_(empty)_\n"
     cols = frame.columns
 
-    def fmt(v: Any) -> str:
+    def fmt(v: Any, col: str = "") -> str:
         if v is None:
             return ""
         if isinstance(v, float):
+            if col.startswith("p_"):
+                return format_pvalue(v)
             if v != v:
                 return "nan"
             return floats.format(v)
@@ -96,29 +154,161 @@ def markdown_table(frame: pl.DataFrame, *, floats: str = "{:.4f}") -> str:
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in frame.iter_rows():
-        lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
+        lines.append("| " + " | ".join(fmt(v, c) for v, c in zip(row, cols, strict=True)) + " |")
     return "\n".join(lines) + "\n"
 
 
+def protocol_line(manifest: dict[str, Any]) -> str:
+    """How many queries were scored and by which protocol (printed beside every table)."""
+    ds = manifest.get("dataset", {})
+    n_eval = ds.get("evaluated_queries")
+    n_all = ds.get("queries")
+    split = manifest.get("held_out_split")
+    excluded = ", ".join(manifest.get("exclude_tags") or []) or "none"
+    if split:
+        how = (
+            f"held-out split (test fraction {split.get('test_fraction')}, seed "
+            f"{manifest.get('seed')}): learned stages were fitted on the other queries"
+        )
+    else:
+        how = "every query"
+    return (
+        f"{n_eval} of {n_all} queries scored ({how}; tags left out of relevance metrics: "
+        f"{excluded})"
+    )
+
+
+def _lower_is_better(metric: str) -> bool:
+    return not higher_is_better(metric)
+
+
+def answer_lines(result: ExperimentResult) -> list[str]:
+    """The report's opening: which pipeline is best on what, by how much, and how sure."""
+    man = result.manifest
+    metrics = [m for m in man.get("metrics", []) if m in result.metrics[result.pipelines[0]]]
+    main_metric = main_metric_of(metrics) if metrics else None
+    base = man.get("baseline")
+    first_test = (man.get("tests") or ["t"])[0]
+    correction = str(man.get("correction", "holm")).title()
+    alpha = float(man.get("alpha", 0.05))
+    lines: list[str] = []
+    comp = result.comparison
+    for i, m in enumerate(metrics):
+        values = {n: result.metrics[n][m] for n in result.pipelines if m in result.metrics[n]}
+        if not values:
+            continue
+        lower = _lower_is_better(m)
+        best_value = min(values.values()) if lower else max(values.values())
+        best = [n for n, v in values.items() if v == best_value]
+        if len(best) == len(values) and len(values) > 1:
+            if i and m != main_metric:
+                lines.append(f"- {m}: every pipeline scores {best_value:.4f}.")
+            continue
+        name = best[0]
+        tie = f" (tied with {', '.join(f'`{n}`' for n in best[1:])})" if len(best) > 1 else ""
+        what = "lowest" if lower else "best"
+        text = f"{what} {m}: **`{name}`** at {best_value:.4f}{tie}"
+        row = None
+        if comp.height and name != base:
+            sel = comp.filter((pl.col("pipeline") == name) & (pl.col("metric") == m))
+            row = sel.row(0, named=True) if sel.height else None
+        if row is not None:
+            p = row.get(f"p_{first_test}_adj")
+            sure = "significant" if row.get("significant") else "not significant"
+            text += (
+                f", {row['delta']:+.4f} against the baseline `{base}` over {row['n']} paired "
+                f"queries (wins {row['wins']} / losses {row['losses']}; {correction}-adjusted "
+                f"{first_test}-test p = {format_pvalue(p)}: {sure} at α = {alpha:g})"
+            )
+        elif name == base:
+            text += " (the baseline itself)"
+        if m == main_metric:
+            lines.insert(0, f"- **Headline ({m})**: {text[0].upper()}{text[1:]}.")
+        else:
+            lines.append(f"- {text[0].upper()}{text[1:]}.")
+    lines.append(f"- Population: {protocol_line(man)}.")
+def judging_lines(manifest: dict[str, Any]) -> list[str]:
+    """The report's "Judgments" section: coverage (judged@10), judges, agreement, warnings.
+
+    On a pooled dataset (``judgments.jsonl``) a pipeline whose judged@10 is below the
+    manifest's ``warn_below`` (0.8) is named in a warning: its standard metrics count every
+    unjudged memory as not relevant, so read its condensed-list metrics and bpref instead.
+    """
+    info = manifest.get("judgments")
+    if not info:
+        return []
+    coverage = info.get("judged@10", {})
+    lines = ["## Judgments", ""]
+    if info.get("pooled"):
+        judges = ", ".join(info.get("judges", [])) or "none"
+        lines.append(
+            f"Qrels from `judgments.jsonl` ({info['qrels_source']}): {info['n']} judgments "
+            f"of {info['queries']} queries by {judges}."
+        )
+    else:
+        lines.append("Qrels: the dataset's own labels (complete by construction).")
+    lines.append("")
+    if coverage:
+        lines.append(
+            "judged@10 (share of the top 10 with a judgment): "
+            + ", ".join(
+                f"`{name}` {'n/a' if v is None else format(v, '.3f')}"
+                for name, v in coverage.items()
+            )
+        )
+        lines.append("")
+    low = [
+        name
+        for name, v in coverage.items()
+        if info.get("pooled") and v is not None and v < info.get("warn_below", 0.8)
+    ]
+    if low:
+        lines += [
+            f"> **Warning:** judged@10 is below {info.get('warn_below', 0.8)} for "
+            + ", ".join(f"`{n}`" for n in low)
+            + ": unjudged memories count as not relevant in the standard metrics. Compare "
+            "them on the condensed-list metrics (cnDCG, cMAP) and bpref, or judge more "
+            "(`memlab judge pool`).",
+            "",
+        ]
+    rows = info.get("agreement") or []
+    if rows:
+        lines += ["Agreement between judges (Cohen's kappa on the pairs both judged):", ""]
+        lines.append(markdown_table(pl.DataFrame(rows)))
+        lines.append("")
+    return lines
+
+
 def write_report(result: ExperimentResult, out_dir: Path) -> Path:
-    """Render ``report.md`` (and charts) for an experiment into ``out_dir``."""
+    """Render ``report.md`` (the answer, then the main tables) and ``appendix.md`` (the long
+    tables) with their charts into ``out_dir``."""
     out_dir = Path(out_dir)
     man = result.manifest
     metrics = list(man["metrics"])
     names = list(result.metrics)
     rel_metrics = [m for m in metrics if m.split("@")[0] in ("R_all", "R_any", "R_frac", "nDCG")]
+    protocol = protocol_line(man)
     lines = [
         f"# memlab report: {man['dataset']['name']}",
+        "",
+        "## Answer",
+        "",
+        *answer_lines(result),
+        "",
+        "## Setup",
         "",
         f"- dataset: `{man['dataset']['path']}` — {man['dataset']['memories']} memories, "
         f"{man['dataset']['queries']} queries ({man['dataset']['evaluated_queries']} evaluated)",
         f"- pipelines: {', '.join(f'`{n}`' for n in names)}; baseline `{man['baseline']}`",
         f"- embedder: `{man['embedder']}`; seed {man['seed']}; tests: {', '.join(man['tests'])}; "
-        f"correction: {man['correction']}",
+        f"correction: {man['correction']}; α = {man.get('alpha', 0.05)}",
         f"- excluded from relevance metrics: {', '.join(man['exclude_tags']) or 'none'}",
+        f"- replay: {json.dumps(man.get('replay', {}), sort_keys=True)}",
         f"- commit: `{man.get('git_commit')}`",
         "",
         "## Aggregate metrics",
+        "",
+        f"{protocol}.",
         "",
     ]
     agg_rows = [{"pipeline": n, **result.metrics[n]} for n in names]
@@ -127,52 +317,83 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
     if rel_metrics:
         files = save_chart(metrics_chart(result.per_query, rel_metrics), out_dir / "metrics")
         lines += ["", f"![metrics]({files[0]}) ([svg]({files[1]}))", ""]
+    main_metric = main_metric_of(metrics)
+    lines += judging_lines(man)
+    lower = [m for m in metrics if not higher_is_better(m)]
+    if lower:
+        lines += [f"Lower is better for {', '.join(lower)}; wins and losses read so.", ""]
     lines += [
-        "## Paired comparison with the baseline",
+        f"## Paired comparison with the baseline on {main_metric}",
         "",
-        "Wins/losses count queries where the pipeline scores above/below the baseline. "
-        "Adjusted p-values are corrected across pipelines × metrics.",
+        f"{protocol}. Wins/losses count queries where the pipeline scores above/below the "
+        "baseline. Adjusted p-values are corrected across pipelines × metrics; every metric's "
+        "comparison is in [appendix.md](appendix.md).",
         "",
     ]
-    lines.append(markdown_table(comparison_view(result.comparison, COMPARISON_KEYS)))
+    comp = comparison_view(result.comparison, (*COMPARISON_KEYS, "n"))
+    if comp.height:
+        comp = comp.filter(pl.col("metric") == main_metric)
+    lines.append(markdown_table(comp))
     lines += ["", "## By query tag", ""]
-    main_metric = main_metric_of(metrics)
-    tag_view = (
-        result.per_tag.filter(pl.col("metric") == main_metric)
-        .pivot(on="pipeline", index="tag", values="mean")
-        .sort("tag")
-    )
-    lines.append(f"{main_metric} per tag:\n")
-    lines.append(markdown_table(tag_view))
     if result.per_tag.height:
+        counts = (
+            result.per_tag.filter(pl.col("metric") == main_metric)
+            .group_by("tag")
+            .agg(pl.col("n").max().alias("queries"))
+        )
+        tag_view = (
+            result.per_tag.filter(pl.col("metric") == main_metric)
+            .pivot(on="pipeline", index="tag", values="mean")
+            .join(counts, on="tag")
+            .sort("tag")
+        )
+        lines.append(f"{main_metric} per tag (`queries`: how many queries carry the tag):\n")
+        lines.append(markdown_table(tag_view))
         files = save_chart(tag_chart(result.per_tag, main_metric), out_dir / "tags")
         lines += ["", f"![tags]({files[0]}) ([svg]({files[1]}))", ""]
-    tag_comp = result.tag_comparison
-    if tag_comp.height:
-        lines += [
-            f"Paired comparison with the baseline on {main_metric}, within each tag "
-            "(adjusted p-values corrected across pipelines × tags):",
-            "",
-        ]
-        lines.append(markdown_table(comparison_view(tag_comp, TAG_COMPARISON_KEYS)))
-        lines.append("")
-    lines += ["## Latency per stage (ms, this run's machine)", ""]
-    lines.append(markdown_table(latency_table(result.timings), floats="{:.2f}"))
+    else:
+        lines.append("_(no query tags)_\n")
     lines += [
-        "",
         "## Files",
         "",
         "`metrics.json`, `per_query.parquet`, `rankings.parquet`, `comparison.parquet`, "
-        "`comparison_by_tag.parquet`, `per_tag.parquet`, `timings.parquet`, `manifest.json`.",
+        "`comparison_by_tag.parquet`, `per_tag.parquet`, `timings.parquet`, `qrels.parquet`, "
+        "`queries.parquet`, `manifest.json`; the long tables are in `appendix.md`. "
+        "`memlab export` writes TREC runs, qrels, CSV and a LaTeX table.",
         "",
-        "<details><summary>Pipeline configurations</summary>",
+    ]
+    appendix = [
+        f"# Appendix: {man['dataset']['name']}",
+        "",
+        "## Paired comparison with the baseline, every metric",
+        "",
+        f"{protocol}.",
+        "",
+        markdown_table(comparison_view(result.comparison, (*COMPARISON_KEYS, "n"))),
+    ]
+    tag_comp = result.tag_comparison
+    if tag_comp.height:
+        appendix += [
+            "",
+            f"## Paired comparison with the baseline on {main_metric}, within each tag",
+            "",
+            "Adjusted p-values corrected across pipelines × tags; `n` is the tag's paired "
+            "queries.",
+            "",
+            markdown_table(comparison_view(tag_comp, TAG_COMPARISON_KEYS)),
+        ]
+    appendix += ["", "## Latency per stage (ms, this run's machine)", ""]
+    appendix.append(markdown_table(latency_table(result.timings), floats="{:.2f}"))
+    appendix += [
+        "",
+        "## Pipeline configurations",
         "",
         "```json",
         json.dumps(man["pipelines"], indent=2, sort_keys=True),
         "```",
-        "</details>",
         "",
     ]
+    (out_dir / "appendix.md").write_text("\n".join(appendix), encoding="utf-8")
     path = out_dir / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path

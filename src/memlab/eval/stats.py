@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 from scipy import stats as sps
 
+from memlab.eval.metrics import higher_is_better
 from memlab.registry import Registry
 
 _PER_QUERY_KEYS = ("pipeline", "qid", "metric")
@@ -314,7 +315,9 @@ def compare(
     Returns:
         One row per (pipeline ≠ baseline, metric), sorted by pipeline then metric: ``pipeline``,
         ``metric``, ``n`` (pairs), ``baseline_mean``, ``mean``, ``delta`` (mean - baseline_mean),
-        ``wins``, ``losses``, ``ties`` (value >, <, == baseline), ``p_<test>`` for each test,
+        ``wins``, ``losses``, ``ties`` (value better than, worse than, equal to the baseline's;
+        "better" is "lower" for a lower-is-better metric such as ``tokens@10``, as registered
+        with :func:`~memlab.eval.metrics.register_metric`), ``p_<test>`` for each test,
         ``p_<test>_adj`` for each test, ``significant``. With no pairs, means and p-values are
         null/NaN and ``significant`` is False.
 
@@ -349,6 +352,7 @@ def compare(
             group = groups.get((pipeline, metric))
             a = np.empty(0) if group is None else group.get_column("value").to_numpy()
             b = np.empty(0) if group is None else group.get_column("baseline_value").to_numpy()
+            better_up = higher_is_better(metric)
             row: dict[str, object] = {
                 "pipeline": pipeline,
                 "metric": metric,
@@ -356,8 +360,8 @@ def compare(
                 "baseline_mean": float(b.mean()) if a.size else None,
                 "mean": float(a.mean()) if a.size else None,
                 "delta": float(a.mean() - b.mean()) if a.size else None,
-                "wins": int(np.count_nonzero(a > b)),
-                "losses": int(np.count_nonzero(a < b)),
+                "wins": int(np.count_nonzero(a > b if better_up else a < b)),
+                "losses": int(np.count_nonzero(a < b if better_up else a > b)),
                 "ties": int(np.count_nonzero(a == b)),
             }
             for test in tests:
@@ -541,8 +545,8 @@ def wins_losses(per_query: pl.DataFrame, baseline: str, metric: str) -> pl.DataF
 
     Returns:
         ``pipeline``, ``qid``, ``baseline_value``, ``value``, ``delta`` (value - baseline_value),
-        ``outcome`` (``"win"``, ``"loss"`` or ``"tie"``) on qids present for both, sorted by
-        pipeline then qid.
+        ``outcome`` (``"win"``, ``"loss"`` or ``"tie"``; a win is a lower value for a
+        lower-is-better metric) on qids present for both, sorted by pipeline then qid.
 
     Raises:
         ValueError: On a missing column, null or repeated key, or unknown baseline or metric.
@@ -553,13 +557,15 @@ def wins_losses(per_query: pl.DataFrame, baseline: str, metric: str) -> pl.DataF
     if metric not in known:
         raise ValueError(f"metric {metric!r} has no values for baseline {baseline!r}: {known}")
     delta = pl.col("value") - pl.col("baseline_value")
+    better = delta > 0 if higher_is_better(metric) else delta < 0
+    worse = delta < 0 if higher_is_better(metric) else delta > 0
     return (
         _paired(frame, baseline, metric)
         .select("pipeline", "qid", "baseline_value", "value", delta=delta)
         .with_columns(
-            outcome=pl.when(pl.col("value") > pl.col("baseline_value"))
+            outcome=pl.when(better)
             .then(pl.lit("win"))
-            .when(pl.col("value") < pl.col("baseline_value"))
+            .when(worse)
             .then(pl.lit("loss"))
             .otherwise(pl.lit("tie"))
         )

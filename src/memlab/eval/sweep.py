@@ -30,9 +30,10 @@ from memlab.eval.experiment import (
     score_rankings,
     split_queries,
 )
+from memlab.eval.metrics import higher_is_better
 from memlab.eval.replay import ReplayConfig, progress_enabled
 from memlab.eval.report import markdown_table, save_chart
-from memlab.io import atomic_directory
+from memlab.io import atomic_directory, check_output_dir
 from memlab.pipeline import Pipeline, load_pipeline
 
 
@@ -137,7 +138,8 @@ class SweepResult:
     Attributes:
         results: One row per point: ``param_*`` columns, then ``<metric>`` on all queries,
             ``<metric>_train`` and ``<metric>_test``.
-        best_params: The point with the best train score (ties: first in grid order).
+        best_params: The point with the best train score: the highest, or the lowest for a
+            lower-is-better metric such as ``tokens@10`` (ties: first in grid order).
         best_test: Its held-out score.
         best_train: Its train score.
         metric: The selection metric.
@@ -201,6 +203,8 @@ def run_sweep(
         exclude_tags: Queries with these tags are not scored.
         replay: The replay configuration (default: the dataset's ``[replay]`` defaults).
     """
+    if out is not None:
+        check_output_dir(out)  # refuse before the expensive part
     names = check_metrics(list(dict.fromkeys([metric, *metrics])))
     metric = names[0]
     base = pipeline.clone() if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
@@ -246,7 +250,8 @@ def run_sweep(
             row[f"{m}_test"] = _mean(vals.filter(pl.col("qid").is_in(test_ids)))
         rows.append(row)
     results = pl.DataFrame(rows, strict=False)
-    best_i = max(range(len(rows)), key=lambda i: (rows[i][f"{metric}_train"], -i))
+    sign = 1.0 if higher_is_better(metric) else -1.0  # a cost (tokens@k) is minimised
+    best_i = max(range(len(rows)), key=lambda i: (sign * rows[i][f"{metric}_train"], -i))
     res = SweepResult(
         results=results,
         best_params=dict(points[best_i]),
@@ -308,7 +313,7 @@ def write_sweep(
     replay: ReplayConfig | None = None,
 ) -> Path:
     """Write ``results.parquet``, ``sweep.json``, ``report.md`` and plots, atomically."""
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out, kind="sweep") as tmp:
         result.results.write_parquet(tmp / "results.parquet")
         summary = {
             "dataset": dataset.meta.get("name"),
@@ -333,7 +338,8 @@ def write_sweep(
             f"Queries split by {result.split_by} (seed {seed}): {result.n_train} train, "
             f"{result.n_test} held out.",
             "",
-            f"Best on the train split ({result.metric}): "
+            f"Best on the train split ({result.metric}, "
+            f"{'higher' if higher_is_better(result.metric) else 'lower'} is better): "
             + ", ".join(f"`{k}={v}`" for k, v in result.best_params.items())
             + f" — train {result.best_train:.4f}, held-out test {result.best_test:.4f}.",
             "",

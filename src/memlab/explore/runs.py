@@ -1,9 +1,9 @@
 """Experiment run directories: finding, loading, comparing, and the per-query drill-down.
 
-A run directory is what :func:`memlab.eval.experiment.run_experiment` writes (``manifest.json``,
-``metrics.json``, ``per_query.parquet``, ``rankings.parquet``, ``comparison.parquet``,
-``comparison_by_tag.parquet``, ``per_tag.parquet``, ``timings.parquet``); any directory holding
-``metrics.json`` counts.
+A run directory is what :func:`memlab.eval.experiment.run_experiment` writes, read through the
+one reader of that contract, :meth:`memlab.eval.experiment.ExperimentResult.load`; any directory
+holding ``metrics.json`` counts, and a trimmed copy (such as ``reports/baseline``) lists what it
+lacks in :attr:`Run.missing` so that the app can say so.
 
 The drill-down re-runs one query through a run's pipeline one stage at a time
 (:func:`trace_pipeline`) and reports, for each relevant memory, its rank after every stage
@@ -12,7 +12,6 @@ The drill-down re-runs one query through a run's pipeline one stage at a time
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,19 +21,15 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from memlab.eval.experiment import RUN_TABLES as EXPERIMENT_TABLES
+from memlab.eval.experiment import ExperimentResult
+from memlab.eval.metrics import higher_is_better
 from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
 from memlab.pipeline import Parallel, Pipeline, pipeline_from_config
 from memlab.stages.base import QueryContext, empty_candidates
 
-RUN_TABLES: tuple[str, ...] = (
-    "per_query",
-    "rankings",
-    "comparison",
-    "comparison_by_tag",
-    "per_tag",
-    "timings",
-)
-"""The parquet tables of a run directory (``NAME.parquet``)."""
+RUN_TABLES: tuple[str, ...] = tuple(Path(name).stem for name in EXPERIMENT_TABLES.values())
+"""The parquet tables of a run directory (``NAME.parquet``), as the output contract lists them."""
 
 _HASHING_ID = re.compile(r"^hashing-d(?P<dim>\d+)-s(?P<seed>\d+)-c(?P<ngram>\d+)$")
 
@@ -49,6 +44,7 @@ class Run:
         manifest: ``manifest.json`` (empty when absent).
         metrics: ``metrics.json``: pipeline → metric → value.
         tables: Table name (:data:`RUN_TABLES`) → frame; a missing file gives an empty frame.
+        missing: Files of the output contract the directory lacks.
     """
 
     path: Path
@@ -56,6 +52,11 @@ class Run:
     manifest: dict[str, Any]
     metrics: dict[str, dict[str, float]]
     tables: dict[str, pl.DataFrame]
+    missing: tuple[str, ...] = ()
+
+    def lacks(self, *tables: str) -> list[str]:
+        """The files among ``tables`` (names of :data:`RUN_TABLES`) this run does not have."""
+        return [f"{t}.parquet" for t in tables if f"{t}.parquet" in self.missing]
 
     @property
     def pipelines(self) -> list[str]:
@@ -90,31 +91,17 @@ def find_runs(root: str | Path) -> list[Path]:
 
 
 def load_run(path: str | Path, *, root: str | Path | None = None) -> Run:
-    """Read a run directory.
+    """Read a run directory through :meth:`ExperimentResult.load`.
 
     Raises:
-        ValueError: If ``metrics.json`` or ``manifest.json`` is not valid JSON of the expected
-            shape (naming the file).
+        ValueError: If ``metrics.json``, ``manifest.json`` or a table cannot be read (naming
+            the file).
     """
     p = Path(path)
-    metrics_file = p / "metrics.json"
-    try:
-        metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{metrics_file}: cannot be read as JSON: {exc}") from None
-    if not isinstance(metrics, dict) or not all(isinstance(v, dict) for v in metrics.values()):
-        raise ValueError(f"{metrics_file}: expected {{pipeline: {{metric: value}}}}")
-    manifest: dict[str, Any] = {}
-    man_file = p / "manifest.json"
-    if man_file.is_file():
-        try:
-            manifest = json.loads(man_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{man_file}: not valid JSON: {exc}") from None
-    tables = {}
-    for name in RUN_TABLES:
-        f = p / f"{name}.parquet"
-        tables[name] = pl.read_parquet(f) if f.is_file() else pl.DataFrame()
+    result = ExperimentResult.load(p)
+    tables = {
+        Path(name).stem: getattr(result, attr) for attr, name in EXPERIMENT_TABLES.items()
+    }
     if root is not None:
         try:
             label = str(p.resolve().relative_to(Path(root).resolve()))
@@ -122,7 +109,14 @@ def load_run(path: str | Path, *, root: str | Path | None = None) -> Run:
             label = p.name
     else:
         label = p.name
-    return Run(p, "." if label == "" else label, manifest, metrics, tables)
+    return Run(
+        p,
+        "." if label == "" else label,
+        result.manifest,
+        result.metrics,
+        tables,
+        tuple(result.missing),
+    )
 
 
 def metrics_long(runs: Sequence[Run]) -> pl.DataFrame:
@@ -207,15 +201,30 @@ def tag_table(run: Run, metric: str) -> pl.DataFrame:
     return wide.select("tag", *[p for p in run.pipelines if p in wide.columns])
 
 
-def query_table(run: Run, metric: str) -> pl.DataFrame:
-    """Per query: the value of ``metric`` for each pipeline (columns in run order)."""
+def query_table(run: Run, metric: str, *, pipeline: str | None = None) -> pl.DataFrame:
+    """Per query: the value of ``metric`` for each pipeline (columns in run order).
+
+    With ``pipeline`` (not the baseline), a ``delta`` column (pipeline − baseline) is added and
+    rows are sorted by the size of the win or loss, largest first; otherwise by ``qid``. Query
+    text is added when the run carries ``queries.parquet``.
+    """
     pq = run.tables.get("per_query", pl.DataFrame())
     if pq.height == 0:
         return pl.DataFrame(schema={"qid": pl.String})
     wide = pq.filter(pl.col("metric") == metric).pivot(
         on="pipeline", index="qid", values="value"
     )
-    return wide.select("qid", *[p for p in run.pipelines if p in wide.columns]).sort("qid")
+    wide = wide.select("qid", *[p for p in run.pipelines if p in wide.columns])
+    queries = run.tables.get("queries", pl.DataFrame())
+    if queries.height and "text" in queries.columns:
+        wide = wide.join(queries.select("qid", "text"), on="qid", how="left")
+    base = run.baseline
+    if pipeline and base and pipeline != base and {pipeline, base} <= set(wide.columns):
+        wide = wide.with_columns((pl.col(pipeline) - pl.col(base)).alias("delta")).sort(
+            pl.col("delta").abs(), "qid", descending=[True, False], nulls_last=True
+        )
+        return wide
+    return wide.sort("qid")
 
 
 def run_pipeline(run: Run, name: str) -> Pipeline:
@@ -570,14 +579,18 @@ def build_demo_run(
 
 
 def queries_by_metric(run: Run, pipeline: str, metric: str) -> pl.DataFrame:
-    """``qid, value`` of one pipeline and metric, worst first (ties by ``qid``)."""
+    """``qid, value`` of one pipeline and metric, worst first (ties by ``qid``).
+
+    Worst is lowest for a higher-is-better metric and highest for a lower-is-better one
+    (``tokens@10``, ``stale@10``), as the metric's registration says.
+    """
     pq = run.tables.get("per_query", pl.DataFrame())
     if pq.height == 0:
         return pl.DataFrame(schema={"qid": pl.String, "value": pl.Float64})
     return (
         pq.filter((pl.col("pipeline") == pipeline) & (pl.col("metric") == metric))
         .select("qid", "value")
-        .sort("value", "qid")
+        .sort(["value", "qid"], descending=[not higher_is_better(metric), False])
     )
 
 

@@ -211,8 +211,24 @@ class Consolidator:
     ) -> WriteResult | None:
         """Store a merged fact unless an exact or semantic duplicate is active (then ``None``).
 
-        The new fact supersedes its sources.
+        The new fact supersedes its sources, in one all-or-nothing write.
         """
+        with store.batch():
+            return self._store_merged_fact(
+                store, text, sources, client_id=client_id, now=now, key=key, embedding=embedding
+            )
+
+    def _store_merged_fact(
+        self,
+        store: MemoryStore,
+        text: str,
+        sources: Sequence[str],
+        *,
+        client_id: str,
+        now: float,
+        key: str | None = None,
+        embedding: np.ndarray | None = None,
+    ) -> WriteResult | None:
         scrubbed, _ = store.prepare_text(text)
         h = content_hash(scrubbed)
         mask = store.visible_mask(client_id=client_id, now=now)
@@ -261,6 +277,9 @@ class Consolidator:
     ) -> ConsolidationReport:
         """Run one cycle and mark the processed memories ``consolidated``.
 
+        The cycle is one batch: if any step fails, none of its writes (reclassification,
+        merged facts, Hebbian edges, expiry, flags, archival) is kept, in SQLite or in memory.
+
         Args:
             store: The store, changed in place.
             now: The cycle's clock (default: wall clock).
@@ -269,6 +288,12 @@ class Consolidator:
                 processed memory instead.
         """
         t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        with store.batch():
+            return self._run(store, t_now, activated)
+
+    def _run(
+        self, store: MemoryStore, t_now: float, activated: Sequence[str] | None
+    ) -> ConsolidationReport:
         report = ConsolidationReport(at=t_now)
         active = store.column("active")
         created = store.column("created_at")

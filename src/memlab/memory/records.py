@@ -48,8 +48,65 @@ RELATION_TYPES: tuple[str, ...] = (
 GLOBAL_CLIENT = "global"
 
 
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of arrays and objects in a stored value (a dataset line is level 1)."""
+
+
 class MemoryInputError(ValueError):
     """Base class of memlab's input errors (a ValueError)."""
+
+
+def _not_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def json_problem(value: Any, *, depth: int = 1) -> tuple[str | None, str] | None:
+    """What keeps ``value`` from being stored as JSON text: ``(top-level key, message)``.
+
+    Finds nesting deeper than :data:`MAX_JSON_DEPTH` (``value`` itself is level ``depth``),
+    strings and keys with lone surrogates (``"\\ud800"``: not Unicode text), floats that
+    are NaN or infinite, non-string keys and values of other types. The key names the
+    top-level entry of a mapping that holds the fault (``None`` for ``value`` itself).
+    Iterative, so a value nested thousands of levels deep is reported, not a RecursionError.
+    """
+    stack: list[tuple[Any, int, str | None]] = [(value, depth, None)]
+    while stack:
+        item, level, top = stack.pop()
+        if item is None or isinstance(item, (bool, int)):
+            continue
+        if isinstance(item, float):
+            if item != item or item in (float("inf"), float("-inf")):
+                return top, f"holds {item!r}, which JSON cannot represent"
+            continue
+        if isinstance(item, str):
+            if _not_text(item):
+                return top, "holds a lone surrogate (\\ud800-\\udfff), which is not text"
+            continue
+        if not isinstance(item, (dict, list, tuple)):
+            return top, f"holds a {type(item).__name__}, which is not a JSON value"
+        if level > MAX_JSON_DEPTH:
+            return top, f"nested deeper than {MAX_JSON_DEPTH} levels"
+        entries = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, sub in entries:
+            where = top if top is not None else (str(key) if isinstance(item, dict) else None)
+            if isinstance(item, dict):
+                if not isinstance(key, str):
+                    return where, f"has a key of type {type(key).__name__}, not a string"
+                if _not_text(key):
+                    return top, "a key holds a lone surrogate (\\ud800-\\udfff), which is not text"
+            stack.append((sub, level + 1, where))
+    return None
+
+
+def check_json_value(value: Any, field: str) -> None:
+    """Raise :class:`MemoryInputError` naming ``field`` if ``value`` cannot be stored as JSON."""
+    found = json_problem(value, depth=2)  # a payload field sits inside the record
+    if found is not None:
+        raise MemoryInputError(f"field '{field}' {found[1]}")
 
 
 class DecisionImmutableError(MemoryInputError):
@@ -58,6 +115,26 @@ class DecisionImmutableError(MemoryInputError):
 
 class UnknownMemoryError(KeyError):
     """Raised when a memory id is not in the store."""
+
+
+class StoreError(MemoryInputError):
+    """The store on disk cannot be used as asked; the message names the file at fault.
+
+    A ValueError (through :class:`MemoryInputError`), so the command line reports it as one line
+    with exit status 2. Messages never quote memory text.
+    """
+
+
+class StoreCorruptError(StoreError):
+    """``memlab.sqlite3`` is empty, unreadable or not a memlab store (nothing was changed)."""
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store directory's write lock."""
+
+
+class StoreWriteError(StoreError):
+    """A write failed (read-only file or store, full disk, I/O error); it was rolled back."""
 
 
 @dataclass(slots=True)

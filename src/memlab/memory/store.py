@@ -11,6 +11,25 @@ index under the same ids, reconciled from SQLite when a persisted store is opene
 
 Every time-dependent method takes ``now`` (epoch seconds or ISO 8601) so that a replay can run
 the store on a recorded clock; it defaults to the wall clock.
+
+Atomicity. Every write (:meth:`MemoryStore.store`, ``relate``, ``forget``, ``correct``,
+``retire``, ``save``, ``touch``, ``persist_relations``, a :meth:`~MemoryStore.batch` and the
+consolidation cycle built on them) is all or nothing: arguments are validated before anything
+changes, the write runs in one SQLite transaction (a savepoint when nested in a batch), and when
+anything fails — bad input found late, a full or read-only disk, an exception inside a batch —
+SQLite rolls back and the in-memory records, columns, vectors, lookup tables and entity graph are
+rebuilt from SQLite, so memory never runs ahead of disk. chromadb only ever receives committed
+rows (after the commit); if it fails, the write still stands and the index is repaired on the
+next open. Reopening reconciles chromadb with SQLite: missing ids, vectors and metadata are
+rewritten; ids SQLite does not know are never deleted, only quarantined (metadata
+``orphan=True, active=False, forgotten=True``, hidden from every filter) and reported by
+:meth:`~MemoryStore.check`.
+
+Processes. A writable persisted store holds an exclusive lock on ``<path>/memlab.lock`` for its
+whole lifetime (``filelock``; released by :meth:`~MemoryStore.close` or when the process dies):
+one writer process per store directory. A second writer waits up to ``lock_timeout`` seconds,
+then raises :class:`~memlab.memory.records.StoreLockedError`. ``read_only=True`` (what
+``memlab store check`` uses) takes no lock and never writes or creates a file.
 """
 
 from __future__ import annotations
@@ -18,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import sqlite3
 import time
@@ -44,7 +64,12 @@ from memlab.memory.records import (
     DecisionImmutableError,
     MemoryInputError,
     MemoryRecord,
+    StoreCorruptError,
+    StoreError,
+    StoreLockedError,
+    StoreWriteError,
     UnknownMemoryError,
+    check_json_value,
 )
 from memlab.memory.scrub import Scrubber
 from memlab.memory.vectors import ChromaIndex, ExactIndex
@@ -94,6 +119,13 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 _NO_END = np.inf
 _RECORD_FIELDS = tuple(f.name for f in fields(MemoryRecord))
+_TIME_FIELDS = (
+    "created_at", "last_accessed_at", "superseded_at", "valid_from", "valid_to", "expired_at"
+)
+_TABLES = ("memories", "versions", "entities", "entity_memory_links", "entity_relationships")
+DB_NAME = "memlab.sqlite3"
+LOCK_NAME = "memlab.lock"
+_QUARANTINE = {"orphan": True, "active": False, "forgotten": True}
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +198,25 @@ def _check_choice(value: Any, name: str, choices: Sequence[str], *, optional: bo
         raise MemoryInputError(f"field '{name}': {value!r} is not one of {', '.join(choices)}")
 
 
+def _check_time(value: Any, name: str) -> float:
+    """A finite timestamp (epoch seconds or ISO 8601), ``now`` when ``value`` is None."""
+    if value is None:
+        return time.time()
+    t = coerce_ts(value, field=name)
+    if t is None or not math.isfinite(t):
+        raise MemoryInputError(f"field '{name}' must be a finite timestamp, got {value!r}")
+    return t
+
+
+def _check_k(k: Any, name: str = "k") -> int:
+    """A count of results: an int >= 0 (a negative one would slice from the end)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise MemoryInputError(f"field '{name}' must be an int >= 0, got {k!r}")
+    if k < 0:
+        raise MemoryInputError(f"field '{name}' must be an int >= 0, got {k}")
+    return int(k)
+
+
 def _check_str(value: Any, name: str, *, optional: bool) -> None:
     if value is None and optional:
         return
@@ -191,7 +242,20 @@ class MemoryStore:
         scrubber: Credential scrubber; ``None`` uses :class:`~memlab.memory.scrub.Scrubber`.
         extractor: Entity extractor; ``None`` uses
             :class:`~memlab.memory.entities.EntityExtractor`.
-        repair: On opening a persisted store, bring chromadb in line with SQLite.
+        repair: On opening a persisted store, bring chromadb in line with SQLite (missing ids,
+            vectors and metadata; ids SQLite lacks are quarantined, never deleted).
+        read_only: Open an existing persisted store without writing anything: SQLite read-only
+            (``mode=ro``), no lock, no repair, no file or directory created; writes raise
+            :class:`StoreWriteError`. chromadb is read when its directory exists.
+        lock_timeout: Seconds a writable persisted store waits for another process to release
+            the store directory's lock before raising :class:`StoreLockedError` (negative:
+            wait forever).
+
+    Raises:
+        StoreCorruptError: ``memlab.sqlite3`` is empty, corrupt or not a memlab store.
+        StoreLockedError: Another process has the store open for writing.
+        StoreError: The store cannot be opened (no store at ``path`` in read-only mode, the
+            directory cannot be created, chromadb cannot be opened).
     """
 
     def __init__(
@@ -205,6 +269,8 @@ class MemoryStore:
         scrubber: Scrubber | None = None,
         extractor: EntityExtractor | None = None,
         repair: bool = True,
+        read_only: bool = False,
+        lock_timeout: float = 10.0,
     ) -> None:
         self.path = None if path is None else Path(path)
         self.embedder = embedder
@@ -227,22 +293,169 @@ class MemoryStore:
         self._chroma: ChromaIndex | None = None
         self._chroma_pool: Any | None = None
         self._chroma_job: Any | None = None
+        self.repair = repair
+        self.read_only = read_only
+        self.lock_timeout = lock_timeout
         self.version = 0
-        if self.path is None:
-            self._db = sqlite3.connect(":memory:", isolation_level=None)
-            self._use_chroma = bool(chroma)
-        else:
+        self._chroma_job_ids: dict[str, int] = {}
+        self._aborted = False
+        self._lock: Any | None = None
+        self._db: Any | None = None
+        self._db_file = ":memory:" if self.path is None else str(self.path / DB_NAME)
+        for name, value in (("max_observed_by", max_observed_by),
+                            ("max_text_chars", max_text_chars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise MemoryInputError(f"field '{name}' must be an int >= 1, got {value!r}")
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)):
+            raise TypeError(f"field 'lock_timeout' must be a number, got {lock_timeout!r}")
+        if read_only and self.path is None:
+            raise MemoryInputError("read_only=True needs the path of a persisted store")
+        try:
+            if self.path is None:
+                self._db = self._connect(":memory:")
+                self._use_chroma = bool(chroma)
+                self._db.executescript(_SCHEMA)
+            elif read_only:
+                self._open_read_only()
+                self._use_chroma = chroma is not False and (
+                    self.path / "chroma" / "chroma.sqlite3"
+                ).is_file()
+            else:
+                self._open_writable()
+                self._use_chroma = True if chroma is None else bool(chroma)
+            if self._use_chroma:
+                self._chroma = self._open_chroma()
+            self._load()
+            if self.path is not None and self._chroma is not None and repair and not read_only:
+                self._reconcile()
+        except BaseException:
+            self._release()
+            raise
+
+    # ------------------------------------------------------------------ opening
+    def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
+        """The SQLite connection (autocommit mode: transactions are explicit)."""
+        return sqlite3.connect(target, isolation_level=None, uri=uri)
+
+    def _open_writable(self) -> None:
+        """Lock the store directory, then open (or create) ``memlab.sqlite3`` in WAL mode."""
+        assert self.path is not None
+        db_file = self.path / DB_NAME
+        if self.path.exists() and not self.path.is_dir():
+            raise StoreError(f"{self.path}: not a directory (a store is a directory)")
+        try:
             self.path.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path / "memlab.sqlite3", isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._use_chroma = True if chroma is None else bool(chroma)
-        self._db.executescript(_SCHEMA)
-        if self._use_chroma:
-            self._chroma = ChromaIndex(None if self.path is None else self.path / "chroma")
-        self._load()
-        if self.path is not None and self._chroma is not None and repair:
-            self._reconcile()
+        except OSError as exc:
+            raise StoreWriteError(
+                f"{self.path}: cannot create the store directory ({exc.strerror or exc})"
+            ) from None
+        self._acquire_lock()
+        existed = self._check_db_file(db_file)
+        try:
+            self._db = self._connect(str(db_file))
+        except sqlite3.Error as exc:
+            raise StoreWriteError(f"{db_file}: cannot open the store ({exc})") from None
+        self._check_schema(existed)
+        self._exec("PRAGMA journal_mode=WAL")
+        self._exec("PRAGMA synchronous=NORMAL")
+        if not self._has_tables():
+            self._exec("BEGIN IMMEDIATE")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._exec(statement)
+            self._exec("COMMIT")
+
+    def _open_read_only(self) -> None:
+        """Open ``memlab.sqlite3`` without writing: ``mode=ro``, and ``immutable=1`` when no
+        writer has a write-ahead log open (then SQLite creates no ``-wal``/``-shm`` file)."""
+        assert self.path is not None
+        db_file = self.path / DB_NAME
+        if not db_file.is_file():
+            raise StoreError(f"{self.path}: not a memlab store (no {DB_NAME})")
+        self._check_db_file(db_file)
+        wal = db_file.with_name(DB_NAME + "-wal")
+        uri = db_file.resolve().as_uri() + ("?mode=ro" if wal.exists() else "?mode=ro&immutable=1")
+        try:
+            self._db = self._connect(uri, uri=True)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{db_file}: cannot open the store read-only ({exc})") from None
+        self._check_schema(True)
+
+    def _check_db_file(self, db_file: Path) -> bool:
+        """Whether ``memlab.sqlite3`` exists; an empty one is refused (never read as empty)."""
+        if not db_file.exists():
+            return False
+        if not db_file.is_file():
+            raise StoreCorruptError(f"{db_file}: not a file")
+        if db_file.stat().st_size == 0:
+            raise StoreCorruptError(
+                f"{db_file}: empty file (0 bytes), not a memlab store; nothing was changed "
+                "(restore it from a backup, or move it away to start a new store)"
+            )
+        return True
+
+    def _has_tables(self) -> bool:
+        names = {r[0] for r in self._exec("SELECT name FROM sqlite_master WHERE type='table'")}
+        return all(t in names for t in _TABLES)
+
+    def _check_schema(self, existed: bool) -> None:
+        """Refuse a file that is not a SQLite database or lacks the memlab tables."""
+        try:
+            names = {
+                r[0]
+                for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+        except sqlite3.DatabaseError as exc:
+            raise StoreCorruptError(
+                f"{self._db_file}: corrupt or not a SQLite database ({exc}); nothing was changed"
+            ) from None
+        if existed and names and not all(t in names for t in _TABLES):
+            missing = ", ".join(t for t in _TABLES if t not in names)
+            raise StoreCorruptError(
+                f"{self._db_file}: not a memlab store (missing table(s) {missing}); "
+                "nothing was changed"
+            )
+
+    def _acquire_lock(self) -> None:
+        from filelock import FileLock, Timeout
+
+        assert self.path is not None
+        lock_file = self.path / LOCK_NAME
+        lock = FileLock(lock_file, timeout=float(self.lock_timeout))
+        try:
+            lock.acquire()
+        except Timeout:
+            raise StoreLockedError(
+                f"{self.path}: the store is open for writing in another process (lock "
+                f"{lock_file} held for more than {self.lock_timeout} s); one writer process "
+                "per store directory — close the other one, or open with read_only=True"
+            ) from None
+        except OSError as exc:
+            raise StoreWriteError(
+                f"{lock_file}: cannot take the store lock ({exc.strerror or exc})"
+            ) from None
+        self._lock = lock
+
+    def _open_chroma(self) -> ChromaIndex:
+        where = None if self.path is None else self.path / "chroma"
+        try:
+            return ChromaIndex(where, create=not self.read_only)
+        except Exception as exc:  # chromadb raises many types
+            raise StoreError(
+                f"{where}: cannot open the chromadb index ({type(exc).__name__}: {exc}); "
+                "move the directory away and reopen the store to rebuild it from SQLite"
+            ) from None
+
+    def _release(self) -> None:
+        """Close SQLite and release the lock (idempotent)."""
+        if self._db is not None:
+            try:
+                self._db.close()
+            finally:
+                self._db = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     # ------------------------------------------------------------------ basics
     def __len__(self) -> int:
@@ -252,12 +465,17 @@ class MemoryStore:
         return memory_id in self._index
 
     def close(self) -> None:
-        """Flush pending vectors and close SQLite."""
-        self._flush_chroma(wait=True)
-        if self._chroma_pool is not None:
-            self._chroma_pool.shutdown(wait=True)
-            self._chroma_pool = None
-        self._db.close()
+        """Flush pending vectors, close SQLite and release the store lock (idempotent)."""
+        if self._db is None:
+            return
+        try:
+            if self._batch_depth == 0:
+                self._flush_chroma(wait=True)
+            if self._chroma_pool is not None:
+                self._chroma_pool.shutdown(wait=True)
+                self._chroma_pool = None
+        finally:
+            self._release()
 
     def __enter__(self) -> MemoryStore:
         return self
@@ -280,7 +498,12 @@ class MemoryStore:
             raise UnknownMemoryError(f"unknown memory id {memory_id!r}") from None
 
     def record_at(self, idx: int) -> MemoryRecord:
-        """The record stored at row ``idx``."""
+        """The record stored at row ``idx`` (``0 <= idx < len(store)``; no negative indexing)."""
+        n = len(self._records)
+        if isinstance(idx, bool) or not isinstance(idx, (int, np.integer)):
+            raise TypeError(f"field 'idx' must be an int row index, got {type(idx).__name__}")
+        if not 0 <= idx < n:
+            raise IndexError(f"row {idx} is not in the store (it has {n} rows)")
         return self._records[idx]
 
     @property
@@ -289,8 +512,16 @@ class MemoryStore:
         return [r.id for r in self._records]
 
     def ids_of(self, rows: Sequence[int] | np.ndarray) -> list[str]:
-        """Memory ids of store rows."""
-        return [self._records[int(i)].id for i in rows]
+        """Memory ids of store rows (each ``0 <= row < len(store)``; no negative indexing)."""
+        arr = np.asarray(rows)
+        if arr.size:
+            if arr.dtype.kind not in "iu":
+                raise TypeError(f"field 'rows' must hold int row indices, got {arr.dtype}")
+            if arr.min() < 0 or arr.max() >= len(self._records):
+                raise IndexError(
+                    f"field 'rows' holds a row outside 0..{len(self._records) - 1}"
+                )
+        return [self._records[int(i)].id for i in arr.reshape(-1)]
 
     @property
     def texts(self) -> list[str]:
@@ -395,6 +626,14 @@ class MemoryStore:
         if metadata is not None and not isinstance(metadata, dict):
             kind = metadata.__class__.__name__
             raise TypeError(f"field 'metadata' must be an object, got {kind}")
+        check_json_value(metadata, "metadata")  # NaN, deep nesting, lone surrogates
+        if metadata:
+            try:
+                json.dumps(metadata, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise MemoryInputError(
+                    f"field 'metadata' is not JSON-serialisable ({exc})"
+                ) from None
         if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
             raise TypeError("field 'confidence' must be a number")
         if not 0.0 <= float(confidence) <= 1.0:
@@ -403,13 +642,9 @@ class MemoryStore:
             _check_str(id, "id", optional=False)
             if id in self._index:
                 raise MemoryInputError(f"field 'id': {id!r} is already in the store")
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
-        t_valid = coerce_ts(valid_from, field="valid_from")
-        vector = None
-        if embedding is not None:
-            vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
-            if not np.all(np.isfinite(vector)):
-                raise MemoryInputError("field 'embedding' holds a non-finite value")
+        t_now = _check_time(now, "now")
+        t_valid = None if valid_from is None else _check_time(valid_from, "valid_from")
+        vector = None if embedding is None else self._check_vector(embedding, "embedding")
         h = content_hash(scrubbed)
 
         existing = self._dedup.get((client_id, type, h))
@@ -436,7 +671,9 @@ class MemoryStore:
                     )
 
         if vector is None and self.embedder is not None:
-            vector = np.asarray(self.embedder.embed([scrubbed])[0], dtype=np.float32)
+            vector = self._check_vector(
+                self.embedder.embed([scrubbed])[0], "embedding (from the embedder)"
+            )
 
         mem_id = id if id is not None else self._new_id(h, client_id, type, t_now)
         mentions = self.extractor.extract(
@@ -467,13 +704,30 @@ class MemoryStore:
             entities=[m.entity.to_dict() for m in mentions],
             metadata=dict(metadata) if metadata else {},
         )
-        with self.batch():
+        with self._transaction():
             idx = self._append(rec, vector)
             superseded = None
             if old_idx is not None:
                 superseded = self._supersede(old_idx, idx, t_now)
             self._index_entities(idx, mentions)
         return WriteResult(mem_id, "created", superseded, redactions)
+
+    def _check_vector(self, embedding: Any, name: str) -> np.ndarray:
+        """A finite 1-D float32 vector of the index's dimension (checked before any write)."""
+        try:
+            vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        except (TypeError, ValueError):
+            raise MemoryInputError(f"field '{name}' must be a vector of numbers") from None
+        if vector.shape[0] == 0:
+            raise MemoryInputError(f"field '{name}' is empty")
+        if not np.all(np.isfinite(vector)):
+            raise MemoryInputError(f"field '{name}' holds a non-finite value")
+        dim = self.vectors.dim
+        if dim is not None and vector.shape[0] != dim:
+            raise MemoryInputError(
+                f"field '{name}': expected dimension {dim}, got {vector.shape[0]}"
+            )
+        return vector
 
     def _new_id(self, h: str, client_id: str, type_: str, t_now: float) -> str:
         seed = f"{h}|{client_id}|{type_}|{t_now!r}|{len(self._records)}".encode()
@@ -483,7 +737,7 @@ class MemoryStore:
         idx = self._index_in_memory(rec, vector)
         blob = None if vector is None else self.vectors.get(idx).tobytes()
         payload = self._payload(rec)
-        self._db.execute(
+        self._exec(
             "INSERT INTO memories (idx, id, client_id, type, content_hash, active, payload, vector)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (idx, rec.id, rec.client_id, rec.type, rec.content_hash, int(rec.active),
@@ -504,7 +758,7 @@ class MemoryStore:
     def _version(
         self, rec: MemoryRecord, change: str, at: float, payload: str | None = None
     ) -> None:
-        self._db.execute(
+        self._exec(
             "INSERT INTO versions (memory_id, at, change, payload) VALUES (?, ?, ?, ?)",
             (rec.id, at, change, payload if payload is not None else self._payload(rec)),
         )
@@ -514,7 +768,7 @@ class MemoryStore:
         rec = self._records[idx]
         self._sync_columns(idx)
         payload = self._payload(rec)
-        self._db.execute(
+        self._exec(
             "UPDATE memories SET active = ?, payload = ? WHERE idx = ?",
             (int(rec.active), payload, idx),
         )
@@ -551,9 +805,9 @@ class MemoryStore:
         if agent in rec.observed_by:
             return WriteResult(rec.id, "deduplicated", None, redactions)
         if len(rec.observed_by) < self.max_observed_by:
-            rec.observed_by.append(agent)
-            rec.observation_count = len(rec.observed_by)
-            with self.batch():
+            with self._transaction():
+                rec.observed_by.append(agent)
+                rec.observation_count = len(rec.observed_by)
                 self._save(idx, "corroborated", t_now)
         return WriteResult(rec.id, "corroborated", None, redactions)
 
@@ -566,7 +820,7 @@ class MemoryStore:
             links.append((e, idx, m.role))
             if e not in ent_idxs:
                 ent_idxs.append(e)
-        self._db.executemany(
+        self._exec_many(
             "INSERT OR IGNORE INTO entity_memory_links (entity_idx, memory_idx, role)"
             " VALUES (?, ?, ?)",
             links,
@@ -581,8 +835,9 @@ class MemoryStore:
         e = self.graph.add_entity(entity)
         if self.graph.n_entities > n_before:
             stored = self.graph.entity(e)
-            self._db.execute(
-                "INSERT OR REPLACE INTO entities (idx, name, type) VALUES (?, ?, ?)",
+            # A plain INSERT: an index taken by another entity is an error, never overwritten.
+            self._exec(
+                "INSERT INTO entities (idx, name, type) VALUES (?, ?, ?)",
                 (e, stored.name, stored.type),
             )
         return e
@@ -592,7 +847,7 @@ class MemoryStore:
         for a, b in pairs:
             src, dst = (min(a, b), max(a, b)) if relation == "co_occurrence" else (a, b)
             rows.append((src, dst, relation, float(self.graph.strength(src, dst, relation))))
-        self._db.executemany(
+        self._exec_many(
             "INSERT INTO entity_relationships (src, dst, relation, strength) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (src, dst, relation) DO UPDATE SET strength = excluded.strength",
             rows,
@@ -612,36 +867,60 @@ class MemoryStore:
 
         Names resolve through the alias cache and the graph (an unknown name becomes a new
         entity of ``from_type`` / ``to_type``).
+
+        Raises:
+            MemoryInputError: A bad relation or name, or both names naming one entity (nothing
+                is written).
         """
         _check_choice(relation, "relation", RELATION_TYPES, optional=False)
         _check_str(from_entity, "from", optional=False)
         _check_str(to_entity, "to", optional=False)
-        with self.batch():
-            a = self._resolve_entity(from_entity, from_type)
-            b = self._resolve_entity(to_entity, to_type)
+        _check_str(from_type, "from_type", optional=False)
+        _check_str(to_type, "to_type", optional=False)
+        if now is not None:
+            _check_time(now, "now")
+        found_a, ent_a = self._lookup_entity(from_entity, from_type)
+        found_b, ent_b = self._lookup_entity(to_entity, to_type)
+        same = (
+            found_a == found_b
+            if found_a is not None or found_b is not None
+            else (" ".join(ent_a.name.split()).lower(), ent_a.type)
+            == (" ".join(ent_b.name.split()).lower(), ent_b.type)
+        )
+        if same:
+            raise MemoryInputError(
+                f"relate: {from_entity!r} and {to_entity!r} name the same entity"
+            )
+        with self._transaction():
+            a = found_a if found_a is not None else self._entity_idx(ent_a)
+            b = found_b if found_b is not None else self._entity_idx(ent_b)
             strength = self.graph.add_relation(a, b, relation)
             self._save_relations([(a, b)], relation)
-        self.version += 1
+            self.version += 1
         return float(strength)
 
-    def _resolve_entity(self, name: str, type_: str) -> int:
-        """Graph index of a named entity: known name, alias, or the type extraction gives it.
+    def _lookup_entity(self, name: str, type_: str) -> tuple[int | None, Entity]:
+        """A named entity and its graph index (``None`` when new): known name, alias, or the
+        type extraction gives it. Changes nothing.
 
         ``acme.com`` becomes a ``domain`` and ``Postgres`` the ``technology`` PostgreSQL, so a
         relation written before any memory mentions them joins the same nodes extraction will.
         """
         alias = self.extractor.resolve(name)
         if alias is not None:
-            found = self.graph.find(alias.name, alias.type)
-            return found if found is not None else self._entity_idx(alias)
+            return self.graph.find(alias.name, alias.type), alias
         for ent in self.extractor.extract_query_entities(name):
             if ent.name.lower() == name.strip().lower():
-                found = self.graph.find(ent.name, ent.type)
-                return found if found is not None else self._entity_idx(ent)
+                return self.graph.find(ent.name, ent.type), ent
         found = self.graph.find(name)
         if found is not None:
-            return found
-        return self._entity_idx(Entity(name, type_))
+            return found, self.graph.entity(found)
+        return None, Entity(name, type_)
+
+    def _resolve_entity(self, name: str, type_: str) -> int:
+        """Graph index of a named entity (see :meth:`_lookup_entity`), created when new."""
+        found, entity = self._lookup_entity(name, type_)
+        return found if found is not None else self._entity_idx(entity)
 
     def retire(
         self, memory_id: str, change: str, *, now: float | str | None = None, **updates: Any
@@ -654,16 +933,42 @@ class MemoryStore:
         rec = self._records[idx]
         if rec.type == "decision":
             raise DecisionImmutableError(f"decision {memory_id} is immutable")
-        unknown = sorted(set(updates) - set(_RECORD_FIELDS))
-        if unknown:
-            raise TypeError(f"unknown payload field(s): {', '.join(unknown)}")
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
-        with self.batch():
+        _check_str(change, "change", optional=False)
+        updates = self._check_updates(updates)
+        t_now = _check_time(now, "now")
+        with self._transaction():
             self._deactivate(idx)
             for name, value in updates.items():
                 setattr(rec, name, value)
             self._save(idx, change, t_now)
         return rec
+
+    _FIXED_FIELDS = frozenset(
+        ("id", "text", "type", "client_id", "content_hash", "created_at", "valid_from", "active")
+    )
+
+    @classmethod
+    def _check_updates(cls, updates: dict[str, Any]) -> dict[str, Any]:
+        """Validate payload updates before anything changes (times become epoch seconds)."""
+        unknown = sorted(set(updates) - set(_RECORD_FIELDS))
+        if unknown:
+            raise TypeError(f"unknown payload field(s): {', '.join(unknown)}")
+        fixed = sorted(set(updates) & cls._FIXED_FIELDS)
+        if fixed:
+            raise MemoryInputError(f"payload field(s) {', '.join(fixed)} cannot be changed")
+        out: dict[str, Any] = {}
+        for name, value in updates.items():
+            if name in _TIME_FIELDS and value is not None:
+                value = _check_time(value, name)
+            else:
+                try:
+                    json.dumps(value, allow_nan=False)
+                except (TypeError, ValueError) as exc:
+                    raise MemoryInputError(
+                        f"field '{name}' is not JSON-serialisable ({exc})"
+                    ) from None
+            out[name] = value
+        return out
 
     def save(self, memory_id: str, change: str, *, now: float | str | None = None) -> None:
         """Persist in-place edits of a record's descriptive fields and log a version.
@@ -672,16 +977,17 @@ class MemoryStore:
         ``consolidated``, ``metadata``); lifecycle moves go through :meth:`retire`.
         """
         idx = self.idx(memory_id)
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
-        with self.batch():
+        _check_str(change, "change", optional=False)
+        t_now = _check_time(now, "now")
+        with self._transaction():
             self._save(idx, change, t_now)
 
     def persist_relations(self) -> None:
         """Rewrite the relationship table from the graph (after a Hebbian update)."""
         edges = self.graph.edges_frame()
-        with self.batch():
-            self._db.execute("DELETE FROM entity_relationships")
-            self._db.executemany(
+        with self._transaction():
+            self._exec("DELETE FROM entity_relationships")
+            self._exec_many(
                 "INSERT INTO entity_relationships (src, dst, relation, strength)"
                 " VALUES (?, ?, ?, ?)",
                 edges.select("src", "dst", "relation", "strength").rows(),
@@ -696,7 +1002,7 @@ class MemoryStore:
             raise DecisionImmutableError(
                 f"decision {memory_id} is immutable (an audit trail) and cannot be forgotten"
             )
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        t_now = _check_time(now, "now")
         self.retire(
             memory_id,
             "forgotten",
@@ -788,8 +1094,13 @@ class MemoryStore:
             )
         if not old.active:
             raise MemoryInputError(f"memory {memory_id} is not active and cannot be corrected")
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
-        with self.batch():
+        if source_agent is not None:
+            _check_str(source_agent, "source_agent", optional=False)
+        t_now = _check_time(now, "now")
+        self.prepare_text(new_text)
+        if embedding is not None:
+            embedding = self._check_vector(embedding, "embedding")
+        with self._transaction():
             self._deactivate(idx)
             result = self.store(
                 new_text,
@@ -855,10 +1166,12 @@ class MemoryStore:
 
     def touch(self, memory_ids: Sequence[str], *, now: float | str | None = None) -> None:
         """Count a search hit for each id: ``access_count += 1``, ``last_accessed_at = now``."""
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
-        with self.batch():
-            for mid in memory_ids:
-                idx = self.idx(mid)
+        if isinstance(memory_ids, str):
+            raise TypeError("field 'memory_ids' must be a list of ids, got a string")
+        t_now = _check_time(now, "now")
+        rows = [self.idx(mid) for mid in memory_ids]
+        with self._transaction():
+            for idx in rows:
                 rec = self._records[idx]
                 rec.access_count += 1
                 rec.last_accessed_at = t_now
@@ -888,9 +1201,10 @@ class MemoryStore:
         """
         from memlab.memory.lifecycle import days_since, lifecycle_factor
 
+        k = _check_k(k)
         if self.embedder is None:
             raise MemoryInputError("search needs an embedder: pass embedder= to MemoryStore")
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        t_now = _check_time(now, "now")
         qvec = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
         sims = self.vectors.similarities(qvec)
         mask = self.visible_mask(
@@ -931,7 +1245,7 @@ class MemoryStore:
 
     def history(self, memory_id: str) -> pl.DataFrame:
         """Every saved version of a memory: ``seq, at, change, payload`` (JSON)."""
-        rows = self._db.execute(
+        rows = self._exec(
             "SELECT seq, at, change, payload FROM versions WHERE memory_id = ? ORDER BY seq",
             (memory_id,),
         ).fetchall()
@@ -1019,26 +1333,136 @@ class MemoryStore:
     # ------------------------------------------------------------------ batches & persistence
     @contextmanager
     def batch(self) -> Iterator[None]:
-        """Group writes into one SQLite transaction (and one chromadb upsert).
+        """Group writes into one SQLite transaction (and one chromadb upsert): all or nothing.
 
-        Writes are acknowledged when the outermost batch exits; on an exception the SQLite
-        transaction rolls back (in-memory columns are not rolled back: reopen the store).
+        Writes are acknowledged when the outermost batch exits. On an exception inside the
+        batch (or a failed commit) SQLite rolls back and the in-memory state is rebuilt from
+        SQLite, so the store is exactly as it was before the batch; the exception propagates.
+        A batch nested in another is a savepoint: a write that fails inside a batch is undone
+        alone, and the writes before it stay pending.
+
+        Raises:
+            StoreWriteError: The store is read-only, or SQLite could not write or commit.
         """
-        if self._batch_depth == 0:
-            self._db.execute("BEGIN")
+        with self._transaction():
+            yield
+
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Run one statement; SQLite and OS errors become one :class:`StoreError` naming the
+        file (never quoting memory text)."""
+        if self._db is None:
+            raise StoreError(f"{self._db_file}: the store is closed")
+        try:
+            return self._db.execute(sql, params)
+        except (sqlite3.Error, OSError) as exc:
+            raise self._store_error(exc) from exc
+
+    def _exec_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if self._db is None:
+            raise StoreError(f"{self._db_file}: the store is closed")
+        try:
+            self._db.executemany(sql, rows)
+        except (sqlite3.Error, OSError) as exc:
+            raise self._store_error(exc) from exc
+
+    def _store_error(self, exc: BaseException) -> StoreError:
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if type(exc) is sqlite3.DatabaseError:
+            return StoreCorruptError(f"{self._db_file}: the database is corrupt ({detail})")
+        return StoreWriteError(f"{self._db_file}: cannot write to the store ({detail})")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One all-or-nothing unit of writes: a transaction, or a savepoint when nested.
+
+        On any exception SQLite rolls back to where the unit began and the in-memory state is
+        rebuilt from SQLite (:meth:`_reload`); SQLite errors surface as :class:`StoreError`.
+        """
+        if self.read_only:
+            raise StoreWriteError(f"{self._db_file}: the store is open read-only")
+        if self._aborted:
+            raise StoreWriteError(
+                f"{self._db_file}: the enclosing batch was rolled back by an earlier failure; "
+                "leave the batch before writing again"
+            )
+        depth = self._batch_depth
+        savepoint = f"memlab_{depth}"
+        self._exec("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT {savepoint}")
         self._batch_depth += 1
-        ok = False
         try:
             yield
-            ok = True
-        finally:
+        except BaseException:
             self._batch_depth -= 1
-            if self._batch_depth == 0:
-                if ok:
-                    self._db.execute("COMMIT")
-                    self._flush_chroma()
-                else:
-                    self._db.execute("ROLLBACK")
+            self._rollback(depth, savepoint)
+            raise
+        self._batch_depth -= 1
+        if depth > 0:
+            try:
+                self._exec(f"RELEASE {savepoint}")
+            except BaseException:
+                self._rollback(depth, savepoint)
+                raise
+            return
+        if self._aborted:
+            self._aborted = False
+            raise StoreWriteError(
+                f"{self._db_file}: the batch was rolled back by a failure inside it"
+            )
+        try:
+            self._exec("COMMIT")
+        except BaseException:
+            self._rollback(0, savepoint)
+            raise
+        self._flush_chroma()
+
+    def _rollback(self, depth: int, savepoint: str) -> None:
+        """Undo SQLite to the start of a unit and rebuild the in-memory state from it."""
+        db = self._db
+        if db is not None:
+            try:
+                if depth == 0:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    self._aborted = False
+                elif db.in_transaction:
+                    db.execute(f"ROLLBACK TO {savepoint}")
+                    db.execute(f"RELEASE {savepoint}")
+                else:  # SQLite gave up the whole transaction (e.g. disk full)
+                    self._aborted = True
+            except sqlite3.Error:
+                # The transaction is gone with the savepoint: the batch cannot go on.
+                self._aborted = depth > 0
+                if db.in_transaction and depth == 0:
+                    db.execute("ROLLBACK")
+        if db is not None:
+            self._reload()
+
+    def _reload(self) -> None:
+        """Rebuild records, columns, vectors, lookup tables and the graph from SQLite.
+
+        Called after a rollback so that memory never runs ahead of disk. Counters stay
+        monotonic (caches keyed on ``version`` or ``graph.version`` are invalidated).
+        """
+        version, graph_version = self.version, self.graph.version
+        pending = {**self._chroma_pending, **self._chroma_job_ids}
+        self.graph = EntityGraph()
+        self.vectors = ExactIndex()
+        self._records = []
+        self._index = {}
+        self._cols = _Columns()
+        self._clients = {}
+        self._dedup = {}
+        self._by_key = {}
+        self._by_subject = {}
+        self._known_patterns = {}
+        self._load()
+        self.graph._version = graph_version + 1  # keep graph-version caches honest
+        self.version = version + 1
+        self._chroma_pending = {
+            mid: self._index[mid]
+            for mid in pending
+            if mid in self._index and self.vectors.present[self._index[mid]]
+        }
 
     def _chroma_meta(self, idx: int) -> dict[str, Any]:
         rec = self._records[idx]
@@ -1054,31 +1478,56 @@ class MemoryStore:
         }
 
     def _flush_chroma(self, *, wait: bool = False) -> None:
-        """Hand pending vectors to chromadb.
+        """Hand pending (committed) vectors to chromadb.
 
         The upsert runs on a background thread while the caller goes on writing to SQLite (the
         source of truth: a write is acknowledged when SQLite commits, and reopening a store
         re-sends anything chromadb missed). One upsert is in flight at a time; ``wait=True``
-        blocks until chromadb has everything.
+        blocks until chromadb has everything. Inside a batch nothing is sent (chromadb never
+        sees a write that may still roll back). A chromadb failure never fails a write: it is
+        logged, the ids stay pending for the next flush, and the next open repairs the index.
         """
         if self._chroma_job is not None:
-            self._chroma_job.result()
-            self._chroma_job = None
+            job, self._chroma_job = self._chroma_job, None
+            try:
+                job.result()
+                self._chroma_job_ids = {}
+            except Exception as exc:  # chromadb raises many types
+                log.warning(
+                    "chromadb update failed (%s: %s); the index is repaired on the next open",
+                    type(exc).__name__,
+                    exc,
+                )
+                self._chroma_pending = {**self._chroma_job_ids, **self._chroma_pending}
+                self._chroma_job_ids = {}
+                return
         if self._chroma is None or not self._chroma_pending:
             self._chroma_pending.clear()
             return
-        pending = sorted(self._chroma_pending.values())
+        if self._batch_depth > 0:
+            return
+        pending_ids = self._chroma_pending
+        pending = sorted(pending_ids.values())
         self._chroma_pending = {}
         ids = [self._records[i].id for i in pending]
         vectors = self.vectors.matrix[pending].copy()
         metas = [self._chroma_meta(i) for i in pending]
         if wait:
-            self._chroma.upsert(ids, vectors, metas)
+            try:
+                self._chroma.upsert(ids, vectors, metas)
+            except Exception as exc:  # chromadb raises many types
+                log.warning(
+                    "chromadb update failed (%s: %s); the index is repaired on the next open",
+                    type(exc).__name__,
+                    exc,
+                )
+                self._chroma_pending = {**pending_ids, **self._chroma_pending}
             return
         if self._chroma_pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._chroma_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
+        self._chroma_job_ids = pending_ids
         self._chroma_job = self._chroma_pool.submit(self._chroma.upsert, ids, vectors, metas)
 
     def chroma_index(self) -> ChromaIndex:
@@ -1121,25 +1570,39 @@ class MemoryStore:
         return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
     def _load(self) -> None:
-        rows = self._db.execute("SELECT idx, payload, vector FROM memories ORDER BY idx").fetchall()
+        """Build the in-memory state from SQLite; anything unreadable is a
+        :class:`StoreCorruptError` naming the file."""
+        try:
+            self._load_rows()
+        except StoreError:
+            raise
+        except (sqlite3.Error, ValueError, TypeError, KeyError, IndexError) as exc:
+            detail = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise StoreCorruptError(
+                f"{self._db_file}: the store cannot be read ({type(exc).__name__}: {detail}); "
+                "nothing was changed"
+            ) from None
+
+    def _load_rows(self) -> None:
+        rows = self._exec("SELECT idx, payload, vector FROM memories ORDER BY idx").fetchall()
         for expected, (idx, payload, blob) in enumerate(rows):
             if idx != expected:
-                raise MemoryInputError(f"{self.path}: memories table has a gap at row {expected}")
+                raise StoreCorruptError(
+                    f"{self._db_file}: memories table has a gap at row {expected}"
+                )
             data = json.loads(payload)
             rec = MemoryRecord(**{k: data[k] for k in _RECORD_FIELDS if k in data})
             vector = None if blob is None else np.frombuffer(blob, dtype=np.float32)
             self._index_in_memory(rec, vector)
-        for idx, name, type_ in self._db.execute(
-            "SELECT idx, name, type FROM entities ORDER BY idx"
-        ):
+        for idx, name, type_ in self._exec("SELECT idx, name, type FROM entities ORDER BY idx"):
             got = self.graph.add_entity(Entity(name, type_))
             if got != idx:
-                raise MemoryInputError(f"{self.path}: entity table out of order at {idx}")
-        for e, m, role in self._db.execute(
+                raise StoreCorruptError(f"{self._db_file}: entity table out of order at {idx}")
+        for e, m, role in self._exec(
             "SELECT entity_idx, memory_idx, role FROM entity_memory_links ORDER BY rowid"
         ):
             self.graph.link(e, m, role)
-        for src, dst, rel, strength in self._db.execute(
+        for src, dst, rel, strength in self._exec(
             "SELECT src, dst, relation, strength FROM entity_relationships ORDER BY rowid"
         ):
             self.graph.add_relation(src, dst, rel, increment=strength)
@@ -1176,18 +1639,15 @@ class MemoryStore:
         c.valid_to[idx] = _NO_END if rec.valid_to is None else rec.valid_to
         c.archived[idx] = rec.archived_at is not None
 
-    def check(self) -> list[str]:
-        """Disagreements between SQLite and the vector index (empty when consistent)."""
-        problems: list[str] = []
-        if self._chroma is None:
-            return problems
-        self._flush_chroma(wait=True)
+    def _chroma_diff(self) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+        """Compare chromadb with SQLite: (ids missing from chromadb, ids only in chromadb,
+        (id, what differs) for ids in both)."""
+        assert self._chroma is not None
         sql_ids = {r.id for i, r in enumerate(self._records) if self.vectors.present[i]}
         chroma_ids = set(self._chroma.ids())
-        for mid in sorted(sql_ids - chroma_ids):
-            problems.append(f"memory {mid}: in SQLite, missing from chromadb")
-        for mid in sorted(chroma_ids - set(self._index)):
-            problems.append(f"memory {mid}: in chromadb, missing from SQLite")
+        missing = sorted(sql_ids - chroma_ids)
+        orphans = sorted(chroma_ids - sql_ids)
+        differ: list[tuple[str, str]] = []
         common = sorted(sql_ids & chroma_ids)
         for start in range(0, len(common), 1000):
             chunk = common[start : start + 1000]
@@ -1196,26 +1656,93 @@ class MemoryStore:
                 got["ids"], got["embeddings"], got["metadatas"], strict=True
             ):
                 idx = self._index[mid]
+                meta = meta or {}
                 if not np.allclose(np.asarray(emb), self.vectors.matrix[idx], atol=1e-5):
-                    problems.append(f"memory {mid}: vector differs between SQLite and chromadb")
-                want = self._chroma_meta(idx)
-                for key, value in want.items():
+                    differ.append((mid, "vector differs between SQLite and chromadb"))
+                for key, value in self._chroma_meta(idx).items():
                     if meta.get(key) != value:
-                        problems.append(
-                            f"memory {mid}: chromadb metadata '{key}' is {meta.get(key)!r}, "
-                            f"SQLite says {value!r}"
+                        differ.append(
+                            (
+                                mid,
+                                f"chromadb metadata '{key}' is {meta.get(key)!r}, "
+                                f"SQLite says {value!r}",
+                            )
                         )
+        return missing, orphans, differ
+
+    def check(self) -> list[str]:
+        """Disagreements within SQLite and between SQLite and chromadb (empty when consistent).
+
+        Reads only (``memlab store check`` opens the store with ``read_only=True``): SQLite's
+        ``PRAGMA quick_check``, ids, vectors and filter metadata. Ids only chromadb holds are
+        reported whether or not a repair has quarantined them.
+        """
+        problems: list[str] = []
+        for (msg,) in self._exec("PRAGMA quick_check").fetchall():
+            if msg != "ok":
+                problems.append(f"{self._db_file}: {msg}")
+        if self._chroma is None:
+            return problems
+        self._flush_chroma(wait=True)
+        missing, orphans, differ = self._chroma_diff()
+        for mid in missing:
+            problems.append(f"memory {mid}: in SQLite, missing from chromadb")
+        quarantined = set(self._quarantined(orphans))
+        for mid in orphans:
+            note = " (quarantined: hidden from searches)" if mid in quarantined else ""
+            problems.append(f"memory {mid}: in chromadb, missing from SQLite{note}")
+        problems += [f"memory {mid}: {what}" for mid, what in differ]
         return problems
 
+    def _quarantined(self, ids: Sequence[str]) -> list[str]:
+        """Those of ``ids`` whose chromadb metadata marks them as quarantined orphans."""
+        assert self._chroma is not None
+        out: list[str] = []
+        for start in range(0, len(ids), 1000):
+            got = self._chroma.collection.get(
+                ids=list(ids[start : start + 1000]), include=["metadatas"]
+            )
+            for mid, meta in zip(got["ids"], got["metadatas"], strict=True):
+                if (meta or {}).get("orphan") is True:
+                    out.append(mid)
+        return out
+
     def _reconcile(self) -> None:
-        """Make chromadb agree with SQLite (SQLite is the source of truth)."""
+        """Make chromadb agree with SQLite (SQLite is the source of truth) without destroying
+        anything: rows missing from chromadb, or whose vector or metadata differ (a killed
+        writer, a session without chromadb), are rewritten; ids only chromadb holds are
+        quarantined — kept, and marked so that no filter returns them (see
+        :meth:`drop_orphans`)."""
         if self._chroma is None:
             return
-        chroma_ids = set(self._chroma.ids())
-        orphans = sorted(chroma_ids - set(self._index))
-        self._chroma.delete(orphans)
-        for i, rec in enumerate(self._records):
-            if self.vectors.present[i] and rec.id not in chroma_ids:
-                self._chroma_pending[rec.id] = i
+        missing, orphans, differ = self._chroma_diff()
+        for mid in [*missing, *(mid for mid, _ in differ)]:
+            self._chroma_pending[mid] = self._index[mid]
+        done = set(self._quarantined(orphans))
+        todo = [mid for mid in orphans if mid not in done]
+        if todo:
+            log.warning(
+                "%d id(s) in chromadb are not in %s: quarantined (kept, hidden from searches)",
+                len(todo),
+                self._db_file,
+            )
+            try:
+                self._chroma.update_metadata(todo, [dict(_QUARANTINE) for _ in todo])
+            except Exception as exc:  # chromadb raises many types
+                log.warning("chromadb quarantine failed (%s: %s)", type(exc).__name__, exc)
         self._flush_chroma(wait=True)
 
+    def drop_orphans(self) -> list[str]:
+        """Delete from chromadb the ids SQLite does not hold; returns them.
+
+        Repair never does this on its own (the ids may be all that is left of a lost SQLite
+        file); call it once the SQLite side is known to be the one to keep.
+        """
+        if self._chroma is None:
+            return []
+        if self.read_only:
+            raise StoreWriteError(f"{self._db_file}: the store is open read-only")
+        self._flush_chroma(wait=True)
+        _, orphans, _ = self._chroma_diff()
+        self._chroma.delete(orphans)
+        return orphans

@@ -43,6 +43,8 @@ class ExactIndex:
 
     def set(self, row: int, vector: np.ndarray | None) -> None:
         """Put the vector of row ``row`` (rows are appended in order; ``None`` = no vector)."""
+        if row < 0:
+            raise ValueError(f"vectors.py: field 'row' must be >= 0, got {row}")
         if vector is not None:
             vec = np.asarray(vector, dtype=np.float32).reshape(-1)
             if self.dim is None:
@@ -74,8 +76,8 @@ class ExactIndex:
         return self._present[: self._n]
 
     def get(self, row: int) -> np.ndarray | None:
-        """The unit vector of ``row``, or ``None``."""
-        if row >= self._n or not self._present[row]:
+        """The unit vector of ``row``, or ``None`` (also for a row outside ``0..n-1``)."""
+        if not 0 <= row < self._n or not self._present[row]:
             return None
         return self._matrix[row].copy()
 
@@ -103,6 +105,8 @@ class ChromaIndex:
             store's defaults (12, 64) halve insert time; ``bench/bench_stages.py`` reports the
             recall@10 this costs against the exact index.
         hnsw_search_ef: HNSW query beam (``hnsw:search_ef``; default 100).
+        create: Create the collection when it is missing; ``False`` opens an existing one
+            (read-only use) and raises when there is none.
     """
 
     def __init__(
@@ -113,6 +117,7 @@ class ChromaIndex:
         hnsw_m: int = 12,
         hnsw_construction_ef: int = 64,
         hnsw_search_ef: int = 100,
+        create: bool = True,
     ) -> None:
         import chromadb
         from chromadb.config import Settings
@@ -126,6 +131,9 @@ class ChromaIndex:
             collection = f"{collection}-{uuid.uuid4().hex}"
         else:
             self.client = chromadb.PersistentClient(path=str(path), settings=settings)
+        if not create:
+            self.collection = self.client.get_collection(name=collection, embedding_function=None)
+            return
         self.collection = self.client.get_or_create_collection(
             name=collection,
             metadata={
@@ -185,8 +193,10 @@ class ChromaIndex:
         self, vector: np.ndarray, k: int, where: dict[str, Any] | None = None
     ) -> list[tuple[str, float]]:
         """Approximate top-``k`` (id, cosine similarity), best first, under a metadata filter."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"vectors.py: field 'k' must be an int >= 0, got {k!r}")
         n = self.count()
-        if n == 0 or k <= 0:
+        if n == 0 or k == 0:
             return []
         res = self.collection.query(
             query_embeddings=[np.asarray(vector, dtype=np.float32)],

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections.abc
 import copy
+import functools
 import inspect
 import types
 import typing
@@ -27,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from memlab.registry import Registry
+from memlab.stages.constraints import validate_params
 
 if TYPE_CHECKING:
     from memlab.memory.store import MemoryStore
@@ -61,6 +63,11 @@ STAGE_COLUMNS: dict[str, pl.DataType] = {
     "source": pl.String(),
 }
 """The optional columns stages may add (the vocabulary is fixed: no other columns)."""
+
+
+def score_columns() -> set[str]:
+    """Columns a stage may rank by: ``score`` and every float column of the vocabulary."""
+    return {"score"} | {n for n, t in STAGE_COLUMNS.items() if t == pl.Float64()}
 
 
 def empty_candidates(extra: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
@@ -231,11 +238,113 @@ def register_stage(name: str) -> Callable[[S], S]:
     return deco
 
 
+ENTRY_POINT_GROUP = "memlab.stages"
+"""Installed packages offer stages under this entry-point group (name → stage class)."""
+
+
+class StageError(RuntimeError):
+    """A stage raised while answering a query (names the step, its class and the query).
+
+    Attributes:
+        step: The pipeline step's name.
+        qid: The query being answered.
+    """
+
+    def __init__(self, step: str, stage: object, qid: str, cause: BaseException) -> None:
+        self.step = step
+        self.qid = qid
+        super().__init__(
+            f"stage '{step}' ({type(stage).__name__}) failed on query {qid!r}: "
+            f"{type(cause).__name__}: {cause}"
+        )
+
+
+class StageValueError(StageError, ValueError):
+    """A :class:`StageError` whose cause was a ``ValueError`` (bad input, not a crash)."""
+
+
+class StageTypeError(StageError, TypeError):
+    """A :class:`StageError` whose cause was a ``TypeError``."""
+
+
+def stage_error(step: str, stage: object, qid: str, cause: BaseException) -> StageError:
+    """The :class:`StageError` for ``cause``, still a ``ValueError``/``TypeError`` when it was."""
+    if isinstance(cause, ValueError):
+        return StageValueError(step, stage, qid, cause)
+    if isinstance(cause, TypeError):
+        return StageTypeError(step, stage, qid, cause)
+    return StageError(step, stage, qid, cause)
+
+
+def _import_stage(path: str) -> type[Stage]:
+    """The class named by ``"package.module:ClassName"``."""
+    import importlib
+
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"stage {path!r}: an import path reads 'package.module:ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"stage {path!r}: cannot import module {module_name!r} ({exc})") from None
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise ValueError(f"stage {path!r}: module {module_name!r} has no {attr!r}")
+    if not (isinstance(obj, type) and issubclass(obj, Stage)):
+        raise ValueError(f"stage {path!r}: {attr!r} is not a memlab Stage subclass")
+    return obj
+
+
+def _load_entry_point_stages() -> None:
+    """Register the stages installed packages offer under :data:`ENTRY_POINT_GROUP`."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in STAGES:
+            continue
+        try:
+            cls = ep.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not hide the others
+            raise ValueError(
+                f"entry point {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP!r} "
+                f"cannot be loaded: {exc}"
+            ) from None
+        if not (isinstance(cls, type) and issubclass(cls, Stage)):
+            raise ValueError(
+                f"entry point {ep.name!r} ({ep.value}) is not a memlab Stage subclass"
+            )
+        STAGES.register(ep.name)(cls)
+        if not cls.stage_name:
+            cls.stage_name = ep.name
+
+
 def get_stage_class(name: str) -> type[Stage]:
-    """The stage class registered as ``name`` (``ValueError`` listing the known names)."""
+    """The stage class a configuration names.
+
+    ``name`` is a registered name (``"rrf"``), a stage offered by an installed package under
+    the ``memlab.stages`` entry-point group, or an import path ``"package.module:ClassName"``
+    (any :class:`Stage` subclass, registered or not).
+
+    Raises:
+        ValueError: Listing the known names, or saying why an import path does not resolve.
+    """
     import memlab.stages  # noqa: F401  (fills the registry)
 
+    if ":" in name:
+        return _import_stage(name)
+    if name not in STAGES:
+        _load_entry_point_stages()
     return STAGES.lookup(name)
+
+
+def stage_reference(stage: Stage) -> str:
+    """How a configuration names ``stage``'s class: its registered name, else its import path."""
+    cls = type(stage)
+    if cls.stage_name and STAGES.get(cls.stage_name) is cls:
+        return cls.stage_name
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def _type_ok(value: Any, hint: Any) -> bool:
@@ -286,6 +395,10 @@ class Stage:
     """
 
     stage_name: ClassVar[str] = ""
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {}
+    """Parameter name → admissible constraints (:mod:`memlab.stages.constraints`), checked
+    after ``__init__``, in :meth:`set_params` (so in :meth:`clone`) and when a configuration
+    is loaded."""
     cacheable: ClassVar[bool] = False
     """True when the output depends only on the query, the memories written and which of them
     are visible (not on access counts or the clock): a replay may then share it between
@@ -301,7 +414,33 @@ class Stage:
         """True when the stage asks ``ctx.generator`` for text."""
         return False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_validates_params", False):
+            return
+
+        @functools.wraps(init)
+        def checked_init(self: Stage, *args: Any, **kw: Any) -> None:
+            init(self, *args, **kw)
+            # Only the outermost __init__ checks (a subclass calling super().__init__ does it).
+            if type(self).__init__ is checked_init:
+                self._validate_params()
+
+        checked_init._validates_params = True  # type: ignore[attr-defined]
+        cls.__init__ = checked_init  # type: ignore[method-assign]
+
     # ------------------------------------------------------------------ parameters
+    def _validate_params(self, params: dict[str, Any] | None = None) -> None:
+        """Check parameters against :attr:`_parameter_constraints` (all of them by default).
+
+        Raises:
+            InvalidParameterError: A ``ValueError`` naming the class, the parameter, what it
+                must be and the value it got.
+        """
+        values = self.get_params(deep=False) if params is None else params
+        validate_params(type(self).__name__, self._parameter_constraints, values)
+
     @classmethod
     def _param_names(cls) -> list[str]:
         sig = inspect.signature(cls.__init__)
@@ -337,12 +476,14 @@ class Stage:
     def set_params(self, **params: Any) -> Stage:
         """Set constructor parameters; unknown names raise ``ValueError``."""
         valid = set(self._param_names())
-        for name, value in params.items():
+        for name in params:
             if name not in valid:
                 raise ValueError(
                     f"{type(self).__name__} has no parameter {name!r}; "
                     f"valid parameters: {', '.join(sorted(valid))}"
                 )
+        self._validate_params(dict(params))  # nothing is set when a value is invalid
+        for name, value in params.items():
             setattr(self, name, value)
         return self
 

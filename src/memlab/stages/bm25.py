@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import polars as pl
 
-from memlab.index.bm25 import BM25Engine, TokenizedCorpus, get_bm25_engine
-from memlab.index.stopwords import get_stopwords
+from memlab.index.bm25 import BM25_ENGINES, BM25Engine, TokenizedCorpus, get_bm25_engine
+from memlab.index.stopwords import STOPWORDS, get_stopwords
 from memlab.memory.records import GLOBAL_CLIENT
 from memlab.stages.base import (
     QueryContext,
@@ -39,6 +39,7 @@ from memlab.stages.base import (
     empty_candidates,
     register_stage,
 )
+from memlab.stages.constraints import Integral, Interval, Options, Real, is_regex
 from memlab.stages.dense import top_rows
 
 if TYPE_CHECKING:
@@ -95,6 +96,18 @@ class BM25(Stage):
     """
 
     cacheable = True
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+        "k1": [Interval(Real, 0, None, closed="left")],
+        "b": [Interval(Real, 0, 1, closed="both")],
+        "epsilon": [Interval(Real, 0, None, closed="left")],
+        "engine": [Options(str, BM25_ENGINES)],
+        "token_pattern": [is_regex()],
+        "lowercase": [bool],
+        "query_stopwords": [Options(str, STOPWORDS), None],
+        "statistics": [Options(str, _STATISTICS)],
+    }
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ sharply and another barely does.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
@@ -28,6 +29,7 @@ from memlab.stages.base import (
     register_stage,
     rerank,
 )
+from memlab.stages.constraints import Integral, Interval, Options, Real, SequenceOf
 
 _NORMALIZERS = ("zscore", "minmax", "none")
 
@@ -57,6 +59,13 @@ class CombSUM(FusionStage):
     """
 
     cacheable = True
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "normalization": [Options(str, _NORMALIZERS)],
+        "weights": [SequenceOf(Interval(Real, 0, None, closed="left"), min_length=1), None],
+        "missing_value": [Interval(Real, None, None, closed="neither")],
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+    }
 
     def __init__(
         self,

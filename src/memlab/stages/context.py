@@ -23,13 +23,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 from xml.sax.saxutils import escape, quoteattr
 
 import polars as pl
 
 from memlab.registry import Registry
 from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.constraints import Integral, Interval, Options
 from memlab.timeutil import to_iso
 from memlab.tokens import count_tokens
 
@@ -102,6 +103,12 @@ class Context(Stage):
     token count, :func:`memlab.tokens.count_tokens`) on every candidate;
     ``ctx.trace["context_tokens"]`` is that count over the whole rendered ``ctx.context_text``.
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "format": [Options(str, CONTEXT_FORMATS)],
+        "max_items": [Interval(Integral, 0, None, closed="left"), None],
+        "include_metadata": [bool],
+    }
 
     def __init__(
         self,

@@ -52,7 +52,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import polars as pl
@@ -66,6 +66,7 @@ from memlab.stages.base import (
     empty_candidates,
     register_stage,
 )
+from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real
 from memlab.stages.features import (
     FEATURE_NAMES,
     candidate_features,
@@ -292,6 +293,26 @@ class CRAG(Stage):
     def needs_generator(self) -> bool:
         """The LLM judge asks the generator."""
         return self.evaluator == "llm"
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "evaluator": [Options(str, CRAG_EVALUATORS)],
+        "upper": [Interval(Real, 0, 1, closed="both")],
+        "lower": [Interval(Real, 0, 1, closed="both")],
+        "strip_threshold": [Interval(Real, 0, 1, closed="both")],
+        "fallback": [Options(str, CRAG_FALLBACKS)],
+        "fallback_top_k": [Interval(Integral, 1, None, closed="left")],
+        "model": [Options(str, CRAG_MODELS)],
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
+        "prompt": [
+            Predicate(
+                str,
+                lambda v: "{query}" in v and "{document}" in v,
+                "a str containing {query} and {document}",
+            )
+        ],
+        "max_new_tokens": [Interval(Integral, 1, None, closed="left")],
+    }
 
     def __init__(
         self,

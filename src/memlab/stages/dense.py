@@ -15,6 +15,7 @@ approximate) under the ``where`` filter equivalent to the query's visibility.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
@@ -27,6 +28,7 @@ from memlab.stages.base import (
     empty_candidates,
     register_stage,
 )
+from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real, SequenceOf
 
 DenseBackend = Callable[[QueryContext, np.ndarray, int | None], tuple[np.ndarray, np.ndarray]]
 """``(ctx, query vector, top_k) -> (store rows, cosine similarities)`` (at least the top_k)."""
@@ -116,6 +118,13 @@ class Dense(Stage):
     """
 
     cacheable = True
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+        "backend": [Options(str, DENSE_BACKENDS)],
+        "min_similarity": [Interval(Real, -1, 1, closed="both"), None],
+        "mask_entity_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
+    }
 
     def __init__(
         self,

@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
 from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.constraints import Integral, Interval, Real
 from memlab.stages.features import word_tokens
 
 
@@ -114,6 +115,14 @@ class EntropyGate(Stage):
         tokens_per_word: Context tokens per word (1.3 is the usual English estimate for
             sub-word tokenisers).
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "token_budget": [Interval(Integral, 0, None, closed="left")],
+        "redundancy_weight": [Interval(Real, 0, None, closed="left")],
+        "entropy_weight": [Interval(Real, 0, None, closed="left")],
+        "min_entropy": [Interval(Real, None, None, closed="neither")],
+        "tokens_per_word": [Interval(Real, 0, None, closed="left")],
+    }
 
     def __init__(
         self,

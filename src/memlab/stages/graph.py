@@ -20,7 +20,7 @@ stages (``lif``, ``crag``).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import polars as pl
@@ -34,6 +34,7 @@ from memlab.stages.base import (
     empty_candidates,
     register_stage,
 )
+from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real, SequenceOf
 
 if TYPE_CHECKING:
     from memlab.memory.store import MemoryStore
@@ -136,6 +137,17 @@ class Graph(Stage):
     """
 
     cacheable = True
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+        "hop_decay": [Interval(Real, 0, 1, closed="both")],
+        "causal_boost": [Interval(Real, 0, None, closed="left")],
+        "max_depth": [Interval(Integral, 0, None, closed="left")],
+        "min_activation": [Interval(Real, 0, None, closed="left")],
+        "strength_saturation": [Interval(Real, 0, None, closed="neither")],
+        "roles": [SequenceOf(Options(str, ENTITY_ROLES))],
+        "known_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
+    }
 
     def __init__(
         self,

@@ -17,10 +17,13 @@ evaluation. Blank generations are skipped. The stage sets ``ctx.query_vector`` (
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 import polars as pl
 
 from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.constraints import Integral, Interval, Predicate, Real
 
 
 @register_stage("hyde")
@@ -42,6 +45,15 @@ class HyDE(Stage):
     def needs_generator(self) -> bool:
         """HyDE asks ``ctx.generator`` for its hypothetical documents."""
         return True
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "n_documents": [Interval(Integral, 0, None, closed="left")],
+        "prompt_template": [Predicate(str, lambda v: "{query}" in v, "a str containing {query}")],
+        "max_new_tokens": [Interval(Integral, 1, None, closed="left")],
+        "temperature": [Interval(Real, 0, None, closed="left")],
+        "include_query": [bool],
+        "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
+    }
 
     def __init__(
         self,

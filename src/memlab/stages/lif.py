@@ -42,13 +42,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from memlab.memory.records import ENTITY_ROLES
 from memlab.stages.base import QueryContext, Stage, register_stage, rerank
+from memlab.stages.constraints import Integral, Interval, Options, Real, SequenceOf
 from memlab.stages.features import max_normalise
 from memlab.stages.graph import check_roles, memory_incidence
 
@@ -121,6 +123,22 @@ class LIF(Stage):
         top_k: Keep this many candidates after re-ranking (``None`` = all).
         roles: Entity-memory links used for seeding and for pulling memories in.
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "n_seeds": [Interval(Integral, 0, None, closed="left")],
+        "input_gain": [Interval(Real, None, None, closed="neither")],
+        "leak": [Interval(Real, 0, None, closed="left")],
+        "threshold": [Interval(Real, None, None, closed="neither")],
+        "reset": [Interval(Real, None, None, closed="neither")],
+        "refractory": [Interval(Integral, 0, None, closed="left")],
+        "steps": [Interval(Integral, 0, None, closed="left")],
+        "weight": [Options(str, ("strength", "binary"))],
+        "weight_scale": [Interval(Real, 0, None, closed="left")],
+        "max_weight": [Interval(Real, 0, None, closed="left")],
+        "activation_weight": [Interval(Real, None, None, closed="neither")],
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+        "roles": [SequenceOf(Options(str, ENTITY_ROLES))],
+    }
 
     def __init__(
         self,

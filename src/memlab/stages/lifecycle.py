@@ -21,11 +21,21 @@ The seed's minimum similarity filters *vector* results: a candidate is dropped w
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 import polars as pl
 
 from memlab.memory.lifecycle import days_since, lifecycle_factor
-from memlab.stages.base import QueryContext, Stage, register_stage, rerank
+from memlab.memory.records import MEMORY_TYPES
+from memlab.stages.base import (
+    QueryContext,
+    Stage,
+    register_stage,
+    rerank,
+    score_columns,
+)
+from memlab.stages.constraints import Interval, Options, Real, SequenceOf
 
 _OTHER_SIGNALS: tuple[str, ...] = ("bm25_score", "graph_score", "activation")
 
@@ -46,6 +56,14 @@ class Lifecycle(Stage):
     Output columns: ``lifecycle_factor`` (effective confidence × boost) and ``effective_score``
     (also ``score``).
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "decay_factor": [Interval(Real, 0, 1, closed="both")],
+        "boost_weight": [Interval(Real, 0, None, closed="left")],
+        "min_similarity": [Interval(Real, -1, 1, closed="both")],
+        "decaying_types": [SequenceOf(Options(str, MEMORY_TYPES))],
+        "relevance": [Options(str, score_columns)],
+    }
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import polars as pl
@@ -35,6 +35,7 @@ from memlab.stages.base import (
     empty_candidates,
     register_stage,
 )
+from memlab.stages.constraints import Integral, Interval, Predicate, SequenceOf, is_regex
 from memlab.stages.dense import top_rows
 
 if TYPE_CHECKING:
@@ -67,6 +68,12 @@ class MaxP(Stage):
     """
 
     cacheable = True
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+        "sentence_pattern": [is_regex()],
+        "mask_entity_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
+    }
 
     def __init__(
         self,

@@ -15,12 +15,14 @@ results". The paper leaves λ to the user; the default 0.7 leans towards relevan
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
 
 from memlab.registry import Registry
 from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.constraints import Integral, Interval, Options, Real
 
 Similarity = Callable[[np.ndarray], np.ndarray]
 """``(n, dim) vectors -> (n, n) similarity matrix``."""
@@ -87,6 +89,12 @@ class MMR(Stage):
     """
 
     cacheable = True
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "lambda_": [Interval(Real, 0, 1, closed="both")],
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+        "similarity": [Options(str, MMR_SIMILARITIES)],
+    }
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ neighbour that was not a candidate enters with its inherited score alone. memlab
 from __future__ import annotations
 
 import weakref
+from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
@@ -28,6 +29,7 @@ from memlab.stages.base import (
     register_stage,
     rerank,
 )
+from memlab.stages.constraints import Integral, Interval, Real
 
 
 @register_stage("neighbors")
@@ -44,6 +46,14 @@ class Neighbors(Stage):
     Attributes:
         links_: ``(prev, next)`` row arrays (-1 = none) for the store it last saw.
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "weight": [Interval(Real, 0, None, closed="left")],
+        "window": [Interval(Integral, 0, None, closed="left")],
+        "max_gap_seconds": [Interval(Real, 0, None, closed="left")],
+        "add_missing": [bool],
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+    }
 
     def __init__(
         self,

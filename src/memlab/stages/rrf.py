@@ -8,6 +8,7 @@ that does not contain ``d`` contributes nothing (no penalty). Paper and seed 000
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import polars as pl
 
@@ -19,6 +20,7 @@ from memlab.stages.base import (
     register_stage,
     rerank,
 )
+from memlab.stages.constraints import Integral, Interval, Real, SequenceOf
 
 
 @register_stage("rrf")
@@ -32,6 +34,12 @@ class RRF(FusionStage):
     """
 
     cacheable = True
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "k": [Interval(Real, 0, None, closed="left")],
+        "weights": [SequenceOf(Interval(Real, 0, None, closed="left"), min_length=1), None],
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+    }
 
     def __init__(
         self,

@@ -1,0 +1,129 @@
+"""Importer of the knowledge graph written by the reference MCP memory server
+(``@modelcontextprotocol/server-memory``): a JSONL file of ``{"type": "entity", "name",
+"entityType", "observations": [...]}`` and ``{"type": "relation", "from", "to",
+"relationType"}`` lines.
+
+Each observation becomes a ``fact`` memory ``"<entity>: <observation>"`` with the entity as
+``subject`` and ``{"entity", "entityType"}`` as metadata; a relation whose type is one of
+memlab's writable relations becomes a ``relate`` line, any other is reported as not mapped.
+The file carries no timestamps: ``ts`` must be given, either an ISO 8601 time or ``"mtime"``
+(the file's modification time), and the report says which was used. The graph has no queries:
+``queries.jsonl`` is empty until queries are recorded or written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from memlab.datasets.format import WRITABLE_RELATIONS, MemoryOp, write_dataset
+from memlab.datasets.importers import ImportReport, register_importer
+from memlab.timeutil import parse_ts, to_iso
+
+
+def resolve_ts(ts: str | None, file: Path, what: str) -> tuple[float, str]:
+    """The one timestamp of a source without timestamps: an ISO time or ``"mtime"``.
+
+    Raises:
+        ValueError: When ``ts`` is not given (never guessed) or does not parse.
+    """
+    if ts is None:
+        raise ValueError(
+            f"{file}: {what} carries no timestamps; give ts=ISO-8601 or ts=mtime "
+            "(the file's modification time): memlab does not guess one"
+        )
+    if ts == "mtime":
+        when = file.stat().st_mtime
+        return when, f"every timestamp is the file's modification time {to_iso(when)}"
+    when = parse_ts(ts, field="ts")
+    return when, f"every timestamp is the given ts {to_iso(when)}"
+
+
+@register_importer("mcp-memory")
+class MCPMemoryImporter:
+    """Convert a server-memory ``memory.jsonl`` into a dataset.
+
+    Args:
+        ts: ``"mtime"`` or an ISO 8601 time for every memory (required: the file has none).
+        client_id: Client the memories belong to (default: none, visible to every client).
+        source_agent: Recorded writer of the memories.
+    """
+
+    def __init__(
+        self, *, ts: str | None = None, client_id: str | None = None,
+        source_agent: str = "mcp-memory",
+    ) -> None:
+        self.ts = ts
+        self.client_id = client_id
+        self.source_agent = source_agent
+
+    def run(self, src: str | os.PathLike[str], out: str | os.PathLike[str]) -> ImportReport:
+        file = Path(src)
+        if not file.is_file():
+            raise ValueError(f"{file}: no such file (expected the server's memory.jsonl)")
+        when, note = resolve_ts(self.ts, file, "the MCP memory graph")
+        report = ImportReport("mcp-memory", str(file), str(out), notes=[note])
+        stores: list[MemoryOp] = []
+        relates: list[MemoryOp] = []
+        counts = {"entities": 0, "observations": 0, "relations": 0}
+        for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            if not raw.strip():
+                continue
+            where = f"{file.name}:{number}"
+            try:
+                obj: Any = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                report.unmapped.append({"where": where, "reason": f"invalid JSON: {exc.msg}"})
+                continue
+            kind = obj.get("type") if isinstance(obj, dict) else None
+            if kind == "entity":
+                name, observations = obj.get("name"), obj.get("observations")
+                if not isinstance(name, str) or not name.strip() or not isinstance(
+                    observations, list
+                ):
+                    report.unmapped.append(
+                        {"where": where, "reason": "entity without a name or observations"}
+                    )
+                    continue
+                counts["entities"] += 1
+                for i, text in enumerate(observations, start=1):
+                    if not isinstance(text, str) or not text.strip():
+                        report.unmapped.append(
+                            {"where": where, "reason": f"observation {i} is not a text"}
+                        )
+                        continue
+                    counts["observations"] += 1
+                    stores.append(
+                        MemoryOp.store(
+                            f"{name}#{i}", when, f"{name}: {text}", "fact",
+                            subject=name, client_id=self.client_id,
+                            source_agent=self.source_agent,
+                            metadata={"entity": name, "entityType": obj.get("entityType")},
+                        )
+                    )
+            elif kind == "relation":
+                rel, a, b = obj.get("relationType"), obj.get("from"), obj.get("to")
+                if rel not in WRITABLE_RELATIONS or not isinstance(a, str) or not isinstance(
+                    b, str
+                ):
+                    report.unmapped.append(
+                        {"where": where, "reason": f"relation {rel!r} has no memlab equivalent "
+                         f"(known: {', '.join(WRITABLE_RELATIONS)})"}
+                    )
+                    continue
+                counts["relations"] += 1
+                relates.append(MemoryOp.relate(when, a, rel, b))
+            else:
+                report.unmapped.append({"where": where, "reason": f"unknown line type {kind!r}"})
+        report.counts = counts | {"not_mapped": len(report.unmapped)}
+        meta = {
+            "name": file.stem,
+            "version": "1",
+            "description": f"MCP memory graph imported from {file.name}",
+            "license": "unknown (the source's)",
+            "source": "@modelcontextprotocol/server-memory",
+        }
+        report.dataset = write_dataset((meta, stores + relates, []), out)
+        return report

@@ -1,0 +1,92 @@
+"""The ``export`` and ``compare`` subcommands of the ``memlab`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from memlab.eval.export import export_run
+
+    out, notes = export_run(args.run_dir, args.out)
+    for note in notes:
+        print(f"memlab: note: {note}", file=sys.stderr)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from memlab.cli import CLIError, _split
+    from memlab.eval.report import markdown_table
+    from memlab.eval.runcompare import compare_runs
+    from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
+
+    for path in (args.run_a, args.run_b):
+        if not Path(path).is_dir():
+            raise CLIError(f"{path}: no such run directory")
+    res = compare_runs(
+        args.run_a,
+        args.run_b,
+        pipelines=_split(args.pipelines),
+        metrics=_split(args.metrics),
+        metric=args.metric,
+        tests=_split(args.tests) or ("t", "wilcoxon", "permutation"),
+        correction=args.correction,
+        alpha=args.alpha,
+        seed=args.seed,
+        n_resamples=args.n_resamples,
+    )
+    for note in res.notes:
+        print(f"memlab: note: {note}", file=sys.stderr)
+    keys = ("baseline", *COMPARISON_KEYS, "n")
+    print(f"## A = {args.run_a}, B = {args.run_b}\n")
+    print(markdown_table(comparison_view(res.comparison, keys)))
+    if res.tag_comparison.height:
+        print(f"## {res.metric} within each tag\n")
+        tag_keys = ("baseline", *TAG_COMPARISON_KEYS)
+        print(markdown_table(comparison_view(res.tag_comparison, tag_keys)))
+    changed = res.per_query.filter(res.per_query["outcome"] != "tie")
+    print(f"## Queries whose {res.metric} changed ({changed.height}), largest change first\n")
+    print(markdown_table(changed.head(args.show)))
+    if args.out:
+        from memlab.io import atomic_directory
+
+        with atomic_directory(Path(args.out)) as tmp:
+            res.comparison.write_csv(tmp / "comparison.csv")
+            if res.tag_comparison.height:
+                res.tag_comparison.write_csv(tmp / "comparison_by_tag.csv")
+            res.per_query.write_csv(tmp / "per_query.csv")
+        print(f"wrote {Path(args.out).resolve()}")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``export`` and ``compare`` on the ``memlab`` subparsers."""
+    from memlab.cli import nonnegative_int, probability
+
+    p = sub.add_parser(
+        "export",
+        help="a run as TREC run files, qrels, CSV and a LaTeX table (RUN_DIR/export/)",
+    )
+    p.add_argument("run_dir")
+    p.add_argument("--out", help="target directory (default: RUN_DIR/export)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("compare", help="paired tests between two finished runs")
+    p.add_argument("run_a", help="the reference run")
+    p.add_argument("run_b", help="the run compared with it")
+    p.add_argument("--pipelines", help="comma-separated pipelines present in both runs")
+    p.add_argument("--metrics", help="comma-separated metrics (default: those both runs have)")
+    p.add_argument("--metric", help="headline metric of per-tag tests (default: the first)")
+    p.add_argument("--tests", help="comma-separated paired tests (default: t,wilcoxon,permutation)")
+    p.add_argument("--correction", default="holm", help="multiple-testing correction")
+    p.add_argument("--alpha", type=probability, default=0.05, help="significance level")
+    p.add_argument("--seed", type=int, default=0, help="permutation-test seed")
+    p.add_argument(
+        "--n-resamples", type=nonnegative_int, default=10_000, help="permutation resamples"
+    )
+    p.add_argument("--show", type=nonnegative_int, default=20, help="changed queries to list")
+    p.add_argument("--out", help="also write the tables as CSV into this directory")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,213 @@
+"""``memlab export RUN_DIR``: a finished run in the formats papers and other tools read.
+
+Writes into ``RUN_DIR/export/`` (or ``--out``), atomically:
+
+``runs/<pipeline>.trec``
+    TREC run files (``qid Q0 docno rank score tag``). trec_eval re-sorts a run by score and
+    breaks ties by document id, so memlab's own scores (which may tie, or be non-monotone after
+    a re-ranking stage) would not reproduce memlab's order. The exported score is therefore
+    ``n - rank + 1`` for a query with ``n`` ranked memories: strictly decreasing in memlab's
+    rank, so trec_eval (and ir_measures, ranx, pytrec_eval) evaluate exactly the ranking memlab
+    evaluated.
+``qrels.trec``
+    ``qid 0 docno relevance``: the judgements the run's relevance metrics used.
+``aggregate.csv``, ``per_query.csv``, ``comparison.csv``, ``comparison_by_tag.csv``
+    The run's tables as CSV.
+``comparison.tex``
+    A LaTeX table of the aggregate metrics with significance markers against the baseline, in
+    the style of ranx's ``Report.to_latex`` (Bassani, "ranx: A Blazing-Fast Python Library for
+    Ranking Evaluation and Comparison", ECIR 2022): the best value of each metric in bold,
+    :math:`^\\dagger` where a pipeline is significantly better than the baseline and
+    :math:`^\\ddagger` where it is significantly worse (first test's adjusted p-value below
+    the run's alpha).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from memlab.eval.experiment import ExperimentResult
+from memlab.eval.metrics import higher_is_better
+from memlab.io import atomic_directory
+
+EXPORT_DIR = "export"
+
+
+def trec_run_lines(rankings: pl.DataFrame, tag: str) -> list[str]:
+    """TREC run lines of one pipeline's rankings, with tie-safe scores ``n - rank + 1``.
+
+    Args:
+        rankings: ``qid, rank, mem_id`` (one pipeline).
+        tag: The run tag (last column).
+    """
+    frame = rankings.select("qid", "rank", "mem_id").sort("qid", "rank")
+    frame = frame.with_columns(pl.len().over("qid").alias("n"))
+    return [
+        f"{qid} Q0 {mem_id} {rank} {n - rank + 1} {tag}"
+        for qid, rank, mem_id, n in frame.iter_rows()
+    ]
+
+
+def trec_qrels_lines(qrels: pl.DataFrame) -> list[str]:
+    """TREC qrels lines (``qid 0 docno relevance``) of ``qid, mem_id, relevance``."""
+    frame = qrels.select("qid", "mem_id", "relevance").sort("qid", "mem_id")
+    return [f"{qid} 0 {mem_id} {rel}" for qid, mem_id, rel in frame.iter_rows()]
+
+
+def _latex_escape(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in "&%$#_{}":
+            out.append("\\" + ch)
+        elif ch == "~":
+            out.append("\\textasciitilde{}")
+        elif ch == "^":
+            out.append("\\textasciicircum{}")
+        elif ch == "\\":
+            out.append("\\textbackslash{}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _lower_is_better(metric: str) -> bool:
+    return not higher_is_better(metric)
+
+
+def latex_table(result: ExperimentResult, metrics: Sequence[str] | None = None) -> str:
+    """The comparison as a LaTeX ``table`` (booktabs), ranx style.
+
+    Args:
+        result: A run (computed or loaded).
+        metrics: Columns (default: the run's metrics that every pipeline has).
+    """
+    names = result.pipelines
+    if metrics is None:
+        metrics = [m for m in result.manifest.get("metrics", []) if m in result.metrics[names[0]]]
+        if not metrics:
+            metrics = list(result.metrics[names[0]])
+    base = result.baseline or names[0]
+    first_test = (result.manifest.get("tests") or ["t"])[0]
+    alpha = float(result.manifest.get("alpha", 0.05))
+    marks: dict[tuple[str, str], str] = {}
+    comp = result.comparison
+    adj = f"p_{first_test}_adj"
+    if comp.height and adj in comp.columns:
+        for row in comp.iter_rows(named=True):
+            p = row[adj]
+            if p is None or (isinstance(p, float) and math.isnan(p)) or p >= alpha:
+                continue
+            delta = row["delta"] or 0.0
+            better = delta < 0 if _lower_is_better(row["metric"]) else delta > 0
+            marks[(row["pipeline"], row["metric"])] = "^{\\dagger}" if better else "^{\\ddagger}"
+    best: dict[str, float] = {}
+    for m in metrics:
+        values = [result.metrics[n][m] for n in names if m in result.metrics[n]]
+        if values:
+            best[m] = min(values) if _lower_is_better(m) else max(values)
+    header = " & ".join(["Pipeline", *(_latex_escape(m) for m in metrics)])
+    rows = []
+    for n in names:
+        cells = [_latex_escape(n) + (" (baseline)" if n == base else "")]
+        for m in metrics:
+            v = result.metrics[n].get(m)
+            if v is None:
+                cells.append("--")
+                continue
+            text = f"{v:.3f}"
+            if m in best and v == best[m]:
+                text = f"\\textbf{{{text}}}"
+            mark = marks.get((n, m), "")
+            cells.append(f"${text}{mark}$" if mark else text)
+        rows.append(" & ".join(cells) + " \\\\")
+    n_queries = result.manifest.get("dataset", {}).get("evaluated_queries")
+    correction = _latex_escape(str(result.manifest.get("correction", "holm")).title())
+    caption = (
+        f"{_latex_escape(str(result.manifest.get('dataset', {}).get('name', 'memlab run')))}"
+        + (f", {n_queries} queries" if n_queries is not None else "")
+        + f". $\\dagger$/$\\ddagger$: significantly better/worse than {_latex_escape(base)} "
+        f"({_latex_escape(first_test)} test, {correction}"
+        f"-adjusted $p < {alpha:g}$). Best value in bold."
+    )
+    return "\n".join(
+        [
+            "\\begin{table}[t]",
+            "\\centering",
+            f"\\caption{{{caption}}}",
+            "\\begin{tabular}{l" + "c" * len(metrics) + "}",
+            "\\toprule",
+            header + " \\\\",
+            "\\midrule",
+            *rows,
+            "\\bottomrule",
+            "\\end{tabular}",
+            "\\end{table}",
+            "",
+        ]
+    )
+
+
+def aggregate_frame(result: ExperimentResult) -> pl.DataFrame:
+    """``pipeline, metric, value`` of ``metrics.json`` (pipelines and metrics in run order)."""
+    rows = [
+        {"pipeline": n, "metric": m, "value": float(v)}
+        for n in result.pipelines
+        for m, v in result.metrics[n].items()
+    ]
+    return pl.DataFrame(
+        rows, schema={"pipeline": pl.String, "metric": pl.String, "value": pl.Float64}
+    )
+
+
+def export_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, list[str]]:
+    """Export a run (see the module docstring).
+
+    Args:
+        run_dir: A directory written by ``memlab eval``.
+        out: Target directory (default ``RUN_DIR/export``); replaced atomically.
+
+    Returns:
+        The export directory and the notes on what could not be exported (missing tables of
+        a trimmed run).
+
+    Raises:
+        ValueError: If ``run_dir`` is not a readable run.
+    """
+    result = ExperimentResult.load(run_dir)
+    target = Path(out) if out is not None else Path(run_dir) / EXPORT_DIR
+    notes: list[str] = []
+    with atomic_directory(target) as tmp:
+        if result.rankings.height:
+            (tmp / "runs").mkdir()
+            for name in result.pipelines:
+                part = result.rankings.filter(pl.col("pipeline") == name)
+                lines = trec_run_lines(part, name)
+                (tmp / "runs" / f"{name}.trec").write_text(
+                    "\n".join(lines) + ("\n" if lines else ""), encoding="utf-8"
+                )
+        else:
+            notes.append("no TREC runs: the run has no rankings.parquet")
+        if "qrels.parquet" not in result.missing:
+            lines = trec_qrels_lines(result.qrels)
+            (tmp / "qrels.trec").write_text(
+                "\n".join(lines) + ("\n" if lines else ""), encoding="utf-8"
+            )
+        else:
+            notes.append("no qrels: the run has no qrels.parquet (re-run it with this memlab)")
+        aggregate_frame(result).write_csv(tmp / "aggregate.csv")
+        for attr, name in (
+            ("per_query", "per_query.csv"),
+            ("comparison", "comparison.csv"),
+            ("tag_comparison", "comparison_by_tag.csv"),
+        ):
+            frame = getattr(result, attr)
+            if frame.height:
+                frame.write_csv(tmp / name)
+            else:
+                notes.append(f"no {name}: the run has no {attr} table")
+        (tmp / "comparison.tex").write_text(latex_table(result), encoding="utf-8")
+    return target.resolve(), notes

@@ -1,0 +1,194 @@
+"""``memlab compare RUN_A RUN_B``: paired tests between two finished runs.
+
+Two runs of the same dataset (say, before and after a change to a stage) are compared query by
+query. Pipelines are paired by name when the runs share names (``A:rrf`` against ``B:rrf``);
+otherwise every pipeline of B is compared with A's baseline. The per-query values come from each
+run's ``per_query.parquet``; only queries scored in both runs are paired, and the result says
+how many queries each run scored so that a change of population is never silent.
+
+Each pair gets the paired tests of :func:`memlab.eval.stats.compare` (wins, losses, ties, the
+run's tests), with p-values corrected across every (pair, metric) row; per-tag tests of the
+headline metric follow when the runs carry ``queries.parquet``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from memlab.eval.experiment import ExperimentResult
+from memlab.eval.metrics import main_metric_of
+from memlab.eval.stats import compare, compare_by_tag, correct_pvalues, wins_losses
+
+
+@dataclass
+class RunComparison:
+    """What :func:`compare_runs` found.
+
+    Attributes:
+        pairs: ``(A pipeline, B pipeline)`` pairs compared (shown as ``A:name`` / ``B:name``).
+        comparison: One row per (pair, metric), as :func:`memlab.eval.stats.compare`, with
+            ``baseline`` (the A side) beside ``pipeline`` (the B side).
+        tag_comparison: Per-tag tests of ``metric`` (empty without ``queries.parquet``).
+        per_query: ``pipeline, qid, baseline_value, value, delta, outcome`` of ``metric``,
+            sorted by the size of the change.
+        metric: The headline metric of the per-tag tests and the per-query table.
+        notes: Population differences and what could not be compared.
+    """
+
+    pairs: list[tuple[str, str]]
+    comparison: pl.DataFrame
+    tag_comparison: pl.DataFrame
+    per_query: pl.DataFrame
+    metric: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _pairs(a: ExperimentResult, b: ExperimentResult, pipelines: Sequence[str] | None) -> list:
+    common = [n for n in a.pipelines if n in b.pipelines]
+    if pipelines:
+        unknown = [n for n in pipelines if n not in common]
+        if unknown:
+            raise ValueError(
+                f"pipelines {unknown} are not in both runs; common pipelines: "
+                f"{', '.join(common) or 'none'}"
+            )
+        return [(n, n) for n in pipelines]
+    if common:
+        return [(n, n) for n in common]
+    base = a.baseline or a.pipelines[0]
+    return [(base, n) for n in b.pipelines]
+
+
+def compare_runs(
+    run_a: str | Path | ExperimentResult,
+    run_b: str | Path | ExperimentResult,
+    *,
+    pipelines: Sequence[str] | None = None,
+    metrics: Sequence[str] | None = None,
+    metric: str | None = None,
+    tests: Sequence[str] = ("t", "wilcoxon", "permutation"),
+    correction: str = "holm",
+    alpha: float = 0.05,
+    seed: int = 0,
+    n_resamples: int = 10_000,
+) -> RunComparison:
+    """Compare two finished runs (see the module docstring).
+
+    Args:
+        run_a: The reference run (a directory or a loaded result).
+        run_b: The run compared with it.
+        pipelines: Pipeline names present in both runs (default: every shared name).
+        metrics: Metrics to test (default: those both sides have).
+        metric: Headline metric for the per-tag tests and the per-query table (default: the
+            first relevance metric).
+        tests: Paired tests.
+        correction: Correction across every (pair, metric) row.
+        alpha: Level of ``significant``.
+        seed: Seed of the permutation test.
+        n_resamples: Permutation resamples.
+
+    Raises:
+        ValueError: If a run cannot be read, has no per-query values, or the runs share no
+            queries or metrics.
+    """
+    a = run_a if isinstance(run_a, ExperimentResult) else ExperimentResult.load(run_a)
+    b = run_b if isinstance(run_b, ExperimentResult) else ExperimentResult.load(run_b)
+    for label, run in (("A", a), ("B", b)):
+        if run.per_query.height == 0:
+            raise ValueError(f"run {label} ({run.out}): no per_query.parquet to compare")
+    pairs = _pairs(a, b, pipelines)
+    notes: list[str] = []
+    parts, tag_parts, pq_parts = [], [], []
+    for name_a, name_b in pairs:
+        left = a.per_query.filter(pl.col("pipeline") == name_a)
+        right = b.per_query.filter(pl.col("pipeline") == name_b)
+        shared = sorted(set(left["metric"].unique()) & set(right["metric"].unique()))
+        wanted = list(metrics) if metrics else shared
+        missing = [m for m in wanted if m not in shared]
+        if missing:
+            raise ValueError(f"metrics {missing} are not scored in both runs for {name_a}")
+        head = metric or main_metric_of(wanted)
+        for m in wanted:
+            qa = set(left.filter(pl.col("metric") == m)["qid"])
+            qb = set(right.filter(pl.col("metric") == m)["qid"])
+            if qa != qb:
+                notes.append(
+                    f"{m}: A:{name_a} scored {len(qa)} queries, B:{name_b} {len(qb)}; "
+                    f"compared on the {len(qa & qb)} scored in both"
+                )
+            if not qa & qb:
+                raise ValueError(f"{m}: the runs share no scored query for {name_a}")
+        tag_a, tag_b = f"A:{name_a}", f"B:{name_b}"
+        frame = pl.concat(
+            [
+                left.with_columns(pl.lit(tag_a).alias("pipeline")),
+                right.with_columns(pl.lit(tag_b).alias("pipeline")),
+            ]
+        ).filter(pl.col("metric").is_in(wanted))
+        comp = compare(
+            frame,
+            baseline=tag_a,
+            metrics=wanted,
+            tests=tests,
+            correction="none",
+            alpha=alpha,
+            seed=seed,
+            n_resamples=n_resamples,
+        )
+        parts.append(comp.with_columns(pl.lit(tag_a).alias("baseline")))
+        pq_parts.append(wins_losses(frame, tag_a, head))
+        tags = a.queries if a.queries.height else b.queries
+        if tags.height and "tags" in tags.columns:
+            tag_comp = compare_by_tag(
+                frame,
+                tags.select("qid", "tags"),
+                baseline=tag_a,
+                metric=head,
+                tests=tests,
+                correction="none",
+                alpha=alpha,
+                seed=seed,
+                n_resamples=n_resamples,
+            )
+            tag_parts.append(tag_comp.with_columns(pl.lit(tag_a).alias("baseline")))
+    comparison = _recorrect(pl.concat(parts), tests, correction, alpha)
+    tag_comparison = (
+        _recorrect(pl.concat(tag_parts), tests, correction, alpha) if tag_parts else pl.DataFrame()
+    )
+    if not tag_parts:
+        notes.append("no per-tag tests: neither run has queries.parquet")
+    per_query = pl.concat(pq_parts).sort(
+        pl.col("delta").abs(), "pipeline", "qid", descending=[True, False, False]
+    )
+    head = metric or main_metric_of(list(comparison["metric"].unique(maintain_order=True)))
+    return RunComparison(
+        pairs=pairs,
+        comparison=comparison,
+        tag_comparison=tag_comparison,
+        per_query=per_query,
+        metric=head,
+        notes=notes,
+    )
+
+
+def _recorrect(
+    frame: pl.DataFrame, tests: Sequence[str], correction: str, alpha: float
+) -> pl.DataFrame:
+    """Correct each test's raw p-values across all rows of ``frame``."""
+    out = frame.with_columns(
+        pl.Series(
+            f"p_{t}_adj",
+            correct_pvalues(frame.get_column(f"p_{t}").to_numpy(), correction),
+            dtype=pl.Float64,
+        )
+        for t in tests
+    )
+    first = list(tests)[0]
+    cols = ["baseline", *[c for c in out.columns if c != "baseline"]]
+    return out.with_columns(
+        significant=pl.col(f"p_{first}_adj").fill_nan(None).lt(alpha).fill_null(False)
+    ).select(cols)

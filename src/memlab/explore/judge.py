@@ -1,0 +1,139 @@
+"""The judging app's logic (``notebooks/judge.py``): a queue of pooled candidates, one at a
+time, with the query's scope and time and the memory's history; each grade is saved at once
+through :func:`memlab.judge.judgments.judge`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from memlab.datasets.format import QUERIES_FILE, Dataset, load_dataset
+from memlab.judge.judgments import judge, read_judgments
+from memlab.judge.pool import POOL_SCHEMA, read_pool, served_rankings
+from memlab.timeutil import to_iso
+
+RECORDING = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "recording"
+"""The small recording the app opens when no dataset is given."""
+
+
+def served_pool(dataset: str | os.PathLike[str]) -> pl.DataFrame:
+    """A judging queue of the recording's ``served`` lists alone (no runs needed)."""
+    served = served_rankings(dataset)
+    grouped = (
+        served.group_by("qid", "mem_id", maintain_order=True)
+        .agg(runs=pl.col("run").unique().sort(), best_rank=pl.col("rank").min())
+    )
+    return grouped.select(
+        "qid",
+        "mem_id",
+        position=pl.int_range(1, pl.len() + 1, dtype=pl.Int64),
+        runs="runs",
+        best_rank=pl.col("best_rank").cast(pl.Int64),
+    ).cast(POOL_SCHEMA)  # type: ignore[arg-type]
+
+
+@dataclass
+class JudgeSession:
+    """One judge working through a queue.
+
+    Args:
+        dataset: The dataset directory; judgments go to its ``judgments.jsonl``.
+        pool: The judging queue file (default: the recording's served lists).
+        judge: Who judges.
+    """
+
+    dataset: Path
+    pool: Path | None = None
+    judge: str = "judge"
+    skipped: set[tuple[str, str]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.dataset = Path(self.dataset)
+        self.data: Dataset = load_dataset(self.dataset)
+        self.queue = served_pool(self.dataset) if self.pool is None else read_pool(self.pool)
+        self.raw_queries: dict[str, dict[str, Any]] = {}
+        for raw in (self.dataset / QUERIES_FILE).read_text(encoding="utf-8").splitlines():
+            if raw.strip():
+                obj = json.loads(raw)
+                self.raw_queries[obj["qid"]] = obj
+
+    def done(self) -> set[tuple[str, str]]:
+        """(qid, mem_id) pairs this judge has judged (read from disk: survives a restart)."""
+        return {
+            (j.qid, j.mem_id)
+            for j in read_judgments(self.dataset)
+            if j.source == "human" and j.judge == self.judge
+        }
+
+    def remaining(self) -> pl.DataFrame:
+        """The queue without what this judge judged or skipped, in queue order."""
+        gone = self.done() | self.skipped
+        keys = [(q, m) for q, m in self.queue.select("qid", "mem_id").iter_rows()]
+        keep = [k not in gone for k in keys]
+        return self.queue.filter(pl.Series(keep, dtype=pl.Boolean))
+
+    def current(self) -> dict[str, Any] | None:
+        """The next candidate (``qid``, ``mem_id``, ``runs``, ``best_rank``), or ``None``."""
+        rest = self.remaining()
+        return None if rest.is_empty() else rest.row(0, named=True)
+
+    def progress(self) -> tuple[int, int]:
+        """(judged by this judge, queue length)."""
+        keys = set(self.queue.select("qid", "mem_id").iter_rows())
+        return len(self.done() & keys), self.queue.height
+
+    def query_view(self, qid: str) -> dict[str, Any]:
+        """The query's text, scope (client, projects), agent and time."""
+        q = self.raw_queries[qid]
+        return {
+            "qid": qid,
+            "text": q["text"],
+            "time": q["ts"],
+            "client": q.get("client_id") or "every client",
+            "projects": ", ".join(q.get("projects") or []) or "—",
+            "agent": q.get("agent") or "—",
+        }
+
+    def history(self, mem_id: str) -> pl.DataFrame:
+        """The memory's version chain: every store with its key and client, oldest first, with
+        who wrote it and when; the memory alone when it has no key."""
+        stores = {op.id: op for op in self.data.stores()}
+        if mem_id not in stores:
+            raise ValueError(f"memory {mem_id!r} is not in {self.dataset}")
+        op = stores[mem_id]
+        key = op.fields.get("key") or op.fields.get("subject")
+        chain = [
+            s for s in stores.values()
+            if s.id == mem_id
+            or (key is not None
+                and (s.fields.get("key") or s.fields.get("subject")) == key
+                and s.fields.get("client_id") == op.fields.get("client_id"))
+        ]
+        rows = [
+            (s.id, to_iso(s.ts), s.fields.get("source_agent"), s.type, s.text,
+             "this one" if s.id == mem_id else "")
+            for s in sorted(chain, key=lambda s: (s.ts, s.line))
+        ]
+        schema = ["mem_id", "written", "by", "type", "text", "judged"]
+        return pl.DataFrame(rows, schema=schema, orient="row")
+
+    def grade(self, grade: int, *, note: str | None = None) -> dict[str, Any] | None:
+        """Judge the current candidate (saved at once); returns it, or ``None`` when done."""
+        cur = self.current()
+        if cur is None:
+            return None
+        judge(self.dataset, cur["qid"], cur["mem_id"], grade, judge=self.judge, note=note)
+        return cur
+
+    def skip(self) -> dict[str, Any] | None:
+        """Leave the current candidate for later (this session only)."""
+        cur = self.current()
+        if cur is not None:
+            self.skipped.add((cur["qid"], cur["mem_id"]))
+        return cur

@@ -1,0 +1,1 @@
+"""Relevance judging of recordings: pooling runs, durable judgments, agreement between judges."""

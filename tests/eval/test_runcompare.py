@@ -1,0 +1,80 @@
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from memlab.cli import main
+from memlab.eval.experiment import ExperimentResult
+from memlab.eval.runcompare import compare_runs
+
+
+def fake_run(path: Path, values: dict[str, list[float]], qids=None) -> Path:
+    path.mkdir()
+    qids = qids or [f"q{i}" for i in range(len(next(iter(values.values()))))]
+    rows = [
+        {"pipeline": p, "qid": q, "metric": "R_all@10", "value": v}
+        for p, vs in values.items()
+        for q, v in zip(qids, vs, strict=True)
+    ]
+    pl.DataFrame(rows).write_parquet(path / "per_query.parquet")
+    pl.DataFrame(
+        {"qid": qids, "tags": [["even"] if i % 2 == 0 else ["odd"] for i in range(len(qids))]}
+    ).write_parquet(path / "queries.parquet")
+    metrics = {p: {"R_all@10": sum(vs) / len(vs)} for p, vs in values.items()}
+    import json
+
+    (path / "metrics.json").write_text(json.dumps(metrics))
+    (path / "manifest.json").write_text(json.dumps({"baseline": list(values)[0]}))
+    return path
+
+
+def test_pairs_pipelines_by_name_and_counts_wins_and_losses(tmp_path):
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 0, 1, 0, 0]})
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1, 1, 0, 0, 0]})
+    res = compare_runs(a, b, tests=("t",), n_resamples=100)
+    assert res.pairs == [("rrf", "rrf")]
+    row = res.comparison.row(0, named=True)
+    assert (row["baseline"], row["pipeline"], row["metric"]) == ("A:rrf", "B:rrf", "R_all@10")
+    assert (row["wins"], row["losses"], row["ties"]) == (2, 1, 3)
+    assert row["mean"] - row["baseline_mean"] == pytest.approx(3 / 6 - 2 / 6)
+    # per-query table: largest change first, ties last
+    assert res.per_query["outcome"].to_list()[:3] == ["win", "win", "loss"]
+    assert set(res.tag_comparison["tag"]) == {"even", "odd"}
+    assert res.notes == []
+
+
+def test_a_change_of_population_is_reported_not_silent(tmp_path):
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 1]}, qids=["q0", "q1", "q2"])
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1]}, qids=["q0", "q1"])
+    res = compare_runs(a, b, tests=("t",))
+    assert res.comparison["n"].to_list() == [2]
+    assert res.notes == [
+        "R_all@10: A:rrf scored 3 queries, B:rrf 2; compared on the 2 scored in both"
+    ]
+
+
+def test_without_shared_names_every_b_pipeline_meets_as_baseline(tmp_path):
+    a = fake_run(tmp_path / "a", {"bm25": [0, 1], "dense": [1, 1]})
+    b = fake_run(tmp_path / "b", {"new": [1, 1]})
+    res = compare_runs(a, b, tests=("t",))
+    assert res.pairs == [("bm25", "new")]
+    with pytest.raises(ValueError, match="not in both runs"):
+        compare_runs(a, b, pipelines=["dense"])
+
+
+def test_cli_compare_prints_tables_and_writes_csv(tmp_path, capsys):
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 0, 1]})
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1, 1, 0]})
+    assert main(["compare", str(a), str(b), "--tests", "t", "--out", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "| A:rrf | B:rrf | R_all@10 |" in out
+    assert pl.read_csv(tmp_path / "c" / "comparison.csv").height == 1
+    assert ExperimentResult.load(a).missing == [
+        "rankings.parquet", "comparison.parquet", "per_tag.parquet",
+        "comparison_by_tag.parquet", "timings.parquet", "qrels.parquet",
+    ]
+
+
+def test_cli_compare_of_a_missing_run_is_one_line(tmp_path, capsys):
+    assert main(["compare", str(tmp_path / "nope"), str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("memlab: error: ")

@@ -1,0 +1,32 @@
+import shutil
+
+from memlab.explore.judge import RECORDING, JudgeSession
+from memlab.judge.judgments import read_judgments
+
+
+def test_a_judge_works_through_the_served_queue_and_resumes(tmp_path):
+    ds = tmp_path / "rec"
+    shutil.copytree(RECORDING, ds)
+    s = JudgeSession(ds, judge="ann")
+    assert s.progress() == (0, 3 + 2 + 3 + 1 + 2 + 1)  # the served lists of r1..r6
+    first = s.current()
+    assert (first["qid"], first["mem_id"], first["runs"]) == ("r1", "m08", ["served"])
+    view = s.query_view("r1")
+    assert (view["client"], view["projects"], view["agent"]) == ("acme", "acme-web",
+                                                                 "claude-code")
+    hist = s.history("m08")  # m01 and m08 share the key acme-stack
+    assert hist.select("mem_id", "by", "judged").rows() == [
+        ("m01", "claude-code", ""), ("m08", "claude-code", "this one"),
+    ]
+    s.grade(2)
+    s.skip()  # m01 left for later
+    assert s.current()["mem_id"] == "m06"
+    s.grade(0)
+    # a new session (a crash, a restart) resumes after what is on disk; skips are forgotten
+    again = JudgeSession(ds, judge="ann")
+    assert again.progress() == (2, 12)
+    assert again.current()["mem_id"] == "m01"
+    assert [(j.mem_id, j.grade, j.judge) for j in read_judgments(ds)] == [
+        ("m08", 2, "ann"), ("m06", 0, "ann"),
+    ]
+    assert JudgeSession(ds, judge="bob").current()["mem_id"] == "m08"

@@ -1,0 +1,86 @@
+import json
+
+import pytest
+
+from memlab.judge.judgments import (
+    Judgment,
+    append_judgment,
+    judge,
+    qrels_from_judgments,
+    read_judgments,
+)
+
+
+def test_judgments_append_and_read_back(tmp_path):
+    judge(tmp_path, "q1", "m1", 2, judge="ann", now="2026-03-06T12:00:00Z", note="exact")
+    judge(tmp_path, "q1", "m2", 0, judge="ann", now="2026-03-06T12:01:00Z")
+    lines = (tmp_path / "judgments.jsonl").read_text().splitlines()
+    assert json.loads(lines[0]) == {
+        "qid": "q1", "mem_id": "m1", "grade": 2, "source": "human", "judge": "ann",
+        "ts": "2026-03-06T12:00:00.000Z", "note": "exact",
+    }
+    got = read_judgments(tmp_path)
+    assert [(j.mem_id, j.grade, j.line) for j in got] == [("m1", 2, 1), ("m2", 0, 2)]
+
+
+def test_a_torn_last_line_is_ignored_then_cut_before_the_next_append(tmp_path):
+    judge(tmp_path, "q1", "m1", 1, judge="ann", now="2026-03-06T12:00:00Z")
+    file = tmp_path / "judgments.jsonl"
+    with open(file, "ab") as fh:
+        fh.write(b'{"qid":"q1","mem_id":"m2","gra')  # a crash in the middle of a write
+    assert [j.mem_id for j in read_judgments(tmp_path)] == ["m1"]
+    judge(tmp_path, "q1", "m3", 2, judge="ann", now="2026-03-06T12:02:00Z")
+    assert [j.mem_id for j in read_judgments(tmp_path)] == ["m1", "m3"]
+    assert file.read_text().count("\n") == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"qid":"q","mem_id":"m","grade":3,"source":"human","judge":"a","ts":"2026-01-01T00:00:00Z"}',
+         "judgments.jsonl:2: field 'grade'"),
+        ('{"qid":"q","mem_id":"m","grade":1,"source":"llm","judge":"a","ts":"2026-01-01T00:00:00Z"}',
+         "judgments.jsonl:2: field 'source'"),
+        ('{"qid":"q","mem_id":"m","grade":1,"source":"human","judge":"a","ts":"yesterday"}',
+         "judgments.jsonl:2: field 'ts'"),
+        ('{"qid":"q","grade":1,"source":"human","judge":"a","ts":"2026-01-01T00:00:00Z"}',
+         "judgments.jsonl:2: field 'mem_id'"),
+        ("not json", "judgments.jsonl:2: not a JSON line"),
+    ],
+)
+def test_bad_lines_name_file_line_and_field(tmp_path, line, message):
+    judge(tmp_path, "q1", "m1", 1, judge="ann", now="2026-03-06T12:00:00Z")
+    with open(tmp_path / "judgments.jsonl", "a") as fh:
+        fh.write(line + "\n")
+    with pytest.raises(ValueError, match=message):
+        read_judgments(tmp_path)
+
+
+def test_qrels_keep_sources_apart_and_aggregate_judges():
+    ts = "2026-03-06T12:00:00.000Z"
+    js = [
+        Judgment("q1", "m1", 2, "human", "ann", ts),
+        Judgment("q1", "m1", 1, "human", "bob", ts),
+        Judgment("q1", "m1", 1, "human", "cy", ts),
+        Judgment("q1", "m2", 0, "human", "ann", ts),
+        Judgment("q1", "m2", 2, "human", "bob", ts),
+        Judgment("q1", "m2", 1, "human", "ann", ts),  # ann revises m2: 0 -> 1
+        Judgment("q1", "m3", 1, "agent", "claude-code", ts),
+    ]
+    human = qrels_from_judgments(js)
+    # m1: grades 2, 1, 1 -> majority 1; m2: ann 1, bob 2 -> tie, the lower grade
+    assert human.rows() == [("q1", "m1", 1), ("q1", "m2", 1)]
+    mean = qrels_from_judgments(js, aggregate="mean")
+    assert mean.rows() == [("q1", "m1", round((2 + 1 + 1) / 3)), ("q1", "m2", 2)]  # 1.5 up
+    assert qrels_from_judgments(js, source="agent").rows() == [("q1", "m3", 1)]
+    assert qrels_from_judgments(js, source="all", aggregate="max").height == 3
+    with pytest.raises(ValueError, match="unknown aggregation 'median'"):
+        qrels_from_judgments(js, aggregate="median")
+    with pytest.raises(ValueError, match="unknown qrels source"):
+        qrels_from_judgments(js, source="llm")
+
+
+def test_append_refuses_a_bad_judgment(tmp_path):
+    with pytest.raises(ValueError, match="field 'grade'"):
+        append_judgment(tmp_path, Judgment("q", "m", 5, "human", "a", "2026-01-01T00:00:00Z"))
+    assert not (tmp_path / "judgments.jsonl").exists()

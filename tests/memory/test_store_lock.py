@@ -1,0 +1,144 @@
+"""One writer process per store directory: a second writer waits for the lock, or gets a clear
+error naming the store; readers (``memlab store check``) take no lock."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from memlab.cli import main
+from memlab.memory.records import StoreLockedError
+from memlab.memory.store import MemoryStore
+
+T0 = 1_767_225_600.0
+ENV = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from memlab.memory.store import MemoryStore
+
+    store = MemoryStore(sys.argv[1], chroma=False)
+    store.store("held by the first process", source_agent="holder", now=1767225600.0)
+    print("READY", flush=True)
+    sys.stdin.readline()
+    store.close()
+    print("CLOSED", flush=True)
+    """
+)
+
+RELATER = textwrap.dedent(
+    """
+    import sys
+    from memlab.memory.store import MemoryStore
+
+    path, tag = sys.argv[1], sys.argv[2]
+    with MemoryStore(path, chroma=False, lock_timeout=120) as store:
+        for i in range(15):
+            store.relate(f"{tag}-src-{i}", "uses", f"{tag}-dst-{i}")
+    print("DONE", flush=True)
+    """
+)
+
+
+def start(tmp_path, source, *args):
+    script = tmp_path / f"script{abs(hash(source))}.py"
+    script.write_text(source)
+    return subprocess.Popen(
+        [sys.executable, str(script), *map(str, args)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV,
+    )
+
+
+def wait_for(proc, word, timeout=120):
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.strip() == word:
+            return
+    proc.kill()
+    pytest.fail(f"the child process never printed {word}")
+
+
+def test_second_writer_gets_a_clear_error_then_opens_once_the_first_closes(tmp_path, capsys):
+    path = tmp_path / "s"
+    holder = start(tmp_path, HOLDER, path)
+    try:
+        wait_for(holder, "READY")
+        with pytest.raises(StoreLockedError) as info:
+            MemoryStore(path, chroma=False, lock_timeout=0.2)
+        assert isinstance(info.value, ValueError)
+        assert str(info.value).startswith(f"{path}: the store is open for writing in another")
+        # a reader takes no lock
+        assert main(["store", "check", str(path)]) == 0
+        assert capsys.readouterr().out.strip() == "1 memories, 0 problem(s)"
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        wait_for(holder, "CLOSED")
+    finally:
+        holder.kill()
+        holder.wait()
+    with MemoryStore(path, chroma=False, lock_timeout=30) as store:
+        assert store.texts == ["held by the first process"]
+
+
+def test_second_writer_waits_for_the_lock(tmp_path):
+    path = tmp_path / "s"
+    holder = start(tmp_path, HOLDER, path)
+    try:
+        wait_for(holder, "READY")
+
+        def release_soon():
+            time.sleep(1.0)
+            assert holder.stdin is not None
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+
+        threading.Thread(target=release_soon, daemon=True).start()
+        start_t = time.monotonic()
+        with MemoryStore(path, chroma=False, lock_timeout=120) as store:
+            waited = time.monotonic() - start_t
+            store.store("second writer", source_agent="b", now=T0 + 1)
+        assert waited >= 0.9
+    finally:
+        holder.kill()
+        holder.wait()
+    with MemoryStore(path, chroma=False) as store:
+        assert store.texts == ["held by the first process", "second writer"]
+
+
+def test_two_processes_relating_at_once_keep_every_entity(tmp_path):
+    path = tmp_path / "s"
+    procs = [start(tmp_path, RELATER, path, tag) for tag in ("alpha", "beta")]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and out.strip() == "DONE"
+    with MemoryStore(path, chroma=False) as store:
+        names = sorted(store.graph.entity(i).name for i in range(store.graph.n_entities))
+        assert names == sorted(
+            f"{tag}-{end}-{i}" for tag in ("alpha", "beta") for end in ("src", "dst")
+            for i in range(15)
+        )
+        assert store.graph.n_edges == 30
+        for tag in ("alpha", "beta"):
+            a, b = store.graph.find(f"{tag}-src-3"), store.graph.find(f"{tag}-dst-3")
+            assert store.graph.strength(a, b, "uses") == 1.0
+
+
+def test_a_second_store_in_the_same_process_is_refused(tmp_path):
+    path = tmp_path / "s"
+    with MemoryStore(path, chroma=False):
+        with pytest.raises(StoreLockedError):
+            MemoryStore(path, chroma=False, lock_timeout=0)
+        with MemoryStore(path, read_only=True) as reader:
+            assert len(reader) == 0
+    with MemoryStore(path, chroma=False, lock_timeout=0):
+        pass
