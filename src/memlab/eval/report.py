@@ -227,6 +227,9 @@ def answer_lines(result: ExperimentResult) -> list[str]:
         else:
             lines.append(f"- {text[0].upper()}{text[1:]}.")
     lines.append(f"- Population: {protocol_line(man)}.")
+    return lines
+
+
 def judging_lines(manifest: dict[str, Any]) -> list[str]:
     """The report's "Judgments" section: coverage (judged@10), judges, agreement, warnings.
 
