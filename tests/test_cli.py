@@ -85,6 +85,14 @@ def test_store_consolidate_runs_one_cycle(tmp_path, capsys):
     assert main([*argv[:3], "--embedder", "hashing", "--now", "yesterday"]) == 2
 
 
+def test_error_messages_that_echo_input_are_scrubbed(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["eval", HANDMADE, "--pipelines", "bm25,password=hunter22", "--out", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memlab: error: ")
+    assert "hunter22" not in err
+
 # ---------------------------------------------------------------------- bad arguments
 def _bad_argument_cases(tmp: Path) -> list[list[str]]:
     foreign = tmp / "foreign"

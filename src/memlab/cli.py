@@ -621,6 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    from memlab.memory.scrub import scrub_message
     from memlab.stages.base import StageError
 
     parser = build_parser()
@@ -631,20 +632,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CLIError as exc:
-        print(f"memlab: error: {exc}", file=sys.stderr)
+        print(f"memlab: error: {scrub_message(exc)}", file=sys.stderr)
         return 2
     except (ValueError, TypeError, KeyError, OSError, OverflowError) as exc:
         problems = getattr(exc, "problems", None)
         if problems:
             for prob in problems:
-                print(str(prob), file=sys.stderr)
+                print(scrub_message(prob), file=sys.stderr)
             print(f"memlab: error: {len(problems)} problem(s) in the dataset", file=sys.stderr)
         else:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-            print(f"memlab: error: {msg}", file=sys.stderr)
+            print(f"memlab: error: {scrub_message(msg)}", file=sys.stderr)
         return 2
     except StageError as exc:
-        print(f"memlab: error: {exc}", file=sys.stderr)
+        print(f"memlab: error: {scrub_message(exc)}", file=sys.stderr)
         return 1
 
 

@@ -173,3 +173,22 @@ def test_command_line(
     assert replay.generate("p2", max_new_tokens=8) == "answer to p2 (8, 0.0, 0)"
     assert main(argv) == 0
     assert "0 new generation(s)" in capsys.readouterr().out
+
+
+def test_query_texts_are_scrubbed_in_the_recording_and_replayed(tmp_path: Path) -> None:
+    path = tmp_path / "rec.jsonl"
+    prompt = "what is the db? password=hunter22 please"
+    fake = FakeGenerator()
+    assert record_generations([prompt], fake, path) == 1
+    # The generator never saw the credential, the file never holds it.
+    assert fake.calls == ["what is the db? password=[REDACTED:password] please"]
+    raw = path.read_text()
+    assert "hunter22" not in raw
+    (rec,) = [json.loads(line) for line in raw.splitlines()]
+    assert rec["prompt"] == "what is the db? password=[REDACTED:password] please"
+    assert rec["text"] == (
+        "answer to what is the db? password=[REDACTED:password] please (128, 0.0, 0)"
+    )
+    # Replaying with the raw query finds the scrubbed recording.
+    replay = RecordedGenerator(path, model_id="fake")
+    assert replay.generate(prompt) == rec["text"]

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
-from memlab.memory.scrub import DEFAULT_PATTERNS, Scrubber, scrub
+from memlab.memory.scrub import (
+    DEFAULT_PATTERNS,
+    Scrubber,
+    scrub,
+    scrub_message,
+    scrub_text,
+    scrub_value,
+)
 
 # (raw text, secret that must vanish, expected scrubbed text)
 CASES = [
@@ -200,3 +210,166 @@ def test_bad_patterns_raise() -> None:
         Scrubber(patterns=(("x", r"abc"),)).scrub("abc")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"patterns\[0\]"):
         Scrubber(patterns=(("Bad Name", re.compile("abc")),)).scrub("abc")
+
+
+# ----------------------------------------------------------------------------- corpora
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "secrets"
+POSITIVES = [json.loads(line) for line in (CORPUS / "positives.jsonl").read_text().splitlines()]
+BENIGN = [json.loads(line) for line in (CORPUS / "benign.jsonl").read_text().splitlines()]
+
+
+def leaked_parts(out: str, secret: str) -> list[str]:
+    """Parts of ``secret`` (4+ characters, raw or percent-decoded) still present in ``out``."""
+    parts = [p for p in secret.replace("\\\n", " ").split() if len(p) >= 4]
+    return [p for p in parts + [unquote(p) for p in parts] if p in out]
+
+
+@pytest.mark.parametrize(
+    "row", POSITIVES, ids=[f"{i}-{r['kind']}" for i, r in enumerate(POSITIVES)]
+)
+def test_positive_corpus_is_scrubbed(row: dict) -> None:
+    out, n = scrub_text(row["text"])
+    assert leaked_parts(out, row["secret"]) == []
+    assert n >= 1
+    assert scrub_text(out) == (out, 0)
+
+
+@pytest.mark.parametrize("row", BENIGN, ids=[f"{i}-{r['kind']}" for i, r in enumerate(BENIGN)])
+def test_benign_corpus_survives(row: dict) -> None:
+    assert scrub_text(row["text"]) == (row["text"], 0)
+
+
+def test_own_rules_alone_cover_the_corpus() -> None:
+    """The detect-secrets plugins are a cross-check: the budget never opens a gap."""
+    own = Scrubber(plugins=())
+    missed = [r["kind"] for r in POSITIVES if leaked_parts(own.scrub(r["text"])[0], r["secret"])]
+    assert missed == []
+
+
+def test_detect_secrets_plugins_find_what_they_know() -> None:
+    # A 40-character quoted AWS secret next to "aws ... key": detect-secrets' AWSKeyDetector.
+    secret = "Zq3" + "x9Lm" * 9 + "W"
+    only_plugins = Scrubber(patterns=(), entropy=False)
+    out, n = only_plugins.scrub(f"aws_key = '{secret}'")
+    assert out == "aws_key = '[REDACTED:api_key]'"
+    assert n == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # multi-word passwords run to the end of the clause
+        (
+            "password: correct horse battery staple",
+            "password: [REDACTED:password]",
+        ),
+        (
+            "The passphrase is granite velvet tundra cobalt. Keep it.",
+            "The passphrase is [REDACTED:password]. Keep it.",
+        ),
+        (
+            "my wifi password is Summer2024 and the SSID is Home",
+            "my wifi password is [REDACTED:password] and the SSID is Home",
+        ),
+        # command lines
+        ("mysql -u root -pS3cretPass db", "mysql -u root -p[REDACTED:password] db"),
+        ("PGPASSWORD=Xy9pass psql -h db", "PGPASSWORD=[REDACTED:password] psql -h db"),
+        ("deploy --db-password=Zz9yy8 now", "deploy --db-password=[REDACTED:password] now"),
+        ("curl -u admin:pa55word https://x", "curl -u admin:[REDACTED:password] https://x"),
+        # a token split by a line break, and a URL-encoded one
+        (
+            "token ghp_" + "aB3dE5gH7jK9" + "\n" + "mN1pQ3sT5vW7yZ9bC1dE",
+            "token [REDACTED:api_key]",
+        ),
+        ("x?password%3DS3cr3tPass%21 end", "x?password%3D[REDACTED:password] end"),
+        # Azure SAS signature and a Slack webhook keep their URL
+        (
+            "https://a.blob.core.windows.net/c?sv=2022&sig=AbCdEf0123456789%2BxYz%3D",
+            "https://a.blob.core.windows.net/c?sv=2022&sig=[REDACTED:signature]",
+        ),
+        (
+            "https://hooks.slack.com/services/T0000AAAA/B0000BBBB/abcdEFGHijklMNOPqrstUVWX",
+            "https://hooks.slack.com/services/[REDACTED:webhook]",
+        ),
+        # PGP private key block without an END marker: redacted to the end
+        (
+            "key:\n-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQdGBF4abc\n",
+            "key:\n[REDACTED:private_key]",
+        ),
+    ],
+)
+def test_classes_from_the_issue(raw: str, expected: str) -> None:
+    out, _ = scrub_text(raw)
+    assert out == expected
+    assert scrub_text(out) == (out, 0)
+
+
+def test_scrub_value_walks_keys_lists_and_tuples() -> None:
+    value = {
+        "note": "token=abc123XYZ",
+        "nested": [{"password=hunter22": 1}, ("ok", "api_key=k99887766")],
+        "n": 3,
+        "flag": True,
+        "none": None,
+    }
+    out, n = scrub_value(value)
+    assert out == {
+        "note": "token=[REDACTED:token]",
+        "nested": [{"password=[REDACTED:password]": 1}, ("ok", "api_key=[REDACTED:api_key]")],
+        "n": 3,
+        "flag": True,
+        "none": None,
+    }
+    assert n == 3
+
+
+def test_scrub_value_depth_is_bounded() -> None:
+    deep: list = []
+    cur = deep
+    for _ in range(5):
+        nxt: list = []
+        cur.append(nxt)
+        cur = nxt
+    assert Scrubber(max_depth=6).scrub_value(deep) == (deep, 0)
+    with pytest.raises(ValueError, match="nests deeper than 3 levels"):
+        Scrubber(max_depth=3).scrub_value(deep, field="metadata")
+
+
+def test_scrub_message_scrubs_any_object() -> None:
+    assert scrub_message(ValueError("bad value 'password=hunter22'")) == (
+        "bad value 'password=[REDACTED:password]'"
+    )
+
+
+def test_bad_scrubber_parameters_raise() -> None:
+    with pytest.raises(ValueError, match="'window'"):
+        Scrubber(window=0).scrub("x")
+    with pytest.raises(ValueError, match="'plugin_budget'"):
+        Scrubber(plugin_budget=-1).scrub("x")
+    with pytest.raises(ValueError, match="no plugin 'Nope'"):
+        Scrubber(plugins=(("Nope", "x", "api_key"),)).scrub("x")
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "a",
+        "=",
+        "password ",
+        "password=x ",
+        "sk-",
+        "AKIA",
+        "ab\n",
+        "%41",
+        "mysql -u ",
+        "-----BEGIN ",
+    ],
+)
+def test_adversarial_inputs_finish_and_keep_their_shape(unit: str) -> None:
+    # Linear-time rules: a 200 kB pathological input is scanned (timing lives in
+    # bench/bench_scrub.py); the result must not depend on where the input is cut.
+    text = (unit * (200_000 // len(unit) + 1))[:200_000]
+    out, n = scrub_text(text)
+    assert scrub_text(out)[1] == 0
+    assert n <= len(text)

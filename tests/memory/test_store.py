@@ -327,3 +327,66 @@ def test_mask_known_names_removes_names_and_possessives(store):
     assert store.mask_known_names("What did Caroline do?", known_types=("client",)) == (
         "What did Caroline do?"
     )
+
+
+def test_every_stored_field_is_scrubbed(store):
+    res = store.store(
+        "deploy notes",
+        "fact",
+        source_agent="agent token=abc123XYZ",
+        key="db password=hunter22",
+        metadata={"note": "api_key=k99887766", "nested": [{"secret=zz9988aa": 1}]},
+        now=0,
+    )
+    rec = store.get(res.id)
+    assert rec.source_agent == "agent token=[REDACTED:token]"
+    assert rec.key == "db password=[REDACTED:password]"
+    assert rec.metadata == {
+        "note": "api_key=[REDACTED:api_key]",
+        "nested": [{"secret=[REDACTED:token]": 1}],
+    }
+    assert res.redactions == 4
+    status = store.store(
+        "status of the link",
+        "status",
+        subject="vpn password: Tr0ub4dor&3",
+        status_value="up, token=ab12cd34ef",
+        now=1,
+    )
+    rec = store.get(status.id)
+    assert rec.subject == "vpn password: [REDACTED:password]"
+    assert rec.status_value == "up, token=[REDACTED:token]"
+    payloads = " ".join(p for (p,) in store._db.execute("SELECT payload FROM memories"))
+    for secret in ("abc123XYZ", "hunter22", "k99887766", "zz9988aa", "Tr0ub4dor", "ab12cd34ef"):
+        assert secret not in payloads
+
+
+def test_reasons_relations_and_errors_are_scrubbed(store):
+    a = store.store("first version", "fact", key="k", now=0)
+    b = store.store("second memory", "event", now=0)
+    store.forget(b.id, "leaked password=hunter22", now=1)
+    assert store.get(b.id).forgotten_reason == "leaked password=[REDACTED:password]"
+    new = store.correct(a.id, "fixed version", "typo, token=ab12cd34ef", now=2)
+    assert store.get(new.id).metadata["correction_reason"] == "typo, token=[REDACTED:token]"
+    store.relate("svc password=hunter22", "uses", "PostgreSQL")
+    names = [store.graph.entity(i).name for i in range(store.graph.n_entities)]
+    assert "svc password=[REDACTED:password]" in names
+    assert not any("hunter22" in n for n in names)
+    with pytest.raises(MemoryInputError) as info:
+        store.store("x", "password=hunter22")
+    assert "hunter22" not in str(info.value)
+    assert "[REDACTED:password]" in str(info.value)
+    with pytest.raises(UnknownMemoryError) as info2:
+        store.get("token=ab12cd34ef")
+    assert "ab12cd34ef" not in str(info2.value)
+
+
+def test_metadata_nesting_is_bounded(store):
+    deep: dict = {}
+    cur = deep
+    for _ in range(40):
+        cur["x"] = {}
+        cur = cur["x"]
+    with pytest.raises(MemoryInputError, match="deeper than 32"):
+        store.store("deep", metadata=deep)
+    assert len(store) == 0

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from memlab.generate.base import Generator, generation_params, make_generator, prompt_hash
 from memlab.generate.recorded import scan_records
+from memlab.memory.scrub import scrub_text
 
 __all__ = ["main", "read_prompts", "record_generations"]
 
@@ -109,6 +110,9 @@ def record_generations(
         for i, prompt in enumerate(bar):
             if not isinstance(prompt, str):
                 raise TypeError(f"prompts[{i}] must be a string, got {type(prompt).__name__}")
+            # Query texts are written to the recording: credentials never reach the file (nor
+            # the generator). Replays scrub the prompt the same way before hashing it.
+            prompt = scrub_text(prompt)[0]
             key = prompt_hash(model, prompt, params)
             if (model, key) in done:
                 continue
@@ -128,7 +132,7 @@ def record_generations(
                 "params": params,
                 "prompt": prompt,
                 "prompt_hash": key,
-                "text": text,
+                "text": scrub_text(text)[0],
             }
             fh.write((json.dumps(line, sort_keys=True, ensure_ascii=False) + "\n").encode())
             fh.flush()

@@ -24,6 +24,7 @@ from memlab.generate.base import (
     prompt_hash,
     register_generator,
 )
+from memlab.memory.scrub import scrub_text
 
 __all__ = ["RecordedGenerator", "scan_records"]
 
@@ -189,6 +190,8 @@ class RecordedGenerator:
             max_new_tokens=max_new_tokens, temperature=temperature, seed=seed
         )
         index = self.load()
+        # Recordings hold scrubbed prompts, hashed after scrubbing (see record.py).
+        prompt = scrub_text(prompt)[0]
         key = prompt_hash(self.model_id, prompt, params)
         text = index.get((self.model_id, key))
         if text is not None:

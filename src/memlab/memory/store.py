@@ -71,7 +71,7 @@ from memlab.memory.records import (
     UnknownMemoryError,
     check_json_value,
 )
-from memlab.memory.scrub import Scrubber
+from memlab.memory.scrub import Scrubber, scrub_message
 from memlab.memory.vectors import ChromaIndex, ExactIndex
 from memlab.timeutil import coerce_ts
 
@@ -195,7 +195,9 @@ def _check_choice(value: Any, name: str, choices: Sequence[str], *, optional: bo
     if not isinstance(value, str):
         raise TypeError(f"field '{name}' must be a string, got {type(value).__name__}")
     if value not in choices:
-        raise MemoryInputError(f"field '{name}': {value!r} is not one of {', '.join(choices)}")
+        raise MemoryInputError(
+            scrub_message(f"field '{name}': {value!r} is not one of {', '.join(choices)}")
+        )
 
 
 def _check_time(value: Any, name: str) -> float:
@@ -488,14 +490,14 @@ class MemoryStore:
         try:
             return self._records[self._index[memory_id]]
         except KeyError:
-            raise UnknownMemoryError(f"unknown memory id {memory_id!r}") from None
+            raise UnknownMemoryError(scrub_message(f"unknown memory id {memory_id!r}")) from None
 
     def idx(self, memory_id: str) -> int:
         """Row index of ``memory_id``."""
         try:
             return self._index[memory_id]
         except KeyError:
-            raise UnknownMemoryError(f"unknown memory id {memory_id!r}") from None
+            raise UnknownMemoryError(scrub_message(f"unknown memory id {memory_id!r}")) from None
 
     def record_at(self, idx: int) -> MemoryRecord:
         """The record stored at row ``idx`` (``0 <= idx < len(store)``; no negative indexing)."""
@@ -641,10 +643,19 @@ class MemoryStore:
         if id is not None:
             _check_str(id, "id", optional=False)
             if id in self._index:
-                raise MemoryInputError(f"field 'id': {id!r} is already in the store")
+                raise MemoryInputError(scrub_message(f"field 'id': {id!r} is already in the store"))
         t_now = _check_time(now, "now")
         t_valid = None if valid_from is None else _check_time(valid_from, "valid_from")
         vector = None if embedding is None else self._check_vector(embedding, "embedding")
+        # Every stored string field is scrubbed, not only the text.
+        (source_agent, key, subject, status_value), n_fields = self.scrubber.scrub_value(
+            (source_agent, key, subject, status_value)
+        )
+        try:
+            metadata, n_meta = self.scrubber.scrub_value(metadata, field="metadata")
+        except ValueError as exc:
+            raise MemoryInputError(str(exc)) from None
+        redactions += n_fields + n_meta
         h = content_hash(scrubbed)
 
         existing = self._dedup.get((client_id, type, h))
@@ -875,6 +886,8 @@ class MemoryStore:
         _check_choice(relation, "relation", RELATION_TYPES, optional=False)
         _check_str(from_entity, "from", optional=False)
         _check_str(to_entity, "to", optional=False)
+        from_entity = self.scrubber.scrub(from_entity)[0]
+        to_entity = self.scrubber.scrub(to_entity)[0]
         _check_str(from_type, "from_type", optional=False)
         _check_str(to_type, "to_type", optional=False)
         if now is not None:
@@ -889,7 +902,7 @@ class MemoryStore:
         )
         if same:
             raise MemoryInputError(
-                f"relate: {from_entity!r} and {to_entity!r} name the same entity"
+                scrub_message(f"relate: {from_entity!r} and {to_entity!r} name the same entity")
             )
         with self._transaction():
             a = found_a if found_a is not None else self._entity_idx(ent_a)
@@ -998,6 +1011,7 @@ class MemoryStore:
         idx = self.idx(memory_id)
         rec = self._records[idx]
         _check_str(reason, "reason", optional=False)
+        reason = self.scrubber.scrub(reason)[0]
         if rec.type == "decision":
             raise DecisionImmutableError(
                 f"decision {memory_id} is immutable (an audit trail) and cannot be forgotten"
@@ -1087,6 +1101,7 @@ class MemoryStore:
         idx = self.idx(memory_id)
         old = self._records[idx]
         _check_str(reason, "reason", optional=False)
+        reason = self.scrubber.scrub(reason)[0]
         if old.type == "decision":
             raise DecisionImmutableError(
                 f"decision {memory_id} is immutable and cannot be corrected; "
