@@ -13,11 +13,14 @@ creation, not from the last access.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 import polars as pl
 
 from memlab.memory.decay import decay_score
-from memlab.stages.base import QueryContext, Stage, register_stage, rerank
+from memlab.stages.base import QueryContext, Stage, register_stage, rerank, score_columns
+from memlab.stages.constraints import Interval, Options, Real
 
 
 def _rows(frame: pl.DataFrame, ctx: QueryContext) -> np.ndarray:
@@ -62,6 +65,14 @@ class DecayScore(Stage):
 
     Output columns: ``lifecycle_factor`` (decay score × cold weight) and ``effective_score``.
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "lam": [Interval(Real, 0, None, closed="left")],
+        "base_score": [Interval(Real, 0, None, closed="left")],
+        "archive_threshold": [Interval(Real, 0, None, closed="left")],
+        "cold_weight": [Interval(Real, 0, 1, closed="both")],
+        "relevance": [Options(str, score_columns)],
+    }
 
     def __init__(
         self,

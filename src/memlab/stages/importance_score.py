@@ -14,12 +14,15 @@ Seed 001 names the four labels and the two scores but no constants; the defaults
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 import polars as pl
 
 from memlab.memory.decay import importance_score
 from memlab.memory.lifecycle import days_since
-from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.stages.base import QueryContext, Stage, register_stage, score_columns
+from memlab.stages.constraints import Interval, Options, Real
 from memlab.stages.decay_score import _empty, _finish, _relevance, _rows
 
 
@@ -37,6 +40,15 @@ class ImportanceScore(Stage):
         weight: How much the importance score weighs against relevance (0 = ignore it).
         relevance: Candidate column used as the relevance factor.
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **{
+            name: [Interval(Real, 0, 1, closed="both")]
+            for name in ("critical", "high", "medium", "low", "decay_per_day", "weight")
+        },
+        "use_gain": [Interval(Real, 0, None, closed="left")],
+        "relevance": [Options(str, score_columns)],
+    }
 
     def __init__(
         self,

@@ -14,11 +14,15 @@ scale of the fused score. Seed 004 gives no constants; the defaults are this mod
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 import polars as pl
 
 from memlab.memory.decay import recency
-from memlab.stages.base import QueryContext, Stage, register_stage
+from memlab.memory.records import MEMORY_TYPES
+from memlab.stages.base import QueryContext, Stage, register_stage, score_columns
+from memlab.stages.constraints import Interval, Options, Real, SequenceOf
 from memlab.stages.decay_score import _empty, _finish, _relevance, _rows
 
 
@@ -34,6 +38,13 @@ class RecencyBlend(Stage):
 
     Output columns: ``lifecycle_factor`` (the recency) and ``effective_score`` (the blend).
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "recency_weight": [Interval(Real, 0, 1, closed="both")],
+        "half_life_days": [Interval(Real, 0, None, closed="neither")],
+        "non_decaying_types": [SequenceOf(Options(str, MEMORY_TYPES))],
+        "relevance": [Options(str, score_columns)],
+    }
 
     def __init__(
         self,
