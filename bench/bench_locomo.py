@@ -41,8 +41,7 @@ def main() -> None:
             start = time.perf_counter()
             res = run_experiment(
                 ds, [pipeline], embedder=embedder, progress=False, write_report=False,
-                expire=False, touch_k=0,
-            )
+            )  # the import's dataset.toml declares expire = false, touch_k = 0
             print(f"{label} evaluation of {pipeline}: {time.perf_counter() - start:.1f} s wall")
         print(res.metrics[pipeline])
 

@@ -335,8 +335,7 @@ def _(mo, pipeline_pick, run, rx, session):
         drill_dataset,
         rx.embedder_from_id(run.manifest.get("embedder"), fast=session.fast_mode()),
         generator=_generator,
-        **{k: v for k, v in run.manifest.get("replay", {}).items()
-           if k in ("ttl_days", "expire", "touch_k", "depth")},
+        config=rx.replay_config_of(run.manifest, drill_dataset),
     )
     n_fitted = rx.fit_like_run(run, drill_pipeline, drill_replayer)
     return drill_pipeline, drill_replayer, n_fitted

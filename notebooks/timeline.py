@@ -219,5 +219,25 @@ def _(data, mo, records, tl):
     return
 
 
+@app.cell
+def _(client_pick, data, mo, tl):
+    _cycles = tl.consolidation_log(data, client_pick.value)
+    mo.vstack(
+        [
+            mo.md(
+                f"## Consolidation and conflicts ({_cycles.height})\nWhat each consolidation "
+                "cycle of the replay did to this client's memories (expired, merged, flagged, "
+                "archived; strengthened entity edges), and contradictions the conflict policy "
+                "resolved when they were written. Empty unless the replay configuration runs "
+                "cycles (`[replay.consolidation] interval_hours`) or a `conflict_policy`."
+            ),
+            mo.ui.table(tl.with_datetimes(_cycles, "at"), selection=None, page_size=8)
+            if _cycles.height
+            else mo.md("_Nothing logged._"),
+        ]
+    )
+    return
+
+
 if __name__ == "__main__":
     app.run()

@@ -255,3 +255,23 @@ def test_default_pipelines_keep_full_when_generations_are_recorded(
     assert main(["eval", shipped, "--embedder", "hashing", "--out", str(tmp_path / "r")]) == 0
     assert "note" not in capsys.readouterr().err
     assert seen["names"][-1] == "full"
+
+
+def test_replay_defaults_come_from_the_dataset_and_flags_override(tmp_path, capsys):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(HANDMADE, data)
+    toml = data / "dataset.toml"
+    toml.write_text(toml.read_text() + "\n[replay]\ntouch_k = 0\nexpire = false\n")
+    out = tmp_path / "run"
+    assert main(["eval", str(data), "--pipelines", "bm25", "--embedder", "hashing",
+                 "--no-cache", "--quiet", "--out", str(out), "--touch-k", "3"]) == 0
+    assert "replay: ttl_days=30 expire=False touch_k=3" in capsys.readouterr().out
+    replay = json.loads((out / "manifest.json").read_text())["replay"]
+    assert (replay["expire"], replay["touch_k"]) == (False, 3)
+    assert replay["source"] == {"expire": "dataset", "touch_k": "override"}
+    toml.write_text(toml.read_text().replace("touch_k = 0", "touch_k = -1"))
+    assert main(["eval", str(data), "--embedder", "hashing", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "dataset.toml" in err and "touch_k" in err and "Traceback" not in err

@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from memlab.eval.experiment import run_experiment
+from memlab.eval.replay import ReplayConfig
 from memlab.pipeline import Pipeline, load_pipeline
 
 VARIANTS: dict[str, dict[str, object]] = {
@@ -54,8 +55,7 @@ def main() -> None:
         variants(),
         baseline="conversational",
         metrics=["R_all@10", "MRR"],
-        expire=False,
-        touch_k=0,
+        replay=ReplayConfig(expire=False, touch_k=0),  # also the import's declared defaults
         out=out,
         progress=False,
     )

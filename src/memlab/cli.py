@@ -133,6 +133,31 @@ def _load_dataset(path: str) -> Any:
     return load_dataset(p)
 
 
+def _replay_config(args: argparse.Namespace, dataset: Any) -> Any:
+    """The dataset's ``[replay]`` defaults with the flags that were given."""
+    from memlab.eval.replay import ReplayConfig
+
+    expire = None if args.expire is None else args.expire
+    return ReplayConfig.from_dataset(
+        dataset,
+        ttl_days=args.ttl_days,
+        expire=expire,
+        touch_k=args.touch_k,
+        depth=getattr(args, "depth", None),
+        consolidation__interval_hours=args.consolidation_hours,
+        conflict_policy=args.conflict_policy,
+    )
+
+
+def _print_replay(config: Any) -> None:
+    c = config.consolidation
+    cons = f"every {c.interval_hours:g} h" if c.enabled else "off"
+    print(
+        f"replay: ttl_days={config.ttl_days:g} expire={config.expire} touch_k={config.touch_k} "
+        f"consolidation={cons} conflict_policy={config.conflict_policy}"
+    )
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from memlab.eval.experiment import (
         DEFAULT_PIPELINES,
@@ -155,6 +180,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     pipes = [load_pipeline(p) for p in (chosen or DEFAULT_PIPELINES)]
     if chosen is None and args.generator is None:
         pipes = _without_unrecorded_generations(pipes, ds)
+    config = _replay_config(args, ds)
+    _print_replay(config)
     result = run_experiment(
         ds,
         pipes,
@@ -167,9 +194,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         qrels_source=args.qrels_source,
         aggregate=args.aggregate,
         progress=False if args.quiet else None,
-        ttl_days=args.ttl_days,
-        expire=not args.no_expire,
-        touch_k=args.touch_k,
+        replay=config,
         executor=_executor(args),
         tests=_split(args.tests) or ("t", "wilcoxon", "permutation"),
         correction=args.correction,
@@ -179,7 +204,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.exclude_tags is None
         else (_split(args.exclude_tags, "--exclude-tags") if args.exclude_tags.strip() else []),
         test_fraction=args.test_fraction,
-        depth=args.depth,
     )
     _print_metrics(result.metrics)
     print(f"wrote {result.out}")
@@ -230,6 +254,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = args.out or f"reports/sweep-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     check_output_dir(out, what="--out")
     ds = _load_dataset(args.dataset)
+    config = _replay_config(args, ds)
+    _print_replay(config)
     res = run_sweep(
         ds,
         args.pipeline,
@@ -241,9 +267,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         generator=_generator(args.generator, ds),
         out=out,
         progress=False if args.quiet else None,
-        ttl_days=args.ttl_days,
-        expire=not args.no_expire,
-        touch_k=args.touch_k,
+        replay=config,
         repeats=args.repeats,
         executor=_executor(args),
     )
@@ -293,6 +317,14 @@ def cmd_datasets_generate(args: argparse.Namespace) -> int:
     from memlab.datasets.generate import generate_dataset
 
     ds = generate_dataset(args.seed, Path(args.out))
+    print(f"wrote {args.out}: {len(ds.ops)} operations, {len(ds.queries)} queries")
+    return 0
+
+
+def cmd_datasets_generate_lifecycle(args: argparse.Namespace) -> int:
+    from memlab.datasets.lifecycle import generate_lifecycle_dataset
+
+    ds = generate_lifecycle_dataset(args.seed, Path(args.out))
     print(f"wrote {args.out}: {len(ds.ops)} operations, {len(ds.queries)} queries")
     return 0
 
@@ -432,12 +464,36 @@ def build_parser() -> argparse.ArgumentParser:
             help="generator for HyDE: recorded (default when needed), smollm2, openai",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bars")
-        p.add_argument("--ttl-days", type=_days, default=30.0, help="event TTL in the replay")
         p.add_argument(
-            "--no-expire", action="store_true", help="no event TTL expiry during the replay"
+            "--ttl-days",
+            type=_days,
+            default=None,
+            help="event TTL in the replay (default: the dataset's, else 30)",
         )
         p.add_argument(
-            "--touch-k", type=_count, default=10, help="hits per query counted as accesses"
+            "--expire",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="event TTL expiry during the replay (default: the dataset's, else on)",
+        )
+        p.add_argument(
+            "--touch-k",
+            type=_count,
+            default=None,
+            help="hits per query counted as accesses (default: the dataset's, else 10)",
+        )
+        p.add_argument(
+            "--consolidation-hours",
+            type=_days,
+            default=None,
+            help="run a consolidation cycle every N simulated hours (0: none; default: the "
+            "dataset's, else none)",
+        )
+        p.add_argument(
+            "--conflict-policy",
+            default=None,
+            help="resolve contradicting writes with this policy (supersede, merge, reject, "
+            "keep_both, recency_weight, confidence_weight, clarify, review, authority, flag)",
         )
 
     p = sub.add_parser("eval", help="compare pipelines on a dataset")
@@ -472,7 +528,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="share of queries held out when a pipeline has a learned stage (default: 0.5)",
     )
     p.add_argument(
-        "--depth", type=nonnegative_int, default=100, help="candidates kept per query"
+        "--depth",
+        type=nonnegative_int,
+        default=None,
+        help="candidates kept per query (default: the dataset's, else 100)",
     )
     p.add_argument(
         "--qrels-source",
@@ -523,6 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_count, required=True)
     p.add_argument("out")
     p.set_defaults(func=cmd_datasets_generate)
+    p = ds.add_parser(
+        "generate-lifecycle", help="generate the agent-lifecycle dataset (conflicts, merges)"
+    )
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("out")
+    p.set_defaults(func=cmd_datasets_generate_lifecycle)
     p = ds.add_parser("import-locomo", help="import LoCoMo (read by path)")
     p.add_argument("src")
     p.add_argument("out")

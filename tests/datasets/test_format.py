@@ -111,8 +111,17 @@ def test_dumps_meta_order_and_escaping() -> None:
         "alpha": "é",
         "zeta": [1, 2.5, True],
     }
-    with pytest.raises(TypeError, match="dataset.toml: field 'nested'"):
-        dumps_meta({"nested": {"a": 1}})
+    with pytest.raises(TypeError, match="dataset.toml: field 'nested.a'"):
+        dumps_meta({"nested": {"a": {1, 2}}})
+
+
+def test_dumps_meta_writes_tables_last() -> None:
+    meta = {"name": "n", "replay": {"touch_k": 0, "consolidation": {"interval_hours": 6.0}}}
+    text = dumps_meta(meta)
+    assert text == (
+        'name = "n"\n\n[replay]\ntouch_k = 0\n\n[replay.consolidation]\ninterval_hours = 6.0\n'
+    )
+    assert tomllib.loads(text) == meta
 
 
 def test_load_handmade() -> None:

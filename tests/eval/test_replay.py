@@ -4,7 +4,7 @@ import pytest
 
 from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.embed import HashingEmbedder
-from memlab.eval.replay import Replayer, cacheable_prefix, qrels_frame
+from memlab.eval.replay import ReplayConfig, Replayer, cacheable_prefix, qrels_frame
 from memlab.pipeline import Pipeline
 from memlab.stages.base import Stage, candidates_from_rows
 
@@ -28,7 +28,8 @@ def dataset(ops, queries):
 
 
 def run(ds, **kw):
-    rep = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False, **kw)
+    config = ReplayConfig(**kw)
+    rep = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False, config=config)
     res = rep.run(Pipeline([("all", AllVisible())], name="all"))
     return res, rep
 
@@ -85,11 +86,11 @@ def test_ttl_expiry_and_access_feedback():
             Query(0, "late", T0 + 40 * DAY, "anything"),
         ],
     )
-    res, rep = run(ds)
+    res, _ = run(ds)
     # e1 was returned (touched) by the early scoped query, so it survives the TTL; e2 expires.
     assert top(res, "early") == ["e1"]
     assert top(res, "late") == ["e1"]
-    assert rep.last_store_.get("e2").expired_at == T0 + 40 * DAY
+    assert res.store.get("e2").expired_at == T0 + 40 * DAY
     res, _ = run(ds, touch_k=0)
     assert top(res, "late") == []
 
@@ -104,11 +105,11 @@ def test_duplicates_map_onto_the_first_record_and_forget_hides():
         ],
         [Query(0, "q", T0 + 4, "deploys", relevant={"b": 1})],
     )
-    res, rep = run(ds)
+    res, _ = run(ds)
     assert res.id_map == {"a": "a", "b": "a", "c": "c"}
     assert top(res, "q") == ["a"]
     assert qrels_frame(ds, res.id_map).to_dicts() == [{"qid": "q", "mem_id": "a", "relevance": 1}]
-    assert rep.last_store_.get("a").observed_by == ["x", "y"]
+    assert res.store.get("a").observed_by == ["x", "y"]
 
 
 def test_cacheable_prefix_is_shared_between_pipelines():
@@ -138,12 +139,12 @@ def test_a_bad_operation_names_its_line():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"ttl_days": -1}, r"replay: parameter 'ttl_days' must be a float in \[0, inf\); got -1"),
-        ({"ttl_days": float("nan")}, "parameter 'ttl_days'"),
-        ({"touch_k": -1}, r"parameter 'touch_k' must be an int in \[0, inf\); got -1"),
-        ({"depth": 0}, r"parameter 'depth' must be an int in \[1, inf\); got 0"),
+        ({"ttl_days": -1}, r"field 'ttl_days' must be at least 0.0, got -1"),
+        ({"ttl_days": float("nan")}, "field 'ttl_days' must be finite"),
+        ({"touch_k": -1}, r"field 'touch_k' must be at least 0, got -1"),
+        ({"depth": 0}, r"field 'depth' must be at least 1, got 0"),
     ],
 )
 def test_replay_refuses_bad_settings(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
-        Replayer(Dataset(None, {}, [], []), embedder=None, **kwargs)
+        Replayer(Dataset(None, {}, [], []), embedder=None, config=ReplayConfig(**kwargs))

@@ -195,3 +195,37 @@ def test_charts_encode_the_expected_fields(data):
     ]
     assert tl.chains_chart(tl.supersession_chains(recs)).to_dict()["layer"][0]["mark"][
         "type"] == "line"
+
+
+def test_consolidation_log_lists_what_cycles_and_policies_did():
+    from memlab.datasets.format import Dataset, MemoryOp, Query
+    from memlab.eval.replay import ConsolidationConfig, ReplayConfig
+    from memlab.pipeline import Pipeline
+    from memlab.stages.dense import Dense
+
+    t0 = 1_767_225_600.0
+    ops = [
+        MemoryOp.store("a", t0 + 3600, "Acme checkout supports guest orders", "fact",
+                       client_id="c", authority="human"),
+        MemoryOp.store("b", t0 + 7200, "Acme checkout does not support guest orders", "fact",
+                       client_id="c", authority="inferred"),
+        MemoryOp.store("e", t0 + 7200, "Ran the weekly report", "event", client_id="c",
+                       importance="low"),
+    ]
+    ds = Dataset(None, {"name": "t"}, ops, [
+        Query(0, "q", t0 + 12 * 86_400.0, "weekly report", client_id="c")
+    ])
+    cfg = ReplayConfig(
+        consolidation=ConsolidationConfig(interval_hours=24.0, merge="none"),
+        conflict_policy="authority",
+        conflict_threshold=0.0,
+        ttl_days=10.0,
+    )
+    rep = session.make_replayer(ds, HashingEmbedder(dim=32), config=cfg)
+    data = tl.replay_timeline(rep, Pipeline([("dense", Dense())], name="d"))
+    log = tl.consolidation_log(data, "c")
+    assert log.select("source", "action", "ids").rows() == [
+        ("conflict", "authority:rejected", "b vs a (winner a)"),
+        ("consolidation", "expired", "e"),
+    ]
+    assert log["at"].to_list() == [t0 + 7200, t0 + 11 * 86_400.0]

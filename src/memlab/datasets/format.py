@@ -3,13 +3,17 @@
 A dataset is a directory holding three files:
 
 ``dataset.toml``
-    ``name``, ``version``, ``description``, ``license``, ``source`` (strings; more keys allowed).
+    ``name``, ``version``, ``description``, ``license``, ``source`` (strings; more keys allowed)
+    and an optional ``[replay]`` table: the dataset's replay defaults (``ttl_days``, ``expire``,
+    ``touch_k``, ``depth``, ``conflict_policy`` …, and ``[replay.consolidation]``), which every
+    command uses unless told otherwise (:class:`memlab.eval.replay.ReplayConfig`).
 ``memories.jsonl``
     The write log in time order, one operation per line. A *store* line has ``id`` (unique),
     ``ts`` (ISO 8601 UTC), ``text``, ``type`` (event|fact|decision|status) and any payload field
     of the reference memory model (seed 000): ``source_agent``, ``client_id``, ``key``,
     ``subject``, ``status_value``, ``importance``, ``category``, ``knowledge_category``,
-    ``valid_from``, ``metadata``, ``confidence`` (in [0, 1]) and ``scope`` (the namespace inside
+    ``valid_from``, ``metadata``, ``confidence`` (in [0, 1]), ``authority`` (seed 003 §6.4: human, verified_agent,
+    unverified_agent or inferred) and ``scope`` (the namespace inside
     the client: ``team`` (default), ``agent:{name}`` or ``project:{name}``). ``op`` is
     ``"store"`` by default; ``"forget"`` lines carry ``target`` and ``reason``; ``"relate"``
     lines carry ``from``, ``relation`` and ``to`` (entity names; relation one of the typed
@@ -85,6 +89,7 @@ PAYLOAD_FIELDS: tuple[str, ...] = (
     "metadata",
     "confidence",
     "scope",
+    "authority",
 )
 #: Relations a ``relate`` line may name (co-occurrence is derived, never written).
 WRITABLE_RELATIONS: tuple[str, ...] = tuple(r for r in RELATION_TYPES if r != "co_occurrence")
@@ -341,13 +346,32 @@ def _toml_value(value: Any, key: str) -> str:
     raise TypeError(f"{META_FILE}: field '{key}': cannot write {type(value).__name__} as TOML")
 
 
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _toml_table(prefix: str, table: Mapping[str, Any]) -> list[str]:
+    """``[prefix]`` with its scalar keys sorted, then its sub-tables (nested ``[a.b]``)."""
+    lines = ["", f"[{prefix}]"]
+    for key in sorted(k for k in table if not isinstance(table[k], Mapping)):
+        lines.append(f"{_toml_key(key)} = {_toml_value(table[key], f'{prefix}.{key}')}")
+    for key in sorted(k for k in table if isinstance(table[k], Mapping)):
+        lines += _toml_table(f"{prefix}.{_toml_key(key)}", table[key])
+    return lines
+
+
 def dumps_meta(meta: Mapping[str, Any]) -> str:
-    """Render ``dataset.toml``: the five standard keys first, then the rest sorted."""
-    order = [k for k in META_KEYS if k in meta] + sorted(k for k in meta if k not in META_KEYS)
+    """Render ``dataset.toml``: the five standard keys first, then the rest sorted, then the
+    tables (such as ``[replay]``, the dataset's replay defaults) sorted by name."""
+    scalars = [k for k in meta if not isinstance(meta[k], Mapping)]
+    order = [k for k in META_KEYS if k in scalars] + sorted(
+        k for k in scalars if k not in META_KEYS
+    )
     lines = []
     for key in order:
-        name = key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
-        lines.append(f"{name} = {_toml_value(meta[key], key)}")
+        lines.append(f"{_toml_key(key)} = {_toml_value(meta[key], key)}")
+    for key in sorted(k for k in meta if isinstance(meta[k], Mapping)):
+        lines += _toml_table(_toml_key(key), meta[key])
     return "\n".join(lines) + "\n"
 
 

@@ -330,6 +330,9 @@ class LocomoImporter:
                 "Maharana et al., 'Evaluating Very Long-Term Conversational Memory of LLM "
                 "Agents', ACL 2024, https://github.com/snap-research/locomo"
             ),
+            # Turns are events: under the 30-day TTL they would expire between sessions, and
+            # one conversation's questions must not change what the next one finds.
+            "replay": {"expire": False, "touch_k": 0},
         }
         stores.sort(key=lambda item: (item[0], item[1]))
         queries.sort(key=lambda item: (item[0], item[1]))

@@ -39,6 +39,7 @@ from memlab.datasets.format import (
     Query,
 )
 from memlab.memory.records import (
+    AUTHORITY_LEVELS,
     CATEGORIES,
     IMPORTANCE_LEVELS,
     KNOWLEDGE_CATEGORIES,
@@ -53,6 +54,7 @@ _ENUM_FIELDS: dict[str, tuple[str, ...]] = {
     "importance": IMPORTANCE_LEVELS,
     "category": CATEGORIES,
     "knowledge_category": KNOWLEDGE_CATEGORIES,
+    "authority": AUTHORITY_LEVELS,
 }
 _STRING_FIELDS = ("source_agent", "client_id", "key", "subject", "status_value")
 _COMMON_KEYS = ("op", "id", "ts")
@@ -344,6 +346,15 @@ def _check_meta(path: Path, result: ReadResult) -> None:
             )
         elif not meta[key].strip():
             problems.append(Problem(META_FILE, line, key, "must not be empty"))
+    if "replay" in meta:
+        from memlab.eval.replay import ReplayConfig
+
+        at = text.find("[replay")
+        line = text.count("\n", 0, at) + 1 if at >= 0 else _toml_line(text, "replay")
+        try:
+            ReplayConfig.from_mapping(meta["replay"], where="[replay]")
+        except (TypeError, ValueError) as exc:
+            problems.append(Problem(META_FILE, line, "replay", str(exc)))
     result.problems += problems
     result.meta = meta
 

@@ -44,7 +44,7 @@ def apply_op(
     id_map: dict[str, str],
     *,
     embedding: Any | None = None,
-) -> None:
+) -> Any | None:
     """Apply one operation of the write log to ``store``.
 
     Args:
@@ -55,9 +55,13 @@ def apply_op(
         embedding: Vector of the scrubbed text of a store (``None``: the store's embedder, if
             any).
 
+    Returns:
+        The store's write result of a store or correct operation (``None`` for the others).
+
     Raises:
         ValueError: ``memories.jsonl:LINE: <what the store refused>``.
     """
+    res = None
     try:
         if op.op == "store":
             res = store.store(
@@ -90,6 +94,7 @@ def apply_op(
             raise ValueError(f"unknown op {op.op!r}")
     except INPUT_ERRORS as exc:
         raise ValueError(f"{MEMORIES_FILE}:{op.line}: {_message(exc)}") from None
+    return res
 
 
 class _NoEntities:

@@ -49,10 +49,16 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
-from memlab.eval.executor import Executor, make_executor
+from memlab.eval.executor import Executor, SerialExecutor, make_executor
 from memlab.eval.metrics import aggregate as aggregate_metrics
 from memlab.eval.metrics import evaluate, main_metric_of, parse_metric
-from memlab.eval.replay import Replayer, ReplayResult, qrels_frame, queries_frame
+from memlab.eval.replay import (
+    ReplayConfig,
+    Replayer,
+    ReplayResult,
+    qrels_frame,
+    queries_frame,
+)
 from memlab.eval.stats import (
     available_corrections,
     available_tests,
@@ -289,10 +295,10 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
         collect = _Collector()
         result = replayer.run(prefix, queries=train, on_query=collect)
         relevant = {
-            q.qid: {result.id_map.get(m, m) for m in q.relevant} for q in train if q.relevant
+            q.qid: {result.resolve(m, q.ts) for m in q.relevant} for q in train if q.relevant
         }
         stage.fit(
-            replayer.last_store_,
+            result.store,
             queries=collect.contexts,
             relevant=relevant,
             embedder=replayer.embedder,
@@ -300,14 +306,36 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
         )
 
 
-def memories_frame(replayer: Replayer) -> pl.DataFrame:
-    """``mem_id, client_id, scope, content_hash, text, tokens`` of the memories of the last
-    replay."""
-    recs = replayer.last_store_.records_frame().select(
+def memories_frame(replay: ReplayResult) -> pl.DataFrame:
+    """``mem_id, client_id, scope, content_hash, text, tokens, contradicts`` of a replay's
+    store.
+
+    ``contradicts`` lists the store ids a memory contradicts by the dataset's labels (a store
+    line's ``metadata.contradicts``: a dataset id or a list of them), in both directions.
+    """
+    store = replay.store
+    if store is None:
+        raise ValueError("the replay result carries no store")
+    recs = store.records_frame().select(
         pl.col("id").alias("mem_id"), "client_id", "scope", "content_hash", "text"
     )
+    pairs: dict[str, set[str]] = {}
+    for rec in (store.record_at(i) for i in range(len(store))):
+        labelled = rec.metadata.get("contradicts")
+        if labelled is None:
+            continue
+        for other in [labelled] if isinstance(labelled, str) else list(labelled):
+            sid = replay.id_map.get(str(other), str(other))
+            if sid != rec.id:
+                pairs.setdefault(rec.id, set()).add(sid)
+                pairs.setdefault(sid, set()).add(rec.id)
     return recs.with_columns(
-        pl.col("text").map_elements(count_tokens, return_dtype=pl.Int64).alias("tokens")
+        pl.col("text").map_elements(count_tokens, return_dtype=pl.Int64).alias("tokens"),
+        pl.Series(
+            "contradicts",
+            [sorted(pairs.get(m, ())) for m in recs["mem_id"]],
+            dtype=pl.List(pl.String),
+        ),
     )
 
 
@@ -378,24 +406,28 @@ def dataset_qrels(
 
 def score_rankings(
     dataset: Dataset,
-    rankings: pl.DataFrame,
-    id_map: dict[str, str],
-    memories: pl.DataFrame,
+    replay: ReplayResult,
     metrics: Sequence[str],
     *,
+    memories: pl.DataFrame | None = None,
     exclude_tags: Sequence[str] = (),
     qids: set[str] | None = None,
     qrels_source: str = "human",
     aggregate: str = "majority",
 ) -> pl.DataFrame:
-    """Per-query metrics (``qid, metric, value``) of one pipeline's rankings.
+    """Per-query metrics (``qid, metric, value``) of one pipeline's replay.
 
     Relevance judgements (:func:`dataset_qrels`: inline grades and ``judgments.jsonl`` of
-    ``qrels_source``, aggregated with ``aggregate``) are mapped through ``id_map`` (dedup);
-    queries carrying one of ``exclude_tags`` get no relevance metric; ``qids`` restricts the
-    evaluation (held-out split).
+    ``qrels_source``, aggregated with ``aggregate``) are mapped through the replay's ``id_map``
+    (dedup) and merges; queries carrying one of ``exclude_tags`` get no relevance metric;
+    ``qids`` restricts the evaluation (held-out split). ``memories`` defaults to
+    :func:`memories_frame` of the replay.
     """
-    queries = queries_frame(dataset, id_map)
+    rankings = replay.rankings
+    id_map = replay.id_map
+    queries = queries_frame(dataset, id_map, replay)
+    if memories is None:
+        memories = memories_frame(replay)
     if qids is not None:
         queries = queries.filter(pl.col("qid").is_in(qids))
         rankings = rankings.filter(pl.col("qid").is_in(qids))
@@ -407,6 +439,15 @@ def score_rankings(
         qrels_source=qrels_source,
         aggregate=aggregate,
     )
+    if replay.merges and qrels.height:
+        at = {q.qid: q.ts for q in dataset.queries}
+        merged = [replay.resolve(m, at[q]) for q, m in zip(qrels["qid"], qrels["mem_id"],
+                                                           strict=True)]
+        qrels = (
+            qrels.with_columns(pl.Series("mem_id", merged, dtype=pl.String))
+            .group_by("qid", "mem_id", maintain_order=True)
+            .agg(pl.col("relevance").max())
+        )
     return evaluate(
         rankings.select("qid", "rank", "mem_id", "score"),
         qrels,
@@ -475,10 +516,7 @@ def run_experiment(
     n_resamples: int = 10_000,
     exclude_tags: Sequence[str] = ("adversarial",),
     test_fraction: float = 0.5,
-    ttl_days: float = 30.0,
-    expire: bool = True,
-    touch_k: int = 10,
-    depth: int = 100,
+    replay: ReplayConfig | None = None,
     progress: bool | None = None,
     write_report: bool = True,
     executor: str | Executor = "serial",
@@ -509,10 +547,8 @@ def run_experiment(
             adversarial questions have no evidence by design).
         test_fraction: When a pipeline has a learned stage, the share of queries held out for
             evaluation (every pipeline is then scored on the same held-out queries).
-        ttl_days: Event TTL of the replay.
-        expire: Run the TTL cleanup at each query.
-        touch_k: Hits per query that count as accesses.
-        depth: Candidates kept per query in the rankings.
+        replay: The replay configuration (TTL, expiry, touch_k, depth, consolidation, conflict
+            policy); default: the dataset's ``[replay]`` defaults.
         progress: Progress bars (default: on unless ``CI=true``).
         write_report: Render ``report.md`` and charts into ``out``.
         executor: Where the pipelines replay: ``"serial"``, ``"joblib"`` (local cores),
@@ -541,21 +577,15 @@ def run_experiment(
     base = baseline or names[0]
     if base not in names:
         raise ValueError(f"baseline {base!r} is not among the pipelines ({', '.join(names)})")
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
+    config = replay if replay is not None else ReplayConfig.from_dataset(ds)
     judging = judging_summary(ds, qrels_source=qrels_source)
     if any(q.agent is not None for q in ds.queries) and not any(
         m.startswith("scope_violation") for m in metric_names
     ):
         metric_names.append("scope_violation@10")  # agents asked: namespaces must hold
     replayer = replayer_for(
-        ds,
-        pipes,
-        embedder=embedder,
-        generator=generator,
-        ttl_days=ttl_days,
-        expire=expire,
-        touch_k=touch_k,
-        depth=depth,
-        progress=progress,
+        ds, pipes, embedder=embedder, generator=generator, config=config, progress=progress
     )
     embedder, generator = replayer.embedder, replayer.generator
     eval_queries: list[Query] | None = None
@@ -568,20 +598,20 @@ def run_experiment(
     replayer.embedder = RecordingEmbedder(embedder)
     ex = make_executor(executor, n_jobs=n_jobs) if isinstance(executor, str) else executor
     tasks = list(enumerate(pipes))
-    done = run_tasks(_PipelineJob(replayer, train), _pipeline_task, tasks, ex, probe=False)
+    job = _PipelineJob(replayer, train, keep_store=isinstance(ex, SerialExecutor))
+    done = run_tasks(job, _pipeline_task, tasks, ex, probe=False)
     replayer.embedder = embedder
     replays: dict[str, ReplayResult] = {p.name: r for p, (r, _) in zip(pipes, done, strict=True)}
     first = replays[names[0]]
     keep = None if eval_queries is None else {q.qid for q in eval_queries}
-    memories = done[0][1]
+    memories = {p.name: m for p, (_, m) in zip(pipes, done, strict=True)}
     per_query_parts = []
     for name in names:
         pq = score_rankings(
             ds,
-            replays[name].rankings,
-            first.id_map,
-            memories,
+            replays[name],
             metric_names,
+            memories=memories[name],
             exclude_tags=exclude_tags,
             qids=keep,
             qrels_source=qrels_source,
@@ -591,7 +621,7 @@ def run_experiment(
         coverage = pq.filter(pl.col("metric") == "judged@10")
         if coverage.is_empty():
             coverage = score_rankings(
-                ds, replays[name].rankings, first.id_map, memories, ["judged@10"],
+                ds, replays[name], ["judged@10"], memories=memories[name],
                 exclude_tags=exclude_tags, qids=keep, qrels_source=qrels_source,
                 aggregate=aggregate,
             )
@@ -659,12 +689,9 @@ def run_experiment(
         "held_out_split": None
         if eval_queries is None
         else {"test_fraction": test_fraction, "n_test": len(eval_queries)},
-        "replay": {
-            "ttl_days": ttl_days,
-            "expire": expire,
-            "touch_k": touch_k,
-            "depth": depth,
-        },
+        "replay": config.to_dict(),
+        "consolidation_cycles": {n: len(replays[n].consolidation) for n in names},
+        "conflicts_resolved": {n: len(replays[n].conflicts) for n in names},
         "embedder": getattr(embedder, "model_id", type(embedder).__name__),
         "generator": None if generator is None else getattr(generator, "model_id", None),
         "packages": package_versions(),
@@ -703,18 +730,24 @@ class _PipelineJob:
 
     replayer: Replayer
     train: list[Query] | None
+    keep_store: bool = True
 
 
 def _pipeline_task(
     job: _PipelineJob, task: tuple[int, Pipeline]
-) -> tuple[ReplayResult, pl.DataFrame | None]:
-    """Fit the pipeline's learned stages on the train split (if any), then replay it; the first
-    task also returns the memories of its replay (the same for every pipeline)."""
-    index, pipeline = task
+) -> tuple[ReplayResult, pl.DataFrame]:
+    """Fit the pipeline's learned stages on the train split (if any), replay it, and return the
+    replay with the memories frame of its store (stores differ between pipelines once
+    consolidation follows what each retrieved). A worker process returns the replay without
+    its store (``keep_store=False``), which does not cross process boundaries."""
+    _, pipeline = task
     if job.train is not None:
         fit_learned_stages(job.replayer, pipeline, job.train)
     result = job.replayer.run(pipeline)
-    return result, memories_frame(job.replayer) if index == 0 else None
+    memories = memories_frame(result)
+    if not job.keep_store:
+        result.store = None
+    return result, memories
 
 
 def judging_summary(dataset: Dataset, *, qrels_source: str = "human") -> dict[str, Any]:
@@ -751,7 +784,8 @@ def replayer_for(
     *,
     embedder: Any | None = None,
     generator: Any | None = None,
-    **replay: Any,
+    config: ReplayConfig | None = None,
+    progress: bool | None = None,
 ) -> Replayer:
     """A replayer for these pipelines: MiniLM behind the disk cache unless an embedder is given,
     the dataset's recorded generations when a pipeline needs a generator and none is given."""
@@ -761,7 +795,18 @@ def replayer_for(
         embedder = default_embedder()
     if generator is None and any(needs_generator(p) for p in pipelines):
         generator = default_generator(dataset)
-    return Replayer(dataset, embedder=embedder, generator=generator, **replay)
+    cfg = config if config is not None else ReplayConfig.from_dataset(dataset)
+    detects = cfg.conflict_policy is not None or (
+        cfg.consolidation.enabled and cfg.consolidation.flag_contradictions
+    )
+    if generator is None and (
+        cfg.consolidation.enabled and cfg.consolidation.merge == "generator"
+        or detects and cfg.conflict_detector == "nli"
+    ):
+        generator = default_generator(dataset)
+    return Replayer(
+        dataset, embedder=embedder, generator=generator, config=cfg, progress=progress
+    )
 
 
 def needs_generator(p: Pipeline) -> bool:

@@ -24,6 +24,9 @@ name           per-query value
 ``scope_violation@k``  number of top-k memories in a namespace the query's agent may not read
                (``team``, ``agent:{its name}`` and its projects are readable); agent queries
                only; must be 0
+``conflict@k`` 1 if both sides of a labelled contradiction are in the top k (unresolved: a
+               resolved one has a side retired, which a query does not see)
+``archived@k`` 1 if a memory that was in the cold tier when the query ran is in the top k
 =============  ==========================================================================
 
 Every family carries its direction and kind (:func:`register_metric`): ``stale``, ``leak``,
@@ -763,6 +766,38 @@ def scope_violation(data: EvalData, k: int | None) -> pl.DataFrame:
         .agg(value=(~pl.col("allowed").list.contains(pl.col("scope"))).sum().cast(pl.Float64))
     )
     return _per_query(asked.select("qid"), values, 0.0)
+@register_metric("conflict", description="1 if both sides of a contradiction are in the top k")
+def conflict(data: EvalData, k: int | None) -> pl.DataFrame:
+    """Unresolved-contradiction exposure: some top-k memory's ``contradicts`` list (memories
+    column, store ids) names another top-k memory. One row per known query."""
+    memories = data.require_memories("conflict", "contradicts")
+    top = data.top(k).select("qid", "mem_id")
+    pairs = (
+        memories.select("mem_id", other=pl.col("contradicts"))
+        .explode("other")
+        .drop_nulls("other")
+    )
+    hits = top.join(pairs, on="mem_id", how="inner").join(
+        top.rename({"mem_id": "other"}), on=["qid", "other"], how="semi"
+    )
+    values = hits.select("qid").unique().with_columns(value=pl.lit(1.0))
+    return _per_query(data.all_qids, values, 0.0)
+
+
+@register_metric("archived", description="1 if a cold-tier memory is in the top k")
+def archived(data: EvalData, k: int | None) -> pl.DataFrame:
+    """Cold-tier exposure: a memory in the query's ``archived`` list (queries column: what was
+    archived when it ran) is in the top k. One row per query of the queries frame."""
+    queries = data.require_queries("archived", "archived")
+    cold = (
+        queries.select("qid", mem_id=pl.col("archived"))
+        .explode("mem_id")
+        .drop_nulls("mem_id")
+        .unique()
+    )
+    hits = cold.join(data.top(k), on=["qid", "mem_id"], how="semi")
+    values = hits.select("qid").unique().with_columns(value=pl.lit(1.0))
+    return _per_query(queries.select("qid").unique(), values, 0.0)
 
 
 # --------------------------------------------------------------------------- public API

@@ -10,14 +10,31 @@ Writes are applied in timestamp order; each query runs against the store as it w
   top ``touch_k`` hits count as accesses (``access_count``, ``last_accessed_at``), feeding decay,
   the access boost and the TTL rule of later queries. Each pipeline replays on its own store,
   because these feedbacks differ between pipelines.
+* **consolidation** — with ``consolidation.interval_hours`` set (seed 000 runs every 6 hours),
+  a consolidation cycle runs on the store as it is at each tick of the simulated clock (ticks at
+  ``clock_origin + n × interval``): event TTL cleanup, Hebbian upkeep whose activation is what
+  the pipeline retrieved since the last cycle, an LLM-free cluster merge (or seed 003 §6.2's
+  generator merge), reclassification of ``general``, contradiction flagging and archival to a
+  cold tier; each cycle's report (ids of what expired, merged, strengthened, flagged, archived)
+  is in the result's ``consolidation`` log. A relevant memory merged into a fact before a query
+  counts as that fact for the query;
+* **conflicts** — with ``conflict_policy`` set, every new memory is checked against similar
+  memories of its client by a contradiction detector, and the policy resolves each
+  contradiction when it is written (the ``conflicts`` log);
+* **forgetting** — a forgotten memory stays restorable for ``forget_retention_days`` (seed 003:
+  30 days), then is purged;
 * **approximated** — BM25 corpus statistics cover every memory written so far, in every scope,
-  active or not (a shared keyword index); consolidation (merges, Hebbian upkeep,
-  reclassification) does not run during a replay unless the log asks for it (a ``consolidate``
-  line, as a live server records it; no LLM merges); query and memory embeddings are computed
-  once per experiment from the scrubbed texts.
+  active or not (a shared keyword index); query and memory embeddings are computed once per
+  experiment from the scrubbed texts (merged facts are embedded when they are created).
+  Consolidation runs on the replay clock when the configuration asks for it, and whenever the
+  log holds a ``consolidate`` line (as a live server records it; no LLM merges).
 
 A query's reader (``agent`` and ``projects``) becomes the context's principal, so an agent's
 query sees only the namespaces it may read (:mod:`memlab.memory.scopes`).
+
+Every knob is one frozen :class:`ReplayConfig`; a dataset declares its defaults in the
+``[replay]`` table of ``dataset.toml`` (:meth:`ReplayConfig.from_dataset`), commands override
+them, and the manifest records the values in force.
 
 A retrieval prefix whose stages are all ``cacheable`` (their output depends only on the query,
 the memories written and which of them are visible) is computed once per experiment: its result
@@ -26,10 +43,13 @@ is shared between pipelines that reach the same query with the same visible set.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import heapq
 import json
+import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,11 +58,17 @@ import polars as pl
 
 from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.datasets.writes import apply_op
-from memlab.memory.consolidate import expire_events
+from memlab.memory.conflict_policies import CONFLICT_POLICIES, make_policy
+from memlab.memory.conflicts import (
+    CONFLICT_DETECTORS,
+    contradiction_candidates,
+    make_detector,
+)
+from memlab.memory.consolidate import Consolidator, expire_events
+from memlab.memory.merge import ClusterMerger, ExtractiveMerger
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Parallel, Pipeline, run_step
 from memlab.stages.base import QueryContext, Stage, empty_candidates
-from memlab.stages.constraints import Integral, Interval, Real, validate_params
 
 
 def progress_enabled(progress: bool | None) -> bool:
@@ -60,6 +86,260 @@ def _bar(iterable: Any, *, total: int, desc: str, enabled: bool) -> Any:
     return tqdm(iterable, total=total, desc=desc, leave=False)
 
 
+MERGERS: tuple[str, ...] = ("none", "extractive", "generator")
+SECONDS_PER_HOUR = 3600.0
+
+
+def _check_field(where: str, name: str, value: Any, kind: str, low: float | None = None,
+                 high: float | None = None, optional: bool = False,
+                 choices: Sequence[str] = ()) -> None:
+    """Raise ``ValueError``/``TypeError`` naming ``where`` and the field when ``value`` is bad."""
+    if value is None:
+        if optional:
+            return
+        raise TypeError(f"{where}: field '{name}' must be a {kind}, got None")
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise TypeError(f"{where}: field '{name}' must be true or false, got {value!r}")
+        return
+    if kind == "str":
+        if not isinstance(value, str):
+            raise TypeError(f"{where}: field '{name}' must be a string, got {value!r}")
+        if choices and value not in choices:
+            raise ValueError(
+                f"{where}: field '{name}': {value!r} is not one of {', '.join(choices)}"
+            )
+        return
+    ok = isinstance(value, int) if kind == "int" else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok:
+        raise TypeError(f"{where}: field '{name}' must be a{'n' if kind == 'int' else ''} "
+                        f"{kind}, got {value!r}")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{where}: field '{name}' must be finite, got {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{where}: field '{name}' must be at least {low}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{where}: field '{name}' must be at most {high}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ConsolidationConfig:
+    """Consolidation during a replay (seed 000's engine on the simulated clock).
+
+    Attributes:
+        interval_hours: Simulated hours between cycles (seed 000: 6); ``None`` or 0 runs none.
+        merge: ``"extractive"`` (LLM-free: a cluster's texts joined into one fact),
+            ``"generator"`` (seed 003 §6.2: the replay's generator summarises each cluster) or
+            ``"none"``.
+        merge_threshold: Average cosine at which memories join a cluster.
+        dedup_threshold: Cosine at which a merged fact is a duplicate (seed 000: 0.92).
+        hebbian_rate: Strength added per co-activation (seed 002).
+        hebbian_decay: Decay of every co-occurrence edge per cycle (seed 002).
+        hebbian_floor: Edges below this strength are dropped.
+        reclassify: Reclassify ``general`` memories by keyword rules (seed 000).
+        flag_contradictions: Flag ``conflicts_with`` between contradicting memories.
+        contradiction_threshold: Cosine at which a memory is a contradiction candidate.
+        archive_threshold: ``decay_score`` below which a memory goes to the cold tier (seed 003
+            §6.3: 0.1); ``None`` archives nothing.
+        archive_lambda: λ of that ``decay_score`` (seed 003: 0.01).
+    """
+
+    interval_hours: float | None = None
+    merge: str = "extractive"
+    merge_threshold: float = 0.75
+    dedup_threshold: float = 0.92
+    hebbian_rate: float = 1.0
+    hebbian_decay: float = 0.98
+    hebbian_floor: float = 0.0
+    reclassify: bool = True
+    flag_contradictions: bool = True
+    contradiction_threshold: float = 0.6
+    archive_threshold: float | None = 0.1
+    archive_lambda: float = 0.01
+
+    def check(self, where: str = "replay configuration") -> None:
+        """Raise ``TypeError``/``ValueError`` naming ``where`` and the bad field."""
+        w = f"{where} [consolidation]"
+        _check_field(w, "interval_hours", self.interval_hours, "number", low=0.0, optional=True)
+        _check_field(w, "merge", self.merge, "str", choices=MERGERS)
+        _check_field(w, "merge_threshold", self.merge_threshold, "number", low=1e-6, high=1.0)
+        _check_field(w, "dedup_threshold", self.dedup_threshold, "number", low=-1.0, high=1.0)
+        _check_field(w, "hebbian_rate", self.hebbian_rate, "number")
+        _check_field(w, "hebbian_decay", self.hebbian_decay, "number", low=0.0, high=1.0)
+        _check_field(w, "hebbian_floor", self.hebbian_floor, "number")
+        _check_field(w, "reclassify", self.reclassify, "bool")
+        _check_field(w, "flag_contradictions", self.flag_contradictions, "bool")
+        _check_field(w, "contradiction_threshold", self.contradiction_threshold, "number",
+                     low=-1.0, high=1.0)
+        _check_field(w, "archive_threshold", self.archive_threshold, "number", low=0.0,
+                     optional=True)
+        _check_field(w, "archive_lambda", self.archive_lambda, "number", low=0.0)
+
+    @property
+    def enabled(self) -> bool:
+        """True when cycles run (``interval_hours`` set and positive)."""
+        return self.interval_hours is not None and self.interval_hours > 0
+
+
+_CONSOLIDATION_FIELDS = tuple(f.name for f in dataclasses.fields(ConsolidationConfig))
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Every knob of a replay, frozen; it goes into the manifest as :meth:`to_dict`.
+
+    Attributes:
+        ttl_days: Event TTL (seed 000: 30 days).
+        expire: Run the TTL cleanup before each query.
+        touch_k: How many top hits of each query count as accesses.
+        depth: How many candidates per query are kept in the rankings.
+        clock_origin: Epoch seconds the consolidation ticks count from (``None``: midnight UTC
+            of the day of the first write).
+        consolidation: Consolidation during the replay.
+        conflict_policy: A registered conflict policy applied when a new memory contradicts an
+            existing one (``None``: contradictions are not resolved at write time).
+        conflict_detector: ``lexical`` or ``nli`` (through the replay's generator).
+        conflict_threshold: Cosine at which an existing memory is a contradiction candidate.
+        forget_retention_days: Forgotten memories are purged this long after (seed 003: 30
+            days); ``None`` (the default) never purges. A purge empties the text, which also
+            leaves the keyword index's corpus statistics, so it is opt-in.
+        source: Where each non-default value came from (``dataset`` or ``override``); not a
+            knob, kept for the manifest and the report.
+    """
+
+    ttl_days: float = 30.0
+    expire: bool = True
+    touch_k: int = 10
+    depth: int = 100
+    clock_origin: float | None = None
+    consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
+    conflict_policy: str | None = None
+    conflict_detector: str = "lexical"
+    conflict_threshold: float = 0.6
+    forget_retention_days: float | None = None
+    source: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self, where: str = "replay configuration") -> None:
+        """Raise ``TypeError``/``ValueError`` naming ``where`` and the bad field."""
+        _check_field(where, "ttl_days", self.ttl_days, "number", low=0.0)
+        _check_field(where, "expire", self.expire, "bool")
+        _check_field(where, "touch_k", self.touch_k, "int", low=0)
+        _check_field(where, "depth", self.depth, "int", low=1)
+        _check_field(where, "clock_origin", self.clock_origin, "number", optional=True)
+        if not isinstance(self.consolidation, ConsolidationConfig):
+            raise TypeError(f"{where}: field 'consolidation' must be a ConsolidationConfig")
+        self.consolidation.check(where)
+        _check_field(where, "conflict_policy", self.conflict_policy, "str", optional=True,
+                     choices=tuple(CONFLICT_POLICIES))
+        _check_field(where, "conflict_detector", self.conflict_detector, "str",
+                     choices=tuple(CONFLICT_DETECTORS))
+        _check_field(where, "conflict_threshold", self.conflict_threshold, "number",
+                     low=-1.0, high=1.0)
+        _check_field(where, "forget_retention_days", self.forget_retention_days, "number",
+                     low=0.0, optional=True)
+
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], *, where: str = "replay configuration", origin: str = ""
+    ) -> ReplayConfig:
+        """Build from a (TOML) mapping; ``consolidation`` may be a nested table.
+
+        Raises:
+            ValueError: On an unknown key or a bad value (naming ``where`` and the field).
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"{where}: must be a table, got {type(data).__name__}")
+        return cls().with_params(_where=where, _origin=origin, **_flatten(data, where))
+
+    @classmethod
+    def from_dataset(cls, dataset: Dataset, **overrides: Any) -> ReplayConfig:
+        """The dataset's ``[replay]`` defaults with the given overrides (``None`` = not given).
+
+        Override names are fields (``ttl_days``) or ``consolidation__<field>``.
+        """
+        table = dataset.meta.get("replay", {})
+        base = cls.from_mapping(table, where="dataset.toml [replay]", origin="dataset")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return base.with_params(_origin="override", **given) if given else base
+
+    def with_params(self, _where: str = "replay configuration", _origin: str = "",
+                    **params: Any) -> ReplayConfig:
+        """A copy with fields replaced; ``consolidation__merge_threshold=…`` reaches the nested
+        consolidation config (the names ``memlab sweep`` grids use)."""
+        top: dict[str, Any] = {}
+        cons: dict[str, Any] = {}
+        names = {f.name for f in dataclasses.fields(self)} - {"consolidation", "source"}
+        for key, value in params.items():
+            name = key.removeprefix("replay__")
+            if name.startswith("consolidation__"):
+                sub = name.removeprefix("consolidation__")
+                if sub not in _CONSOLIDATION_FIELDS:
+                    raise ValueError(
+                        f"{_where}: unknown consolidation field {sub!r}; known: "
+                        f"{', '.join(_CONSOLIDATION_FIELDS)}"
+                    )
+                cons[sub] = value
+            elif name in names:
+                top[name] = value
+            else:
+                raise ValueError(
+                    f"{_where}: unknown field {name!r}; known: "
+                    f"{', '.join(sorted(names))}, consolidation__<field>"
+                )
+        if isinstance(top.get("ttl_days"), int) and not isinstance(top["ttl_days"], bool):
+            top["ttl_days"] = float(top["ttl_days"])
+        source = dict(self.source)
+        if _origin:
+            source.update({k: _origin for k in top})
+            source.update({f"consolidation.{k}": _origin for k in cons})
+        consolidation = dataclasses.replace(self.consolidation, **cons)
+        try:
+            return dataclasses.replace(
+                self, consolidation=consolidation, source=tuple(sorted(source.items())), **top
+            )
+        except (TypeError, ValueError) as exc:
+            msg = str(exc).replace("replay configuration", _where, 1)
+            raise type(exc)(msg) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as plain JSON-ready values (``source`` included)."""
+        out = dataclasses.asdict(self)
+        out["source"] = dict(self.source)
+        return out
+
+    def consolidator(self, merger: Any | None = None, detector: Any | None = None) -> Consolidator:
+        """The :class:`~memlab.memory.consolidate.Consolidator` of one cycle."""
+        c = self.consolidation
+        return Consolidator(
+            event_ttl_days=self.ttl_days,
+            semantic_dedup_threshold=c.dedup_threshold,
+            hebbian_rate=c.hebbian_rate,
+            hebbian_decay=c.hebbian_decay,
+            hebbian_floor=c.hebbian_floor,
+            merger=merger,
+            detector=detector if c.flag_contradictions else None,
+            contradiction_threshold=c.contradiction_threshold,
+            archive_threshold=c.archive_threshold,
+            archive_lambda=c.archive_lambda,
+            reclassify=c.reclassify,
+        )
+
+
+def _flatten(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "consolidation":
+            if not isinstance(value, Mapping):
+                raise TypeError(f"{where}: field 'consolidation' must be a table")
+            out.update({f"consolidation__{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
 @dataclass
 class ReplayResult:
     """What one pipeline did on one dataset.
@@ -69,16 +349,43 @@ class ReplayResult:
         rankings: ``pipeline, qid, rank, mem_id, score`` (top ``depth`` per query).
         timings: ``pipeline, qid, stage, seconds``.
         id_map: Dataset memory id → store id (dedup maps later writes onto earlier records).
+        store: The store as the replay left it (each pipeline replays on its own store).
+        config: The replay configuration in force.
         contexts: ``qid`` → rendered context text, where a ``context`` stage ran.
         flags: ``qid`` → ``low_confidence`` where a CRAG stage flagged it.
+        consolidation: One report dict per consolidation cycle, in clock order.
+        conflicts: One event dict per contradiction resolved at write time.
+        merges: Store id → ``(time, merged fact id)`` for memories a cycle merged.
+        archived: ``qid`` → ids among its rankings that were in the cold tier then.
+        clarifications: ``qid`` → clarification questions surfaced by that query.
+        purged: ``(time, store id)`` of forgotten memories purged.
     """
 
     pipeline: str
     rankings: pl.DataFrame
     timings: pl.DataFrame
     id_map: dict[str, str]
+    store: MemoryStore | None = None
+    config: ReplayConfig | None = None
     contexts: dict[str, str] = field(default_factory=dict)
     flags: dict[str, bool] = field(default_factory=dict)
+    consolidation: list[dict[str, Any]] = field(default_factory=list)
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    merges: dict[str, tuple[float, str]] = field(default_factory=dict)
+    archived: dict[str, list[str]] = field(default_factory=dict)
+    clarifications: dict[str, list[str]] = field(default_factory=dict)
+    purged: list[tuple[float, str]] = field(default_factory=list)
+
+    def resolve(self, mem_id: str, at: float) -> str:
+        """The store id that carries ``mem_id``'s content at time ``at`` (follows merges)."""
+        sid = self.id_map.get(mem_id, mem_id)
+        seen = {sid}
+        while sid in self.merges and self.merges[sid][0] <= at:
+            sid = self.merges[sid][1]
+            if sid in seen:
+                break
+            seen.add(sid)
+        return sid
 
 
 def _all_stages(stage: Stage) -> list[Stage]:
@@ -110,17 +417,195 @@ def _prefix_key(pipeline: Pipeline, n_steps: int) -> str:
     return hashlib.sha256(json.dumps(sub, sort_keys=True).encode()).hexdigest()[:16]
 
 
+class _CachedEmbed:
+    """Embeds through the replayer's cache (merged facts are embedded when created)."""
+
+    def __init__(self, embedder: Any, cache: dict[Any, Any]) -> None:
+        self.embedder = embedder
+        self.cache = cache
+        self.model_id = getattr(embedder, "model_id", type(embedder).__name__)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if ("emb", self.model_id, t) not in self.cache]
+        if missing:
+            vecs = np.asarray(self.embedder.embed(missing), dtype=np.float32)
+            for t, v in zip(missing, vecs, strict=True):
+                self.cache[("emb", self.model_id, t)] = v
+        return np.stack([self.cache[("emb", self.model_id, t)] for t in texts])
+
+
+class _Run:
+    """The mutable state of one replay (a store, its clock, the logs)."""
+
+    def __init__(self, replayer: Replayer, config: ReplayConfig, pipeline_name: str) -> None:
+        self.replayer = replayer
+        self.config = config
+        embed = _CachedEmbed(replayer.embedder, replayer.cache)
+        self.store = MemoryStore(embedder=embed)
+        self.id_map: dict[str, str] = {}
+        self.pos = 0
+        self.ops = replayer.dataset.ops
+        self.purge_queue: list[tuple[float, str]] = []
+        self.result = ReplayResult(
+            pipeline=pipeline_name,
+            rankings=pl.DataFrame(),
+            timings=pl.DataFrame(),
+            id_map=self.id_map,
+            store=self.store,
+            config=config,
+        )
+        self.activated: list[str] = []
+        cons = config.consolidation
+        # Merges and conflict resolutions write rows that differ between runs: a shared prefix
+        # result is then valid within this run only.
+        dynamic = cons.enabled or config.conflict_policy is not None
+        self.cache_salt = f"|run{id(self)}" if dynamic else ""
+        self.detector = None
+        if config.conflict_policy is not None or (cons.enabled and cons.flag_contradictions):
+            self.detector = make_detector(config.conflict_detector, generator=replayer.generator)
+        self.policy = None if config.conflict_policy is None else make_policy(
+            config.conflict_policy
+        )
+        self.consolidator = None
+        self.next_tick = math.inf
+        if cons.enabled:
+            merger: Any = None
+            if cons.merge == "extractive":
+                merger = ExtractiveMerger(embed, similarity_threshold=cons.merge_threshold)
+            elif cons.merge == "generator":
+                if replayer.generator is None:
+                    raise ValueError(
+                        "replay configuration [consolidation]: merge = 'generator' needs a "
+                        "generator (give --generator, or record generations)"
+                    )
+                merger = ClusterMerger(
+                    replayer.generator, embed, similarity_threshold=cons.merge_threshold
+                )
+            self.consolidator = config.consolidator(merger=merger, detector=self.detector)
+            step = float(cons.interval_hours or 0.0) * SECONDS_PER_HOUR
+            origin = config.clock_origin
+            if origin is None:
+                first = self.ops[0].ts if self.ops else 0.0
+                origin = math.floor(first / 86400.0) * 86400.0
+            self.step = step
+            self.next_tick = origin + step
+            while self.ops and self.next_tick < self.ops[0].ts - step:
+                self.next_tick += step
+
+    # ------------------------------------------------------------------ the clock
+    def advance(self, t: float) -> None:
+        """Apply every write, purge and consolidation cycle up to and including ``t``."""
+        while self.next_tick <= t:
+            self._writes(self.next_tick)
+            self._purges(self.next_tick)
+            self._cycle(self.next_tick)
+            self.next_tick += self.step
+        self._writes(t)
+        self._purges(t)
+
+    def _writes(self, t: float) -> None:
+        while self.pos < len(self.ops) and self.ops[self.pos].ts <= t:
+            self._apply(self.ops[self.pos])
+            self.pos += 1
+
+    def _purges(self, t: float) -> None:
+        while self.purge_queue and self.purge_queue[0][0] <= t:
+            due, mid = heapq.heappop(self.purge_queue)
+            rec = self.store.get(mid)
+            if rec.forgotten_reason is not None and rec.purged_at is None:
+                self.store.purge(mid, now=due)
+                self.result.purged.append((due, mid))
+
+    def _cycle(self, t: float) -> None:
+        assert self.consolidator is not None
+        report = self.consolidator.run(self.store, now=t, activated=self.activated)
+        self.activated = []
+        for merged, sources in report.merged_from.items():
+            for sid in sources:
+                self.result.merges[sid] = (t, merged)
+        entry = report.to_dict()
+        if any(entry[k] for k in ("expired", "reclassified", "merged", "strengthened",
+                                  "flagged", "archived", "unarchived")) or entry["dropped_edges"]:
+            self.result.consolidation.append(entry)
+
+    # ------------------------------------------------------------------ writes
+    def _apply(self, op: MemoryOp) -> None:
+        """One write through the shared write path (:func:`apply_op`, as validation uses it),
+        then the lifecycle's follow-ups: conflict resolution of a new memory, and the purge of
+        a forgotten one after the retention period."""
+        vector = None
+        if op.op in ("store", "correct"):
+            vectors = self.replayer._vectors
+            if vectors is None:
+                raise ValueError("the replayer is not prepared")
+            vector = vectors[self.replayer._scrubbed[op.line]]
+        res = apply_op(self.store, op, self.id_map, embedding=vector)
+        try:
+            if op.op in ("store", "correct") and res is not None:
+                if res.action == "created" and self.policy is not None:
+                    self._resolve_conflicts(res.id, op.ts)
+            elif op.op == "forget":
+                days = self.config.forget_retention_days
+                if days is not None:
+                    target = self.id_map.get(op.target, op.target)
+                    heapq.heappush(self.purge_queue, (op.ts + days * 86400.0, target))
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ValueError(f"memories.jsonl:{op.line}: {exc}") from None
+
+    def _resolve_conflicts(self, mem_id: str, t: float) -> None:
+        assert self.policy is not None and self.detector is not None
+        for other, _ in contradiction_candidates(
+            self.store, mem_id, threshold=self.config.conflict_threshold, now=t
+        ):
+            if not self.store.get(mem_id).active:
+                break
+            if not self.store.get(other).active:
+                continue
+            verdict = self.detector.judge(self.store.get(other).text, self.store.get(mem_id).text)
+            if not verdict.contradicts:
+                continue
+            event = self.policy.resolve(self.store, mem_id, other, now=t).to_dict()
+            event["detector_rule"] = verdict.rule
+            self.result.conflicts.append(event)
+
+    # ------------------------------------------------------------------ reads
+    def after_query(self, q: Query, top: pl.DataFrame) -> None:
+        """Accesses, Hebbian activation, clarification questions and cold-tier hits."""
+        store = self.store
+        ids = top["mem_id"].to_list()
+        if ids:
+            rows = np.fromiter((store.idx(m) for m in ids), dtype=np.int64, count=len(ids))
+            cold = store.column("archived")[rows]
+            if cold.any():
+                self.result.archived[q.qid] = [ids[i] for i in np.flatnonzero(cold)]
+        k = self.config.touch_k
+        if k <= 0 or not ids:
+            return
+        touched = ids[:k]
+        store.touch(touched, now=q.ts)
+        if self.consolidator is not None:
+            self.activated.extend(touched)
+        for mid in touched:
+            rec = store.get(mid)
+            question = rec.metadata.get("clarification_question")
+            if question and not rec.metadata.get("clarification_surfaced"):
+                self.result.clarifications.setdefault(q.qid, []).append(question)
+                for other in [mid, *rec.metadata.get("conflicts_with", [])]:
+                    o = store.get(other)
+                    if o.metadata.get("clarification_question") == question:
+                        o.metadata = {**o.metadata, "clarification_surfaced": q.qid}
+                        store.save(other, "clarification surfaced", now=q.ts)
+
+
 class Replayer:
     """Replays a dataset's write log and queries through pipelines.
 
     Args:
         dataset: The dataset (format v1).
         embedder: Embeds memories and queries (wrap it in a cache for repeated runs).
-        generator: Text generator handed to stages that need one (HyDE, LLM judges).
-        ttl_days: Event TTL used at each query (seed 000: 30 days).
-        expire: Run the TTL cleanup before each query.
-        touch_k: How many top hits of each query count as accesses.
-        depth: How many candidates per query are kept in the rankings.
+        generator: Text generator handed to stages that need one (HyDE, LLM judges), and to a
+            generator merge or NLI detector when the configuration asks for one.
+        config: The replay configuration (default: the dataset's ``[replay]`` defaults).
         progress: Show progress bars (default: on unless ``CI=true``).
     """
 
@@ -130,33 +615,27 @@ class Replayer:
         *,
         embedder: Any,
         generator: Any | None = None,
-        ttl_days: float = 30.0,
-        expire: bool = True,
-        touch_k: int = 10,
-        depth: int = 100,
+        config: ReplayConfig | None = None,
         progress: bool | None = None,
     ) -> None:
-        validate_params(
-            "replay",
-            {
-                "ttl_days": [Interval(Real, 0, None, closed="left")],
-                "expire": [bool],
-                "touch_k": [Interval(Integral, 0, None, closed="left")],
-                "depth": [Interval(Integral, 1, None, closed="left")],
-            },
-            {"ttl_days": ttl_days, "expire": expire, "touch_k": touch_k, "depth": depth},
-        )
         self.dataset = dataset
         self.embedder = embedder
         self.generator = generator
-        self.ttl_days = ttl_days
-        self.expire = expire
-        self.touch_k = touch_k
-        self.depth = depth
+        self.config = config if config is not None else ReplayConfig.from_dataset(dataset)
         self.progress = progress
         self.cache: dict[Any, Any] = {}
         self._vectors: dict[str, np.ndarray] | None = None
         self._scrubbed: dict[int, str] = {}
+
+    @property
+    def touch_k(self) -> int:
+        """``config.touch_k``."""
+        return self.config.touch_k
+
+    @property
+    def depth(self) -> int:
+        """``config.depth``."""
+        return self.config.depth
 
     # ------------------------------------------------------------------ preparation
     def prepare(self) -> None:
@@ -186,24 +665,17 @@ class Replayer:
                 vectors[t] = v
         self._vectors = vectors
         model = getattr(self.embedder, "model_id", type(self.embedder).__name__)
-        for q in self.dataset.queries:
-            self.cache[("emb", model, q.text)] = vectors[q.text]
+        for t, v in vectors.items():
+            self.cache[("emb", model, t)] = v
 
     # ------------------------------------------------------------------ replay
-    def _apply(self, store: MemoryStore, op: MemoryOp, id_map: dict[str, str]) -> None:
-        vector = None
-        if op.op in ("store", "correct"):
-            if self._vectors is None:
-                raise RuntimeError("prepare() must run before the replay")
-            vector = self._vectors[self._scrubbed[op.line]]
-        apply_op(store, op, id_map, embedding=vector)
-
     def run(
         self,
         pipeline: Pipeline,
         *,
         queries: Sequence[Query] | None = None,
         on_query: Callable[[Query, QueryContext, pl.DataFrame], None] | None = None,
+        config: ReplayConfig | None = None,
     ) -> ReplayResult:
         """Replay the dataset through ``pipeline`` (a fresh store each call).
 
@@ -212,30 +684,30 @@ class Replayer:
             queries: Evaluate only these queries (default: all). Every write still happens and
                 only these queries' hits count as accesses.
             on_query: Called after each query with its context and output (notebooks).
+            config: This run's configuration (default: the replayer's).
+
+        Returns:
+            The rankings, the store the replay left and its logs (:class:`ReplayResult`).
         """
         for _, stage in pipeline.named_stages():  # parameters set by plain assignment
             stage._validate_params()
         self.prepare()
-        store = MemoryStore()
-        id_map: dict[str, str] = {}
+        cfg = config if config is not None else self.config
+        state = _Run(self, cfg, pipeline.name)
+        store = state.store
         qs = list(self.dataset.queries if queries is None else queries)
         order = sorted(range(len(qs)), key=lambda i: (qs[i].ts, i))
-        ops = self.dataset.ops
         n_prefix = cacheable_prefix(pipeline)
         prefix_key = _prefix_key(pipeline, n_prefix) if n_prefix else ""
         rank_rows: dict[str, list[Any]] = {k: [] for k in ("qid", "rank", "mem_id", "score")}
         time_rows: dict[str, list[Any]] = {k: [] for k in ("qid", "stage", "seconds")}
-        contexts: dict[str, str] = {}
-        flags: dict[str, bool] = {}
-        pos = 0
+        result = state.result
         enabled = progress_enabled(self.progress)
         for i in _bar(order, total=len(order), desc=f"replay {pipeline.name}", enabled=enabled):
             q = qs[i]
-            while pos < len(ops) and ops[pos].ts <= q.ts:
-                self._apply(store, ops[pos], id_map)
-                pos += 1
-            if self.expire:
-                expire_events(store, now=q.ts, event_ttl_days=self.ttl_days)
+            state.advance(q.ts)
+            if cfg.expire:
+                expire_events(store, now=q.ts, event_ttl_days=cfg.ttl_days)
             ctx = QueryContext(
                 qid=q.qid,
                 text=q.text,
@@ -249,8 +721,8 @@ class Replayer:
                 cache=self.cache,
                 principal=q.principal(),
             )
-            frame = self._run_query(pipeline, ctx, n_prefix, prefix_key)
-            top = frame.head(self.depth)
+            frame = self._run_query(pipeline, ctx, n_prefix, prefix_key + state.cache_salt)
+            top = frame.head(cfg.depth)
             n = top.height
             rank_rows["qid"].extend([q.qid] * n)
             rank_rows["rank"].extend(range(1, n + 1))
@@ -261,11 +733,10 @@ class Replayer:
                 time_rows["stage"].append(stage)
                 time_rows["seconds"].append(secs)
             if ctx.context_text is not None:
-                contexts[q.qid] = ctx.context_text
+                result.contexts[q.qid] = ctx.context_text
             if "low_confidence" in top.columns and n:
-                flags[q.qid] = bool(top["low_confidence"].any())
-            if self.touch_k > 0 and n:
-                store.touch(top["mem_id"].head(self.touch_k).to_list(), now=q.ts)
+                result.flags[q.qid] = bool(top["low_confidence"].any())
+            state.after_query(q, top)
             if on_query is not None:
                 on_query(q, ctx, frame)
         rankings = pl.DataFrame(
@@ -275,15 +746,9 @@ class Replayer:
         timings = pl.DataFrame(
             time_rows, schema={"qid": pl.String, "stage": pl.String, "seconds": pl.Float64}
         ).with_columns(pl.lit(pipeline.name).alias("pipeline"))
-        self.last_store_ = store
-        return ReplayResult(
-            pipeline=pipeline.name,
-            rankings=rankings.select("pipeline", "qid", "rank", "mem_id", "score"),
-            timings=timings.select("pipeline", "qid", "stage", "seconds"),
-            id_map=id_map,
-            contexts=contexts,
-            flags=flags,
-        )
+        result.rankings = rankings.select("pipeline", "qid", "rank", "mem_id", "score")
+        result.timings = timings.select("pipeline", "qid", "stage", "seconds")
+        return result
 
     def _run_query(
         self, pipeline: Pipeline, ctx: QueryContext, n_prefix: int, prefix_key: str
@@ -311,13 +776,19 @@ class Replayer:
 
 
 
-def qrels_frame(dataset: Dataset, id_map: dict[str, str]) -> pl.DataFrame:
-    """``qid, mem_id, relevance`` with dataset ids mapped onto store ids (dedup)."""
+def qrels_frame(
+    dataset: Dataset, id_map: dict[str, str], replay: ReplayResult | None = None
+) -> pl.DataFrame:
+    """``qid, mem_id, relevance`` with dataset ids mapped onto store ids (dedup).
+
+    With a ``replay``, a relevant memory merged into a fact before the query's time counts as
+    that fact (:meth:`ReplayResult.resolve`).
+    """
     rows: dict[str, list[Any]] = {"qid": [], "mem_id": [], "relevance": []}
     for q in dataset.queries:
         best: dict[str, int] = {}
         for mid, grade in q.relevant.items():
-            sid = id_map.get(mid, mid)
+            sid = id_map.get(mid, mid) if replay is None else replay.resolve(mid, q.ts)
             best[sid] = max(best.get(sid, 0), int(grade))
         for sid, grade in sorted(best.items()):
             rows["qid"].append(q.qid)
@@ -328,8 +799,15 @@ def qrels_frame(dataset: Dataset, id_map: dict[str, str]) -> pl.DataFrame:
     )
 
 
-def queries_frame(dataset: Dataset, id_map: dict[str, str]) -> pl.DataFrame:
-    """``qid, client_id, stale, tags, agent, projects`` with stale ids mapped onto store ids."""
+def queries_frame(
+    dataset: Dataset, id_map: dict[str, str], replay: ReplayResult | None = None
+) -> pl.DataFrame:
+    """``qid, client_id, stale, tags, agent, projects, archived``; stale ids on store ids.
+
+    ``archived`` lists the ids among a query's rankings that were in the cold tier when it ran
+    (from the ``replay``; empty without one).
+    """
+    archived = {} if replay is None else replay.archived
     return pl.DataFrame(
         {
             "qid": [q.qid for q in dataset.queries],
@@ -338,6 +816,7 @@ def queries_frame(dataset: Dataset, id_map: dict[str, str]) -> pl.DataFrame:
             "tags": [list(q.tags) for q in dataset.queries],
             "agent": [q.agent for q in dataset.queries],
             "projects": [list(q.projects) for q in dataset.queries],
+            "archived": [sorted(archived.get(q.qid, [])) for q in dataset.queries],
         },
         schema={
             "qid": pl.String,
@@ -346,5 +825,6 @@ def queries_frame(dataset: Dataset, id_map: dict[str, str]) -> pl.DataFrame:
             "tags": pl.List(pl.String),
             "agent": pl.String,
             "projects": pl.List(pl.String),
+            "archived": pl.List(pl.String),
         },
     )

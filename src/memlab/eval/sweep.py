@@ -4,7 +4,9 @@ The best point is chosen on a seeded train split of the queries and reported on 
 split, so the reported number is not the maximum of many noisy tries. Grids are plain dicts
 (``{"rrf__k": [10, 30, 60]}``); :func:`parse_grid` reads the command line's
 ``--grid rrf__k=10,30,60`` (a list-valued constant is written in brackets:
-``--grid combsum__weights=[0.7,0.3],[0.5,0.5]``).
+``--grid combsum__weights=[0.7,0.3],[0.5,0.5]``). Names starting with ``consolidation__`` or
+``replay__`` set the replay configuration instead of the pipeline
+(``--grid consolidation__merge_threshold=0.7,0.8``, ``--grid replay__touch_k=0,10``).
 """
 
 from __future__ import annotations
@@ -33,14 +35,13 @@ from memlab.eval.experiment import (
     fit_learned_stages,
     git_commit,
     learnable_stages,
-    memories_frame,
     package_versions,
     replayer_for,
     score_rankings,
     split_queries,
 )
 from memlab.eval.metrics import higher_is_better
-from memlab.eval.replay import Replayer
+from memlab.eval.replay import ReplayConfig, Replayer
 from memlab.eval.report import markdown_table, save_chart
 from memlab.eval.stats import compare, correct_pvalues
 from memlab.io import atomic_directory, check_output_dir
@@ -125,6 +126,16 @@ def parse_grid(expressions: Sequence[str]) -> dict[str, list[Any]]:
     return grid
 
 
+REPLAY_PREFIXES: tuple[str, ...] = ("consolidation__", "replay__")
+
+
+def split_point(point: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(pipeline parameters, replay parameters)`` of one grid point."""
+    pipe = {k: v for k, v in point.items() if not k.startswith(REPLAY_PREFIXES)}
+    replay = {k: v for k, v in point.items() if k.startswith(REPLAY_PREFIXES)}
+    return pipe, replay
+
+
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """The Cartesian product of a grid, in a stable order."""
     keys = list(grid)
@@ -200,23 +211,24 @@ class _SweepJob:
     metrics: list[str]
     exclude_tags: tuple[str, ...]
     trains: list[list[Query]]
+    config: ReplayConfig
 
 
 def _point_task(job: _SweepJob, task: tuple[int, dict[str, Any], int | None]) -> pl.DataFrame:
-    """Replay one point (fitting learned stages on split ``task[2]``); per-query metrics."""
+    """Replay one point (fitting learned stages on split ``task[2]``); per-query metrics.
+
+    ``consolidation__…`` and ``replay__…`` names of the point set the replay configuration."""
     _, point, split = task
-    pipe = job.base.clone().set_params(**point)
-    if split is not None:
-        fit_learned_stages(job.replayer, pipe, job.trains[split])
-    rep = job.replayer.run(pipe)
-    return score_rankings(
-        job.dataset,
-        rep.rankings,
-        rep.id_map,
-        memories_frame(job.replayer),
-        job.metrics,
-        exclude_tags=job.exclude_tags,
-    )
+    pipe_params, replay_params = split_point(point)
+    pipe = job.base.clone().set_params(**pipe_params)
+    job.replayer.config = job.config.with_params(_origin="override", **replay_params)
+    try:
+        if split is not None:
+            fit_learned_stages(job.replayer, pipe, job.trains[split])
+        rep = job.replayer.run(pipe)
+    finally:
+        job.replayer.config = job.config
+    return score_rankings(job.dataset, rep, job.metrics, exclude_tags=job.exclude_tags)
 
 
 def _shippable(replayer: Replayer, embedder: Any) -> Replayer:
@@ -363,9 +375,7 @@ def run_sweep(
     out: str | Path | None = None,
     progress: bool | None = None,
     exclude_tags: Sequence[str] = ("adversarial",),
-    ttl_days: float = 30.0,
-    expire: bool = True,
-    touch_k: int = 10,
+    replay: ReplayConfig | None = None,
     executor: str | Executor = "joblib",
     n_jobs: int | None = None,
     n_resamples: int = 10_000,
@@ -389,9 +399,7 @@ def run_sweep(
         out: Write the results here (atomically).
         progress: Show progress bars.
         exclude_tags: Queries with these tags are not scored.
-        ttl_days: Event TTL of the replay.
-        expire: Run TTL expiry before each query.
-        touch_k: Top hits counted as accesses.
+        replay: The replay configuration (default: the dataset's ``[replay]`` defaults).
         executor: ``"serial"``, ``"joblib"`` (local cores), ``"ray"`` or an executor object;
             results are identical whichever runs them.
         n_jobs: Worker processes of the joblib executor (default: every core).
@@ -410,9 +418,12 @@ def run_sweep(
     if not grid:
         raise ValueError("the grid is empty: give at least one stage__param=values")
     points = grid_points(grid)
-    for point in points:  # reject unknown names before any work
-        base.clone().set_params(**point)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
+    config = replay if replay is not None else ReplayConfig.from_dataset(ds)
+    for point in points:  # reject unknown names before any work
+        pipe_params, replay_params = split_point(point)
+        base.clone().set_params(**pipe_params)
+        config.with_params(_where="--grid", **replay_params)
     splits: list[tuple[int, list[Query], list[Query]]] = []
     warnings: list[str] = []
     for r in range(repeats):
@@ -430,14 +441,7 @@ def run_sweep(
         else:
             warnings.append(f"split seed {seed + r} leaves one side empty: skipped")
     replayer = replayer_for(
-        ds,
-        [base],
-        embedder=embedder,
-        generator=generator,
-        ttl_days=ttl_days,
-        expire=expire,
-        touch_k=touch_k,
-        progress=progress,
+        ds, [base], embedder=embedder, generator=generator, config=config, progress=progress
     )
     replayer.embedder = RecordingEmbedder(replayer.embedder)
     all_params = base.get_params()
@@ -457,6 +461,7 @@ def run_sweep(
         metrics=names,
         exclude_tags=tuple(exclude_tags),
         trains=[s[1] for s in splits],
+        config=config,
     )
     frames = run_tasks(job, _point_task, tasks, ex)
     per_query = pl.concat(
@@ -561,7 +566,7 @@ def run_sweep(
         "test_fraction": test_fraction,
         "split_by": split_by,
         "exclude_tags": sorted(set(exclude_tags)),
-        "replay": {"ttl_days": ttl_days, "expire": expire, "touch_k": touch_k},
+        "replay": config.to_dict(),
         "embedder": getattr(replayer.embedder, "model_id", type(replayer.embedder).__name__),
         "executor": type(ex).__name__,
         "n_jobs": n_jobs,
@@ -571,7 +576,9 @@ def run_sweep(
         "seconds": round(time.time() - started, 3),
     }
     if out is not None:
-        res.out = write_sweep(res, Path(out), pipeline=base, grid=grid, seed=seed, dataset=ds)
+        res.out = write_sweep(
+            res, Path(out), pipeline=base, grid=grid, seed=seed, dataset=ds, replay=config
+        )
     return res
 
 
@@ -678,6 +685,7 @@ def write_sweep(
     grid: Mapping[str, Sequence[Any]],
     seed: int,
     dataset: Dataset,
+    replay: ReplayConfig | None = None,
 ) -> Path:
     """Write ``results.parquet``, ``per_query.parquet``, ``repeats.parquet``, ``tests.parquet``,
     ``sweep.json``, ``manifest.json``, ``report.md`` and charts, atomically.

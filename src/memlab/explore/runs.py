@@ -252,6 +252,23 @@ def embedder_from_id(model_id: str | None, *, fast: bool = False) -> Any:
     return HashingEmbedder(dim=256) if fast else default_embedder()
 
 
+def replay_config_of(manifest: Mapping[str, Any], dataset: Any) -> Any:
+    """The replay configuration a run's manifest records (older manifests: the flat knobs they
+    list, over the dataset's defaults)."""
+    from memlab.eval.replay import ReplayConfig
+
+    recorded = dict(manifest.get("replay") or {})
+    recorded.pop("source", None)
+    base = ReplayConfig.from_dataset(dataset)
+    return base.with_params(
+        _where="manifest.json replay",
+        **{
+            **{k: v for k, v in recorded.items() if k != "consolidation"},
+            **{f"consolidation__{k}": v for k, v in (recorded.get("consolidation") or {}).items()},
+        },
+    )
+
+
 def run_dataset_path(run: Run) -> Path | None:
     """The dataset directory the run's manifest names (``None`` when it names none).
 

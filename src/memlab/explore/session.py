@@ -22,7 +22,7 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import DATASET_FILES, Dataset, DatasetError, Query, load_dataset
-from memlab.eval.replay import Replayer
+from memlab.eval.replay import ReplayConfig, Replayer
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Pipeline
 from memlab.stages.base import QueryContext, Stage, empty_candidates
@@ -269,22 +269,16 @@ def make_replayer(
     embedder: Any,
     *,
     generator: Any | None = None,
-    ttl_days: float = 30.0,
-    expire: bool = True,
-    touch_k: int = 10,
-    depth: int = 100,
+    config: ReplayConfig | None = None,
+    **overrides: Any,
 ) -> Replayer:
-    """A :class:`Replayer` without progress bars (it embeds each text once, then caches)."""
-    return Replayer(
-        dataset,
-        embedder=embedder,
-        generator=generator,
-        ttl_days=ttl_days,
-        expire=expire,
-        touch_k=touch_k,
-        depth=depth,
-        progress=False,
-    )
+    """A :class:`Replayer` without progress bars (it embeds each text once, then caches).
+
+    The replay configuration is ``config``, else the dataset's ``[replay]`` defaults with
+    ``overrides`` (``ttl_days=…``, ``touch_k=…``, ``consolidation__interval_hours=…``).
+    """
+    cfg = config if config is not None else ReplayConfig.from_dataset(dataset, **overrides)
+    return Replayer(dataset, embedder=embedder, generator=generator, config=cfg, progress=False)
 
 
 def replay_to_query(
@@ -311,7 +305,7 @@ def replay_to_query(
     ctx = dataclasses.replace(probe.ctx_, trace={})
     relevant: dict[str, int] = {}
     for mid, grade in target.relevant.items():
-        sid = res.id_map.get(mid, mid)
+        sid = res.resolve(mid, target.ts)
         relevant[sid] = max(relevant.get(sid, 0), int(grade))
     stale = sorted({res.id_map.get(s, s) for s in target.stale})
     return QueryState(ds, target, ctx, dict(res.id_map), relevant, stale)

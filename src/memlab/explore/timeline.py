@@ -13,14 +13,16 @@ that access log:
   statuses; events and decisions do not decay);
 * :func:`access_counts` -- cumulative accesses per memory;
 * :func:`retired_memories` and :func:`change_log` -- expired and forgotten memories, and every
-  version the store logged.
+  version the store logged;
+* :func:`consolidation_log` -- what each consolidation cycle of the replay did (expired, merged,
+  strengthened, flagged, archived, with ids), and the conflicts resolved at write time.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import altair as alt
@@ -48,12 +50,17 @@ class TimelineData:
         store: The store after the last operation and query.
         accesses: ``ts, qid, mem_id``: one row per access, in replay order.
         horizon: The latest time in the dataset (last write or query).
+        consolidation: The replay's consolidation reports (one dict per cycle that did
+            something).
+        conflicts: The conflict events resolved at write time.
     """
 
     dataset: Dataset
     store: MemoryStore
     accesses: pl.DataFrame
     horizon: float
+    consolidation: list[dict[str, Any]] = field(default_factory=list)
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def dataset_horizon(dataset: Dataset) -> float:
@@ -78,10 +85,65 @@ def replay_timeline(
             hits = frame.head(replayer.depth)["mem_id"].head(touch_k).to_list()
             rows.extend((q.ts, q.qid, m) for m in hits)
 
-    replayer.run(pipeline, queries=queries, on_query=log)
+    res = replayer.run(pipeline, queries=queries, on_query=log)
     accesses = pl.DataFrame(rows, schema=_ACCESS_SCHEMA, orient="row")
-    return TimelineData(replayer.dataset, replayer.last_store_, accesses,
-                        dataset_horizon(replayer.dataset))
+    assert res.store is not None
+    return TimelineData(
+        replayer.dataset,
+        res.store,
+        accesses,
+        dataset_horizon(replayer.dataset),
+        consolidation=list(res.consolidation),
+        conflicts=list(res.conflicts),
+    )
+
+
+_LOG_SCHEMA = {"at": pl.Float64, "source": pl.String, "action": pl.String, "ids": pl.String}
+
+
+def consolidation_log(data: TimelineData, client_id: str | None = None) -> pl.DataFrame:
+    """``at, source, action, ids``: one row per thing a cycle or a conflict policy did.
+
+    ``source`` is ``consolidation`` or ``conflict``; ``action`` is ``expired``, ``merged``,
+    ``strengthened``, ``flagged``, ``archived``, ``unarchived``, ``reclassified`` (cycles) or the
+    policy's action; ``ids`` names the memories (``merged → sources``, entity pairs for
+    ``strengthened``). With ``client_id``, only rows that touch that client's memories (and
+    every ``strengthened`` row) are kept.
+    """
+    store = data.store
+    mine: set[str] | None = None
+    if client_id is not None:
+        mine = {r.id for r in (store.record_at(i) for i in range(len(store)))
+                if r.client_id == client_id}
+    rows: list[tuple[float, str, str, str]] = []
+
+    def add(at: float, source: str, action: str, ids: Sequence[str], label: str) -> None:
+        if mine is None or action == "strengthened" or mine & set(ids):
+            rows.append((at, source, action, label))
+
+    for cycle in data.consolidation:
+        at = float(cycle["at"])
+        for mid in cycle["expired"]:
+            add(at, "consolidation", "expired", [mid], mid)
+        for mid, cat in cycle["reclassified"].items():
+            add(at, "consolidation", "reclassified", [mid], f"{mid} → {cat}")
+        for merged, sources in cycle["merged_from"].items():
+            add(at, "consolidation", "merged", [merged, *sources],
+                f"{merged} ← {', '.join(sources)}")
+        for a, b in cycle["strengthened"]:
+            add(at, "consolidation", "strengthened", [], f"{a} — {b}")
+        for a, b in cycle["flagged"]:
+            add(at, "consolidation", "flagged", [a, b], f"{a} ⟂ {b}")
+        for mid in cycle["archived"]:
+            add(at, "consolidation", "archived", [mid], mid)
+        for mid in cycle["unarchived"]:
+            add(at, "consolidation", "unarchived", [mid], mid)
+    for ev in data.conflicts:
+        ids = [ev["new_id"], ev["old_id"]]
+        winner = f" (winner {ev['winner']})" if ev.get("winner") else ""
+        add(float(ev["at"]), "conflict", f"{ev['policy']}:{ev['action']}", ids,
+            f"{ev['new_id']} vs {ev['old_id']}{winner}")
+    return pl.DataFrame(rows, schema=_LOG_SCHEMA, orient="row").sort("at", maintain_order=True)
 
 
 def client_table(store: MemoryStore) -> pl.DataFrame:

@@ -125,13 +125,13 @@ def evaluate_pipeline(
     ds = replayer.dataset
     res = replayer.run(pipeline, queries=queries)
     keep = {q.qid for q in (ds.queries if queries is None else queries)}
-    qframe = queries_frame(ds, res.id_map).filter(pl.col("qid").is_in(list(keep)))
+    qframe = queries_frame(ds, res.id_map, res).filter(pl.col("qid").is_in(list(keep)))
     drop = {
         qid
         for qid, tags in zip(qframe["qid"], qframe["tags"], strict=True)
         if set(exclude_tags) & set(tags)
     }
-    qrels = qrels_frame(ds, res.id_map).filter(
+    qrels = qrels_frame(ds, res.id_map, res).filter(
         pl.col("qid").is_in(list(keep)) & ~pl.col("qid").is_in(list(drop))
     )
     return evaluate(
@@ -139,7 +139,7 @@ def evaluate_pipeline(
         qrels,
         list(metrics),
         queries=qframe,
-        memories=memories_frame(replayer.last_store_),
+        memories=memories_frame(res.store),
     )
 
 

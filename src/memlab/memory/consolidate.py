@@ -5,8 +5,14 @@
 * merged facts go through exact (content hash) and semantic (cosine ≥ 0.92) dedup before they
   are stored, and supersede their sources;
 * ``general`` knowledge categories are reclassified by keyword rules (never a specific one);
-* Hebbian graph upkeep: entities co-occurring in the memories processed this cycle strengthen
-  their edges; all co-occurrence edges decay.
+* Hebbian graph upkeep (seed 002): co-activated entities strengthen their edges, every
+  co-occurrence edge decays. The activation that counts is what was retrieved since the last
+  cycle when the caller passes it (a replay does), else the memories processed this cycle;
+* contradiction flagging (seed 003 §6.4), with a detector: each processed memory's candidates
+  (:func:`memlab.memory.conflicts.contradiction_candidates`) that the detector calls
+  contradictory get a ``conflicts_with`` link (resolution pending);
+* archival (seed 003 §6.3), with a threshold: active memories whose ``decay_score`` is below it
+  move to the cold tier (``archived_at``); those back above it leave it.
 
 An LLM-backed merge plugs in through :class:`Merger`; :class:`memlab.memory.merge.ClusterMerger`
 is one (seed 003: cluster similar memories, summarise each cluster with a generator).
@@ -22,6 +28,8 @@ from typing import Protocol
 
 import numpy as np
 
+from memlab.memory.conflicts import ContradictionDetector, contradiction_candidates
+from memlab.memory.decay import decay_score
 from memlab.memory.store import MemoryStore, WriteResult, content_hash
 from memlab.timeutil import SECONDS_PER_DAY, coerce_ts
 
@@ -99,14 +107,55 @@ class Merger(Protocol):
 
 @dataclass
 class ConsolidationReport:
-    """What one consolidation cycle did."""
+    """What one consolidation cycle did (memory ids throughout).
 
+    Attributes:
+        at: The cycle's clock (epoch seconds).
+        expired: Events the TTL cleanup retired.
+        reclassified: Memory id → its new knowledge category.
+        merged: Merged facts created.
+        merged_from: Merged fact → the memories it merged (and retired).
+        skipped_duplicates: Merge proposals dropped by the exact or semantic dedup.
+        processed: Memories processed (unconsolidated before the cycle).
+        hebbian_edges: Co-occurrence edges before the upkeep.
+        strengthened: Entity-name pairs whose edge was strengthened.
+        dropped_edges: Edges that decayed below the floor.
+        flagged: Pairs newly linked ``conflicts_with``.
+        archived: Memories moved to the cold tier.
+        unarchived: Memories that left it.
+    """
+
+    at: float = 0.0
     expired: list[str] = field(default_factory=list)
     reclassified: dict[str, str] = field(default_factory=dict)
     merged: list[str] = field(default_factory=list)
+    merged_from: dict[str, list[str]] = field(default_factory=dict)
     skipped_duplicates: int = 0
     processed: int = 0
     hebbian_edges: int = 0
+    strengthened: list[tuple[str, str]] = field(default_factory=list)
+    dropped_edges: int = 0
+    flagged: list[tuple[str, str]] = field(default_factory=list)
+    archived: list[str] = field(default_factory=list)
+    unarchived: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready dict (pairs as two-element lists)."""
+        return {
+            "at": self.at,
+            "processed": self.processed,
+            "expired": list(self.expired),
+            "reclassified": dict(self.reclassified),
+            "merged": list(self.merged),
+            "merged_from": {k: list(v) for k, v in self.merged_from.items()},
+            "skipped_duplicates": self.skipped_duplicates,
+            "hebbian_edges": self.hebbian_edges,
+            "strengthened": [list(p) for p in self.strengthened],
+            "dropped_edges": self.dropped_edges,
+            "flagged": [list(p) for p in self.flagged],
+            "archived": list(self.archived),
+            "unarchived": list(self.unarchived),
+        }
 
 
 class Consolidator:
@@ -122,6 +171,12 @@ class Consolidator:
         hebbian_decay: Multiplicative decay of every co-occurrence edge per cycle (seed 002).
         hebbian_floor: Edges that decay below this strength are dropped.
         merger: Optional merge proposer; without one no merged facts are created.
+        detector: Optional contradiction detector; without one nothing is flagged.
+        contradiction_threshold: Cosine at which a memory is a contradiction candidate.
+        archive_threshold: Seed 003 §6.3 archival threshold of ``decay_score`` (0.1);
+            ``None`` archives nothing.
+        archive_lambda: λ of the ``decay_score`` used for archival (seed 003: 0.01).
+        reclassify: Reclassify ``general`` memories by keyword rules.
     """
 
     def __init__(
@@ -134,6 +189,11 @@ class Consolidator:
         hebbian_decay: float = 0.98,
         hebbian_floor: float = 0.0,
         merger: Merger | None = None,
+        detector: ContradictionDetector | None = None,
+        contradiction_threshold: float = 0.6,
+        archive_threshold: float | None = None,
+        archive_lambda: float = 0.01,
+        reclassify: bool = True,
     ) -> None:
         self.event_ttl_days = event_ttl_days
         self.semantic_dedup_threshold = semantic_dedup_threshold
@@ -142,6 +202,11 @@ class Consolidator:
         self.hebbian_decay = hebbian_decay
         self.hebbian_floor = hebbian_floor
         self.merger = merger
+        self.detector = detector
+        self.contradiction_threshold = contradiction_threshold
+        self.archive_threshold = archive_threshold
+        self.archive_lambda = archive_lambda
+        self.reclassify = reclassify
 
     def classify(self, text: str) -> str | None:
         """The first category whose keywords appear in ``text`` (word-bounded), else ``None``."""
@@ -191,6 +256,12 @@ class Consolidator:
         rows = np.flatnonzero(mask)
         if any(store.record_at(int(i)).content_hash == h for i in rows):
             return None
+        if len(sources) > 1:
+            # A fact merged from several memories resembles each of them: the semantic dedup
+            # compares it with the memories it does not merge.
+            mask = mask.copy()
+            mask[[store.idx(sid) for sid in sources]] = False
+            rows = np.flatnonzero(mask)
         vec = embedding
         if vec is None and store.embedder is not None:
             vec = store.embedder.embed([scrubbed])[0]
@@ -224,68 +295,100 @@ class Consolidator:
         *,
         now: float | str | None = None,
         rows: Sequence[int] | np.ndarray | None = None,
+        activated: Sequence[str] | None = None,
     ) -> ConsolidationReport:
         """Run one cycle and mark the processed memories ``consolidated``.
 
         The cycle is one batch: if any step fails, none of its writes (reclassification,
-        merged facts, Hebbian edges, expiry) is kept, in SQLite or in memory.
+        merged facts, Hebbian edges, expiry, flags, archival) is kept, in SQLite or in memory.
 
         Args:
-            store: The store.
-            now: The clock (default: wall clock).
+            store: The store, changed in place.
+            now: The cycle's clock (default: wall clock).
             rows: Consider only these store rows (default: every row).
+            activated: Memory ids retrieved since the last cycle; the entities of each one are
+                co-activated for the Hebbian upkeep. ``None`` co-activates the entities of each
+                processed memory instead.
         """
         t_now = coerce_ts(now, field="now") if now is not None else time.time()
         with store.batch():
-            return self._run(store, t_now, rows)
+            return self._run(store, t_now, activated, rows)
 
     def _run(
-        self, store: MemoryStore, t_now: float, rows: Sequence[int] | np.ndarray | None
+        self,
+        store: MemoryStore,
+        t_now: float,
+        activated: Sequence[str] | None,
+        rows: Sequence[int] | np.ndarray | None = None,
     ) -> ConsolidationReport:
-        report = ConsolidationReport()
+        report = ConsolidationReport(at=t_now)
         active = store.column("active")
+        created = store.column("created_at")
         candidates = range(len(store)) if rows is None else sorted(int(r) for r in rows)
         todo = [
             i
             for i in candidates
-            if active[i] and not store.record_at(i).consolidated
+            if active[i] and created[i] <= t_now and not store.record_at(i).consolidated
         ]
         report.processed = len(todo)
         co_activated: list[list[int]] = []
         with store.batch():
             for i in todo:
                 rec = store.record_at(i)
-                if rec.knowledge_category == "general":
+                if self.reclassify and rec.knowledge_category == "general":
                     found = self.classify(rec.text)
                     if found is not None:
                         rec.knowledge_category = found
                         report.reclassified[rec.id] = found
                 rec.consolidated = True
                 store.save(rec.id, "consolidated", now=t_now)
-                ents = store.graph.entities_of(i)
+                if activated is None:
+                    ents = store.graph.entities_of(i)
+                    if len(ents) > 1:
+                        co_activated.append(list(ents))
+        if activated is not None:
+            for mid in activated:
+                ents = store.graph.entities_of(store.idx(mid))
                 if len(ents) > 1:
                     co_activated.append(list(ents))
+        if self.detector is not None:
+            self._flag_contradictions(store, todo, t_now, report)
         if self.merger is not None:
             by_client: dict[str, list[int]] = {}
             for i in todo:
-                by_client.setdefault(store.record_at(i).client_id, []).append(i)
+                if store.record_at(i).active:
+                    by_client.setdefault(store.record_at(i).client_id, []).append(i)
             for client, rows in sorted(by_client.items()):
                 texts = [store.record_at(i).text for i in rows]
                 for merged_text, picks in self.merger.merge(texts):
                     valid = [rows[p] for p in picks if 0 <= p < len(rows)]
+                    sources = [store.record_at(i).id for i in valid]
                     res = self.store_merged_fact(
-                        store,
-                        merged_text,
-                        [store.record_at(i).id for i in valid],
-                        client_id=client,
-                        now=t_now,
+                        store, merged_text, sources, client_id=client, now=t_now
                     )
                     if res is None:
                         report.skipped_duplicates += 1
                     else:
                         report.merged.append(res.id)
+                        report.merged_from[res.id] = [
+                            s for s in sources if store.get(s).superseded_by == res.id
+                        ]
+                        merged = store.get(res.id)
+                        merged.consolidated = True
+                        store.save(res.id, "consolidated", now=t_now)
         report.hebbian_edges = store.graph.n_edges
-        store.graph.hebbian_update(
+        seen: set[tuple[int, int]] = set()
+        for group in co_activated:
+            uniq = list(dict.fromkeys(group))
+            for a_i, a in enumerate(uniq):
+                for b in uniq[a_i + 1 :]:
+                    pair = (min(a, b), max(a, b))
+                    if pair not in seen:
+                        seen.add(pair)
+                        report.strengthened.append(
+                            (store.graph.entity(pair[0]).name, store.graph.entity(pair[1]).name)
+                        )
+        report.dropped_edges = store.graph.hebbian_update(
             co_activated,
             learning_rate=self.hebbian_rate,
             decay=self.hebbian_decay,
@@ -293,4 +396,57 @@ class Consolidator:
         )
         store.persist_relations()
         report.expired = expire_events(store, now=t_now, event_ttl_days=self.event_ttl_days)
+        if self.archive_threshold is not None:
+            self._archive(store, t_now, report)
         return report
+
+    def _flag_contradictions(
+        self, store: MemoryStore, todo: Sequence[int], t_now: float, report: ConsolidationReport
+    ) -> None:
+        assert self.detector is not None
+        for i in todo:
+            rec = store.record_at(i)
+            if not rec.active:
+                continue
+            for other, _ in contradiction_candidates(
+                store, rec.id, threshold=self.contradiction_threshold, now=t_now
+            ):
+                if other in rec.metadata.get("conflicts_with", []):
+                    continue
+                if self.detector.judge(store.get(other).text, rec.text).contradicts:
+                    for a, b in ((rec.id, other), (other, rec.id)):
+                        r = store.get(a)
+                        r.metadata = {
+                            **r.metadata,
+                            "conflicts_with": [*r.metadata.get("conflicts_with", []), b],
+                        }
+                        store.save(a, "conflicts_with", now=t_now)
+                    report.flagged.append((other, rec.id))
+
+    def _archive(self, store: MemoryStore, t_now: float, report: ConsolidationReport) -> None:
+        n = len(store)
+        if n == 0:
+            return
+        live = store.column("active") & (store.column("created_at") <= t_now)
+        score = decay_score(
+            store.column("created_at"),
+            store.column("access_count"),
+            store.column("confidence"),
+            t_now,
+            lam=self.archive_lambda,
+        )
+        cold = store.column("archived")
+        assert self.archive_threshold is not None
+        to_cold = np.flatnonzero(live & ~cold & (score < self.archive_threshold))
+        to_hot = np.flatnonzero(live & cold & (score >= self.archive_threshold))
+        with store.batch():
+            for idx in to_cold:
+                rec = store.record_at(int(idx))
+                rec.archived_at = t_now
+                store.save(rec.id, "archived", now=t_now)
+                report.archived.append(rec.id)
+            for idx in to_hot:
+                rec = store.record_at(int(idx))
+                rec.archived_at = None
+                store.save(rec.id, "unarchived", now=t_now)
+                report.unarchived.append(rec.id)

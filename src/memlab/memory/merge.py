@@ -132,3 +132,48 @@ class ClusterMerger:
                 out.append((fact, picks))
                 self.last_clusters_.append(picks)
         return out
+
+
+class ExtractiveMerger(ClusterMerger):
+    """An LLM-free merge: each cluster's distinct texts joined into one fact, in input order.
+
+    The same clustering as :class:`ClusterMerger` (average-linkage on cosine); the "summary"
+    keeps every sentence, so nothing is lost and no model is needed (replays stay offline).
+
+    Args:
+        embedder: Embeds the texts to cluster.
+        similarity_threshold: Average cosine at which texts join one cluster.
+        min_cluster_size: Smallest cluster worth merging.
+        max_cluster_size: At most this many texts (the first ones) are joined.
+        separator: Put between the joined texts.
+    """
+
+    def __init__(
+        self,
+        embedder: Any,
+        *,
+        similarity_threshold: float = 0.75,
+        min_cluster_size: int = 2,
+        max_cluster_size: int = 8,
+        separator: str = " ",
+    ) -> None:
+        super().__init__(
+            None,
+            embedder,
+            similarity_threshold=similarity_threshold,
+            min_cluster_size=min_cluster_size,
+            max_cluster_size=max_cluster_size,
+        )
+        self.separator = separator
+
+    def merge(self, texts: Sequence[str]) -> list[tuple[str, list[int]]]:
+        """One ``(joined texts, indices)`` per cluster."""
+        out: list[tuple[str, list[int]]] = []
+        self.last_clusters_ = []
+        for group in self.clusters(texts):
+            picks = group[: self.max_cluster_size]
+            parts = list(dict.fromkeys(texts[i].strip() for i in picks))
+            parts = [p if p.endswith((".", "!", "?")) else p + "." for p in parts]
+            out.append((self.separator.join(parts), picks))
+            self.last_clusters_.append(picks)
+        return out

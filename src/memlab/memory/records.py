@@ -23,6 +23,9 @@ MemoryType = Literal["event", "fact", "decision", "status"]
 MEMORY_TYPES: tuple[str, ...] = ("event", "fact", "decision", "status")
 DECAYING_TYPES: tuple[str, ...] = ("fact", "status")
 IMPORTANCE_LEVELS: tuple[str, ...] = ("critical", "high", "medium", "low")
+AUTHORITY_LEVELS: tuple[str, ...] = ("human", "verified_agent", "unverified_agent", "inferred")
+"""Source authority, highest first (seed 003 §6.4: human > verified_agent > unverified_agent >
+inferred)."""
 CATEGORIES: tuple[str, ...] = ("semantic", "episodic", "procedural")
 KNOWLEDGE_CATEGORIES: tuple[str, ...] = (
     "brand",
@@ -173,6 +176,9 @@ class MemoryRecord:
     expired_at: float | None = None
     forgotten_reason: str | None = None
     scope: str = "team"
+    authority: str = "unverified_agent"
+    archived_at: float | None = None
+    purged_at: float | None = None
 
     def to_payload(self) -> dict[str, Any]:
         """The record as the seed's JSON payload (timestamps as ISO 8601 strings)."""
@@ -184,6 +190,8 @@ class MemoryRecord:
             "valid_from",
             "valid_to",
             "expired_at",
+            "archived_at",
+            "purged_at",
         ):
             out[name] = to_iso(out[name])
         return out

@@ -58,6 +58,7 @@ import polars as pl
 from memlab.memory.entities import Entity, EntityExtractor, EntityMention
 from memlab.memory.graph import EntityGraph
 from memlab.memory.records import (
+    AUTHORITY_LEVELS,
     CATEGORIES,
     GLOBAL_CLIENT,
     IMPORTANCE_LEVELS,
@@ -164,6 +165,7 @@ class _Columns:
         ("client", np.int32, -1),
         ("type", "<U8", ""),
         ("scope", np.int32, -1),
+        ("archived", bool, False),
     )
 
     def __init__(self) -> None:
@@ -633,6 +635,7 @@ class MemoryStore:
         valid_from: float | str | None = None,
         metadata: dict[str, Any] | None = None,
         confidence: float = 1.0,
+        authority: str = "unverified_agent",
         now: float | str | None = None,
         embedding: np.ndarray | Sequence[float] | None = None,
         id: str | None = None,
@@ -654,6 +657,8 @@ class MemoryStore:
             valid_from: Facts/statuses: when it became true (default: ``now``).
             metadata: Arbitrary JSON-serialisable metadata.
             confidence: Base confidence in [0, 1].
+            authority: Source authority (seed 003 §6.4): ``human``, ``verified_agent``,
+                ``unverified_agent`` or ``inferred``.
             now: The write time (default: wall clock).
             embedding: Vector of the *scrubbed* text; computed with the embedder when ``None``.
             id: Memory id to use (default: a deterministic UUID).
@@ -680,6 +685,7 @@ class MemoryStore:
         if status_value is not None and not isinstance(status_value, str):
             raise TypeError("field 'status_value' must be a string")
         _check_choice(importance, "importance", IMPORTANCE_LEVELS, optional=False)
+        _check_choice(authority, "authority", AUTHORITY_LEVELS, optional=False)
         _check_choice(category, "category", CATEGORIES, optional=True)
         _check_choice(
             knowledge_category, "knowledge_category", KNOWLEDGE_CATEGORIES, optional=False
@@ -765,6 +771,7 @@ class MemoryStore:
             content_hash=h,
             created_at=t_now,
             confidence=float(confidence),
+            authority=authority,
             supersedes=None if old_idx is None else self._records[old_idx].id,
             key=key,
             subject=subject,
@@ -1085,6 +1092,66 @@ class MemoryStore:
             expired_at=t_now,
             valid_to=rec.valid_to if rec.valid_to is not None else t_now,
         )
+
+    def restore(self, memory_id: str, *, now: float | str | None = None) -> MemoryRecord:
+        """Undo a ``forget`` (seed 003: soft deletes are kept for undo until purged).
+
+        Raises:
+            MemoryInputError: If the memory was not forgotten, was purged, or a memory written
+                since holds its dedup, key or subject slot.
+        """
+        idx = self.idx(memory_id)
+        rec = self._records[idx]
+        if rec.forgotten_reason is None:
+            raise MemoryInputError(f"memory {memory_id} is not forgotten")
+        if rec.purged_at is not None:
+            raise MemoryInputError(f"memory {memory_id} was purged and cannot be restored")
+        slots = [(self._dedup, (rec.client_id, rec.type, rec.content_hash))]
+        if rec.type == "fact" and rec.key is not None:
+            slots.append((self._by_key, (rec.client_id, rec.key)))
+        if rec.type == "status" and rec.subject is not None:
+            slots.append((self._by_subject, (rec.client_id, rec.subject)))
+        for table, slot in slots:
+            if slot in table:
+                other = self._records[table[slot]].id
+                raise MemoryInputError(f"memory {memory_id} cannot be restored: {other} holds it")
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        with self.batch():
+            rec.active = True
+            rec.forgotten_reason = None
+            rec.expired_at = None
+            rec.valid_to = None
+            for table, slot in slots:
+                table[slot] = idx
+            self._save(idx, "restored", t_now)
+        return rec
+
+    def purge(self, memory_id: str, *, now: float | str | None = None) -> MemoryRecord:
+        """Erase a forgotten memory's content for good (seed 003: purged after the undo window).
+
+        The row stays (ids and row numbers are stable) with an empty text, no entities, no
+        metadata and no vector; the payloads of its earlier versions are erased too.
+        """
+        idx = self.idx(memory_id)
+        rec = self._records[idx]
+        if rec.forgotten_reason is None:
+            raise MemoryInputError(f"memory {memory_id} is not forgotten; forget it first")
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        with self.batch():
+            rec.text = ""
+            rec.entities = []
+            rec.metadata = {}
+            rec.purged_at = t_now
+            self.vectors.set(idx, None)
+            self._db.execute("UPDATE memories SET vector = NULL WHERE idx = ?", (idx,))
+            self._db.execute(
+                "UPDATE versions SET payload = '{}' WHERE memory_id = ?", (memory_id,)
+            )
+            self._chroma_pending.pop(memory_id, None)
+            if self._chroma is not None:
+                self._chroma.delete([memory_id])
+            self._save(idx, "purged", t_now)
+        return rec
 
     def correct(
         self,
@@ -1724,6 +1791,7 @@ class MemoryStore:
         c.active[idx] = rec.active
         c.forgotten[idx] = rec.forgotten_reason is not None
         c.valid_to[idx] = _NO_END if rec.valid_to is None else rec.valid_to
+        c.archived[idx] = rec.archived_at is not None
 
     def _chroma_diff(self) -> tuple[list[str], list[str], list[tuple[str, str]]]:
         """Compare chromadb with SQLite: (ids missing from chromadb, ids only in chromadb,
