@@ -12,8 +12,8 @@ A dataset is a directory holding three files:
     ``ts`` (ISO 8601 UTC), ``text``, ``type`` (event|fact|decision|status) and any payload field
     of the reference memory model (seed 000): ``source_agent``, ``client_id``, ``key``,
     ``subject``, ``status_value``, ``importance``, ``category``, ``knowledge_category``,
-    ``valid_from``, ``metadata``, ``confidence`` (in [0, 1]), ``authority`` (seed 003 §6.4: human, verified_agent,
-    unverified_agent or inferred) and ``scope`` (the namespace inside
+    ``valid_from``, ``metadata``, ``confidence`` (in [0, 1]), ``authority`` (seed 003 §6.4:
+    human, verified_agent, unverified_agent or inferred) and ``scope`` (the namespace inside
     the client: ``team`` (default), ``agent:{name}`` or ``project:{name}``). ``op`` is
     ``"store"`` by default; ``"forget"`` lines carry ``target`` and ``reason``; ``"relate"``
     lines carry ``from``, ``relation`` and ``to`` (entity names; relation one of the typed
