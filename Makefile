@@ -58,6 +58,8 @@ bench: $(STAMP)
 	$(PY) bench/bench_lif.py
 	$(PY) bench/bench_graph.py
 	$(PY) bench/bench_locomo.py $(LOCOMO_SRC)
+	$(PY) bench/bench_scrub.py
+	$(PY) bench/bench_fusion.py
 	$(PY) bench/bench_eval.py $(LOCOMO_SRC)
 
 clean:
