@@ -449,6 +449,42 @@ def cmd_pipelines(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_replay_options(p: argparse.ArgumentParser) -> None:
+    """The replay flags (each defaults to the dataset's ``[replay]`` value); read them back
+    with :func:`_replay_config`."""
+    p.add_argument(
+        "--ttl-days",
+        type=_days,
+        default=None,
+        help="event TTL in the replay (default: the dataset's, else 30)",
+    )
+    p.add_argument(
+        "--expire",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="event TTL expiry during the replay (default: the dataset's, else on)",
+    )
+    p.add_argument(
+        "--touch-k",
+        type=_count,
+        default=None,
+        help="hits per query counted as accesses (default: the dataset's, else 10)",
+    )
+    p.add_argument(
+        "--consolidation-hours",
+        type=_days,
+        default=None,
+        help="run a consolidation cycle every N simulated hours (0: none; default: the "
+        "dataset's, else none)",
+    )
+    p.add_argument(
+        "--conflict-policy",
+        default=None,
+        help="resolve contradicting writes with this policy (supersede, merge, reject, "
+        "keep_both, recency_weight, confidence_weight, clarify, review, authority, flag)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
     parser = _Parser(prog="memlab", description=__doc__.split("\n")[0])
@@ -464,37 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="generator for HyDE: recorded (default when needed), smollm2, openai",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bars")
-        p.add_argument(
-            "--ttl-days",
-            type=_days,
-            default=None,
-            help="event TTL in the replay (default: the dataset's, else 30)",
-        )
-        p.add_argument(
-            "--expire",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help="event TTL expiry during the replay (default: the dataset's, else on)",
-        )
-        p.add_argument(
-            "--touch-k",
-            type=_count,
-            default=None,
-            help="hits per query counted as accesses (default: the dataset's, else 10)",
-        )
-        p.add_argument(
-            "--consolidation-hours",
-            type=_days,
-            default=None,
-            help="run a consolidation cycle every N simulated hours (0: none; default: the "
-            "dataset's, else none)",
-        )
-        p.add_argument(
-            "--conflict-policy",
-            default=None,
-            help="resolve contradicting writes with this policy (supersede, merge, reject, "
-            "keep_both, recency_weight, confidence_weight, clarify, review, authority, flag)",
-        )
+        add_replay_options(p)
 
     p = sub.add_parser("eval", help="compare pipelines on a dataset")
     p.add_argument("dataset")

@@ -577,13 +577,6 @@ def _check_queries(
     for number, obj in lines:
         chk = _LineChecker(QUERIES_FILE, number, obj)
         chk.unknown_keys(_QUERY_KEYS, "a query")
-        for name in ("served", "projects"):
-            value = obj.get(name)
-            if value is not None and (
-                not isinstance(value, list) or not all(isinstance(v, str) for v in value)
-            ):
-                chk.add(name, "must be an array of strings")
-        chk.string("agent", required=False)
         qid = chk.string("qid", required=True)
         ts = chk.timestamp("ts", required=True)
         text = chk.string("text", required=True)

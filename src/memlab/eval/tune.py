@@ -36,12 +36,12 @@ from memlab.eval.experiment import (
     fit_learned_stages,
     git_commit,
     learnable_stages,
-    memories_frame,
     package_versions,
     replayer_for,
     score_rankings,
     split_queries,
 )
+from memlab.eval.replay import ReplayConfig
 from memlab.eval.report import save_chart
 from memlab.eval.stats import compare
 from memlab.eval.sweep import _parse_value, dataset_entry, higher_is_better
@@ -141,9 +141,7 @@ def run_tune(
     embedder: Any | None = None,
     generator: Any | None = None,
     exclude_tags: Sequence[str] = ("adversarial",),
-    ttl_days: float = 30.0,
-    expire: bool = True,
-    touch_k: int = 10,
+    replay: ReplayConfig | None = None,
     n_resamples: int = 10_000,
     progress: bool | None = None,
 ) -> TuneResult:
@@ -166,9 +164,7 @@ def run_tune(
         embedder: Embedder (default: MiniLM behind the disk cache).
         generator: Generator for stages that need one.
         exclude_tags: Queries with these tags are not scored.
-        ttl_days: Event TTL of the replay.
-        expire: Run TTL expiry before each query.
-        touch_k: Top hits counted as accesses.
+        replay: The replay configuration (default: the dataset's ``[replay]`` defaults).
         n_resamples: Resamples of the permutation test.
         progress: Progress bars of the replay.
     """
@@ -196,9 +192,9 @@ def run_tune(
             f"{'train' if not train else 'held-out'} queries; try another --seed"
         )
     train_ids, test_ids = {q.qid for q in train}, {q.qid for q in test}
+    config = replay if replay is not None else ReplayConfig.from_dataset(ds)
     replayer = replayer_for(
-        ds, [base], embedder=embedder, generator=generator, ttl_days=ttl_days,
-        expire=expire, touch_k=touch_k, progress=progress,
+        ds, [base], embedder=embedder, generator=generator, config=config, progress=progress
     )
     learned = bool(learnable_stages(base))
 
@@ -207,10 +203,7 @@ def run_tune(
         if learned:
             fit_learned_stages(replayer, pipe, train)
         rep = replayer.run(pipe)
-        return score_rankings(
-            ds, rep.rankings, rep.id_map, memories_frame(replayer), names,
-            exclude_tags=exclude_tags,
-        )
+        return score_rankings(ds, rep, names, exclude_tags=exclude_tags)
 
     def mean(frame: pl.DataFrame, qids: set[str]) -> float:
         vals = frame.filter((pl.col("metric") == metric) & pl.col("qid").is_in(qids))["value"]
@@ -282,7 +275,7 @@ def run_tune(
         "storage": res.storage,
         "study_name": study_name,
         "exclude_tags": sorted(set(exclude_tags)),
-        "replay": {"ttl_days": ttl_days, "expire": expire, "touch_k": touch_k},
+        "replay": config.to_dict(),
         "packages": package_versions() | {"optuna": optuna.__version__},
         "git_commit": git_commit(),
         "started_at": datetime.fromtimestamp(started, tz=UTC).isoformat(),
@@ -409,7 +402,7 @@ def write_tune(res: TuneResult, study: Any, out: Path) -> Path:
 
 def cmd_tune(args: Any) -> int:
     """``memlab tune``: run or continue a study; print the best trial and its held-out score."""
-    from memlab.cli import CLIError, _embedder, _generator, _load_dataset
+    from memlab.cli import CLIError, _embedder, _generator, _load_dataset, _replay_config
 
     space = parse_space(args.space or [])
     if not space:
@@ -421,8 +414,7 @@ def cmd_tune(args: Any) -> int:
         split_by=args.split_by, sampler=args.sampler, storage=args.storage,
         study_name=args.study_name, out=out,
         embedder=_embedder(args.embedder, not args.no_cache),
-        generator=_generator(args.generator, ds), ttl_days=args.ttl_days,
-        expire=not args.no_expire, touch_k=args.touch_k,
+        generator=_generator(args.generator, ds), replay=_replay_config(args, ds),
         progress=False if args.quiet else None,
     )
     row = res.tests.row(0, named=True) if res.tests.height else {}
@@ -456,7 +448,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
     p.add_argument("--generator", default=None, help="generator for HyDE")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--ttl-days", type=float, default=30.0, help="event TTL in the replay")
-    p.add_argument("--no-expire", action="store_true", help="no event TTL expiry")
-    p.add_argument("--touch-k", type=int, default=10, help="hits per query counted as accesses")
+    from memlab.cli import add_replay_options
+
+    add_replay_options(p)
     p.set_defaults(func=cmd_tune)
