@@ -75,7 +75,9 @@ def test_record_pool_judge_report(tmp_path, capsys):
     # agent feedback alone: a single useful mark on r4
     judge(ds, "r4", "m02", 1, judge="claude-code", source="agent", now="2026-03-07T10:00:00Z")
     agent = _eval(ds, tmp_path / "agent", "--qrels-source", "agent", "--metrics", "nDCG@10")
-    assert set(agent["bm25"]) == {"nDCG@10"}
+    # the recording's queries name agents, so the namespace check comes along (and holds)
+    assert set(agent["bm25"]) == {"nDCG@10", "scope_violation@10"}
+    assert agent["bm25"]["scope_violation@10"] == 0
     per_query = pl.read_parquet(tmp_path / "agent" / "per_query.parquet")
     assert per_query.get_column("qid").unique().to_list() == ["r4"]
 
