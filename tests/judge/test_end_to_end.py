@@ -79,7 +79,8 @@ def test_record_pool_judge_report(tmp_path, capsys):
     assert set(agent["bm25"]) == {"nDCG@10", "scope_violation@10"}
     assert agent["bm25"]["scope_violation@10"] == 0
     per_query = pl.read_parquet(tmp_path / "agent" / "per_query.parquet")
-    assert per_query.get_column("qid").unique().to_list() == ["r4"]
+    ndcg = per_query.filter(pl.col("metric") == "nDCG@10")
+    assert ndcg.get_column("qid").unique().to_list() == ["r4"]
 
 
 def test_low_judged_at_10_warns(tmp_path):
