@@ -7,36 +7,21 @@ any list (ranx ``comb_max``; each list normalised over its own candidates, ranx 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 import numpy as np
 
-from memlab.stages.base import FusedLists, FusionStage, register_stage, score_column
-from memlab.stages.constraints import Integral, Interval, Options
-from memlab.stages.normalization import NORMALIZATIONS
+from memlab.stages.base import FusedLists, register_stage, score_column
+from memlab.stages.normalization import NormalizedFusion
 
 
 @register_stage("combmax")
-class CombMAX(FusionStage):
+class CombMAX(NormalizedFusion):
     """Best normalised score over the lists that found the candidate.
 
-    Args:
-        normalization: A name of :mod:`memlab.stages.normalization` (ranx default min-max).
-        top_k: Keep this many fused candidates (``None`` = all).
+    Parameters: ``normalization`` and ``top_k`` (:class:`NormalizedFusion`).
     """
 
-    cacheable = True
     score_name = "combmax_score"
     columns = (score_column("combmax_score", "CombMAX fusion score"),)
-
-    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
-        "normalization": [Options(str, NORMALIZATIONS)],
-        "top_k": [Interval(Integral, 1, None, closed="left"), None],
-    }
-
-    def __init__(self, normalization: str = "min-max", top_k: int | None = None) -> None:
-        self.normalization = normalization
-        self.top_k = top_k
 
     def combine(self, lists: FusedLists) -> np.ndarray:
         norm = lists.normalized(self.normalization)

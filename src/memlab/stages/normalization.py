@@ -18,10 +18,13 @@ nothing about the order). Register another with :func:`register_normalization`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 
 from memlab.registry import Registry
+from memlab.stages.base import FusionStage
+from memlab.stages.constraints import Integral, Interval, Options
 
 Normalization = Callable[[np.ndarray], np.ndarray]
 """``scores in rank order -> normalised scores``."""
@@ -86,3 +89,25 @@ def rank_norm(values: np.ndarray) -> np.ndarray:
     """``1 - i / n`` by position in the list (the scores themselves are ignored)."""
     n = len(values)
     return 1.0 - np.arange(n, dtype=np.float64) / n if n else values.astype(np.float64)
+
+
+class NormalizedFusion(FusionStage):
+    """A fusion method over each list's normalised scores (CombMAX, CombANZ, CombMNZ …).
+
+    Owns the two parameters such methods share; a subclass writes only its ``combine``,
+    ``score_name`` and ``columns``.
+
+    Args:
+        normalization: A name of this module's registry (ranx default ``min-max``).
+        top_k: Keep this many fused candidates (``None`` = all).
+    """
+
+    cacheable = True
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "normalization": [Options(str, NORMALIZATIONS)],
+        "top_k": [Interval(Integral, 1, None, closed="left"), None],
+    }
+
+    def __init__(self, normalization: str = "min-max", top_k: int | None = None) -> None:
+        self.normalization = normalization
+        self.top_k = top_k
