@@ -78,20 +78,27 @@ def test_app_runs_as_a_script(app):
     assert res.returncode == 0, res.stderr[-4000:]
 
 
-@pytest.mark.parametrize("app", list(APPS))
-def test_app_exports_to_html_without_a_cell_error(app, tmp_path):
+def export_html(
+    app: str, tmp_path: Path, env: dict[str, str], timeout: int
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """``marimo export html`` of one app: the finished process and the HTML it wrote."""
     out = tmp_path / f"{app}.html"
     res = subprocess.run(
         [str(MARIMO), "export", "html", "--no-include-code", str(NOTEBOOKS / f"{app}.py"),
          "-o", str(out)],
         cwd=ROOT,
-        env=app_env(),
+        env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
-    html = out.read_text(encoding="utf-8")
+    return res, out.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("app", list(APPS))
+def test_app_exports_to_html_without_a_cell_error(app, tmp_path):
+    _, html = export_html(app, tmp_path, app_env(), timeout=300)
     for marker in ERROR_MARKERS:
         assert marker not in html, f"{app}: the export holds {marker}"
     heading, charts = APPS[app]
@@ -222,19 +229,8 @@ def user_env() -> dict[str, str]:
 def test_app_exports_in_the_mode_users_run(app, tmp_path):
     """``marimo export html`` as a user runs it: the real embedder, the runs under
     ``reports/`` (trimmed copies such as ``reports/baseline`` included)."""
-    out = tmp_path / f"{app}.html"
-    res = subprocess.run(
-        [str(MARIMO), "export", "html", "--no-include-code", str(NOTEBOOKS / f"{app}.py"),
-         "-o", str(out)],
-        cwd=ROOT,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    res, html = export_html(app, tmp_path, user_env(), timeout=600)
     assert "some cells failed" not in res.stdout + res.stderr, (res.stdout + res.stderr)[-4000:]
-    html = out.read_text(encoding="utf-8")
     # A section that says what is missing stops its dependants with mo.stop; marimo records
     # those as "ancestor-stopped" outputs, which are not errors.
     errors = html.count('"type": "error"') - html.count('"ename": "ancestor-stopped"')
@@ -242,6 +238,8 @@ def test_app_exports_in_the_mode_users_run(app, tmp_path):
     for marker in ERROR_MARKERS[1:]:
         assert marker not in html, f"{app}: the export holds {marker}"
     assert APPS[app][0] in html
+
+
 @pytest.mark.browser
 def test_judge_app_saves_a_judgment_per_key_in_headless_chromium(tmp_path):
     import shutil
