@@ -85,9 +85,9 @@ def _(mo):
 
 @app.cell
 def _(tune):
-    summary_metrics = ["R_all@10", "R_any@10", "nDCG@10", "MRR", "stale@10", "leak@10",
+    summary_metrics = ["R_all@10", "Success@10", "nDCG@10", "MRR", "stale@10", "leak@10",
                        "dup@10", "tokens@10"]
-    metrics = [*tune.cutoff_metrics(("R_all", "R_any", "nDCG")), *summary_metrics]
+    metrics = [*tune.cutoff_metrics(("R_all", "Success", "nDCG")), *summary_metrics]
     return metrics, summary_metrics
 
 
@@ -117,7 +117,7 @@ def _(boost, budget, decay, metrics, mmr_lambda, queries, replayer, rrf_k, tune)
 @app.cell
 def _(baseline, mo, params, tune, tuned):
     _curves = tune.metric_curves(
-        {"tuned": tuned, "baseline": baseline}, families=("R_all", "R_any", "nDCG")
+        {"tuned": tuned, "baseline": baseline}, families=("R_all", "Success", "nDCG")
     )
     mo.vstack(
         [

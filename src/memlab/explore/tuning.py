@@ -86,7 +86,7 @@ def tuning_pipeline(
 
 
 def cutoff_metrics(
-    families: Sequence[str] = ("R_all", "R_any", "nDCG"), ks: Sequence[int] = tuple(range(1, 21))
+    families: Sequence[str] = ("R_all", "Success", "nDCG"), ks: Sequence[int] = tuple(range(1, 21))
 ) -> list[str]:
     """``family@k`` for every family and cut-off, family by family."""
     return [f"{f}@{k}" for f in families for k in ks]
@@ -145,7 +145,7 @@ def evaluate_pipeline(
 
 def metric_curves(
     per_query: Mapping[str, pl.DataFrame],
-    families: Sequence[str] = ("R_all", "R_any", "nDCG"),
+    families: Sequence[str] = ("R_all", "Success", "nDCG"),
 ) -> pl.DataFrame:
     """Mean of every ``family@k`` metric of ``families`` per configuration, as curves over ``k``.
 
