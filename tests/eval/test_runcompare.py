@@ -78,3 +78,23 @@ def test_cli_compare_prints_tables_and_writes_csv(tmp_path, capsys):
 def test_cli_compare_of_a_missing_run_is_one_line(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "nope"), str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("memlab: error: ")
+
+
+def test_runs_scored_under_different_protocols_are_named_in_a_note(tmp_path):
+    import json
+
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 1]})
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1, 0]})
+    old = {"baseline": "rrf", "seed": 0, "held_out_split": {"test_fraction": 0.5},
+           "dataset": {"queries": 6, "evaluated_queries": 3}}
+    (a / "manifest.json").write_text(json.dumps(old))
+    new = {"baseline": "rrf", "protocol": {"queries": 3, "description": "3 queries; cross-fit"}}
+    (b / "manifest.json").write_text(json.dumps(new))
+    res = compare_runs(a, b, tests=("t",))
+    assert res.protocols == (
+        "3 of 6 queries (a held-out split: test fraction 0.5, seed 0; learned stages fitted on "
+        "the other queries)",
+        "3 queries; cross-fit",
+    )
+    assert res.notes == [f"the runs' protocols differ: A: {res.protocols[0]}; B: 3 queries; "
+                         "cross-fit"]
