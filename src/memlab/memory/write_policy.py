@@ -14,7 +14,8 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +129,44 @@ class WritePolicy:
             raise MemoryInputError("field 'text' is not valid UTF-8") from None
         return self.scrubber.scrub(text)
 
+    @contextmanager
+    def prepared(self, texts: Sequence[Any]) -> Iterator[None]:
+        """Scrub and embed the texts of the writes about to come once, for the whole block.
+
+        Each text is validated and scrubbed as :meth:`store` does it, and the scrubbed texts
+        are embedded with one call of the embedder (it takes lists). Inside the block,
+        :meth:`store` of one of these texts takes its scrubbing and vector from here instead of
+        one scrub and one embedder call per write; everything else (dedup, supersession, the
+        checks of the other fields) runs per write as always. A text that fails validation is
+        left out (its :meth:`store` raises as without the block); if the batched embedder call
+        fails, each write embeds its own text.
+
+        Args:
+            texts: The texts of the coming :meth:`store` calls (anything else is ignored).
+        """
+        prepared: dict[str, tuple[str, int, np.ndarray | None]] = {}
+        for text in texts:
+            if not isinstance(text, str) or text in prepared:
+                continue
+            try:
+                scrubbed, redactions = self.prepare_text(text)
+            except (TypeError, ValueError):
+                continue
+            prepared[text] = (scrubbed, redactions, None)
+        if self.embedder is not None and prepared:
+            try:
+                vectors = self.embedder.embed([p[0] for p in prepared.values()])
+            except Exception:  # each write then embeds (and fails) on its own
+                vectors = None
+            if vectors is not None and len(vectors) == len(prepared):
+                for text, vector in zip(list(prepared), vectors, strict=True):
+                    prepared[text] = (*prepared[text][:2], vector)
+        self._prepared = prepared
+        try:
+            yield
+        finally:
+            self._prepared = {}
+
     def store(
         self,
         text: str,
@@ -181,7 +220,8 @@ class WritePolicy:
             TypeError, MemoryInputError: On bad input (nothing is stored).
             DecisionImmutableError: On a decision whose key names an active decision.
         """
-        scrubbed, redactions = self.prepare_text(text)
+        ahead = self._prepared.get(text) if isinstance(text, str) else None
+        scrubbed, redactions = ahead[:2] if ahead is not None else self.prepare_text(text)
         _check_choice(type, "type", MEMORY_TYPES, optional=False)
         _check_str(source_agent, "source_agent", optional=False)
         _check_str(client_id, "client_id", optional=False)
@@ -256,9 +296,10 @@ class WritePolicy:
                     )
 
         if vector is None and self.embedder is not None:
-            vector = self._check_vector(
-                self.embedder.embed([scrubbed])[0], "embedding (from the embedder)"
-            )
+            raw = ahead[2] if ahead is not None and ahead[2] is not None else None
+            if raw is None:
+                raw = self.embedder.embed([scrubbed])[0]
+            vector = self._check_vector(raw, "embedding (from the embedder)")
 
         mem_id = id if id is not None else self._new_id(h, client_id, type, t_now)
         mentions = self.extractor.extract(
