@@ -61,6 +61,16 @@ def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> Non
     raise RuntimeError("server did not become healthy")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``; NaN elsewhere): on a
+    shared machine the server's CPU per memory is steadier than the wall clock."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="memlab-bench-serve-"))
     port = free_port()
@@ -76,6 +86,7 @@ def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
     try:
         wait_health(url, proc)
         deadline = time.monotonic() + time_limit  # the server's start does not count
+        cpu_at_start = _cpu_seconds(proc.pid)
 
         def client(c: int) -> None:
             rng = random.Random(c)
@@ -105,6 +116,7 @@ def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
         for t in threads:
             t.join()
         wall = time.perf_counter() - start
+        server_cpu = _cpu_seconds(proc.pid) - cpu_at_start
     finally:
         proc.terminate()
         try:
@@ -133,6 +145,7 @@ def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
         "missing_from_recording": len(acked_set - recorded),
         "duplicate_acks": len(acked) - len(acked_set),
         "requests": len(latencies),
+        "server_cpu_ms_per_memory": 1000.0 * server_cpu / max(len(acked), 1),
     }
 
 
@@ -190,7 +203,8 @@ def main() -> None:
                 f"{res['memories_per_s']:.0f} memories/s (goal >= 1000); request p50 "
                 f"{res['p50_ms']:.0f} ms, p95 {res['p95_ms']:.0f} ms; acknowledged but missing "
                 f"from the store: {res['missing_from_store']}, from the recording: "
-                f"{res['missing_from_recording']} ({'verified' if ok else 'FAILED'}); "
+                f"{res['missing_from_recording']} ({'verified' if ok else 'FAILED'}); server "
+                f"CPU {res['server_cpu_ms_per_memory']:.2f} ms/memory; "
                 f"{before} -> {_load()}"
             )
         if not args.skip_recall:

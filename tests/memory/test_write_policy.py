@@ -86,3 +86,22 @@ def test_the_preparation_ends_with_the_block():
         pass
     store.store("Acme deploys", now=T0)
     assert [len(c) for c in embedder.calls] == [1, 1]
+
+
+def test_fields_scrubbed_once_per_block_give_the_plain_records():
+    def write(store):
+        return [
+            store.store(f"fact {i}", "fact", source_agent="atlas", key=f"deploy {KEY}",
+                        now=T0 + i)
+            for i in range(2)
+        ]
+
+    plain, batched = MemoryStore(), MemoryStore()
+    expected = write(plain)
+    with batched.batch(), batched.prepared(["fact 0", "fact 1"]):
+        got = write(batched)
+    assert got == expected
+    assert [r.redactions for r in got] == [1, 1]
+    assert [r.superseded for r in got] == [None, got[0].id]
+    assert batched.get(got[1].id).key == plain.get(expected[1].id).key
+    assert KEY not in batched.get(got[1].id).key

@@ -162,10 +162,30 @@ class WritePolicy:
                 for text, vector in zip(list(prepared), vectors, strict=True):
                     prepared[text] = (*prepared[text][:2], vector)
         self._prepared = prepared
+        self._field_scrubs = {}
         try:
             yield
         finally:
             self._prepared = {}
+            self._field_scrubs = {}
+
+    def _scrub_fields(self, values: tuple[str | None, ...]) -> tuple[tuple[str | None, ...], int]:
+        """Scrub short string fields (``None`` stays); inside :meth:`prepared` each distinct
+        string is scrubbed once for the block (the writing agent's name recurs in every item)."""
+        if not self._prepared:
+            return self.scrubber.scrub_value(values)
+        out: list[str | None] = []
+        total = 0
+        for value in values:
+            if value is None:
+                out.append(None)
+                continue
+            done = self._field_scrubs.get(value)
+            if done is None:
+                done = self._field_scrubs[value] = self.scrubber.scrub(value)
+            out.append(done[0])
+            total += done[1]
+        return tuple(out), total
 
     def store(
         self,
@@ -262,7 +282,7 @@ class WritePolicy:
         t_valid = None if valid_from is None else _check_time(valid_from, "valid_from")
         vector = None if embedding is None else self._check_vector(embedding, "embedding")
         # Every stored string field is scrubbed, not only the text.
-        (source_agent, key, subject, status_value), n_fields = self.scrubber.scrub_value(
+        (source_agent, key, subject, status_value), n_fields = self._scrub_fields(
             (source_agent, key, subject, status_value)
         )
         try:
