@@ -167,7 +167,7 @@ def _(mo, pl, tune, tuned, tuner):
 @app.cell
 def _(baseline, mo, params, tune, tuned):
     _curves = tune.metric_curves(
-        {"tuned": tuned, "defaults": baseline}, families=("R_all", "R_any", "nDCG")
+        {"tuned": tuned, "defaults": baseline}, families=("R_all", "Success", "nDCG")
     )
     mo.vstack(
         [
@@ -181,7 +181,7 @@ def _(baseline, mo, params, tune, tuned):
 @app.cell
 def _(mo):
     tag_metric = mo.ui.dropdown(
-        ["R_all@10", "R_any@10", "nDCG@10", "MRR", "stale@10", "tokens@10"],
+        ["R_all@10", "Success@10", "nDCG@10", "MRR", "stale@10", "tokens@10"],
         value="R_all@10", label="per-tag metric",
     )
     mo.output.replace(tag_metric)

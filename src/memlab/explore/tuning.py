@@ -101,14 +101,14 @@ def tuning_pipeline(
 
 
 def cutoff_metrics(
-    families: Sequence[str] = ("R_all", "R_any", "nDCG"), ks: Sequence[int] = tuple(range(1, 21))
+    families: Sequence[str] = ("R_all", "Success", "nDCG"), ks: Sequence[int] = tuple(range(1, 21))
 ) -> list[str]:
     """``family@k`` for every family and cut-off, family by family."""
     return [f"{f}@{k}" for f in families for k in ks]
 
 
 SUMMARY_METRICS = (
-    "R_all@10", "R_any@10", "nDCG@10", "MRR", "stale@10", "leak@10", "dup@10", "tokens@10"
+    "R_all@10", "Success@10", "nDCG@10", "MRR", "stale@10", "leak@10", "dup@10", "tokens@10"
 )
 """The metrics the app tabulates at k = 10 (``stale``, ``leak``, ``dup``, ``tokens``: lower is
 better)."""
@@ -421,7 +421,7 @@ class TuningSession:
 
 def metric_curves(
     per_query: Mapping[str, pl.DataFrame],
-    families: Sequence[str] = ("R_all", "R_any", "nDCG"),
+    families: Sequence[str] = ("R_all", "Success", "nDCG"),
 ) -> pl.DataFrame:
     """Mean of every ``family@k`` metric of ``families`` per configuration, as curves over ``k``.
 
