@@ -91,7 +91,7 @@ def exact_search(
 
 _ANN: weakref.WeakKeyDictionary[ExactIndex, AnnIndex] = weakref.WeakKeyDictionary()
 
-ANN_OVERFETCH = 2
+ANN_OVERFETCH = 1.5
 """Neighbours asked of the graph per wanted row (before dividing by the visible share)."""
 
 
@@ -119,7 +119,7 @@ def usearch_search(
     norm = float(np.linalg.norm(q))
     if norm > 0:
         q = q / norm
-    fetch = ANN_OVERFETCH * top_k * len(index) // n_visible + 1
+    fetch = int(ANN_OVERFETCH * top_k * len(index) / n_visible) + 1
     while True:
         rows = index.search(q, fetch)
         rows = rows[mask[rows]]
