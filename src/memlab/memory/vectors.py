@@ -109,7 +109,9 @@ class AnnIndex:
         expansion_search: Query beam ``ef`` (usearch default 64).
         dtype: Storage type of the vectors inside the graph (``"f32"``, ``"f16"``, ``"i8"``);
             the caller re-scores hits on the exact float32 vectors.
-        threads: Threads used while adding vectors (0 = all cores).
+        threads: Threads used while adding vectors (0 = all cores). The default 1 adds them
+            in row order, so the same store gives the same graph and the same results; more
+            threads build faster but in an order that varies from run to run.
 
     Attributes:
         index_: The usearch ``Index`` (``None`` before the first sync).
@@ -123,7 +125,7 @@ class AnnIndex:
         expansion_add: int = 128,
         expansion_search: int = 64,
         dtype: str = "f32",
-        threads: int = 0,
+        threads: int = 1,
     ) -> None:
         self.connectivity = connectivity
         self.expansion_add = expansion_add
