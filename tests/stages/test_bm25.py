@@ -104,6 +104,68 @@ def test_engines_agree_on_a_locomo_conversation() -> None:
         assert _ranking(a) == _ranking(b), q
 
 
+def test_top_kernel_gives_the_same_floats_and_cut_as_numpy() -> None:
+    if not LOCOMO.is_file():
+        pytest.skip(f"{LOCOMO} is not available")
+    conv = json.loads(LOCOMO.read_text(encoding="utf-8"))
+    docs = [
+        turn["text"]
+        for key, value in conv.items()
+        if key.startswith("session_") and isinstance(value, list)
+        for turn in value
+    ]
+    corpus = TokenizedCorpus()
+    corpus.extend(docs)
+    jit = SparseBM25Engine(jit_min_docs=0).fit(corpus)  # always the numba kernel
+    ref = RankBM25Engine().fit(corpus)
+    n = corpus.n_docs
+    rows = np.arange(n, dtype=np.int64) * 2 + 1  # documents sit at odd store rows
+    visible = np.ones(2 * n + 1, dtype=bool)
+    visible[rows[::3]] = False  # every third document is hidden
+    for qa in conv["qa"]:
+        tokens = corpus.tokenize(qa["question"]) + ["never-seen-token"]
+        full = jit.get_scores(tokens)
+        for k, vis in ((None, None), (10, None), (10, visible), (1, visible)):
+            shown = np.ones(n, dtype=bool) if vis is None else vis[rows]
+            mask = (full > 0) & shown
+            expected = np.flatnonzero(mask)
+            if k is not None and len(expected) > k:
+                kth = np.sort(full[expected])[::-1][k - 1]
+                expected = expected[full[expected] >= kth]
+            got, scores = jit.top(tokens, k, rows if vis is not None else None, vis)
+            order = np.argsort(got)
+            assert got[order].tolist() == expected.tolist()
+            assert scores[order].tolist() == full[expected].tolist()  # bit for bit
+            ref_docs, ref_scores = ref.top(tokens, k, rows if vis is not None else None, vis)
+            assert sorted(ref_docs.tolist()) == expected.tolist()
+            assert np.allclose(np.sort(ref_scores), np.sort(full[expected]), rtol=1e-9)
+    # the per-thread buffers are left all-zero between queries
+    assert not jit.buffers_.score.any() and not jit.buffers_.seen.any()
+
+
+def test_top_keeps_every_tie_at_the_cut() -> None:
+    corpus = TokenizedCorpus()
+    corpus.extend(["cat", "cat", "cat", "dog", "bird"])
+    for engine in (SparseBM25Engine(jit_min_docs=0), SparseBM25Engine(), RankBM25Engine()):
+        docs, scores = engine.fit(corpus).top(["cat"], 1)
+        assert sorted(docs.tolist()) == [0, 1, 2]  # three equal scores at the cut of 1
+        assert len(set(scores.tolist())) == 1
+
+
+def test_stage_on_the_kernel_matches_the_reference(store, make_ctx) -> None:
+    for text in ("Acme website hosting", "billing service PostgreSQL", "nothing zzz"):
+        for client in (None, "acme"):
+            ctx = make_ctx(text, client_id=client)
+            stage = BM25(top_k=3)
+            stage.fit(ctx.store)
+            for index in stage.indexes_.values():
+                index.engine.jit_min_docs = 0
+            a = stage.transform(empty_candidates(), ctx)
+            b = BM25(top_k=3, engine="rank_bm25").transform(empty_candidates(), ctx)
+            assert a["mem_id"].to_list() == b["mem_id"].to_list()
+            assert np.allclose(a["bm25_score"], b["bm25_score"], rtol=1e-9, atol=1e-9)
+
+
 def test_visibility_masks_the_shared_index(store, make_ctx) -> None:
     # the superseded fact shares the index (its words count in idf) but is not returned
     out = BM25(top_k=None).transform(empty_candidates(), make_ctx("Next.js website"))

@@ -149,3 +149,63 @@ def test_empty_store_gives_no_candidates(now) -> None:
     out = Dense().transform(empty_candidates(), ctx)
     assert out.height == 0
     check_frame(out, "dense")
+
+
+def _random_store(n: int, now: float, seed: int = 0):
+    from memlab.memory.store import MemoryStore
+
+    rng = np.random.default_rng(seed)
+    vecs = rng.standard_normal((n, 32)).astype(np.float32)
+    store = MemoryStore()
+    clients = ("acme", "globex", "initech", "global")
+    with store.batch():
+        for i in range(n):
+            store.store(
+                f"memory {i}",
+                "fact",
+                source_agent="tester",
+                client_id=clients[i % 4],
+                key=f"k{i // 2}" if i % 10 < 2 else None,  # every tenth memory superseded
+                now=now - n + i,
+                id=f"m{i:04d}",
+                embedding=vecs[i],
+            )
+    return store, rng
+
+
+def test_usearch_backend_returns_visible_rows_with_exact_scores(now) -> None:
+    from memlab.stages.dense import ann_index
+
+    store, rng = _random_store(600, now)
+    hits = 0
+    for i in range(20):
+        q = rng.standard_normal(32).astype(np.float32)
+        client = (None, "acme", "globex")[i % 3]
+        ctx = QueryContext(qid="q", text="x", store=store, now=now, client_id=client)
+        ctx.query_vector = q
+        exact = Dense(top_k=10, backend="exact").transform(empty_candidates(), ctx)
+        approx = Dense(top_k=10, backend="usearch").transform(empty_candidates(), ctx)
+        check_frame(approx, "dense usearch")
+        visible = ctx.visible_mask()
+        assert approx.height == 10
+        assert all(visible[r] for r in approx["row"].to_list())  # filtering is exact
+        want = store.vectors.matrix[approx["row"].to_numpy()] @ (q / np.linalg.norm(q))
+        np.testing.assert_allclose(approx["dense_score"], want, atol=1e-6)  # exact cosines
+        hits += len(set(approx["mem_id"]) & set(exact["mem_id"]))
+    assert hits >= 0.9 * 20 * 10  # recall@10 (600 vectors: near-exhaustive search)
+    assert len(ann_index(store.vectors)) == len(store)
+
+
+def test_auto_backend_switches_at_ann_min_rows(now) -> None:
+    from memlab.stages import dense as dense_module
+
+    store, rng = _random_store(500, now, seed=1)
+    ctx = QueryContext(qid="q", text="x", store=store, now=now)
+    ctx.query_vector = rng.standard_normal(32).astype(np.float32)
+    Dense(top_k=5).transform(empty_candidates(), ctx)  # 500 < 200,000: exact
+    assert store.vectors not in dense_module._ANN
+    out = Dense(top_k=5, ann_min_rows=500).transform(empty_candidates(), ctx)
+    assert store.vectors in dense_module._ANN
+    exact = Dense(top_k=5, backend="exact").transform(empty_candidates(), ctx)
+    assert len(set(out["mem_id"]) & set(exact["mem_id"])) >= 4
+

@@ -15,7 +15,10 @@ each time). Defaults ``k1 = 1.5``, ``b = 0.75``, ``epsilon = 0.25`` are rank_bm2
 
 Two engines are registered: ``"rank_bm25"`` (the reference, rank_bm25's own code) and
 ``"sparse"`` (a scipy CSC matrix of precomputed term contributions; a query reads only its terms'
-columns).
+columns). The sparse engine's :meth:`SparseBM25Engine.top` visits only the documents a query
+touches: on a large corpus (``jit_min_docs``, default 100,000 documents) a numba kernel adds the
+query's posting lists into a reused buffer, so a query costs its postings, not the corpus size
+(``bench/bench_bm25.py`` times it beside bm25s's numba backend).
 Both read a :class:`TokenizedCorpus`, which tokenises each document once; refitting an engine
 after documents are added costs a sparse-matrix build, not a re-tokenisation.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -40,6 +44,7 @@ __all__ = [
     "SparseBM25Engine",
     "TokenizedCorpus",
     "get_bm25_engine",
+    "select_top",
     "register_bm25_engine",
 ]
 
@@ -156,6 +161,18 @@ class BM25Engine(Protocol):
         """One float64 score per indexed document."""
         ...
 
+    def top(
+        self,
+        query_tokens: Sequence[str],
+        k: int | None = None,
+        rows: np.ndarray | None = None,
+        visible: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(documents, scores)``: the documents scoring above 0 whose store row
+        (``rows[d]``) is ``visible``, cut at the ``k``-th best score, ties included (any
+        order)."""
+        ...
+
 
 def _idf(doc_freq: np.ndarray, n_docs: int, epsilon: float) -> np.ndarray:
     """rank_bm25's idf with its negative-idf floor, computed in its order of operations."""
@@ -192,10 +209,17 @@ class SparseBM25Engine:
             after the fit have columns beyond ``weights_`` and are ignored until a refit).
     """
 
-    def __init__(self, k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25) -> None:
+    def __init__(
+        self,
+        k1: float = 1.5,
+        b: float = 0.75,
+        epsilon: float = 0.25,
+        jit_min_docs: int = 100_000,
+    ) -> None:
         self.k1 = k1
         self.b = b
         self.epsilon = epsilon
+        self.jit_min_docs = jit_min_docs
 
     def fit(self, corpus: TokenizedCorpus) -> SparseBM25Engine:
         """Compute every (document, term) contribution of ``corpus``."""
@@ -212,20 +236,91 @@ class SparseBM25Engine:
             term = np.repeat(np.arange(n_terms), np.diff(tf.indptr))
             tf.data = self.idf_[term] * (f * (self.k1 + 1) / (f + norm[tf.indices]))
         self.weights_ = tf
+        self.buffers_ = threading.local()
         return self
+
+    def _term_ids(self, query_tokens: Sequence[str]) -> np.ndarray:
+        """Column of each query token known to the fitted matrix, in query order."""
+        vocab, n_terms = self.vocab_, self.weights_.shape[1]
+        ids = [t for t in map(vocab.get, query_tokens) if t is not None and t < n_terms]
+        return np.asarray(ids, dtype=np.int64)
 
     def get_scores(self, query_tokens: Sequence[str]) -> np.ndarray:
         """BM25 score of every document for the query tokens (repeats count each time)."""
         score = np.zeros(self.n_docs_, dtype=np.float64)
-        w, vocab = self.weights_, self.vocab_
-        n_terms = w.shape[1]
-        for token in query_tokens:
-            t = vocab.get(token)
-            if t is None or t >= n_terms:
-                continue
+        w = self.weights_
+        for t in self._term_ids(query_tokens).tolist():
             lo, hi = w.indptr[t], w.indptr[t + 1]
             score[w.indices[lo:hi]] += w.data[lo:hi]
         return score
+
+    def top(
+        self,
+        query_tokens: Sequence[str],
+        k: int | None = None,
+        rows: np.ndarray | None = None,
+        visible: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The best visible documents scoring above 0, with their scores.
+
+        Below ``jit_min_docs`` documents this is :func:`select_top` on :meth:`get_scores`; from
+        there a numba kernel adds the query's columns token by token (the same additions in the
+        same order, so the same floats) into a per-thread buffer, visits only the documents the
+        query touches and selects the best ``k`` with a heap: a query costs its posting lists,
+        not the corpus size.
+
+        Args:
+            query_tokens: The query's tokens (repeats count each time).
+            k: Keep documents scoring at least the ``k``-th best score (ties at the cut
+                included; ``None`` keeps every positive one).
+            rows: Store row of each document (``None``: document ``i`` is row ``i``).
+            visible: Which store rows may be returned (``None``: all).
+
+        Returns:
+            ``(documents, scores)``: document indices in no particular order and float64
+            scores.
+        """
+        if self.n_docs_ < self.jit_min_docs:
+            return select_top(self.get_scores(query_tokens), k, rows, visible)
+        terms = self._term_ids(query_tokens)
+        buffers = self.buffers_
+        if getattr(buffers, "score", None) is None:
+            buffers.score = np.zeros(self.n_docs_, dtype=np.float64)
+            buffers.seen = np.zeros(self.n_docs_, dtype=np.bool_)
+            buffers.docs = np.empty(self.n_docs_, dtype=np.int64)
+            buffers.out = np.empty(self.n_docs_, dtype=np.float64)
+        if rows is None:
+            rows = np.arange(self.n_docs_, dtype=np.int64)
+        if visible is None:
+            visible = np.ones(int(rows.max(initial=-1)) + 1, dtype=np.bool_)
+        kk = 0 if k is None else int(k)
+        heap = np.empty(max(kk, 1), dtype=np.float64)
+        w = self.weights_
+        from memlab.index._bm25_kernel import top_k
+
+        n = top_k(
+            w.indptr, w.indices, w.data, terms, rows, visible, kk,
+            buffers.score, buffers.seen, buffers.docs, buffers.out, heap,
+        )
+        return buffers.docs[:n].copy(), buffers.out[:n].copy()
+
+
+def select_top(
+    scores: np.ndarray,
+    k: int | None,
+    rows: np.ndarray | None = None,
+    visible: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``BM25Engine.top`` from a full score vector (numpy; ``argpartition`` for the cut)."""
+    keep = scores > 0
+    if visible is not None:
+        keep &= visible if rows is None else visible[rows]
+    docs = np.flatnonzero(keep)
+    s = scores[docs]
+    if k is not None and 0 < k < len(docs):
+        kth = s[np.argpartition(-s, k - 1)[k - 1]]
+        docs, s = docs[s >= kth], s[s >= kth]
+    return docs, s
 
 
 @register_bm25_engine("rank_bm25")
@@ -262,3 +357,13 @@ class RankBM25Engine:
         if self.model_ is None:
             return np.zeros(self.n_docs_, dtype=np.float64)
         return np.asarray(self.model_.get_scores(list(query_tokens)), dtype=np.float64)
+
+    def top(
+        self,
+        query_tokens: Sequence[str],
+        k: int | None = None,
+        rows: np.ndarray | None = None,
+        visible: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`select_top` on :meth:`get_scores`."""
+        return select_top(self.get_scores(query_tokens), k, rows, visible)

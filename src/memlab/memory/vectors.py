@@ -26,6 +26,7 @@ class ExactIndex:
         self._matrix = np.zeros((0, dim or 0), dtype=np.float32)
         self._present = np.zeros(0, dtype=bool)
         self._n = 0
+        self.rewrites = 0
 
     def __len__(self) -> int:
         return self._n
@@ -57,6 +58,8 @@ class ExactIndex:
             norm = float(np.linalg.norm(vec))
             if norm > 0:
                 vec = vec / norm
+        if row < self._n:
+            self.rewrites += 1  # an approximate index built over the old vector is stale
         self._grow(row + 1)
         self._n = max(self._n, row + 1)
         if vector is None:
@@ -89,6 +92,86 @@ class ExactIndex:
             q = q / norm
         sims = self.matrix @ q
         return np.where(self.present, sims.astype(np.float64), -np.inf)
+
+
+class AnnIndex:
+    """An approximate (HNSW) index over the rows of an :class:`ExactIndex`, built with usearch.
+
+    Keys are store rows. :meth:`sync` adds the rows written since the last call (a rewrite of an
+    already indexed row rebuilds the index). usearch (Vardanian, "USearch", 2023) implements
+    HNSW (Malkov & Yashunin, "Efficient and robust approximate nearest neighbor search using
+    Hierarchical Navigable Small World graphs", TPAMI 2020); cosine metric over the exact index's
+    unit vectors.
+
+    Args:
+        connectivity: HNSW graph degree ``M`` (usearch default 16).
+        expansion_add: Build beam ``efConstruction`` (usearch default 128).
+        expansion_search: Query beam ``ef`` (usearch default 64).
+        dtype: Storage type of the vectors inside the graph (``"f32"``, ``"f16"``, ``"i8"``);
+            the caller re-scores hits on the exact float32 vectors.
+        threads: Threads used while adding vectors (0 = all cores). The default 1 adds them
+            in row order, so the same store gives the same graph and the same results; more
+            threads build faster but in an order that varies from run to run.
+
+    Attributes:
+        index_: The usearch ``Index`` (``None`` before the first sync).
+        n_: Rows of the exact index examined so far.
+        rewrites_: ``ExactIndex.rewrites`` at the last sync.
+    """
+
+    def __init__(
+        self,
+        connectivity: int = 16,
+        expansion_add: int = 128,
+        expansion_search: int = 64,
+        dtype: str = "f32",
+        threads: int = 1,
+    ) -> None:
+        self.connectivity = connectivity
+        self.expansion_add = expansion_add
+        self.expansion_search = expansion_search
+        self.dtype = dtype
+        self.threads = threads
+        self.index_: Any = None
+        self.n_ = 0
+        self.rewrites_ = 0
+
+    def __len__(self) -> int:
+        return 0 if self.index_ is None else len(self.index_)
+
+    def sync(self, exact: ExactIndex) -> AnnIndex:
+        """Add the rows of ``exact`` written since the last sync (rebuild after a rewrite)."""
+        from usearch.index import Index
+
+        if exact.dim is None:
+            return self
+        if self.index_ is None or exact.rewrites != self.rewrites_ or len(exact) < self.n_:
+            self.index_ = Index(
+                ndim=exact.dim,
+                metric="cos",
+                dtype=self.dtype,
+                connectivity=self.connectivity,
+                expansion_add=self.expansion_add,
+                expansion_search=self.expansion_search,
+            )
+            self.n_, self.rewrites_ = 0, exact.rewrites
+        n = len(exact)
+        if self.n_ < n:
+            rows = self.n_ + np.flatnonzero(exact.present[self.n_ : n])
+            if len(rows):
+                self.index_.add(
+                    rows.astype(np.uint64), exact.matrix[rows], threads=self.threads
+                )
+            self.n_ = n
+        return self
+
+    def search(self, query: np.ndarray, k: int) -> np.ndarray:
+        """Rows of the (approximately) ``k`` nearest vectors, nearest first."""
+        if self.index_ is None or len(self.index_) == 0 or k <= 0:
+            return np.zeros(0, dtype=np.int64)
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        hits = self.index_.search(q, min(k, len(self.index_)), threads=1)
+        return np.asarray(hits.keys, dtype=np.int64)
 
 
 class ChromaIndex:

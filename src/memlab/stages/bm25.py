@@ -21,6 +21,10 @@ The stage keeps each fitted index (``indexes_``, by scope) between queries. Text
 once written, so an index is refitted lazily only when the store has new rows in its scope (a
 version change without new rows — an access, a supersession — leaves the corpus as it was); a
 refit tokenises only the new rows and rebuilds the sparse matrix.
+
+A query reads only the documents its terms touch (the engine's ``top``), keeps the visible
+ones and selects the best ``top_k`` among them, so its cost follows the query's posting lists
+rather than the store's size.
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ from memlab.stages.base import (
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Real, is_regex
-from memlab.stages.dense import top_rows
 
 if TYPE_CHECKING:
     from memlab.memory.scopes import Principal
@@ -226,8 +229,6 @@ class BM25(Stage):
         if self.query_stopwords is not None:
             stop = get_stopwords(self.query_stopwords)
             tokens = [t for t in tokens if t not in stop]
-        scores = np.zeros(len(store), dtype=np.float64)
-        if len(index.rows):
-            scores[index.rows] = engine.get_scores(tokens)
-        rows = top_rows(scores, ctx.visible_mask() & (scores > 0), self.top_k)
-        return candidates_from_rows(ctx, rows, scores[rows], "bm25_score", top_k=self.top_k)
+        docs, scores = engine.top(tokens, self.top_k, index.rows, ctx.visible_mask())
+        rows = index.rows[docs]
+        return candidates_from_rows(ctx, rows, scores, "bm25_score", top_k=self.top_k)

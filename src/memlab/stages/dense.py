@@ -9,17 +9,29 @@ is an optional hard cut on the dense list itself.
 
 Backends are registered by name: ``"exact"`` scores every row with the store's exact numpy index
 (the reference; deterministic), ``"chroma"`` asks the store's chromadb collection (HNSW,
-approximate) under the ``where`` filter equivalent to the query's visibility.
+approximate) under the ``where`` filter equivalent to the query's visibility, ``"usearch"`` asks an
+in-memory usearch HNSW graph over the store's vectors, and ``"auto"`` (the default) is ``"exact"``
+below ``ann_min_rows`` memories (200,000) and ``"usearch"`` from there.
+
+Filtering with ``"usearch"`` is **over-fetch and re-check**: the graph knows nothing of scopes,
+time or supersession, so the backend asks it for ``overfetch × top_k`` neighbours divided by the
+visible share of the store, keeps the rows the query's visibility mask allows, and asks again for
+four times as many while fewer than ``top_k`` survive; past a quarter of the store it falls back
+to the exact search. Every returned row is therefore visible (filtering is exact) and every
+returned score is the exact cosine recomputed on the store's float32 vectors; only recall is
+approximate (``bench/bench_dense.py`` reports recall@10 against ``"exact"``).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
 
+from memlab.memory.vectors import AnnIndex, ExactIndex
 from memlab.registry import Registry
 from memlab.stages.base import (
     QueryContext,
@@ -77,6 +89,58 @@ def exact_search(
     return rows, sims[rows]
 
 
+_ANN: weakref.WeakKeyDictionary[ExactIndex, AnnIndex] = weakref.WeakKeyDictionary()
+
+ANN_OVERFETCH = 1.5
+"""Neighbours asked of the graph per wanted row (before dividing by the visible share)."""
+
+
+def ann_index(vectors: ExactIndex) -> AnnIndex:
+    """The usearch graph over ``vectors`` (one per exact index, brought up to date)."""
+    index = _ANN.get(vectors)
+    if index is None:
+        index = _ANN[vectors] = AnnIndex()
+    return index.sync(vectors)
+
+
+@register_dense_backend("usearch")
+def usearch_search(
+    ctx: QueryContext, vector: np.ndarray, top_k: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """usearch HNSW, over-fetched and re-checked against the query's visibility mask."""
+    store = ctx.store
+    vectors = store.vectors
+    mask = ctx.visible_mask() & vectors.present
+    n_visible = int(np.count_nonzero(mask))
+    if top_k is None or n_visible == 0 or 4 * top_k >= n_visible:
+        return exact_search(ctx, vector, top_k)
+    index = ann_index(vectors)
+    q = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(q))
+    if norm > 0:
+        q = q / norm
+    fetch = int(ANN_OVERFETCH * top_k * len(index) / n_visible) + 1
+    while True:
+        rows = index.search(q, fetch)
+        rows = rows[mask[rows]]
+        if len(rows) >= top_k:
+            break
+        fetch *= 4
+        if 4 * fetch >= len(index):
+            return exact_search(ctx, vector, top_k)
+    sims = (vectors.matrix[rows] @ q).astype(np.float64)
+    keep = top_rows(sims, np.ones(len(rows), dtype=bool), top_k)
+    return rows[keep], sims[keep]
+
+
+@register_dense_backend("auto")
+def auto_search(
+    ctx: QueryContext, vector: np.ndarray, top_k: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The exact search; the ``dense`` stage resolves ``"auto"`` by its ``ann_min_rows``."""
+    return exact_search(ctx, vector, top_k)
+
+
 @register_dense_backend("chroma")
 def chroma_search(
     ctx: QueryContext, vector: np.ndarray, top_k: int | None
@@ -107,7 +171,9 @@ class Dense(Stage):
 
     Args:
         top_k: How many memories to return (``None`` = every visible one).
-        backend: ``"exact"`` (numpy, the reference) or ``"chroma"`` (chromadb HNSW).
+        backend: ``"auto"`` (``"exact"`` below ``ann_min_rows`` memories, ``"usearch"`` from
+            there), ``"exact"`` (numpy, the reference), ``"usearch"`` (usearch HNSW, filters
+            by over-fetch and re-check) or ``"chroma"`` (chromadb HNSW, filters inside).
         min_similarity: Drop memories below this cosine (``None`` = keep all; seed 000's 0.3
             is applied downstream by ``lifecycle``).
         mask_entity_types: Embed the query without the names of known entities of these types
@@ -115,6 +181,8 @@ class Dense(Stage):
             short question, pulling up every short turn of that speaker; masked, the vector
             carries the topic alone and the name is left to a graph stage. ``()`` embeds the
             query as written.
+        ann_min_rows: Store size from which ``backend="auto"`` uses the usearch graph
+            (default 200,000; exact search costs about 10 ms per query there on 2 cores).
 
     Output column: ``dense_score`` (the cosine similarity, also ``score``).
     """
@@ -126,6 +194,7 @@ class Dense(Stage):
         "backend": [Options(str, DENSE_BACKENDS)],
         "min_similarity": [Interval(Real, -1, 1, closed="both"), None],
         "mask_entity_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
+        "ann_min_rows": [Interval(Integral, 0, None, closed="left")],
     }
 
     columns = (score_column("dense_score", "cosine similarity to the query vector"),)
@@ -133,18 +202,23 @@ class Dense(Stage):
     def __init__(
         self,
         top_k: int | None = 100,
-        backend: str = "exact",
+        backend: str = "auto",
         min_similarity: float | None = None,
         mask_entity_types: tuple[str, ...] = (),
+        ann_min_rows: int = 200_000,
     ) -> None:
         self.top_k = top_k
         self.backend = backend
         self.min_similarity = min_similarity
         self.mask_entity_types = mask_entity_types
+        self.ann_min_rows = ann_min_rows
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        backend = self.backend
+        if backend == "auto":
+            backend = "usearch" if len(ctx.store) >= self.ann_min_rows else "exact"
         try:
-            search = DENSE_BACKENDS.lookup(self.backend)
+            search = DENSE_BACKENDS.lookup(backend)
         except ValueError as error:
             raise ValueError(f"dense: {error}") from None
         if len(ctx.store) == 0 or ctx.store.vectors.dim is None:

@@ -29,6 +29,7 @@ import polars as pl
 from memlab.memory.lifecycle import days_since, lifecycle_factor
 from memlab.memory.records import MEMORY_TYPES
 from memlab.stages.base import (
+    ROW_COLUMN,
     QueryContext,
     Stage,
     frame_rows,
@@ -122,13 +123,31 @@ class Lifecycle(Stage):
             decaying_types=tuple(self.decaying_types),
         )
         factor = np.asarray(factor, dtype=np.float64)
-        out = frame if keep.all() else frame[np.flatnonzero(keep)]
-        relevance = out.get_column(self.relevance).cast(pl.Float64).to_numpy()
-        out = out.drop(list(added), strict=False).hstack(
+        kept = np.flatnonzero(keep)
+        relevance = frame.get_column(self.relevance).cast(pl.Float64).to_numpy()[kept]
+        effective = relevance * factor
+        if ROW_COLUMN not in frame.columns or frame[ROW_COLUMN].null_count():
+            out = frame if len(kept) == frame.height else frame[kept]
+            out = out.drop(list(added), strict=False).hstack(
+                [
+                    pl.Series("lifecycle_factor", factor, dtype=pl.Float64),
+                    pl.Series("effective_score", effective, dtype=pl.Float64, nan_to_null=True),
+                ]
+            )
+            return rerank(out, by="effective_score", store=store)
+        # rerank's order (effective score descending, NaN last, ties by id) with one gather
+        order = np.lexsort((store.id_sort_keys(rows), -effective))
+        effective, factor = effective[order], factor[order]
+        out = frame[kept[order]].drop(list(added), strict=False)
+        score = pl.Series("score", effective, dtype=pl.Float64, nan_to_null=True)
+        out = out.hstack(
             [
                 pl.Series("lifecycle_factor", factor, dtype=pl.Float64),
-                pl.Series("effective_score", relevance * factor, dtype=pl.Float64,
-                          nan_to_null=True),
+                score.alias("effective_score"),
             ]
         )
-        return rerank(out, by="effective_score", store=store)
+        out.replace_column(out.get_column_index("score"), score)
+        out.replace_column(
+            out.get_column_index("rank"), pl.Series("rank", np.arange(1, out.height + 1))
+        )
+        return out
