@@ -100,7 +100,7 @@ def _(compare_pick, mo, pl, rounded, runs, rx):
     _wide = _wide.join(_counts, on="run", how="left").select(
         "run", "pipeline", "queries", *[c for c in _wide.columns if c not in ("run", "pipeline")]
     )
-    _rel = [m for m in _wide.columns if m.split("@")[0] in ("R_all", "R_any", "nDCG", "MRR")]
+    _rel = [m for m in _wide.columns if m.split("@")[0] in ("R_all", "Success", "nDCG", "MRR")]
     mo.vstack(
         [
             mo.md(

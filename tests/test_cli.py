@@ -285,3 +285,17 @@ def test_embedder_path_without_a_model_is_one_line(tmp_path, capsys):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("memlab: error: "), err
     assert "modules.json missing" in lines[0]
+
+
+def test_eval_accepts_ir_measures_names_and_old_metric_names(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--no-cache",
+                 "--quiet", "--out", str(out), "--metrics", "R_any@10,RBP(p=0.5,rel=1)",
+                 "--metric", "P@5", "--metric", "RBP(p=0.8)"])
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())["bm25"]
+    assert set(metrics) >= {"Success@10", "RBP(p=0.5,rel=1)", "P@5", "RBP(rel=1)"}
+    assert "R_any@10" not in metrics
+    assert 0.0 <= metrics["P@5"] <= 1.0
+    assert main(["eval", HANDMADE, "--metric", "alpha_nDCG@10", "--out", str(out / "x")]) == 2
+    assert "none of its installed providers" in capsys.readouterr().err

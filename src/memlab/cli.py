@@ -2,7 +2,7 @@
 
 ::
 
-    memlab eval DATASET [--pipelines a,b,c] [--baseline a] [--out DIR]
+    memlab eval DATASET [--pipelines a,b,c] [--baseline a] [--metric P@5 …] [--out DIR]
     memlab sweep DATASET --pipeline hybrid --grid rrf__k=10,30,60 [--grid …]
     memlab tune DATASET --pipeline P --space rrf__k=int:1:200:log [--trials 100]
     memlab datasets validate DIR
@@ -95,11 +95,27 @@ nonnegative_int = _count
 """An integer >= 0 (argparse ``type=``; the public name other command modules use)."""
 
 
+def _top_level_commas(value: str) -> list[str]:
+    """``value`` split at the commas outside brackets (``P@5,RBP(p=0.8,rel=1)``: two names)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(value):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            parts.append(value[start:i])
+            start = i + 1
+    parts.append(value[start:])
+    return parts
+
+
 def _split(value: str | None, option: str = "") -> list[str] | None:
-    """Comma-separated names; ``None`` when the option is absent, an error when it names none."""
+    """Comma-separated names (commas inside brackets, as in ``RBP(p=0.8,rel=1)``, do not
+    separate); ``None`` when the option is absent, an error when it names none."""
     if value is None:
         return None
-    names = [v.strip() for v in value.split(",") if v.strip()]
+    names = [v.strip() for v in _top_level_commas(value) if v.strip()]
     if not names:
         raise CLIError(f"{option} {value!r} names nothing; give comma-separated names")
     return names
@@ -176,6 +192,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     chosen = _split(args.pipelines, "--pipelines")
     metrics = _split(args.metrics, "--metrics")
+    if args.metric:
+        metrics = [*(metrics or []), *(m.strip() for m in args.metric)]
     out = args.out or f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     # Check everything that can be checked before the expensive part.
     check_output_dir(out, what="--out")
@@ -517,7 +535,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--baseline", help="baseline pipeline (default: the first)")
     p.add_argument("--out", help="output directory (default: reports/<timestamp>)")
-    p.add_argument("--metrics", help="comma-separated metric names")
+    p.add_argument(
+        "--metrics",
+        help="comma-separated metric names: memlab's (R_all@10, Success@10, Recall@10, nDCG@10; "
+        "R_any/R_frac are accepted for Success/Recall) or any ir_measures name (P@5, AP, "
+        "RBP(p=0.8))",
+    )
+    p.add_argument(
+        "--metric",
+        action="append",
+        help="one metric name (repeatable; added to --metrics), e.g. --metric 'RBP(p=0.8)'",
+    )
     p.add_argument(
         "--tests", help="comma-separated paired tests (default: t,wilcoxon,permutation)"
     )

@@ -26,6 +26,7 @@ always produces byte-identical files.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import string
@@ -33,6 +34,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import resources
 from typing import Any
 
 from memlab.datasets.format import Dataset, MemoryOp, Query, write_dataset
@@ -114,601 +116,78 @@ class ClientProfile:
         }
 
 
-CLIENT_PROFILES: tuple[ClientProfile, ...] = (
-    ClientProfile(
-        "acme-corp", "Acme Corp", "acme-corp.com", "acme-outlet.com", "acme-rewards.com",
-        "Orion Dashboard", ("billing-api", "order-sync"), "metrics-gateway", "checkout-v2",
-        "RabbitMQ", ("Next.js", "PostgreSQL", "Vercel"), "Dana Whitfield", "Priya Raman",
-        "Vandelay Industries", "Orion Pulse", "Rosa Delgado", "acme-deals.com",
-        "Acme Retail", "invoice-worker",
-    ),
-    ClientProfile(
-        "globex", "Globex Group", "globex.io", "globex-partners.io", "globex-careers.io",
-        "Helios Portal", ("claims-engine", "partner-feed"), "quote-cache", "claims-v3",
-        "Kafka", ("Django", "MySQL", "AWS"), "Marcus Oyelaran", "Kenji Watanabe",
-        "Initrode Systems", "Helios Lens", "Yusuf Demir", "globex-quotes.io",
-        "Globex Insurance", "claims-batcher",
-    ),
-    ClientProfile(
-        "initech", "Initech Software", "initech.ca", "initech-partners.ca", "initech-events.ca",
-        "Tundra Planner", ("tps-reports", "ledger-sync"), "export-worker", "payroll-bridge",
-        "Elasticsearch", ("Ruby on Rails", "PostgreSQL", "Heroku"), "Samira Haddad",
-        "Oskar Lindqvist", "Chotchkie Labs", "Tundra Ledger", "Clara Jensen", "initech-store.ca",
-        "Initech Payroll", "tps-scheduler",
-    ),
-    ClientProfile(
-        "umbrella-health", "Umbrella Health", "umbrellahealth.com", "umbrella-pharmacy.com",
-        "umbrella-clinics.com", "Caduceus Scheduler", ("records-api", "intake-forms"),
-        "consent-store", "triage-bot", "MongoDB", ("Spring Boot", "Kubernetes", "Azure"),
-        "Helen Okafor", "Rafael Costa", "Wellspring Medical", "Caduceus Kiosk", "Arjun Mehta",
-        "umbrella-labs.com", "Umbrella Pharmacy", "fax-ingest",
-    ),
-    ClientProfile(
-        "stark-logistics", "Stark Logistics", "starklogistics.io", "stark-customs.io",
-        "stark-freight.io", "Atlas Fleet Tracker", ("route-planner", "dock-scheduler"),
-        "eta-predictor", "yard-mapper", "ClickHouse", ("Python", "PostgreSQL", "GCP"),
-        "Tomas Varga", "Aiko Tanaka", "Hammer Freight", "Atlas Beacon", "Freya Nilsson",
-        "stark-tracking.io", "Stark Freight", "manifest-worker",
-    ),
-    ClientProfile(
-        "wayne-media", "Wayne Media", "waynemedia.com", "wayne-syndication.com",
-        "wayne-podcasts.com", "Gotham Newsroom", ("cms-api", "paywall-service"),
-        "feed-renderer", "comments-v2", "DynamoDB", ("WordPress", "Cloudflare", "MySQL"),
-        "Lucia Fox", "Ben Mwangi", "Metropolis Press", "Gotham Replay", "Mateo Rossi",
-        "wayne-archive.com", "Wayne Podcasts", "transcoder",
-    ),
-    ClientProfile(
-        "hooli", "Hooli Labs", "hooli.com", "hooli-partners.com", "hooli-xyz.com",
-        "Nucleus Search", ("compress-api", "signal-hub"), "ranker-shadow", "box-sync",
-        "BigQuery", ("Kotlin", "GCP", "Datadog"), "Nadia Petrov", "Luis Moreno",
-        "Pied Piper Networks", "Nucleus Spark", "Leila Karimi", "hooli-cloud.com",
-        "Hooli Search", "index-builder",
-    ),
-    ClientProfile(
-        "soylent", "Soylent Foods", "soylentfoods.com", "soylent-wholesale.com",
-        "soylent-kitchen.com", "Harvest Ordering", ("menu-sync", "loyalty-api"), "price-feed",
-        "meal-planner", "Airflow", ("Shopify", "Node.js", "Stripe"), "Grace Adeyemi",
-        "Tobias Klein", "Nutrico Brands", "Harvest Pantry", "Hugo Lambert",
-        "soylent-recipes.com", "Soylent Kitchens", "order-batcher",
-    ),
-)  # fmt: skip
-
 # --------------------------------------------------------------------------- scenario content
+# The templates are data files shipped with the package (``memlab/datasets/templates/*.json``):
+# each holds a ``description``, the ``fields`` of a row and the ``rows``; lists become tuples.
+_TEMPLATES = resources.files("memlab.datasets") / "templates"
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+
+
+def _template(name: str) -> dict[str, Any]:
+    path = _TEMPLATES / f"{name}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+
+
+def load_rows(name: str) -> tuple[Any, ...]:
+    """The rows of template file ``name``: tuples in the order of its ``fields``, or strings.
+
+    Raises:
+        ValueError: If a row lacks a field or has one the file does not declare.
+    """
+    data = _template(name)
+    fields = data.get("fields")
+    if fields is None:
+        return _frozen(data["rows"])
+    rows = []
+    for n, row in enumerate(data["rows"]):
+        if set(row) != set(fields):
+            raise ValueError(
+                f"{_TEMPLATES / (name + '.json')}: rows[{n}] has fields {sorted(row)}, "
+                f"expected {fields}"
+            )
+        rows.append(tuple(_frozen(row[f]) for f in fields))
+    return tuple(rows)
+
+
+CLIENT_PROFILES: tuple[ClientProfile, ...] = tuple(
+    ClientProfile(*row) for row in load_rows("clients")
+)
 # paraphrase: (slug, memory, query, decoy, memory type, scope)
-PARAPHRASE: tuple[tuple[str, str, str, str, str, str], ...] = (
-    ("checkout-timeouts",
-     "Cart abandonment jumped because the card entry form times out after twenty seconds on "
-     "handsets.",
-     "Why are shoppers quitting before they finish buying on their phones?",
-     "Shoppers can now finish buying gift cards by phone through the call centre.",
-     "event", "client"),
-    ("export-stalls",
-     "The nightly export to the warehouse stalls whenever the VPN tunnel renegotiates keys.",
-     "What makes the overnight data dump to storage freeze up?",
-     "Storage for the marketing data dump was moved to a cheaper tier overnight.",
-     "fact", "client"),
-    ("newsletter-footer",
-     "Legal insists every outbound newsletter include a physical mailing address in the footer.",
-     "What do the lawyers require at the bottom of email campaigns?",
-     "The lawyers asked us to require email confirmation at the bottom of the signup funnel.",
-     "decision", "client"),
-    ("onboarding-overrun",
-     "Onboarding calls run long because new accounts lack admin rights to invite colleagues.",
-     "Why do kickoff meetings with fresh customers overrun?",
-     "Fresh customers receive a welcome kit; kickoff meetings are booked by the sales team.",
-     "event", "client"),
-    ("search-stemming",
-     "Search relevance dropped after the analyzer stopped stemming plural nouns.",
-     "Why did finding things through the lookup box get worse?",
-     "The lookup box on the help centre now suggests things as you type, so finding articles "
-     "is quicker.",
-     "event", "client"),
-    ("mobile-crashes",
-     "Mobile crash rate doubled once the image library started decoding on the main thread.",
-     "What made the phone app fall over so often?",
-     "The phone app team will fall back to weekly releases so the app ships less often.",
-     "event", "client"),
-    ("invoice-bounces",
-     "Invoices bounce because the finance mailbox rejects attachments over ten megabytes.",
-     "Why are bills not reaching the accounting inbox?",
-     "Bills for the accounting team's software licences are now reaching us quarterly.",
-     "fact", "client"),
-    ("churn-reason",
-     "Churned subscribers mostly cite the price increase introduced in the spring tier change.",
-     "What reason do cancelled members give for leaving?",
-     "Cancelled members can give feedback before leaving via the exit survey.",
-     "fact", "client"),
-    ("slow-australia",
-     "Page loads crawl for visitors in Australia since assets are served from a single "
-     "European region.",
-     "Why is the website sluggish for people down under?",
-     "People down under asked whether the website could show prices in local currency.",
-     "event", "client"),
-    ("intern-merges",
-     "Interns may not push to the main branch without a reviewer's approval.",
-     "Can trainees merge code directly into production source?",
-     "Trainees will merge their onboarding notes directly into the production handbook.",
-     "decision", "global"),
-    ("refund-mondays",
-     "Refund requests spike every Monday after weekend flash sales.",
-     "When do customers most often ask for their money back?",
-     "Customers often ask where to send money for back orders.",
-     "fact", "client"),
-    ("staging-reset",
-     "The staging database is wiped and reseeded every Sunday at midnight.",
-     "How often does the test environment's data get reset?",
-     "Test environment access gets reset for contractors whose data agreements expire.",
-     "fact", "client"),
-    ("translation-lead",
-     "Translators need at least five working days to localise a product launch page.",
-     "How much lead time should language adaptation of release announcements get?",
-     "Release announcements should get a short lead paragraph and a time-boxed language "
-     "review.",
-     "decision", "global"),
-    ("dispute-escalation",
-     "Support agents escalate billing disputes above five hundred dollars to the finance lead.",
-     "Who handles large payment disagreements from clients?",
-     "Clients with large payment batches are routed to the treasury queue.",
-     "decision", "client"),
-    ("scanner-dropouts",
-     "Warehouse scanners lose connectivity near the cold storage aisle.",
-     "Where do the barcode readers drop off the wireless network?",
-     "Barcode readers for the new wireless network were dropped off at the front desk.",
-     "event", "client"),
-    ("annual-report",
-     "Marketing wants the annual report released before the investor meeting on the twelfth.",
-     "What is the deadline for publishing the yearly results document?",
-     "Publishing the yearly holiday schedule document has no deadline.",
-     "decision", "client"),
-    ("sso-resets",
-     "Password resets fail for accounts created through the partner single sign-on flow.",
-     "Why can't some users recover their login credentials?",
-     "Users can recover deleted files from the login screen's trash folder.",
-     "event", "client"),
-    ("evening-video",
-     "Video calls stutter because the office router throttles uploads after six pm.",
-     "Why is conferencing choppy in the evenings?",
-     "Conferencing rooms are booked in the evenings for the choir; choppy acoustics noted.",
-     "event", "client"),
-    ("canada-tax",
-     "Tax rates for Canadian provinces are hard-coded in the checkout module.",
-     "Where do the sales levy percentages for regions up north live?",
-     "Sales reps for regions up north live close to the distribution centre.",
-     "fact", "client"),
-    ("quarter-freeze",
-     "Engineers agreed to freeze feature work during the last week of each quarter.",
-     "When is development of new capabilities paused?",
-     "Development of new office capabilities was paused by facilities.",
-     "decision", "global"),
-    ("chatbot-stiff",
-     "Chatbot answers sound robotic because replies are capped at forty tokens.",
-     "Why does the virtual assistant come across as stiff?",
-     "Stiff competition means the virtual assistant market is crowded; several come across "
-     "our desk.",
-     "event", "client"),
-    ("blank-labels",
-     "Shipping labels print blank when the thermal printer driver updates overnight.",
-     "Why do parcel stickers come out empty?",
-     "Parcel stickers with the new logo come out next month; the empty stock was recycled.",
-     "event", "client"),
-    ("survey-speed",
-     "The quarterly survey showed respondents value quick replies over polished wording.",
-     "What do clients care about more, speed of response or nice phrasing?",
-     "Clients care about phrasing in contracts, and legal wants speed on every response.",
-     "fact", "client"),
-    ("photo-turnaround",
-     "Photographers must deliver raw files alongside edited images within forty-eight hours.",
-     "What's the turnaround for picture shoots, including unprocessed originals?",
-     "Picture frames for the office were ordered; turnaround on originals from the print shop "
-     "is slow.",
-     "decision", "client"),
-    ("backup-key",
-     "Backups are encrypted with a key held by the security officer, not the operations team.",
-     "Who controls the secret that protects our archived copies?",
-     "Archived copies of the brand guide sit on the shared drive; nothing secret there and "
-     "anyone controls them.",
-     "decision", "global"),
-    ("webinar-conversion",
-     "Sign-ups from the webinar convert at triple the rate of paid ads.",
-     "Which channel brings registrations that turn into customers most effectively?",
-     "Registrations for the customer advisory channel close Friday; turn in forms effectively "
-     "by noon.",
-     "fact", "client"),
-    ("dock-checkin",
-     "Drivers skip the loading dock check-in when the tablet battery dies.",
-     "Why do truckers miss registering their arrival at the bay?",
-     "Truckers registering for the bay area safety course will arrive at nine.",
-     "event", "client"),
-    ("headline-length",
-     "Editors prefer headlines under sixty characters for social previews.",
-     "How long should titles be so they aren't cut off when shared online?",
-     "Titles shared online are cut off from the archive after a year; how long is "
-     "configurable.",
-     "fact", "client"),
-    ("vendor-renewal",
-     "The vendor contract auto-renews unless cancelled ninety days before expiry.",
-     "How much notice do we need to give to stop the supplier agreement rolling over?",
-     "The supplier agreement template needs notice fields; stop rolling out the old one.",
-     "fact", "client"),
-    ("dashboard-lag",
-     "Dashboard tiles show yesterday's figures because the aggregation job runs at dawn.",
-     "Why are the charts on the overview screen a day behind?",
-     "Charts on the overview screen can be exported; a day later they appear behind the "
-     "login.",
-     "fact", "client"),
-    ("laptop-handout",
-     "New hires receive laptops only after their background check clears.",
-     "When do recruits get their computers?",
-     "Recruits asked when they get to bring their own computers to the hackathon.",
-     "decision", "global"),
-    ("contrast-audit",
-     "Accessibility audit flagged low contrast on grey placeholder text in forms.",
-     "What did the review for users with impaired vision find wrong?",
-     "Users with impaired hearing can request a review of captions; find the request in "
-     "settings.",
-     "event", "client"),
-    ("holiday-rota",
-     "Holiday coverage rota puts two people on call between Christmas and New Year.",
-     "How many staff are standing by during the end-of-December break?",
-     "Staff standing desks arrive before the December break.",
-     "decision", "global"),
-    ("thumbnail-lazy",
-     "Product photos load slowly because thumbnails are generated on request rather than at "
-     "upload.",
-     "Why are catalogue pictures sluggish to appear?",
-     "Catalogue pictures for spring appear in the printed brochure; the sluggish printer is "
-     "fixed.",
-     "event", "client"),
-)  # fmt: skip
-
-# exact-id: (name, id pattern, memory, query, answer, slot pools)
-EXACT_ID: tuple[tuple[str, str, str, str, str], ...] = (
-    ("incident", "INC-{d5}",
-     "Resolved {id}: `{svc}` returned 502 errors for {minutes} minutes after a config push "
-     "and was rolled back.",
-     "What happened in incident {id}?",
-     "`{svc}` returned 502 errors for {minutes} minutes after a config push; it was rolled "
-     "back."),
-    ("invoice", "INV-2025-{d4}",
-     "Invoice {id} sent to {display}: {amount} for the {month} retainer, due in 30 days.",
-     "How much was invoice {id} for?",
-     "{amount} for the {month} retainer."),
-    ("error-code", "ERR-{d4}",
-     "`{svc}` raises {id} when its connection pool is exhausted during the {window} batch.",
-     "What triggers {id} in `{svc}`?",
-     "Connection pool exhaustion during the {window} batch."),
-    ("order", "ORD-{d6}",
-     "Order {id} for {display} is held at customs in {port}; the customer has been notified.",
-     "Where is order {id} stuck?",
-     "At customs in {port}."),
-    ("purchase-order", "PO-{d5}",
-     "Purchase order {id} approved: {seats} seats of {product} for {display}.",
-     "How many seats does purchase order {id} cover?",
-     "{seats} seats of {product}."),
-    ("build", "BLD-{d5}",
-     "Build {id} of `{svc}` failed on the {test} integration test.",
-     "Why did build {id} fail?",
-     "The {test} integration test failed."),
-    ("cve", "CVE-2025-{d5}",
-     "Patched {id} in `{svc}` by upgrading the {lib} library to {version}.",
-     "How was {id} fixed in `{svc}`?",
-     "By upgrading the {lib} library to {version}."),
-    ("amount", "${d2},{d3}",
-     "Ad spend for {display} in week {week} came to {id}.",
-     "Which week did the ad spend of {display} come to {id}?",
-     "Week {week}."),
-)  # fmt: skip
+PARAPHRASE: tuple[tuple[str, str, str, str, str, str], ...] = load_rows("paraphrase")
+# exact-id: (name, id pattern, memory, query, answer); slot pools by name
+EXACT_ID: tuple[tuple[str, str, str, str, str], ...] = load_rows("exact_id")
 _EXACT_POOLS: dict[str, tuple[str, ...]] = {
-    "month": ("January", "February", "March", "April", "May", "June", "July", "August"),
-    "window": ("morning", "midday", "evening", "nightly", "hourly", "weekly", "month-end"),
-    "port": ("Rotterdam", "Antwerp", "Hamburg", "Felixstowe", "Le Havre", "Valencia", "Genoa"),
-    "test": ("checkout", "login", "export", "search", "webhook", "billing", "upload", "signup"),
-    "lib": ("xml parser", "image codec", "HTTP client", "YAML loader", "zip", "templating"),
+    k: _frozen(v) for k, v in _template("exact_pools")["pools"].items()
 }
-
 # multi-hop: (pattern, relation, A slot, B slot, memory about B (variants), bridge, query)
-MULTI_HOP: tuple[tuple[str, str, str, str, tuple[str, ...], str, str], ...] = (
-    ("product-service", "uses", "subproduct", "hidden",
-     ("`{hidden}` fell {n} minutes behind during the overnight batch window.",
-      "`{hidden}` dropped {pct}% of writes during the last deploy."),
-     "{subproduct} reads its figures from `{hidden}`.",
-     "Is there anything I should know about {subproduct} reliability right now?"),
-    ("contact-partner", "contact_of", "liaison", "partner",
-     ("{partner} renewal moved to the next budget cycle after procurement pushed back.",
-      "{partner} asked for a {pct}% discount on the next renewal."),
-     "{liaison} is our point of contact for {partner}.",
-     "What should I prepare before my next call with {liaison}?"),
-    ("domain-owner", "same_owner", "microsite", "brand",
-     ("{brand} TLS certificate expires in {n} days and auto-renew is disabled.",
-      "{brand} still serves an outdated cookie banner."),
-     "{microsite} and {brand} are owned by the same holding company.",
-     "Any housekeeping due on the other web properties that belong with {microsite}?"),
-    ("division-competitor", "competitor_of", "division", "competitor",
-     ("{competitor} launched a free tier aimed at small teams.",
-      "{competitor} cut list prices by {pct}% this month."),
-     "{division} sees {competitor} as its main rival in renewals.",
-     "What moves are the rivals of {division} making?"),
-    ("person-project", "works_on", "engineer", "project",
-     ("`{project}` nightly reconciliation now finishes in {n} minutes.",
-      "`{project}` passed its load test at {n}00 requests per second."),
-     "{engineer} owns `{project}` this quarter.",
-     "What has {engineer} been shipping lately?"),
-    ("service-technology", "uses", "worker", "tech",
-     ("{tech} cluster alarms fired {n} times this week.",
-      "{tech} cluster was upgraded and one node is still rebalancing."),
-     "`{worker}` depends on {tech} for its background work.",
-     "Is `{worker}` healthy at the moment?"),
-)  # fmt: skip
-
+MULTI_HOP: tuple[tuple[str, str, str, str, tuple[str, ...], str, str], ...] = load_rows(
+    "multi_hop"
+)
 # facts keyed per client: (slug, text, query now, query at a past date, values, category)
-FACTS: tuple[tuple[str, str, str, str, tuple[str, ...], str], ...] = (
-    ("hosting", "{domain} is hosted on {v}.", "Where is {domain} hosted?",
-     "Where was {domain} hosted on {date}?",
-     ("AWS ECS", "Google Cloud Run", "Fly.io", "Heroku", "Render", "Azure App Service",
-      "DigitalOcean App Platform"), "technical"),
-    ("primary-db", "{display} runs its primary database on {v}.",
-     "Which database does {display} run on?",
-     "Which database did {display} run on as of {date}?",
-     ("PostgreSQL 13", "PostgreSQL 15", "PostgreSQL 16", "MySQL 8.0", "Aurora PostgreSQL",
-      "CockroachDB"), "technical"),
-    ("billing-contact", "Invoices for {display} go to {v} in accounts payable.",
-     "Who receives the invoices of {display}?",
-     "Who received the invoices of {display} on {date}?",
-     ("Maya Lindgren", "Omar Haddad", "Julia Santos", "Victor Nguyen", "Ingrid Bauer",
-      "Kwame Mensah"), "relationship"),
-    ("support-plan", "{display} is on the {v} support plan.",
-     "Which support plan is {display} on?",
-     "Which support plan was {display} on as of {date}?",
-     ("Starter", "Growth", "Business", "Enterprise", "Premier"), "strategy"),
-    ("deploy-window", "Production deploys for {display} are allowed {v}.",
-     "When may we deploy to production for {display}?",
-     "When were production deploys for {display} allowed as of {date}?",
-     ("on Tuesdays and Thursdays after 18:00 UTC", "on weekdays before 15:00 UTC",
-      "on any weekday except Friday", "on Mondays only", "during the Sunday maintenance slot"),
-     "technical"),
-    ("uptime-sla", "The uptime commitment for {display} is {v}.",
-     "What uptime does {display} get contractually?",
-     "What uptime was {display} promised as of {date}?",
-     ("99.5%", "99.9%", "99.95%", "99.99%"), "strategy"),
-    ("cms", "{domain} publishes content through {v}.", "Which CMS powers {domain}?",
-     "Which CMS powered {domain} on {date}?",
-     ("WordPress", "Contentful", "Sanity", "Strapi", "Webflow", "Ghost"), "content"),
-    ("retainer", "The monthly retainer for {display} is {v}.",
-     "How much is the monthly retainer of {display}?",
-     "How much was the monthly retainer of {display} as of {date}?",
-     ("$4,800", "$6,500", "$8,200", "$9,900", "$12,000", "$15,500"), "strategy"),
-    ("account-manager", "The account manager for {display} is {v}.",
-     "Who manages the {display} account?",
-     "Who managed the {display} account on {date}?",
-     ("Elena Petrova", "Sam Whitaker", "Noor Aziz", "Daniel Brooks", "Chloe Martin"),
-     "relationship"),
-    ("analytics", "{domain} tracks traffic with {v}.", "What analytics tool does {domain} use?",
-     "What analytics tool did {domain} use on {date}?",
-     ("Google Analytics", "Plausible", "Matomo", "Mixpanel", "Amplitude", "Fathom"),
-     "technical"),
-)  # fmt: skip
-
+FACTS: tuple[tuple[str, str, str, str, tuple[str, ...], str], ...] = load_rows("facts")
 # statuses per client: (slug, text, query now, query at a past date, ordered values, category)
-STATUSES: tuple[tuple[str, str, str, str, tuple[str, ...], str], ...] = (
-    ("data-migration", "{display} data migration: {v}.",
-     "Where does the {display} data migration stand?",
-     "Where did the {display} data migration stand on {date}?",
-     ("planning", "in progress", "blocked on the DNS cutover", "validating row counts", "done"),
-     "technical"),
-    ("deploy-pipeline", "The `{svc}` deploy pipeline is {v}.",
-     "Is the `{svc}` deploy pipeline working right now?",
-     "Was the `{svc}` deploy pipeline working on {date}?",
-     ("green", "failing on integration tests", "paused for the code freeze",
-      "failing on a flaky lint step", "green again"), "technical"),
-    ("onboarding", "{display} onboarding: {v}.", "How far along is the {display} onboarding?",
-     "How far along was the {display} onboarding on {date}?",
-     ("kickoff scheduled", "waiting on credentials", "training the editors", "complete"),
-     "meeting"),
-    ("contract-renewal", "{display} contract renewal: {v}.",
-     "Where is the {display} contract renewal at?",
-     "Where was the {display} contract renewal at on {date}?",
-     ("not started", "proposal sent", "in legal review", "signed"), "strategy"),
-    ("seo-audit", "{domain} SEO audit: {v}.", "What is the state of the {domain} SEO audit?",
-     "What was the state of the {domain} SEO audit on {date}?",
-     ("queued", "crawling", "report drafted", "delivered"), "content"),
-    ("product-beta", "{product} beta: {v}.", "What stage is the {product} beta in?",
-     "What stage was the {product} beta in on {date}?",
-     ("internal testing", "closed beta", "open beta", "generally available"), "strategy"),
-    ("security-review", "{display} security review: {v}.",
-     "How is the {display} security review going?",
-     "How was the {display} security review going on {date}?",
-     ("scheduled", "findings open", "remediation underway", "passed"), "technical"),
-    ("redesign", "{display} website redesign: {v}.",
-     "What phase is the {display} website redesign in?",
-     "What phase was the {display} website redesign in on {date}?",
-     ("wireframes", "visual design", "development", "QA", "launched"), "brand"),
-)  # fmt: skip
-
+STATUSES: tuple[tuple[str, str, str, str, tuple[str, ...], str], ...] = load_rows("statuses")
 # ttl: (slug, old event, important memory, its type, query, answer, category)
-TTL: tuple[tuple[str, str, str, str, str, str, str], ...] = (
-    ("backups", "Nightly backup took 3 hours 10 minutes and finished with warnings.",
-     "Backups of `{svc}` now use hourly snapshots retained for 35 days.", "decision",
-     "How is `{svc}` backed up?", "Hourly snapshots retained for 35 days.", "technical"),
-    ("capacity", "Load test peaked at 1,800 requests per second before latency degraded.",
-     "Capacity target for {domain} is 5,000 requests per second after the autoscaling change.",
-     "fact", "How much traffic can {domain} handle?", "5,000 requests per second.",
-     "technical"),
-    ("login", "Brief outage on the login page; it recovered on its own after 4 minutes.",
-     "{product} sign-in moved behind the SSO gateway; every login now goes through SAML.",
-     "decision", "How do people log in to {product}?", "Through the SSO gateway using SAML.",
-     "technical"),
-    ("newsletter-redesign", "A caller mentioned maybe wanting a newsletter redesign someday.",
-     "{display} signed off the newsletter redesign: three templates, launching in June.",
-     "decision", "What is agreed for the {display} newsletter redesign?",
-     "Three templates, launching in June.", "content"),
-    ("cache-ttl", "Cache hit ratio dipped to 71% during a traffic spike.",
-     "Cache TTL for `{svc2}` is fixed at 300 seconds per the performance review.", "fact",
-     "How is caching configured for `{svc2}`?", "A fixed 300-second TTL.", "technical"),
-    ("pricing", "Minor typo reported in the footer of the pricing page.",
-     "Pricing on {domain} is set at $49, $99 and $249 per month.", "fact",
-     "What are the pricing tiers on {domain}?", "$49, $99 and $249 per month.", "strategy"),
-    ("reports-latency", "Slow query warning on the reports endpoint (2.3 seconds).",
-     "The `{svc}` reports endpoint must answer within 500 ms; an index on created_at was "
-     "added.", "decision",
-     "What latency budget applies to the `{svc}` reports endpoint?", "500 ms.", "technical"),
-    ("file-storage", "Disk usage on the file server reached 78% during the quarterly export.",
-     "{product} file storage moved to object storage with a 2 TB quota.", "decision",
-     "Where does {product} keep its files?", "Object storage with a 2 TB quota.",
-     "technical"),
-)  # fmt: skip
-
+TTL: tuple[tuple[str, str, str, str, str, str, str], ...] = load_rows("ttl")
 # dedup: (slug, text, type, query, answer, category)
-DEDUP: tuple[tuple[str, str, str, str, str, str], ...] = (
-    ("email-signature",
-     "{display} wants customer emails signed by the account manager, not the support team.",
-     "decision", "Who should sign customer emails for {display}?", "The account manager.",
-     "relationship"),
-    ("dns-provider", "{domain} uses Cloudflare for DNS and caching.", "fact",
-     "Which provider handles DNS for {domain}?", "Cloudflare.", "technical"),
-    ("month-end-freeze", "`{svc}` must not be deployed during the month-end close of {display}.",
-     "decision", "Are there blackout periods for deploying `{svc}`?",
-     "Yes: never during the month-end close.", "technical"),
-    ("contact-channel", "{contact} prefers Slack over email for quick questions.", "fact",
-     "How does {contact} like to be reached for quick questions?", "Slack.", "relationship"),
-    ("roadmap-review", "The {product} roadmap review happens on the first Monday of every month.",
-     "fact", "When is the {product} roadmap review?", "The first Monday of every month.",
-     "meeting"),
-    ("db-approvals", "{display} requires two approvals for production database changes.",
-     "decision", "How many approvals do production database changes need at {display}?",
-     "Two.", "technical"),
-    ("brand-voice", "The brand voice of {display} is friendly but never uses exclamation marks.",
-     "fact", "What tone should copy for {display} take?",
-     "Friendly, without exclamation marks.", "brand"),
-    ("cost-centre", "Invoices for {display} must reference their internal cost centre code.",
-     "decision", "What must appear on invoices for {display}?",
-     "Their internal cost centre code.", "strategy"),
-)  # fmt: skip
-
+DEDUP: tuple[tuple[str, str, str, str, str, str], ...] = load_rows("dedup")
 # scope: (slug, text, query, values, category) -- the texts never name the client
-SCOPE: tuple[tuple[str, str, str, tuple[str, ...], str], ...] = (
-    ("palette", "Brand palette: primary {v} with white backgrounds.",
-     "What colours does our brand palette use?",
-     ("navy #1F3A5F", "forest green #2E5E4E", "burgundy #7A1F3D", "charcoal #333F48",
-      "teal #007C80", "plum #5B2A86", "amber #D98E04", "slate blue #4A6FA5"), "brand"),
-    ("newsletter-slot", "The newsletter goes out every {v}.", "When is our newsletter sent?",
-     ("Tuesday at 09:00", "Wednesday at 07:30", "Thursday at 10:00", "Friday at 08:00",
-      "Monday at 11:00", "Saturday at 09:30", "Sunday at 18:00", "Tuesday at 16:00"),
-     "content"),
-    ("sync-slot", "Weekly sync with the agency is on {v}.",
-     "When is our weekly sync with the agency?",
-     ("Mondays at 14:00", "Tuesdays at 10:30", "Wednesdays at 15:00", "Thursdays at 09:00",
-      "Fridays at 11:00", "Mondays at 09:30", "Wednesdays at 16:30", "Thursdays at 13:00"),
-     "meeting"),
-    ("hashtag", "Social posts must carry the hashtag {v}.",
-     "Which hashtag goes on our social posts?",
-     ("#BuildBetter", "#MoveFaster", "#CareFirst", "#ShipIt", "#StoriesMatter", "#FreshDaily",
-      "#AlwaysOn", "#ThinkAhead"), "brand"),
-    ("support-hours", "Support desk hours are {v}.", "What are our support desk hours?",
-     ("08:00-18:00 Eastern", "09:00-17:00 Central European", "around the clock",
-      "07:00-19:00 Pacific", "10:00-20:00 Eastern", "08:30-16:30 UK time",
-      "09:00-21:00 Central", "06:00-14:00 Pacific"), "relationship"),
-    ("tone", "Tone of voice guide: {v}.", "How does our tone of voice guide describe our style?",
-     ("warm, plain, no jargon", "confident, concise, technical",
-      "playful, bold, short sentences", "calm, reassuring, precise",
-      "direct, practical, upbeat", "witty, curious, editorial", "formal, careful, complete",
-      "friendly, visual, energetic"), "brand"),
-    ("dashboard-refresh", "Analytics dashboards refresh every {v}.",
-     "How often do our analytics dashboards refresh?",
-     ("5 minutes", "10 minutes", "15 minutes", "30 minutes", "hour", "2 hours", "6 hours",
-      "12 hours"), "technical"),
-    ("escalation", "Outage escalation: page the {v} first.",
-     "Who gets paged first when we have an outage?",
-     ("on-call engineer", "CTO", "platform lead", "duty manager", "site reliability lead",
-      "head of support", "infrastructure manager", "founder"), "technical"),
-    ("fiscal-year", "Our fiscal year starts in {v}.", "When does our fiscal year begin?",
-     ("January", "February", "March", "April", "May", "June", "July", "October"), "strategy"),
-    ("blog-signoff", "Blog posts need sign-off from the {v} before publishing.",
-     "Who signs off blog posts before they go live?",
-     ("head of marketing", "legal team", "founder", "communications director",
-      "product lead", "editor-in-chief", "brand manager", "CEO"), "content"),
-)  # fmt: skip
-
+SCOPE: tuple[tuple[str, str, str, tuple[str, ...], str], ...] = load_rows("scope")
 # credential: (slug, kind, text with {secret}, query, answer, secret shape)
-CREDENTIALS: tuple[tuple[str, str, str, str, str, str], ...] = (
-    ("staging-db", "connection-string",
-     "Staging `{svc}` connects to PostgreSQL at "
-     "postgres://app_{svc_u}:{secret}@db-staging.{domain}:5432/{svc_u}.",
-     "How does the staging `{svc}` reach its database?",
-     "PostgreSQL at db-staging.{domain}:5432, database {svc_u}, user app_{svc_u}.", "password"),
-    ("payments-key", "api-key",
-     "Stripe credentials for {display} production: api_key={secret}.",
-     "Which payment credentials does {display} production use?",
-     "A Stripe API key (held in the vault, never repeated).", "key"),
-    ("smtp", "password",
-     "SMTP relay for {domain} is smtp.{domain}:587 with user mailer and password={secret}.",
-     "How is outgoing mail for {domain} relayed?",
-     "Through smtp.{domain} on port 587 as user mailer.", "password"),
-    ("cache-url", "connection-string",
-     "Cache for `{svc2}` lives at redis://default:{secret}@cache.{domain}:6379/0.",
-     "Where does `{svc2}` keep its cache?", "Redis at cache.{domain}:6379, database 0.",
-     "password"),
-    ("ci-token", "bearer-token",
-     "CI deploys of `{svc}` send the header Authorization: Bearer {secret}.",
-     "How does CI authenticate when deploying `{svc}`?",
-     "With a bearer token in the Authorization header.", "token"),
-    ("backoffice-admin", "password",
-     "Back-office admin login for {product}: user admin, password: {secret}.",
-     "How do we get into the {product} back office?",
-     "With the admin user; the password is kept out of answers.", "password"),
-    ("webhook-secret", "webhook-secret",
-     "Form webhooks on {domain} are signed with webhook_secret={secret}.",
-     "How are form webhooks on {domain} verified?", "They are signed with a shared secret.",
-     "hex"),
-    ("sftp-drop", "connection-string",
-     "Nightly reports for {display} are uploaded to "
-     "sftp://reports:{secret}@files.{domain}:22/outbound.",
-     "Where do we upload the nightly reports for {display}?",
-     "To the SFTP drop at files.{domain}, folder outbound, user reports.", "password"),
-)  # fmt: skip
-
+CREDENTIALS: tuple[tuple[str, str, str, str, str, str], ...] = load_rows("credentials")
 # background noise
-_CHANGES = (
-    "tidy up the retry logic", "add request tracing", "remove dead feature flags",
-    "split the settings module", "tighten input validation", "refresh the test fixtures",
-    "cache the pricing lookup", "document the webhook handler", "drop a deprecated endpoint",
-    "speed up the CSV export", "fix a timezone bug in reports", "add pagination to the admin list",
-    "rename confusing environment variables", "harden the file upload check",
-    "log slow database queries", "batch outgoing notifications",
-)  # fmt: skip
-_ISSUES = (
-    ("cannot download last month's statement", "sent a fresh link"),
-    ("two-factor codes arrive late", "switched them to the authenticator app"),
-    ("dashboard shows the wrong currency", "corrected the account locale"),
-    ("export button does nothing in Safari", "shared the workaround and filed a bug"),
-    ("asked to add a colleague as admin", "granted after manager approval"),
-    ("duplicate welcome emails", "removed the second subscription"),
-    ("search ignores accented names", "logged it for the search team"),
-    ("cannot change the billing address", "updated it manually"),
-    ("mobile layout overlaps on small screens", "escalated to design"),
-    ("asked for an invoice copy", "resent the PDF"),
-)  # fmt: skip
-_SALES_TOPICS = (
-    "next year's budget", "a second brand site", "extra support hours", "analytics training",
-    "a loyalty programme", "moving to quarterly billing", "a case study", "adding a new region",
-    "a referral discount", "a content calendar", "an accessibility review", "video production",
-)  # fmt: skip
-_DECISIONS = (
-    ("keep weekly releases", "smaller changes are easier to roll back"),
-    ("pin dependency versions", "a transitive upgrade broke the build last month"),
-    ("move status meetings to async updates", "the team spans four time zones"),
-    ("archive tickets older than a year", "search results were cluttered"),
-    ("require design review for new pages", "the last launch had inconsistent layouts"),
-    ("turn off the legacy webhook", "nobody has called it in ninety days"),
-    ("add a staging approval step", "two hotfixes skipped testing"),
-    ("batch invoices on the first business day", "finance asked for one run per month"),
-)  # fmt: skip
-_RETRO = (
-    "too many context switches during incident weeks", "handoffs between agents lost context",
-    "release notes were late twice", "on-call pages at night were mostly noise",
-    "estimates for content work were too optimistic", "review queue grew over the holidays",
-)  # fmt: skip
-_FORGET_REASONS = ("requested deletion", "duplicate note", "posted to the wrong client")
-
+_CHANGES: tuple[str, ...] = load_rows("changes")
+_ISSUES: tuple[tuple[str, str], ...] = load_rows("support_issues")
+_SALES_TOPICS: tuple[str, ...] = load_rows("sales_topics")
+_DECISIONS: tuple[tuple[str, str], ...] = load_rows("decisions")
+_RETRO: tuple[str, ...] = load_rows("retro")
+_FORGET_REASONS: tuple[str, ...] = load_rows("forget_reasons")
 
 def _secs(days: float) -> int:
     return int(round(days * SECONDS_PER_DAY))

@@ -81,8 +81,8 @@ DEFAULT_PIPELINES: tuple[str, ...] = (
 )
 DEFAULT_METRICS: tuple[str, ...] = (
     "R_all@10",
-    "R_any@10",
-    "R_frac@10",
+    "Success@10",
+    "Recall@10",
     "nDCG@10",
     "MRR",
     "MAP",
@@ -95,7 +95,7 @@ JUDGED_METRICS: tuple[str, ...] = ("judged@10", "bpref", "cnDCG@10")
 """Added to the default metrics when the dataset has ``judgments.jsonl`` (pooled judging)."""
 JUDGED_WARNING = 0.8
 """The report warns when a pipeline's judged@10 is below this, on a judged dataset."""
-RELEVANCE_FAMILIES = ("R_all", "R_any", "R_frac", "nDCG", "MRR", "MAP")
+RELEVANCE_FAMILIES = ("R_all", "Success", "Recall", "nDCG", "MRR", "MAP")
 PACKAGES = (
     "memlab",
     "numpy",
@@ -261,8 +261,12 @@ def git_commit() -> str | None:
 
 
 def check_metrics(metrics: Sequence[str]) -> list[str]:
-    """Parse every metric name up front (``ValueError`` naming the bad one)."""
-    return [parse_metric(m).name for m in metrics]
+    """Parse every metric name up front (``ValueError`` naming the bad one).
+
+    Returns the canonical names, in order, without repeats: an alias (``R_any@10``) becomes its
+    family's name (``Success@10``), an ir_measures name its canonical spelling.
+    """
+    return list(dict.fromkeys(parse_metric(m).name for m in metrics))
 
 
 def learnable_stages(pipeline: Pipeline) -> list[tuple[str, Any]]:

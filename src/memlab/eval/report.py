@@ -289,7 +289,7 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
     man = result.manifest
     metrics = list(man["metrics"])
     names = list(result.metrics)
-    rel_metrics = [m for m in metrics if m.split("@")[0] in ("R_all", "R_any", "R_frac", "nDCG")]
+    rel_metrics = [m for m in metrics if m.split("@")[0] in ("R_all", "Success", "Recall", "nDCG")]
     protocol = protocol_line(man)
     lines = [
         f"# memlab report: {man['dataset']['name']}",

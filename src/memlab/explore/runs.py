@@ -26,7 +26,7 @@ from memlab.eval.experiment import ExperimentResult
 from memlab.eval.metrics import higher_is_better
 from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
 from memlab.pipeline import Parallel, Pipeline, pipeline_from_config
-from memlab.stages.base import QueryContext, empty_candidates
+from memlab.stages.base import QueryContext, Stage
 
 RUN_TABLES: tuple[str, ...] = tuple(Path(name).stem for name in EXPERIMENT_TABLES.values())
 """The parquet tables of a run directory (``NAME.parquet``), as the output contract lists them."""
@@ -325,30 +325,28 @@ class StageOutput:
 
 
 def trace_pipeline(pipeline: Pipeline, ctx: QueryContext) -> list[StageOutput]:
-    """Run ``pipeline`` on ``ctx`` one stage at a time and keep every stage's output.
+    """Run ``pipeline`` on ``ctx`` and keep every stage's output (through its observer hook,
+    so every stage runs exactly as in a replay: :func:`memlab.pipeline.run_step`).
 
     Parallel steps are opened up: each branch's output is kept, then the fusion's.
     """
-    out: list[StageOutput] = []
-    frame = empty_candidates()
-
-    def keep(step: str, stage: str, kind: str, result: pl.DataFrame) -> None:
-        out.append(StageOutput(len(out), step, stage, kind, result))
-
+    where: dict[str, tuple[str, str]] = {}
     for name, stage in pipeline.steps:
         if isinstance(stage, Parallel):
             if stage.fuse is None:
                 raise ValueError(f"pipeline '{pipeline.name}': parallel step {name!r} has no fuse")
-            branch_outs = []
-            for bname, branch in stage.branches:
-                result = branch.transform(frame, ctx)
-                keep(name, bname, "branch", result)
-                branch_outs.append(result)
-            frame = stage.fuse[1].fuse(branch_outs, ctx)
-            keep(name, stage.fuse[0], "fusion", frame)
+            where.update({b: (name, "branch") for b, _ in stage.branches})
+            where[stage.fuse[0]] = (name, "fusion")
         else:
-            frame = stage.transform(frame, ctx)
-            keep(name, name, "step", frame)
+            where[name] = (name, "step")
+    out: list[StageOutput] = []
+
+    def keep(name: str, stage: Stage, before: pl.DataFrame, after: pl.DataFrame) -> None:
+        if name in where and not isinstance(stage, Parallel):
+            step, kind = where[name]
+            out.append(StageOutput(len(out), step, name, kind, after))
+
+    pipeline.run(ctx, observer=keep)
     return out
 
 
