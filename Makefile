@@ -1,4 +1,5 @@
-# memlab: `make eval` runs the default evaluation, `make test` the test suite.
+# memlab: `make eval` runs the default evaluation (both shipped datasets), `make test` the
+# test suite.
 # Both build the virtual environment first when it is missing.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -24,6 +25,7 @@ $(STAMP): pyproject.toml
 
 eval: $(STAMP)
 	$(VENV)/bin/memlab eval datasets/agent-memories --out reports/latest
+	$(VENV)/bin/memlab eval datasets/agent-lifecycle --out reports/latest/agent-lifecycle
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -35,6 +37,10 @@ baseline: $(STAMP)
 	cp .cache/baseline-run/metrics.json .cache/baseline-run/manifest.json \
 	   .cache/baseline-run/report.md .cache/baseline-run/*.png .cache/baseline-run/*.svg \
 	   reports/baseline/
+	$(VENV)/bin/memlab eval datasets/agent-lifecycle --out .cache/baseline-lifecycle-run --quiet
+	mkdir -p reports/baseline/agent-lifecycle
+	cp .cache/baseline-lifecycle-run/metrics.json .cache/baseline-lifecycle-run/manifest.json \
+	   .cache/baseline-lifecycle-run/report.md reports/baseline/agent-lifecycle/
 
 # LoCoMo, read by path from ../shared (never copied here); only metrics are kept.
 LOCOMO_SRC ?= ../shared/datasets/locomo10

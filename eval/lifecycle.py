@@ -31,7 +31,7 @@ from memlab.stages.lifecycle import Lifecycle
 from memlab.stages.recency_blend import RecencyBlend
 
 POLICIES = ("authority", "supersede", "reject", "keep_both", "recency_weight", "none")
-METRICS = ["R_all@10", "R_all@3", "MRR", "stale@3", "conflict@3", "archived@3"]
+METRICS = ["R_all@10", "R_all@3", "MRR", "stale@3", "conflict@3", "archived@3", "scope_violation@3"]
 
 
 def decay_pipelines() -> list[Pipeline]:

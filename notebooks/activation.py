@@ -80,14 +80,18 @@ def _(dataset_pick, default_dataset, free_text, mo, session, skipped, store_path
 @app.cell
 def _(Graph, LIF, Pipeline, mo, tune):
     constant_specs = tune.tunable_params(Pipeline([("graph", Graph()), ("lif", LIF())]))
-    constants = mo.ui.dictionary(
-        {
-            s.name: mo.ui.number(start=s.low, stop=s.high, step=s.step, value=s.default,
-                                 label=s.name)
-            for s in constant_specs
-        }
-    ).form(submit_button_label="Apply", label="Graph and LIF constants (from get_params)",
-           bordered=True)
+    constants = (
+        mo.md("\n\n".join("{p" + str(i) + "}" for i in range(len(constant_specs))))
+        .batch(
+            **{
+                f"p{i}": mo.ui.number(start=s.low, stop=s.high, step=s.step, value=s.default,
+                                      label=s.name)
+                for i, s in enumerate(constant_specs)
+            }
+        )
+        .form(submit_button_label="Apply", label="Graph and LIF constants (from get_params)",
+              bordered=True)
+    )
     max_nodes = mo.ui.slider(10, 80, 5, value=30, label="entities drawn", show_value=True)
     n_labels = mo.ui.slider(0, 40, 1, value=10, label="labels (top by value)", show_value=True)
     n_memories = mo.ui.slider(0, 20, 1, value=8, label="memories drawn", show_value=True)
@@ -124,7 +128,10 @@ def _(act, embedder, free_text, mo, query_pick, replayer, session, store_path):
 @app.cell
 def _(act, constant_specs, constants, ctx, mo, tune):
     try:
-        _values = tune.changed_params(constant_specs, constants.value or {})
+        _values = tune.changed_params(
+            constant_specs,
+            {constant_specs[int(k[1:])].name: v for k, v in (constants.value or {}).items()},
+        )
         graph_stage, lif_stage = act.propagation_stages(_values)
         rankings = act.propagation_rankings(ctx, graph=graph_stage, lif=lif_stage)
     except (ValueError, TypeError) as exc:
@@ -136,6 +143,7 @@ def _(act, constant_specs, constants, ctx, mo, tune):
         entity_graph, bfs_seeds, **act.propagation_params(graph_stage, act.bfs_steps)
     )
     lif = act.lif_steps(lif_trace, entity_graph)
+    mo.md(f"Constants changed from the defaults: {tune.describe_params(_values) or 'none'}.")
     return bfs, bfs_seeds, entity_graph, graph_stage, lif, lif_stage, lif_trace, rankings
 
 
@@ -220,12 +228,12 @@ def _(
                    float(lif["potential"].max()) if lif.height else 0.0)
     _bfs_chart = act.network_chart(
         _bfs_nodes, edges, memories=_bfs_mem, memory_edges=_bfs_links,
-        value_title="activation", color_max=_bfs_max, width=520, height=460,
+        value_title="activation", color_max=_bfs_max, width=480, height=420,
         title=f"graph BFS after {_t_bfs} hop(s) (ring: set or raised at this hop)",
     )
     _lif_chart = act.network_chart(
         _lif_nodes, edges, memories=_lif_mem, memory_edges=_lif_links,
-        value_title="potential", color_max=_lif_max, width=520, height=460,
+        value_title="potential", color_max=_lif_max, width=480, height=420,
         title=f"LIF at t = {_t_lif} (ring: spiking)",
     )
     mo.vstack(

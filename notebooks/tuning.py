@@ -102,13 +102,13 @@ def _(load_pipeline, mo, pipeline_path, pipeline_pick, queries, replayer, tune):
 @app.cell
 def _(mo, tuner):
     _inputs = {
-        spec.name: mo.ui.number(
+        f"p{_i}": mo.ui.number(
             start=spec.low, stop=spec.high, step=spec.step, value=spec.default,
             label=spec.name,
         )
-        for spec in tuner.specs
+        for _i, spec in enumerate(tuner.specs)
     }
-    settings = mo.ui.dictionary(_inputs).form(
+    settings = mo.md("\n\n".join("{" + name + "}" for name in _inputs)).batch(**_inputs).form(
         submit_button_label="Run", label="Constants (defaults shown; change any, then Run)",
         bordered=True,
     )
@@ -119,7 +119,10 @@ def _(mo, tuner):
 @app.cell
 def _(baseline, mo, queries, settings, tune, tuner):
     try:
-        params = tune.changed_params(tuner.specs, settings.value or {})
+        params = tune.changed_params(
+            tuner.specs,
+            {tuner.specs[int(k[1:])].name: v for k, v in (settings.value or {}).items()},
+        )
     except ValueError as exc:
         mo.stop(True, mo.callout(mo.md(f"`{exc}`"), kind="danger"))
     if params:

@@ -13,7 +13,15 @@ def test_eval_writes_a_run(tmp_path, capsys):
                  "--no-cache", "--quiet", "--out", str(out)])
     assert code == 0
     assert json.loads((out / "metrics.json").read_text())["bm25"]["R_all@10"] >= 0.0
-    assert f"wrote {out}" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert f"wrote {out}" in captured.out
+    assert "protocol: 10 queries; learned stages cross-fitted over 5 folds (by query, seed 0)" in (
+        captured.out
+    )
+    # --quiet: no bar, but one line per step on stderr
+    assert "eval handmade: done, 2 pipelines in" in captured.err
+    assert "paired tests: done" in captured.err
+    assert "\r" not in captured.err
 
 
 def test_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
@@ -24,6 +32,7 @@ def test_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
         ["eval", str(tmp_path / "missing"), "--out", str(out)],
         ["sweep", HANDMADE, "--pipeline", "hybrid", "--grid", "rrf_k=1", "--out", str(out)],
         ["sweep", HANDMADE, "--pipeline", "hybrid", "--out", str(out)],
+        ["eval", HANDMADE, "--pipelines", "bm25", "--folds", "1", "--out", str(out)],
     ]
     for argv in cases:
         assert main(argv) == 2, argv

@@ -206,6 +206,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         pipes = _without_unrecorded_generations(pipes, ds)
     config = _replay_config(args, ds)
     _print_replay(config)
+    from memlab.eval.protocol import EvalProtocol
+
+    protocol = EvalProtocol.from_dataset(
+        ds, folds=args.folds, group_by=args.group_by, seed=args.seed
+    )
+    print(f"protocol: {protocol.describe(len(ds.queries))}")
     result = run_experiment(
         ds,
         pipes,
@@ -217,7 +223,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         generator=_generator(args.generator, ds),
         qrels_source=args.qrels_source,
         aggregate=args.aggregate,
-        progress=False if args.quiet else None,
+        progress="lines" if args.quiet else None,
         replay=config,
         executor=_executor(args),
         tests=_split(args.tests) or ("t", "wilcoxon", "permutation"),
@@ -227,7 +233,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         exclude_tags=("adversarial",)
         if args.exclude_tags is None
         else (_split(args.exclude_tags, "--exclude-tags") if args.exclude_tags.strip() else []),
-        test_fraction=args.test_fraction,
+        folds=args.folds,
+        group_by=args.group_by,
     )
     _print_metrics(result.metrics)
     print(f"wrote {result.out}")
@@ -290,7 +297,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         embedder=_embedder(args.embedder, not args.no_cache),
         generator=_generator(args.generator, ds),
         out=out,
-        progress=False if args.quiet else None,
+        progress="lines" if args.quiet else None,
         replay=config,
         repeats=args.repeats,
         executor=_executor(args),
@@ -369,8 +376,11 @@ def cmd_datasets_import(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise CLIError(f"--option {item!r}: write key=value")
         options[key.strip().replace("-", "_")] = value
+    from memlab.progress import Progress
+
     try:
-        report = run_importer(name, Path(args.src), Path(args.out), **options)
+        with Progress(f"import {name}", mode="auto"):
+            report = run_importer(name, Path(args.src), Path(args.out), **options)
     except TypeError as exc:
         raise CLIError(f"importer {name!r}: {exc}") from None
     _print_import(report, args.out)
@@ -523,7 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help="generator for HyDE: recorded (default when needed), smollm2, openai",
         )
-        p.add_argument("--quiet", action="store_true", help="no progress bars")
+        p.add_argument(
+            "--quiet", action="store_true", help="no progress bars; one line per step on stderr"
+        )
         add_replay_options(p)
 
     p = sub.add_parser("eval", help="compare pipelines on a dataset")
@@ -562,10 +574,18 @@ def build_parser() -> argparse.ArgumentParser:
         "'' for none)",
     )
     p.add_argument(
-        "--test-fraction",
-        type=probability,
-        default=0.5,
-        help="share of queries held out when a pipeline has a learned stage (default: 0.5)",
+        "--folds",
+        type=int,
+        default=None,
+        help="k of the cross-fit of learned stages: every query is scored out of fold, by "
+        "every pipeline (default: the dataset's [evaluation] folds, else 5)",
+    )
+    p.add_argument(
+        "--group-by",
+        choices=("query", "client"),
+        default=None,
+        help="what stays together in one fold (default: the dataset's [evaluation] group_by, "
+        "else query)",
     )
     p.add_argument(
         "--depth",

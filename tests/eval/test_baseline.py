@@ -1,4 +1,6 @@
-"""The CI gate: the default experiment reproduces the committed baseline metrics exactly.
+"""The CI gate: the default experiment reproduces the committed baseline metrics exactly, on
+both shipped datasets (``datasets/agent-memories`` and ``datasets/agent-lifecycle``, the latter
+under its ``[replay]`` defaults: consolidation, conflict policy, purges).
 
 A change that moves a metric updates ``reports/baseline/`` in the same commit (``make
 baseline``) and says why in the commit message.
@@ -15,5 +17,15 @@ def test_default_experiment_matches_the_committed_baseline():
     committed = (ROOT / "reports" / "baseline" / "metrics.json").read_text(encoding="utf-8")
     result = run_experiment(
         ROOT / "datasets" / "agent-memories", DEFAULT_PIPELINES, progress=False
+    )
+    assert metrics_json(result.metrics) == committed
+
+
+def test_lifecycle_experiment_matches_the_committed_baseline():
+    committed = (ROOT / "reports" / "baseline" / "agent-lifecycle" / "metrics.json").read_text(
+        encoding="utf-8"
+    )
+    result = run_experiment(
+        ROOT / "datasets" / "agent-lifecycle", DEFAULT_PIPELINES, progress=False
     )
     assert metrics_json(result.metrics) == committed

@@ -90,3 +90,23 @@ def test_a_run_with_old_metric_names_meets_one_with_the_new(tmp_path):
     row = res.comparison.row(0, named=True)
     assert (row["metric"], row["wins"], row["losses"]) == ("Success@10", 1, 0)
     assert res.metric == "Success@10"
+
+
+def test_runs_scored_under_different_protocols_are_named_in_a_note(tmp_path):
+    import json
+
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 1]})
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1, 0]})
+    old = {"baseline": "rrf", "seed": 0, "held_out_split": {"test_fraction": 0.5},
+           "dataset": {"queries": 6, "evaluated_queries": 3}}
+    (a / "manifest.json").write_text(json.dumps(old))
+    new = {"baseline": "rrf", "protocol": {"queries": 3, "description": "3 queries; cross-fit"}}
+    (b / "manifest.json").write_text(json.dumps(new))
+    res = compare_runs(a, b, tests=("t",))
+    assert res.protocols == (
+        "3 of 6 queries (a held-out split: test fraction 0.5, seed 0; learned stages fitted on "
+        "the other queries)",
+        "3 queries; cross-fit",
+    )
+    assert res.notes == [f"the runs' protocols differ: A: {res.protocols[0]}; B: 3 queries; "
+                         "cross-fit"]

@@ -21,6 +21,7 @@ import polars as pl
 
 from memlab.eval.experiment import ExperimentResult
 from memlab.eval.metrics import canonical_metric, main_metric_of
+from memlab.eval.protocol import describe_run
 from memlab.eval.stats import compare, compare_by_tag, correct_pvalues, wins_losses
 
 
@@ -37,6 +38,8 @@ class RunComparison:
             sorted by the size of the change.
         metric: The headline metric of the per-tag tests and the per-query table.
         notes: Population differences and what could not be compared.
+        protocols: Each run's protocol sentence (query count and how learned stages were
+            fitted; :func:`memlab.eval.protocol.describe_run`), A then B.
     """
 
     pairs: list[tuple[str, str]]
@@ -45,6 +48,7 @@ class RunComparison:
     per_query: pl.DataFrame
     metric: str
     notes: list[str] = field(default_factory=list)
+    protocols: tuple[str, str] = ("", "")
 
 
 def _pairs(a: ExperimentResult, b: ExperimentResult, pipelines: Sequence[str] | None) -> list:
@@ -106,6 +110,9 @@ def compare_runs(
     metric = _canonical(metric) if metric else metric
     pairs = _pairs(a, b, pipelines)
     notes: list[str] = []
+    protocols = (describe_run(a.manifest), describe_run(b.manifest))
+    if protocols[0] != protocols[1]:
+        notes.append(f"the runs' protocols differ: A: {protocols[0]}; B: {protocols[1]}")
     parts, tag_parts, pq_parts = [], [], []
     for name_a, name_b in pairs:
         left = a_pq.filter(pl.col("pipeline") == name_a)
@@ -176,6 +183,7 @@ def compare_runs(
         per_query=per_query,
         metric=head,
         notes=notes,
+        protocols=protocols,
     )
 
 

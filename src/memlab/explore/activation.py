@@ -308,6 +308,7 @@ def network_chart(
                 title=f"{value_title} (max {float(color_max):.2f})",
                 scale=alt.Scale(scheme="blues", domain=[0.0, max(float(color_max), 1e-9)],
                                 clamp=True),
+                legend=alt.Legend(orient="bottom", gradientLength=200),
             ),
             strokeWidth=alt.condition("datum.seed", alt.value(3.0), alt.value(0.8)),
             tooltip=tooltip,
@@ -354,7 +355,7 @@ def memory_nodes(
     before: Mapping[str, int] | None = None,
     after: Mapping[str, int] | None = None,
     relevant: Sequence[str] = (),
-    offset: float = 0.05,
+    offset: float = 0.08,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Memories placed beside the drawn entities they mention, and their links.
 

@@ -592,23 +592,54 @@ def queries_by_metric(run: Run, pipeline: str, metric: str) -> pl.DataFrame:
     )
 
 
-def fit_like_run(run: Run, pipeline: Pipeline, replayer: Any) -> int:
-    """Fit the learned stages of ``pipeline`` on the run's training split, as the run did.
+def protocol_text(run: Run) -> str:
+    """The run's protocol sentence: query count and how learned stages were fitted
+    (:func:`memlab.eval.protocol.describe_run`)."""
+    from memlab.eval.protocol import describe_run
 
-    The split is :func:`memlab.eval.experiment.split_queries` with the manifest's seed and
-    held-out fraction; fitting is :func:`memlab.eval.experiment.fit_learned_stages`. Returns how
-    many stages need fitting (0: nothing was replayed).
+    return describe_run(run.manifest)
+
+
+def query_count(run: Run) -> int | None:
+    """How many queries the run scored (``None`` when its manifest does not say)."""
+    from memlab.eval.protocol import run_query_count
+
+    return run_query_count(run.manifest)
+
+
+def fit_like_run(run: Run, pipeline: Pipeline, replayer: Any) -> int:
+    """Fit the learned stages of ``pipeline`` as the run did.
+
+    A run with a ``protocol`` block cross-fitted them over folds
+    (:func:`memlab.eval.experiment.cross_fit_learned_stages` with the run's folds, group key
+    and seed): the learned steps of ``pipeline`` are replaced by their cross-fitted copies, so
+    each query is answered out of fold. An older run held out a share of the queries
+    (``held_out_split``): the stages are fitted on its training split. Returns how many stages
+    need fitting (0: nothing was replayed).
     """
-    from memlab.eval.experiment import fit_learned_stages, learnable_stages, split_queries
+    from memlab.eval.experiment import (
+        cross_fit_learned_stages,
+        fit_learned_stages,
+        learnable_stages,
+        split_queries,
+    )
+    from memlab.eval.protocol import EvalProtocol
 
     n = len(learnable_stages(pipeline))
     if n == 0:
         return 0
+    seed = int(run.manifest.get("seed", 0))
+    proto = run.manifest.get("protocol")
+    if isinstance(proto, dict):
+        fold_of = EvalProtocol(
+            folds=int(proto.get("folds", 5)), group_by=str(proto.get("group_by", "query")),
+            seed=int(proto.get("seed", seed)),
+        ).assign(replayer.dataset.queries)
+        pipeline.steps = cross_fit_learned_stages(replayer, pipeline, fold_of).steps
+        return n
     split = run.manifest.get("held_out_split") or {}
     train, _ = split_queries(
-        replayer.dataset.queries,
-        test_fraction=float(split.get("test_fraction", 0.5)),
-        seed=int(run.manifest.get("seed", 0)),
+        replayer.dataset.queries, test_fraction=float(split.get("test_fraction", 0.5)), seed=seed
     )
     fit_learned_stages(replayer, pipeline, train)
     return n

@@ -14,7 +14,8 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +129,64 @@ class WritePolicy:
             raise MemoryInputError("field 'text' is not valid UTF-8") from None
         return self.scrubber.scrub(text)
 
+    @contextmanager
+    def prepared(self, texts: Sequence[Any]) -> Iterator[None]:
+        """Scrub and embed the texts of the writes about to come once, for the whole block.
+
+        Each text is validated and scrubbed as :meth:`store` does it, and the scrubbed texts
+        are embedded with one call of the embedder (it takes lists). Inside the block,
+        :meth:`store` of one of these texts takes its scrubbing and vector from here instead of
+        one scrub and one embedder call per write; everything else (dedup, supersession, the
+        checks of the other fields) runs per write as always. A text that fails validation is
+        left out (its :meth:`store` raises as without the block); if the batched embedder call
+        fails, each write embeds its own text.
+
+        Args:
+            texts: The texts of the coming :meth:`store` calls (anything else is ignored).
+        """
+        prepared: dict[str, tuple[str, int, np.ndarray | None]] = {}
+        for text in texts:
+            if not isinstance(text, str) or text in prepared:
+                continue
+            try:
+                scrubbed, redactions = self.prepare_text(text)
+            except (TypeError, ValueError):
+                continue
+            prepared[text] = (scrubbed, redactions, None)
+        if self.embedder is not None and prepared:
+            try:
+                vectors = self.embedder.embed([p[0] for p in prepared.values()])
+            except Exception:  # each write then embeds (and fails) on its own
+                vectors = None
+            if vectors is not None and len(vectors) == len(prepared):
+                for text, vector in zip(list(prepared), vectors, strict=True):
+                    prepared[text] = (*prepared[text][:2], vector)
+        self._prepared = prepared
+        self._field_scrubs = {}
+        try:
+            yield
+        finally:
+            self._prepared = {}
+            self._field_scrubs = {}
+
+    def _scrub_fields(self, values: tuple[str | None, ...]) -> tuple[tuple[str | None, ...], int]:
+        """Scrub short string fields (``None`` stays); inside :meth:`prepared` each distinct
+        string is scrubbed once for the block (the writing agent's name recurs in every item)."""
+        if not self._prepared:
+            return self.scrubber.scrub_value(values)
+        out: list[str | None] = []
+        total = 0
+        for value in values:
+            if value is None:
+                out.append(None)
+                continue
+            done = self._field_scrubs.get(value)
+            if done is None:
+                done = self._field_scrubs[value] = self.scrubber.scrub(value)
+            out.append(done[0])
+            total += done[1]
+        return tuple(out), total
+
     def store(
         self,
         text: str,
@@ -181,7 +240,8 @@ class WritePolicy:
             TypeError, MemoryInputError: On bad input (nothing is stored).
             DecisionImmutableError: On a decision whose key names an active decision.
         """
-        scrubbed, redactions = self.prepare_text(text)
+        ahead = self._prepared.get(text) if isinstance(text, str) else None
+        scrubbed, redactions = ahead[:2] if ahead is not None else self.prepare_text(text)
         _check_choice(type, "type", MEMORY_TYPES, optional=False)
         _check_str(source_agent, "source_agent", optional=False)
         _check_str(client_id, "client_id", optional=False)
@@ -222,7 +282,7 @@ class WritePolicy:
         t_valid = None if valid_from is None else _check_time(valid_from, "valid_from")
         vector = None if embedding is None else self._check_vector(embedding, "embedding")
         # Every stored string field is scrubbed, not only the text.
-        (source_agent, key, subject, status_value), n_fields = self.scrubber.scrub_value(
+        (source_agent, key, subject, status_value), n_fields = self._scrub_fields(
             (source_agent, key, subject, status_value)
         )
         try:
@@ -256,9 +316,10 @@ class WritePolicy:
                     )
 
         if vector is None and self.embedder is not None:
-            vector = self._check_vector(
-                self.embedder.embed([scrubbed])[0], "embedding (from the embedder)"
-            )
+            raw = ahead[2] if ahead is not None and ahead[2] is not None else None
+            if raw is None:
+                raw = self.embedder.embed([scrubbed])[0]
+            vector = self._check_vector(raw, "embedding (from the embedder)")
 
         mem_id = id if id is not None else self._new_id(h, client_id, type, t_now)
         mentions = self.extractor.extract(
