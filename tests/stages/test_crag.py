@@ -139,17 +139,30 @@ def test_empty_candidates_count_as_incorrect(stub, make_ctx) -> None:
     assert ctx.trace["crag"]["max_score"] is None
 
 
-def test_relax_drops_at_time_but_keeps_scope(stub, make_ctx) -> None:
+def test_relax_keeps_at_time_and_scope(stub, make_ctx) -> None:
     ev = stub({})
     t = make_ctx("").now - 97 * SECONDS_PER_DAY  # T0 + 3 days: acme-stack-1 was valid
     ctx = make_ctx("acme website stack", client_id="acme", at_time=t)
-    assert "acme-stack-2" not in [ctx.store.record_at(i).id
-                                  for i in np.flatnonzero(ctx.visible_mask())]
     out = CRAG(evaluator=ev).transform(_frame(["acme-stack-1"]), ctx)
     ids = out["mem_id"].to_list()
-    assert "acme-stack-2" in ids  # valid now, not at at_time: at_time was relaxed
+    assert "acme-stack-2" not in ids  # valid now, not at at_time
     assert "acme-stack-1" not in ids  # already judged
     assert not any(m.startswith("globex") for m in ids)  # scope kept
+    assert ids  # it still broadens: other acme memories valid at t come back
+
+
+@pytest.mark.parametrize("days_before_now", [0, 1, 50, 96, 97, 98, 99, 100])
+@pytest.mark.parametrize("fallback", ["relax", "graph"])
+def test_fallback_never_returns_a_version_not_valid_at_at_time(
+    stub, make_ctx, days_before_now: int, fallback: str
+) -> None:
+    ev = stub({})  # everything graded incorrect: only the fallback's rows come back
+    t = make_ctx("").now - days_before_now * SECONDS_PER_DAY
+    for client in ("acme", "globex", None):
+        ctx = make_ctx("acme website stack globex cms", client_id=client, at_time=t)
+        out = CRAG(evaluator=ev, fallback=fallback).transform(empty_candidates(), ctx)
+        valid = {ctx.store.record_at(int(i)).id for i in np.flatnonzero(ctx.visible_mask())}
+        assert set(out["mem_id"].to_list()) <= valid
 
 
 def test_graph_fallback_expands_from_query_entities(stub, make_ctx) -> None:

@@ -1,6 +1,7 @@
 """Shannon entropy gating: exact entropies, token costs and a worked eviction.
 
-Four candidates of four words each (cost ``ceil(4 * 1.3) = 6`` tokens):
+Four candidates of four words each (cost 4 tokens in :func:`memlab.tokens.count_tokens`),
+retrieval scores 0.9, 0.8, 0.7, 0.6 (relevance ``(s - 0.6) / 0.3``: 1, 2/3, 1/3, 0):
 
 ====  =========================  =======  ======================================
 rank  text                       entropy  redundancy (max Jaccard with kept above)
@@ -11,7 +12,9 @@ rank  text                       entropy  redundancy (max Jaccard with kept abov
 4 d   kappa kappa kappa lambda   H(¾,¼)   0
 ====  =========================  =======  ======================================
 
-Priorities ``entropy/2 - redundancy``: a 1, b 1 - 3/5, c 1, d H(¾,¼)/2 ≈ 0.406.
+Priorities without relevance (``relevance_weight=0``), ``entropy/2 - redundancy``: a 1,
+b 1 - 3/5, c 1, d H(¾,¼)/2 ≈ 0.406. With relevance (the default weight 1): a 1 + 1,
+b 2/3 + 1 - 3/5, c 1/3 + 1, d 0 + H(¾,¼)/2.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import pytest
 
 from memlab.memory.store import MemoryStore
 from memlab.stages.base import QueryContext, check_frame, get_stage_class
-from memlab.stages.entropy_gate import EntropyGate, jaccard, shannon_entropy, token_cost
+from memlab.stages.entropy_gate import EntropyGate, jaccard, shannon_entropy
+from memlab.tokens import count_tokens
 
 TEXTS = {
     "a": "alpha beta gamma delta",
@@ -58,39 +62,36 @@ def test_exact_entropies() -> None:
     assert shannon_entropy("kappa kappa kappa lambda".split()) == pytest.approx(H_D)
 
 
-def test_jaccard_and_token_cost() -> None:
+def test_jaccard() -> None:
     assert jaccard(frozenset("abcd"), frozenset("abce")) == 3 / 5
     assert jaccard(frozenset(), frozenset()) == 0.0
-    assert token_cost(4, 1.3) == 6  # ceil(5.2)
-    assert token_cost(10, 1.3) == 13  # 10 * 1.3 is 13.000000000000002 in floating point
-    assert token_cost(0, 1.3) == 0
 
 
 def test_everything_fits_under_a_large_budget() -> None:
     frame, ctx = _setup()
-    out = EntropyGate(token_budget=24).transform(frame, ctx)
+    out = EntropyGate(token_budget=16).transform(frame, ctx)
     check_frame(out, "entropy_gate")
     assert out["mem_id"].to_list() == ["a", "b", "c", "d"]
     assert out["entropy"].to_list() == pytest.approx([2.0, 2.0, 2.0, H_D])
     assert out["redundancy"].to_list() == [0.0, 3 / 5, 0.0, 0.0]
-    assert out["tokens"].to_list() == [6, 6, 6, 6]
+    assert out["tokens"].to_list() == [4, 4, 4, 4]
     assert ctx.trace["eviction_report"] == []
 
 
 def test_redundant_item_goes_first() -> None:
     frame, ctx = _setup()
-    out = EntropyGate(token_budget=18).transform(frame, ctx)
+    out = EntropyGate(token_budget=12, relevance_weight=0.0).transform(frame, ctx)
     assert out["mem_id"].to_list() == ["a", "c", "d"]
     assert out["rank"].to_list() == [1, 2, 3]
     assert out["score"].to_list() == [0.9, 0.7, 0.6]
     assert ctx.trace["eviction_report"] == [
-        {"mem_id": "b", "reason": "redundant", "entropy": 2.0, "redundancy": 3 / 5, "tokens": 6}
+        {"mem_id": "b", "reason": "redundant", "entropy": 2.0, "redundancy": 3 / 5, "tokens": 4}
     ]
 
 
 def test_low_information_then_over_budget() -> None:
     frame, ctx = _setup()
-    out = EntropyGate(token_budget=6).transform(frame, ctx)
+    out = EntropyGate(token_budget=4, relevance_weight=0.0).transform(frame, ctx)
     assert out["mem_id"].to_list() == ["a"]
     report = ctx.trace["eviction_report"]
     assert [(r["mem_id"], r["reason"]) for r in report] == [
@@ -103,7 +104,8 @@ def test_low_information_then_over_budget() -> None:
 
 def test_redundancy_weight_zero_evicts_by_information_only() -> None:
     frame, ctx = _setup()
-    out = EntropyGate(token_budget=18, redundancy_weight=0.0).transform(frame, ctx)
+    gate = EntropyGate(token_budget=12, redundancy_weight=0.0, relevance_weight=0.0)
+    out = gate.transform(frame, ctx)
     assert out["mem_id"].to_list() == ["a", "b", "c"]
     assert ctx.trace["eviction_report"][0]["reason"] == "low_information"
 
@@ -114,7 +116,7 @@ def test_min_entropy_evicts_before_budgeting() -> None:
     assert out["mem_id"].to_list() == ["a", "b", "c"]
     assert ctx.trace["eviction_report"] == [
         {"mem_id": "d", "reason": "low_information", "entropy": pytest.approx(H_D),
-         "redundancy": 0.0, "tokens": 6}
+         "redundancy": 0.0, "tokens": 4}
     ]
 
 
@@ -123,7 +125,7 @@ def test_text_column_overrides_memory_text() -> None:
     frame = frame.with_columns(pl.Series("text", ["x x y y", None, None, None], dtype=pl.String))
     out = EntropyGate(token_budget=1000).transform(frame, ctx)
     assert out["entropy"].to_list()[0] == 1.0
-    assert out["tokens"].to_list()[0] == 6
+    assert out["tokens"].to_list()[0] == 4
 
 
 def test_invisible_candidates_are_dropped() -> None:
@@ -136,3 +138,67 @@ def test_negative_budget_names_field() -> None:
     frame, ctx = _setup()
     with pytest.raises(ValueError, match="'token_budget'"):
         EntropyGate(token_budget=-1).transform(frame, ctx)
+
+
+def test_relevance_orders_eviction() -> None:
+    frame, ctx = _setup()
+    out = EntropyGate(token_budget=4).transform(frame, ctx)
+    assert out["mem_id"].to_list() == ["a"]
+    report = ctx.trace["eviction_report"]
+    assert [(r["mem_id"], r["reason"]) for r in report] == [
+        ("d", "low_relevance"),  # priority H_D/2; deficits 0, 1 - H_D/2, 1
+        ("b", "redundant"),  # 2/3 + 1 - 3/5 < 1/3 + 1; deficits 3/5, 0, 1/3
+        ("c", "low_relevance"),  # 1/3 + 1 < 2; deficits 0, 0, 2/3
+    ]
+
+
+def test_cost_is_the_package_token_count() -> None:
+    frame, ctx = _setup()
+    text = "Acme's storefront: Next.js, then Remix."
+    frame = frame.with_columns(pl.Series("text", [text, None, None, None], dtype=pl.String))
+    out = EntropyGate(token_budget=1000).transform(frame, ctx)
+    # Acme ' s storefront : Next . js , then Remix .
+    assert out["tokens"].to_list()[0] == count_tokens(text) == 12
+
+
+def _top_hit_and_off_topic() -> tuple[pl.DataFrame, QueryContext]:
+    store = MemoryStore()
+    store.store("Acme storefront runs on Remix", "fact", source_agent="bot", now=0.0, id="hit")
+    long_text = " ".join(f"word{i}" for i in range(40))  # 40 distinct words: log2(40) bits
+    store.store(long_text, "fact", source_agent="bot", now=0.0, id="off")
+    frame = pl.DataFrame(
+        {"qid": ["q", "q"], "mem_id": ["hit", "off"], "score": [0.95, 0.2], "rank": [1, 2]},
+        schema={"qid": pl.String, "mem_id": pl.String, "score": pl.Float64, "rank": pl.Int64},
+    )
+    return frame, QueryContext(qid="q", text="acme storefront", store=store, now=1.0)
+
+
+def test_top_hit_survives_a_long_off_topic_memory() -> None:
+    frame, ctx = _top_hit_and_off_topic()
+    out = EntropyGate(token_budget=10).transform(frame, ctx)
+    assert out["mem_id"].to_list() == ["hit"]
+    # off: 0 + log2(40)/log2(40) = 1 against hit: 1 + log2(5)/log2(40)
+    assert ctx.trace["eviction_report"][0]["mem_id"] == "off"
+    assert ctx.trace["eviction_report"][0]["reason"] == "low_relevance"
+
+
+def test_entropy_only_gate_evicts_the_top_hit() -> None:
+    frame, ctx = _top_hit_and_off_topic()
+    out = EntropyGate(token_budget=40, relevance_weight=0.0).transform(frame, ctx)
+    assert out["mem_id"].to_list() == ["off"]  # the seed's gate: the defect this stage fixes
+
+
+def test_relevance_floor_protects_from_min_entropy_and_budget() -> None:
+    frame, ctx = _top_hit_and_off_topic()
+    gate = EntropyGate(token_budget=40, relevance_weight=0.0, relevance_floor=0.9,
+                       min_entropy=3.0)  # hit has log2(5) < 3 bits
+    out = gate.transform(frame, ctx)
+    assert out["mem_id"].to_list() == ["hit"]
+    assert ctx.trace["eviction_report"][0]["mem_id"] == "off"
+
+
+def test_protected_candidates_go_last_and_only_over_budget() -> None:
+    frame, ctx = _top_hit_and_off_topic()
+    out = EntropyGate(token_budget=1, relevance_floor=0.9).transform(frame, ctx)
+    assert out["mem_id"].to_list() == []
+    assert [r["mem_id"] for r in ctx.trace["eviction_report"]] == ["off", "hit"]

@@ -5,6 +5,7 @@ from memlab.datasets import (  # noqa: F401  (importing registers each importer)
     import_markdown,
     import_mcp_memory,
     locomo,
+    longmemeval,
 )
 from memlab.datasets.format import (
     Dataset,

@@ -16,6 +16,7 @@ from memlab.registry import Registry
 
 __all__ = [
     "EMBEDDERS",
+    "PATH_PREFIXES",
     "Embedder",
     "check_texts",
     "make_embedder",
@@ -63,19 +64,31 @@ register_embedder = EMBEDDERS.register
 is already registered to a different class)."""
 
 
+PATH_PREFIXES: dict[str, str] = {"path": "sentence-transformers"}
+"""``<prefix>:<directory>`` embedder names: the registered embedder built with ``model_path``."""
+
+
 def make_embedder(name: str, **params: Any) -> Embedder:
-    """Build the embedder registered under ``name``.
+    """Build the embedder registered under ``name``, or one loaded from a model directory.
 
     Args:
-        name: A key of :data:`EMBEDDERS`, e.g. ``"minilm"`` or ``"hashing"``.
+        name: A key of :data:`EMBEDDERS`, e.g. ``"minilm"``, ``"mpnet"`` or ``"hashing"``; or
+            ``"path:<directory>"`` for any sentence-transformers model directory
+            (:data:`PATH_PREFIXES`).
         **params: Keyword arguments passed to the embedder's constructor.
 
     Returns:
         The embedder instance.
 
     Raises:
-        ValueError: If ``name`` is not registered; the message lists the known names.
+        ValueError: If ``name`` is not registered (the message lists the known names) or names
+            no directory after its prefix.
     """
+    prefix, sep, directory = name.partition(":")
+    if sep and prefix in PATH_PREFIXES:
+        if not directory:
+            raise ValueError(f"embedder {name!r} names no directory after '{prefix}:'")
+        return EMBEDDERS.lookup(PATH_PREFIXES[prefix])(model_path=directory, **params)
     return EMBEDDERS.lookup(name)(**params)
 
 

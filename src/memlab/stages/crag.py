@@ -24,9 +24,12 @@ use. ``crag_action`` repeats the query's action on every row, and ``ctx.trace["c
 
 Fallbacks (registry :data:`CRAG_FALLBACKS`):
 
-* ``"relax"`` -- dense similarity over the rows visible with ``at_time`` dropped (scope,
-  ``active`` and ``now`` still apply: relaxing the scope would leak other tenants' memories),
-  top ``fallback_top_k``.
+* ``"relax"`` -- a fresh dense retrieval over *every* row the query may see, not only the
+  candidates the pipeline passed on, top ``fallback_top_k``. It broadens the candidate set, never
+  the validity window: scope, namespaces, ``active``, ``now`` and ``at_time`` all still apply
+  (:meth:`QueryContext.visible_mask`). Dropping ``at_time`` here once returned versions that were
+  not valid at the asked time (stale@10 0.216 for ``full``); dropping the scope would leak
+  other tenants' memories.
 * ``"graph"`` -- spreading activation from the query's entities (:class:`~memlab.stages.graph.
   Graph` with seed-000 defaults), top ``fallback_top_k``.
 
@@ -194,12 +197,7 @@ def _llm(stage: CRAG, ctx: QueryContext, batch: EvalBatch) -> np.ndarray:
 # ---------------------------------------------------------------------- fallbacks
 @register_fallback("relax")
 def _relax(stage: CRAG, ctx: QueryContext, exclude: set[str]) -> pl.DataFrame:
-    mask = ctx.store.visible_mask(
-        client_id=ctx.client_id,
-        include_superseded=ctx.include_superseded,
-        now=ctx.now,
-        principal=ctx.principal,
-    )
+    mask = ctx.visible_mask() & True  # a writable copy: every validity constraint applies
     sims = ctx.store.vectors.similarities(ctx.vector())
     mask &= np.isfinite(sims)
     for mid in exclude:

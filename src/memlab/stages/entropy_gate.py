@@ -1,31 +1,45 @@
-"""Shannon entropy gating: fit the candidates into a token budget (seed 002).
+"""Shannon entropy gating: fit the candidates into a token budget (seed 002), keeping relevance.
 
 Seed 002: "The expanded candidate set is pruned to fit within the context budget. Nodes are
 scored by Shannon entropy — high-redundancy, low-information chunks are evicted first. An
 ``eviction_report`` records what was dropped and why." Entropy after Shannon (1948).
 
+Entropy alone measures how much a chunk says, not whether it answers the query: a long
+off-topic memory carries more bits than a short top hit. The gate therefore trades information
+against relevance as maximal marginal relevance does (Carbonell & Goldstein, SIGIR 1998:
+relevance to the query minus redundancy with what is already selected), with entropy as a third
+term, and never lets information outvote a hit whose retrieval score reaches
+``relevance_floor`` (in the spirit of CRAG's upper confidence threshold, Yan et al. 2024: a
+retrieval graded "correct" is used as is).
+
 Per candidate, over its lowercase ``\\w+`` word tokens (the ``text`` column when set, else the
 memory's text):
 
-* ``entropy`` -- ``H = -Σ_w p(w) log2 p(w)`` bits, ``p(w)`` the word's share of the tokens
-  (``"a a b b"`` → 1 bit; no tokens → 0).
-* ``tokens`` -- the context cost, ``ceil(words × tokens_per_word)`` (the product is rounded to
-  9 decimals first so that ``10 × 1.3`` costs 13).
+* ``entropy`` -- ``H = -Σ_w p(w) log2 p(w)`` bits, ``p(w)`` the word's share of the words
+  (``"a a b b"`` → 1 bit; no words → 0).
+* ``tokens`` -- the context cost in the package's one token count,
+  :func:`memlab.tokens.count_tokens` (the same count as the ``context`` stage and ``tokens@k``).
 * ``redundancy`` -- the largest Jaccard overlap of its word *set* with the word set of any
   higher-ranked candidate still kept (0 for the first kept one). Jaccard is used rather than a
   cosine of counts so that repeating a word does not make a chunk look more novel.
 * ``entropy_norm`` -- ``entropy / max entropy`` over the candidates that passed ``min_entropy``.
+* ``relevance`` -- the retrieval ``score`` min-max scaled over the candidates,
+  ``(s - min) / (max - min)`` (1 for every candidate when all scores are equal).
 
 Algorithm:
 
-1. In rank order, a candidate with ``entropy < min_entropy`` is evicted (``low_information``).
-2. While the kept candidates cost more than ``token_budget`` tokens, recompute ``redundancy``
+1. A candidate is *protected* when ``relevance_floor`` is set and its ``score`` reaches it.
+2. In rank order, an unprotected candidate with ``entropy < min_entropy`` is evicted
+   (``low_information``).
+3. While the kept candidates cost more than ``token_budget`` tokens, recompute ``redundancy``
    against the current kept set and evict the kept candidate of lowest priority
-   ``entropy_weight × entropy_norm − redundancy_weight × redundancy``; ties evict the lower-ranked
-   one first. Its reason compares the two deficits ``d_red = redundancy_weight × redundancy`` and
-   ``d_info = entropy_weight × (1 − entropy_norm)``: ``redundant`` if ``d_red ≥ d_info > 0`` or
-   ``d_red > 0 = d_info``, ``low_information`` if ``d_info > d_red``, ``over_budget`` if both
-   are 0 (it was neither, only too much).
+   ``relevance_weight × relevance + entropy_weight × entropy_norm − redundancy_weight ×
+   redundancy``, unprotected candidates before protected ones; ties evict the lower-ranked one
+   first. Its reason is the largest of the three deficits ``d_red = redundancy_weight ×
+   redundancy``, ``d_info = entropy_weight × (1 − entropy_norm)`` and ``d_rel =
+   relevance_weight × (1 − relevance)`` (ties in that order: ``redundant``,
+   ``low_information``, ``low_relevance``), ``over_budget`` if all are 0 (it was none of them,
+   only too much).
 
 Kept candidates keep their order and score (ranks renumbered 1, 2, …) and gain ``entropy``,
 ``redundancy`` and ``tokens``. ``ctx.trace["eviction_report"]`` lists the evicted ones in eviction
@@ -51,6 +65,7 @@ from memlab.stages.base import (
 )
 from memlab.stages.constraints import Integral, Interval, Real
 from memlab.stages.features import word_tokens
+from memlab.tokens import count_tokens
 
 
 def shannon_entropy(tokens: list[str]) -> float:
@@ -92,11 +107,6 @@ def _jaccard_matrix(token_lists: list[list[str]]) -> np.ndarray:
         return np.where(union > 0, inter / union, 0.0)
 
 
-def token_cost(n_words: int, tokens_per_word: float) -> int:
-    """``ceil(n_words × tokens_per_word)``, rounded to 9 decimals before the ceiling."""
-    return int(math.ceil(round(n_words * tokens_per_word, 9)))
-
-
 def _number(value: Any, name: str, *, low: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(
@@ -111,23 +121,29 @@ def _number(value: Any, name: str, *, low: float | None = None) -> float:
 
 @register_stage("entropy_gate")
 class EntropyGate(Stage):
-    """Keep the candidates that fit a token budget, evicting redundant, low-information ones.
+    """Keep the candidates that fit a token budget, evicting redundant, low-information and
+    low-relevance ones first.
 
     Args:
-        token_budget: Tokens the kept candidates may cost in total.
+        token_budget: Tokens (:func:`memlab.tokens.count_tokens`) the kept candidates may cost
+            in total.
         redundancy_weight: Weight of redundancy in the eviction priority.
         entropy_weight: Weight of normalised entropy in the eviction priority.
-        min_entropy: Candidates below this entropy (bits) are always evicted.
-        tokens_per_word: Context tokens per word (1.3 is the usual English estimate for
-            sub-word tokenisers).
+        relevance_weight: Weight of the min-max scaled retrieval score in the eviction
+            priority (0: the seed's entropy-only gate).
+        relevance_floor: Candidates whose retrieval ``score`` reaches this value are exempt from
+            ``min_entropy`` and evicted only when no other candidate is left to evict (``None``:
+            no candidate is protected). On the scale of the incoming ``score`` column.
+        min_entropy: Unprotected candidates below this entropy (bits) are always evicted.
     """
 
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         "token_budget": [Interval(Integral, 0, None, closed="left")],
         "redundancy_weight": [Interval(Real, 0, None, closed="left")],
         "entropy_weight": [Interval(Real, 0, None, closed="left")],
+        "relevance_weight": [Interval(Real, 0, None, closed="left")],
+        "relevance_floor": [Interval(Real, None, None, closed="neither"), None],
         "min_entropy": [Interval(Real, None, None, closed="neither")],
-        "tokens_per_word": [Interval(Real, 0, None, closed="left")],
     }
 
     columns = (
@@ -141,14 +157,16 @@ class EntropyGate(Stage):
         token_budget: int = 2000,
         redundancy_weight: float = 1.0,
         entropy_weight: float = 1.0,
+        relevance_weight: float = 1.0,
+        relevance_floor: float | None = None,
         min_entropy: float = 0.0,
-        tokens_per_word: float = 1.3,
     ) -> None:
         self.token_budget = token_budget
         self.redundancy_weight = redundancy_weight
         self.entropy_weight = entropy_weight
+        self.relevance_weight = relevance_weight
+        self.relevance_floor = relevance_floor
         self.min_entropy = min_entropy
-        self.tokens_per_word = tokens_per_word
 
     def _texts(self, frame: pl.DataFrame, ctx: QueryContext) -> list[str]:
         own = [ctx.store.get(m).text for m in frame["mem_id"].to_list()]
@@ -161,8 +179,10 @@ class EntropyGate(Stage):
         budget = _number(self.token_budget, "token_budget", low=0)
         w_red = _number(self.redundancy_weight, "redundancy_weight", low=0)
         w_ent = _number(self.entropy_weight, "entropy_weight", low=0)
+        w_rel = _number(self.relevance_weight, "relevance_weight", low=0)
+        floor = (None if self.relevance_floor is None
+                 else _number(self.relevance_floor, "relevance_floor"))
         min_entropy = _number(self.min_entropy, "min_entropy")
-        per_word = _number(self.tokens_per_word, "tokens_per_word", low=0)
 
         frame = frame.sort("rank")
         if frame.height:
@@ -170,14 +190,24 @@ class EntropyGate(Stage):
             rows = frame_rows(frame, ctx)
             frame = frame.filter(pl.Series(visible[rows]))
         ids = frame["mem_id"].to_list()
-        toks = [word_tokens(t) for t in self._texts(frame, ctx)]
+        texts = self._texts(frame, ctx)
+        toks = [word_tokens(t) for t in texts]
         entropy = np.asarray([shannon_entropy(t) for t in toks], dtype=np.float64)
-        cost = np.asarray([token_cost(len(t), per_word) for t in toks], dtype=np.int64)
+        cost = np.asarray([count_tokens(t) for t in texts], dtype=np.int64)
         n = len(ids)
+        score = frame["score"].cast(pl.Float64).fill_null(float("-inf")).to_numpy()
+        finite = np.isfinite(score)
+        lo = score[finite].min() if finite.any() else 0.0
+        hi = score[finite].max() if finite.any() else 0.0
+        if hi > lo:
+            relevance = np.where(finite, (score - lo) / (hi - lo), 0.0)
+        else:
+            relevance = np.where(finite, 1.0, 0.0)
+        protected = (score >= floor) if floor is not None else np.zeros(n, dtype=bool)
         # lower[i, j] = Jaccard(i, j) for j < i (0 elsewhere): redundancy looks up the ranking.
         lower = np.tril(_jaccard_matrix(toks), k=-1)
         report: list[dict[str, Any]] = []
-        alive = entropy >= min_entropy
+        alive = (entropy >= min_entropy) | protected
 
         def redundancy_of(alive: np.ndarray) -> np.ndarray:
             if n == 0:
@@ -190,21 +220,19 @@ class EntropyGate(Stage):
                                       float(redundancy[i]), int(cost[i])))
         top = float(entropy[alive].max()) if alive.any() else 0.0
         norm = entropy / top if top > 0 else np.zeros(n)
+        reasons = np.asarray(["redundant", "low_information", "low_relevance"])
 
         while alive.any() and int(cost[alive].sum()) > budget:
             redundancy = redundancy_of(alive)
-            priority = w_ent * norm - w_red * redundancy
-            live = np.flatnonzero(alive)
+            priority = w_rel * relevance + w_ent * norm - w_red * redundancy
+            open_ = alive & ~protected
+            live = np.flatnonzero(open_ if open_.any() else alive)
             best = priority[live].min()
             victim = int(live[priority[live] == best].max())  # ties: the lowest-ranked goes
-            d_red = w_red * redundancy[victim]
-            d_info = w_ent * (1.0 - norm[victim])
-            if d_red == 0.0 and d_info == 0.0:
-                reason = "over_budget"
-            elif d_red >= d_info:
-                reason = "redundant"
-            else:
-                reason = "low_information"
+            deficits = np.asarray([w_red * redundancy[victim], w_ent * (1.0 - norm[victim]),
+                                   w_rel * (1.0 - relevance[victim])])
+            reason = "over_budget" if not (deficits > 0).any() else str(
+                reasons[int(np.argmax(deficits))])
             report.append(self._entry(ids[victim], reason, float(entropy[victim]),
                                       float(redundancy[victim]), int(cost[victim])))
             alive[victim] = False
