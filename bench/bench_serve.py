@@ -10,6 +10,9 @@ acknowledged item is in the store and in the recording. Then times ``recall`` wi
 pipeline at 10,000 memories (in process, hashing embedder).
 
 Goals (2 cores): >= 1,000 memories/s persisted through HTTP; recall p50 < 50 ms at 10k.
+Each line prints memlab's number next to its goal, and the load average of the machine
+(``os.getloadavg()``) before and after, since a shared machine slows every number down.
+``--repeat N`` runs each measurement N times. ``--skip-ingest`` / ``--skip-recall`` run one half.
 """
 
 from __future__ import annotations
@@ -58,6 +61,16 @@ def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> Non
     raise RuntimeError("server did not become healthy")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``; NaN elsewhere): on a
+    shared machine the server's CPU per memory is steadier than the wall clock."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="memlab-bench-serve-"))
     port = free_port()
@@ -70,9 +83,10 @@ def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
     latencies: list[float] = []
     acked: list[str] = []
     lock = threading.Lock()
-    deadline = time.monotonic() + time_limit
     try:
         wait_health(url, proc)
+        deadline = time.monotonic() + time_limit  # the server's start does not count
+        cpu_at_start = _cpu_seconds(proc.pid)
 
         def client(c: int) -> None:
             rng = random.Random(c)
@@ -102,6 +116,7 @@ def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
         for t in threads:
             t.join()
         wall = time.perf_counter() - start
+        server_cpu = _cpu_seconds(proc.pid) - cpu_at_start
     finally:
         proc.terminate()
         try:
@@ -119,15 +134,18 @@ def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
         for line in (tmp / "rec" / "memories.jsonl").read_text().splitlines()
     }
     lat = np.asarray(latencies) * 1000.0
+    acked_set = set(acked)
     return {
         "acknowledged": len(acked),
         "seconds": wall,
         "memories_per_s": len(acked) / wall,
-        "p50_ms": float(np.percentile(lat, 50)),
-        "p95_ms": float(np.percentile(lat, 95)),
-        "all_in_store": set(acked) <= in_store,
-        "all_recorded": set(acked) <= recorded,
+        "p50_ms": float(np.percentile(lat, 50)) if len(lat) else float("nan"),
+        "p95_ms": float(np.percentile(lat, 95)) if len(lat) else float("nan"),
+        "missing_from_store": len(acked_set - in_store),
+        "missing_from_recording": len(acked_set - recorded),
+        "duplicate_acks": len(acked) - len(acked_set),
         "requests": len(latencies),
+        "server_cpu_ms_per_memory": 1000.0 * server_cpu / max(len(acked), 1),
     }
 
 
@@ -146,15 +164,22 @@ def recall_latency(n: int = 10_000, queries: int = 200) -> dict:
     items = [{"content": f"{' '.join(rng.choices(WORDS, k=10))} #{i}"} for i in range(n)]
     for start in range(0, n, 1000):
         svc.store_many(items[start : start + 1000])
-    times = []
+    times, cpu = [], []
     for _ in range(queries):
         q = " ".join(rng.choices(WORDS, k=4))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         svc.recall(q, limit=10)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
     ms = np.asarray(times[10:]) * 1000.0
+    cpu_ms = np.asarray(cpu[10:]) * 1000.0
     return {"memories": len(store), "p50_ms": float(np.percentile(ms, 50)),
-            "p95_ms": float(np.percentile(ms, 95))}
+            "p95_ms": float(np.percentile(ms, 95)),
+            "cpu_p50_ms": float(np.percentile(cpu_ms, 50))}
+
+
+def _load() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -163,18 +188,33 @@ def main() -> None:
     parser.add_argument("batches", nargs="?", type=int, default=200)
     parser.add_argument("size", nargs="?", type=int, default=50)
     parser.add_argument("--time-limit", type=float, default=600.0)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--skip-ingest", action="store_true")
+    parser.add_argument("--skip-recall", action="store_true")
     args = parser.parse_args()
-    res = ingest(args.clients, args.batches, args.size, args.time_limit)
-    print(
-        f"ingest: {args.clients} clients x {args.batches} batches x {args.size}: "
-        f"{res['acknowledged']} acknowledged in {res['seconds']:.1f} s = "
-        f"{res['memories_per_s']:.0f} memories/s; request p50 {res['p50_ms']:.0f} ms, "
-        f"p95 {res['p95_ms']:.0f} ms; all in store: {res['all_in_store']}; "
-        f"all recorded: {res['all_recorded']}"
-    )
-    rec = recall_latency()
-    print(f"recall (rrf, {rec['memories']} memories): p50 {rec['p50_ms']:.1f} ms, "
-          f"p95 {rec['p95_ms']:.1f} ms")
+    for run in range(1, args.repeat + 1):
+        if not args.skip_ingest:
+            before = _load()
+            res = ingest(args.clients, args.batches, args.size, args.time_limit)
+            ok = res["missing_from_store"] == 0 and res["missing_from_recording"] == 0
+            print(
+                f"[run {run}] ingest: {args.clients} clients x {args.batches} batches x "
+                f"{args.size}: {res['acknowledged']} acknowledged in {res['seconds']:.1f} s = "
+                f"{res['memories_per_s']:.0f} memories/s (goal >= 1000); request p50 "
+                f"{res['p50_ms']:.0f} ms, p95 {res['p95_ms']:.0f} ms; acknowledged but missing "
+                f"from the store: {res['missing_from_store']}, from the recording: "
+                f"{res['missing_from_recording']} ({'verified' if ok else 'FAILED'}); server "
+                f"CPU {res['server_cpu_ms_per_memory']:.2f} ms/memory; "
+                f"{before} -> {_load()}"
+            )
+        if not args.skip_recall:
+            before = _load()
+            rec = recall_latency()
+            print(
+                f"[run {run}] recall (rrf, {rec['memories']} memories): p50 "
+                f"{rec['p50_ms']:.1f} ms (goal < 50), p95 {rec['p95_ms']:.1f} ms; CPU of the "
+                f"calling thread p50 {rec['cpu_p50_ms']:.1f} ms; {before} -> {_load()}"
+            )
 
 
 if __name__ == "__main__":

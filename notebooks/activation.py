@@ -1,7 +1,7 @@
 import marimo
 
 __generated_with = "0.25.2"
-app = marimo.App(width="medium", app_title="memlab · activation")
+app = marimo.App(width="full", app_title="memlab · activation")
 
 
 @app.cell
@@ -12,10 +12,12 @@ def _():
 
     from memlab.explore import activation as act
     from memlab.explore import session
+    from memlab.explore import tuning as tune
+    from memlab.pipeline import Pipeline
     from memlab.stages.graph import Graph
     from memlab.stages.lif import LIF
 
-    return Graph, LIF, act, mo, pl, session
+    return Graph, LIF, Pipeline, act, mo, pl, session, tune
 
 
 @app.cell
@@ -24,11 +26,12 @@ def _(mo, session):
         f"""
         # Activation spread over the entity graph
 
-        Pick a query: its entities seed the **graph BFS** (seed 000: activation × hop decay ×
-        causal boost × edge strength, hop by hop), and its top retrieved memories seed the
-        **leaky integrate-and-fire** network (seed 002: potentials leak, spike at the threshold,
-        refract). Slide through the steps to watch the spread; below, the memories each model
-        pulls in and the ranking with and without propagation.
+        Pick a query of the dataset (the store is replayed up to it) or type your own, or point
+        at any store directory. The query's entities seed the **graph BFS** (seed 000:
+        activation × hop decay × causal boost × edge strength, hop by hop); its top retrieved
+        memories seed the **leaky integrate-and-fire** network (seed 002: potentials leak,
+        spike at the threshold, refract). Both run side by side; squares are memories (orange:
+        relevant), labelled with their rank without → with propagation.
         {"_Fast mode: hashing embedder._" if session.fast_mode() else ""}
         """
     )
@@ -40,21 +43,27 @@ def _(mo, session):
     default_dataset, skipped = session.open_dataset()
     _choices, _label = session.dataset_choices(default_dataset)
     dataset_pick = mo.ui.dropdown(_choices, value=_label, label="dataset")
-    return dataset_pick, default_dataset, skipped
+    store_path = mo.ui.text(
+        placeholder="empty: replay the dataset", label="or a store directory", full_width=True
+    )
+    free_text = mo.ui.text(
+        placeholder="empty: the query's own text", label="query text", full_width=True
+    )
+    return dataset_pick, default_dataset, free_text, skipped, store_path
 
 
 @app.cell
-def _(dataset_pick, default_dataset, mo, session, skipped):
+def _(dataset_pick, default_dataset, free_text, mo, session, skipped, store_path):
     try:
         dataset = session.picked_dataset(dataset_pick.value, default_dataset)
     except ValueError as exc:
         mo.stop(True, mo.callout(mo.md(f"Cannot load this dataset: `{exc}`"), kind="danger"))
-    replayer = session.make_replayer(dataset, session.notebook_embedder())
+    embedder = session.notebook_embedder()
+    replayer = session.make_replayer(dataset, embedder)
     _queries = dataset.queries
     _multi_hop = [q for q in _queries if session.primary_tag(q) == "multi-hop"]
-    query_choices = session.query_options(_queries)
     query_pick = mo.ui.dropdown(
-        query_choices,
+        session.query_options(_queries),
         value=session.query_label((_multi_hop or _queries)[0]),
         label="query",
         searchable=True,
@@ -62,68 +71,80 @@ def _(dataset_pick, default_dataset, mo, session, skipped):
     _note = (
         mo.callout(mo.md("Skipped: " + "; ".join(skipped)), kind="warn") if skipped else mo.md("")
     )
-    mo.vstack([mo.hstack([dataset_pick, query_pick], justify="start"), _note])
-    return dataset, query_pick, replayer
-
-
-@app.cell
-def _(mo):
-    leak = mo.ui.slider(0.0, 1.0, 0.05, value=0.8, label="LIF leak", show_value=True)
-    threshold = mo.ui.slider(0.1, 3.0, 0.1, value=1.0, label="LIF threshold", show_value=True)
-    refractory = mo.ui.slider(0, 5, 1, value=2, label="refractory steps", show_value=True)
-    lif_steps = mo.ui.slider(1, 10, 1, value=5, label="LIF steps", show_value=True)
-    n_seeds = mo.ui.slider(1, 10, 1, value=5, label="LIF seed memories", show_value=True)
-    hop_decay = mo.ui.slider(0.0, 1.0, 0.05, value=0.8, label="BFS hop decay", show_value=True)
-    max_depth = mo.ui.slider(1, 4, 1, value=2, label="BFS depth", show_value=True)
-    max_nodes = mo.ui.slider(10, 80, 5, value=30, label="nodes drawn", show_value=True)
-    mo.hstack(
-        [
-            mo.vstack([leak, threshold, refractory, lif_steps, n_seeds]),
-            mo.vstack([hop_decay, max_depth, max_nodes]),
-        ],
-        justify="start",
-        gap=3,
+    mo.vstack(
+        [mo.hstack([dataset_pick, query_pick], justify="start"), free_text, store_path, _note]
     )
-    return hop_decay, leak, lif_steps, max_depth, max_nodes, n_seeds, refractory, threshold
+    return embedder, query_pick, replayer
 
 
 @app.cell
-def _(query_pick, replayer, session):
-    state = session.replay_to_query(replayer, query_pick.value)
-    return (state,)
-
-
-@app.cell
-def _(
-    Graph,
-    LIF,
-    act,
-    hop_decay,
-    leak,
-    lif_steps,
-    max_depth,
-    n_seeds,
-    refractory,
-    state,
-    threshold,
-):
-    graph_stage = Graph(hop_decay=hop_decay.value, max_depth=max_depth.value)
-    lif_stage = LIF(
-        leak=leak.value,
-        threshold=threshold.value,
-        refractory=refractory.value,
-        steps=lif_steps.value,
-        n_seeds=n_seeds.value,
+def _(Graph, LIF, Pipeline, mo, tune):
+    constant_specs = tune.tunable_params(Pipeline([("graph", Graph()), ("lif", LIF())]))
+    constants = (
+        mo.md("\n\n".join("{p" + str(i) + "}" for i in range(len(constant_specs))))
+        .batch(
+            **{
+                f"p{i}": mo.ui.number(start=s.low, stop=s.high, step=s.step, value=s.default,
+                                      label=s.name)
+                for i, s in enumerate(constant_specs)
+            }
+        )
+        .form(submit_button_label="Apply", label="Graph and LIF constants (from get_params)",
+              bordered=True)
     )
-    rankings = act.propagation_rankings(state.ctx, graph=graph_stage, lif=lif_stage)
-    entity_graph = state.store.graph
-    bfs_seeds = list(state.ctx.trace["graph"]["seeds"])
-    lif_trace = state.ctx.trace["lif"]["trace"]
+    max_nodes = mo.ui.slider(10, 80, 5, value=30, label="entities drawn", show_value=True)
+    n_labels = mo.ui.slider(0, 40, 1, value=10, label="labels (top by value)", show_value=True)
+    n_memories = mo.ui.slider(0, 20, 1, value=8, label="memories drawn", show_value=True)
+    mo.hstack([constants, mo.vstack([max_nodes, n_labels, n_memories])], justify="start",
+              gap=2)
+    return constant_specs, constants, max_nodes, n_labels, n_memories
+
+
+@app.cell
+def _(act, embedder, free_text, mo, query_pick, replayer, session, store_path):
+    _text = free_text.value.strip()
+    if store_path.value.strip():
+        try:
+            ctx = act.store_context(store_path.value.strip(), _text or "", embedder=embedder)
+        except (OSError, ValueError, TypeError) as exc:
+            mo.stop(True, mo.callout(mo.md(f"Cannot open this store: `{exc}`"), kind="danger"))
+        mo.stop(not _text, mo.callout(mo.md("Type a query for this store."), kind="info"))
+        relevant, stale = [], []
+        query_note = f"free text on the store `{store_path.value.strip()}`: {_text}"
+    else:
+        with mo.status.spinner(title="Replaying the dataset up to the query…"):
+            _state = session.replay_to_query(replayer, query_pick.value)
+        ctx = act.with_text(_state.ctx, _text) if _text else _state.ctx
+        relevant = [] if _text else list(_state.relevant)
+        stale = [] if _text else list(_state.stale)
+        query_note = (
+            f"free text at the time of `{_state.query.qid}`: {_text}" if _text
+            else f"`{_state.query.qid}`: {_state.query.text}"
+        )
+    store = ctx.store
+    return ctx, query_note, relevant, stale, store
+
+
+@app.cell
+def _(act, constant_specs, constants, ctx, mo, tune):
+    try:
+        _values = tune.changed_params(
+            constant_specs,
+            {constant_specs[int(k[1:])].name: v for k, v in (constants.value or {}).items()},
+        )
+        graph_stage, lif_stage = act.propagation_stages(_values)
+        rankings = act.propagation_rankings(ctx, graph=graph_stage, lif=lif_stage)
+    except (ValueError, TypeError) as exc:
+        mo.stop(True, mo.callout(mo.md(f"Cannot run these constants: `{exc}`"), kind="danger"))
+    entity_graph = ctx.store.graph
+    bfs_seeds = list(ctx.trace["graph"]["seeds"])
+    lif_trace = ctx.trace["lif"]["trace"]
     bfs = act.bfs_steps(
-        entity_graph, bfs_seeds, hop_decay=hop_decay.value, max_depth=max_depth.value
+        entity_graph, bfs_seeds, **act.propagation_params(graph_stage, act.bfs_steps)
     )
     lif = act.lif_steps(lif_trace, entity_graph)
-    return bfs, bfs_seeds, entity_graph, lif, lif_trace, rankings
+    mo.md(f"Constants changed from the defaults: {tune.describe_params(_values) or 'none'}.")
+    return bfs, bfs_seeds, entity_graph, graph_stage, lif, lif_stage, lif_trace, rankings
 
 
 @app.cell
@@ -143,16 +164,10 @@ def _(act, bfs, bfs_seeds, entity_graph, lif_trace, max_nodes, pl):
 
 
 @app.cell
-def _(lif_steps, max_depth, mo):
-    step = mo.ui.slider(
-        0,
-        max(lif_steps.value, max_depth.value),
-        1,
-        value=min(2, max(lif_steps.value, max_depth.value)),
-        label="step t",
-        show_value=True,
-        full_width=True,
-    )
+def _(graph_stage, lif_stage, mo):
+    _last = max(lif_stage.steps, graph_stage.max_depth, 1)
+    step = mo.ui.slider(0, _last, 1, value=min(2, _last), label="step t", show_value=True,
+                        full_width=True)
     mo.output.replace(step)
     return (step,)
 
@@ -163,23 +178,29 @@ def _(
     bfs,
     bfs_seeds,
     edges,
+    graph_stage,
     layout,
     lif,
     lif_seeds,
-    max_depth,
+    lif_stage,
     mo,
+    n_labels,
+    n_memories,
     pl,
-    state,
+    query_note,
+    rankings,
+    relevant,
     step,
-    threshold,
+    store,
 ):
-    _t_bfs = min(step.value, max_depth.value)
+    _t_bfs = min(step.value, graph_stage.max_depth)
     _bfs_now = bfs.filter(pl.col("step") == _t_bfs)
     _bfs_nodes = act.node_states(
         layout,
         dict(zip(_bfs_now["entity_idx"].to_list(), _bfs_now["activation"].to_list(), strict=True)),
         spiked=_bfs_now.filter(pl.col("changed"))["entity_idx"].to_list(),
         seeds=bfs_seeds,
+        n_labels=n_labels.value,
     )
     _t_lif = min(step.value, int(lif["step"].max()) if lif.height else 0)
     _lif_now = lif.filter(pl.col("step") == _t_lif)
@@ -188,30 +209,58 @@ def _(
         dict(zip(_lif_now["entity_idx"].to_list(), _lif_now["potential"].to_list(), strict=True)),
         spiked=_lif_now.filter(pl.col("spiked"))["entity_idx"].to_list(),
         seeds=lif_seeds,
+        n_labels=n_labels.value,
     )
+    _base = dict(zip(rankings["no propagation"]["mem_id"].to_list(),
+                     rankings["no propagation"]["rank"].to_list(), strict=True))
+
+    def _mems(name):
+        _top = rankings[name].sort("rank")["mem_id"].head(n_memories.value).to_list()
+        _after = dict(zip(rankings[name]["mem_id"].to_list(), rankings[name]["rank"].to_list(),
+                          strict=True))
+        return act.memory_nodes(store, layout, [*relevant, *_top], before=_base, after=_after,
+                                relevant=relevant)
+
+    _bfs_mem, _bfs_links = _mems("graph BFS")
+    _lif_mem, _lif_links = _mems("LIF")
+    _bfs_max = float(bfs["activation"].max()) if bfs.height else 1.0
+    _lif_max = max(float(lif_stage.threshold),
+                   float(lif["potential"].max()) if lif.height else 0.0)
     _bfs_chart = act.network_chart(
-        _bfs_nodes,
-        edges,
-        value_title="activation",
-        color_max=1.0,
+        _bfs_nodes, edges, memories=_bfs_mem, memory_edges=_bfs_links,
+        value_title="activation", color_max=_bfs_max, width=480, height=420,
         title=f"graph BFS after {_t_bfs} hop(s) (ring: set or raised at this hop)",
     )
     _lif_chart = act.network_chart(
-        _lif_nodes,
-        edges,
-        value_title="potential",
-        color_max=threshold.value,
+        _lif_nodes, edges, memories=_lif_mem, memory_edges=_lif_links,
+        value_title="potential", color_max=_lif_max, width=480, height=420,
         title=f"LIF at t = {_t_lif} (ring: spiking)",
     )
     mo.vstack(
         [
             mo.md(
-                f"**Query** `{state.query.qid}`: {state.query.text}  \n"
+                f"**Query** {query_note}  \n"
                 f"{len(bfs_seeds)} BFS seed entit{'y' if len(bfs_seeds) == 1 else 'ies'}, "
-                f"{len(lif_seeds)} LIF input neuron(s); thick outline = seed."
+                f"{len(lif_seeds)} LIF input neuron(s); thick outline = seed; colours scale to "
+                f"the largest value over all steps (BFS {_bfs_max:.2f}, LIF {_lif_max:.2f})."
             ),
-            mo.ui.tabs({"LIF": mo.as_html(_lif_chart),
-                        "graph BFS": mo.as_html(_bfs_chart)}),
+            mo.as_html(
+                (_bfs_chart | _lif_chart).resolve_scale(color="independent")
+            ),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(act, mo, rankings, relevant, store):
+    mo.stop(not relevant, mo.md("_No relevant memories for this query (free text or store)._"))
+    _moves = act.rank_moves(rankings, store, relevant)
+    mo.vstack(
+        [
+            mo.md("### How propagation moved the relevant memories\n"
+                  + "\n".join(f"- {line}" for line in act.describe_moves(_moves))),
+            mo.ui.table(_moves, selection=None, page_size=10),
         ]
     )
     return
@@ -230,10 +279,10 @@ def _(act, bfs_seeds, entity_graph, lif_trace, mo):
 
 
 @app.cell
-def _(act, mo, rankings, state):
+def _(act, mo, rankings, store):
     _base = rankings["no propagation"]
-    _bfs_new = act.pulled_in(_base, rankings["graph BFS"], state.store, top_k=10)
-    _lif_new = act.pulled_in(_base, rankings["LIF"], state.store, top_k=10)
+    _bfs_new = act.pulled_in(_base, rankings["graph BFS"], store, top_k=10)
+    _lif_new = act.pulled_in(_base, rankings["LIF"], store, top_k=10)
     mo.vstack(
         [
             mo.md(
@@ -251,10 +300,8 @@ def _(act, mo, rankings, state):
 
 
 @app.cell
-def _(act, mo, rankings, state):
-    _table = act.compare_rankings(
-        rankings, state.store, relevant=list(state.relevant), stale=state.stale, top_k=10
-    )
+def _(act, mo, rankings, relevant, stale, store):
+    _table = act.compare_rankings(rankings, store, relevant=relevant, stale=stale, top_k=10)
     mo.vstack(
         [
             mo.md(

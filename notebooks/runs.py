@@ -91,16 +91,16 @@ def _(compare_pick, mo, pl, rounded, runs, rx):
     _counts = pl.DataFrame(
         {
             "run": [r.name for r in _chosen],
-            "queries": [
-                r.manifest.get("dataset", {}).get("evaluated_queries") for r in _chosen
-            ],
+            "queries": [rx.query_count(r) for r in _chosen],
+            "protocol": [rx.protocol_text(r) for r in _chosen],
         },
-        schema={"run": pl.String, "queries": pl.Int64},
+        schema={"run": pl.String, "queries": pl.Int64, "protocol": pl.String},
     )
     _wide = _wide.join(_counts, on="run", how="left").select(
-        "run", "pipeline", "queries", *[c for c in _wide.columns if c not in ("run", "pipeline")]
+        "run", "pipeline", "queries", "protocol",
+        *[c for c in _wide.columns if c not in ("run", "pipeline")],
     )
-    _rel = [m for m in _wide.columns if m.split("@")[0] in ("R_all", "R_any", "nDCG", "MRR")]
+    _rel = [m for m in _wide.columns if m.split("@")[0] in ("R_all", "Success", "nDCG", "MRR")]
     mo.vstack(
         [
             mo.md(
@@ -173,7 +173,7 @@ def _(compare_runs, mo, pair_a, pair_b, rounded, runs):
 
 
 @app.cell
-def _(focus_pick, mo, runs):
+def _(focus_pick, mo, runs, rx):
     run = next(r for r in runs if r.name == focus_pick.value)
     _metrics = list(run.manifest.get("metrics") or next(iter(run.metrics.values()), {}))
     mo.stop(
@@ -189,8 +189,7 @@ def _(focus_pick, mo, runs):
             mo.md("## One run"),
             mo.hstack([focus_pick, metric_pick], justify="start"),
             mo.md(
-                f"Dataset `{_ds.get('name', '?')}` ({_ds.get('evaluated_queries', '?')} of "
-                f"{_ds.get('queries', '?')} queries scored), baseline "
+                f"Dataset `{_ds.get('name', '?')}` ({rx.protocol_text(run)}), baseline "
                 f"`{run.baseline}`, embedder `{run.manifest.get('embedder', '?')}`, "
                 f"correction `{run.manifest.get('correction', '?')}`."
             ),

@@ -12,8 +12,9 @@ def _():
 
     from memlab.explore import session
     from memlab.explore import tuning as tune
+    from memlab.pipeline import available_pipelines, load_pipeline
 
-    return mo, pl, session, tune
+    return available_pipelines, load_pipeline, mo, pl, session, tune
 
 
 @app.cell
@@ -22,10 +23,11 @@ def _(mo, session):
         f"""
         # Tune the retrieval constants
 
-        Hybrid retrieval (dense + BM25 + graph, fused by RRF), then lifecycle scoring (decay and
-        access boost), MMR and the entropy gate. Move a slider and the dataset is replayed with
-        the new constants; the curves compare them with the seed defaults (dashed baseline) at
-        every cut-off k.
+        Pick a shipped pipeline or a configuration file, set any of its constants and press
+        **Run**: the dataset is replayed with the new constants (the retrievers' outputs are
+        cached, so only what a constant changes is recomputed), then scored on a seeded train
+        and held-out split against the pipeline's defaults, with a paired test. Save the
+        settings as a TOML configuration when they hold up on the held-out queries.
         {"_Fast mode: hashing embedder, two queries per tag._" if session.fast_mode() else ""}
         """
     )
@@ -49,6 +51,8 @@ def _(dataset_pick, default_dataset, mo, session, skipped):
     fast = session.fast_mode()
     queries = session.sample_queries(dataset.queries, per_tag=2) if fast else list(dataset.queries)
     replayer = session.make_replayer(dataset, session.notebook_embedder(fast))
+    with mo.status.spinner(title="Embedding the memories and queries…"):
+        replayer.prepare()
     _note = (
         mo.callout(mo.md("Skipped: " + "; ".join(skipped)), kind="warn") if skipped else mo.md("")
     )
@@ -63,97 +67,153 @@ def _(dataset_pick, default_dataset, mo, session, skipped):
 
 
 @app.cell
-def _(mo):
-    rrf_k = mo.ui.slider(1, 200, 1, value=60, label="RRF k", show_value=True, debounce=True)
-    decay = mo.ui.slider(
-        0.90, 1.0, 0.005, value=0.98, label="decay per day", show_value=True, debounce=True
+def _(available_pipelines, mo):
+    _names = available_pipelines()
+    pipeline_pick = mo.ui.dropdown(
+        _names, value="hybrid" if "hybrid" in _names else _names[0], label="shipped pipeline"
     )
-    boost = mo.ui.slider(
-        0.0, 1.0, 0.05, value=0.3, label="access-boost weight", show_value=True, debounce=True
+    pipeline_path = mo.ui.text(
+        placeholder="path/to/pipeline.toml", label="or a configuration file", full_width=True
     )
-    mmr_lambda = mo.ui.slider(0.0, 1.0, 0.05, value=0.7, label="MMR λ", show_value=True,
-                              debounce=True)
-    budget = mo.ui.slider(50, 2000, 50, value=2000, label="token budget", show_value=True,
-                          debounce=True)
-    mo.hstack(
-        [mo.vstack([rrf_k, decay, boost]), mo.vstack([mmr_lambda, budget])],
-        justify="start",
-        gap=3,
-    )
-    return boost, budget, decay, mmr_lambda, rrf_k
+    mo.hstack([pipeline_pick, pipeline_path], justify="start", widths=[1, 2])
+    return pipeline_path, pipeline_pick
 
 
 @app.cell
-def _(tune):
-    summary_metrics = ["R_all@10", "R_any@10", "nDCG@10", "MRR", "stale@10", "leak@10",
-                       "dup@10", "tokens@10"]
-    metrics = [*tune.cutoff_metrics(("R_all", "R_any", "nDCG")), *summary_metrics]
-    return metrics, summary_metrics
-
-
-@app.cell
-def _(metrics, queries, replayer, tune):
-    baseline = tune.evaluate_pipeline(
-        replayer, tune.tuning_pipeline(name="baseline"), metrics, queries=queries
+def _(load_pipeline, mo, pipeline_path, pipeline_pick, queries, replayer, tune):
+    _source = pipeline_path.value.strip() or pipeline_pick.value
+    try:
+        pipeline = load_pipeline(_source)
+    except ValueError as exc:
+        mo.stop(True, mo.callout(mo.md(f"Cannot load this pipeline: `{exc}`"), kind="danger"))
+    tuner = tune.TuningSession(replayer, pipeline, tune.app_metrics(), queries=queries)
+    with mo.status.progress_bar(
+        total=len(queries), title=f"Replaying {pipeline.name} with its defaults…"
+    ) as _bar:
+        baseline = tuner.baseline(on_query=lambda *_: _bar.update())
+    mo.md(
+        f"Pipeline **{pipeline.name}**: {pipeline.description or '(no description)'}  \n"
+        f"{len(tuner.specs)} numeric constants; {len(tuner.train)} train and "
+        f"{len(tuner.test)} held-out queries (seeded split, eval's `split_queries`)."
     )
-    return (baseline,)
+    return baseline, pipeline, tuner
 
 
 @app.cell
-def _(boost, budget, decay, metrics, mmr_lambda, queries, replayer, rrf_k, tune):
-    params = {
-        "rrf_k": float(rrf_k.value),
-        "decay_factor": float(decay.value),
-        "boost_weight": float(boost.value),
-        "mmr_lambda": float(mmr_lambda.value),
-        "token_budget": int(budget.value),
+def _(mo, tuner):
+    _inputs = {
+        f"p{_i}": mo.ui.number(
+            start=spec.low, stop=spec.high, step=spec.step, value=spec.default,
+            label=spec.name,
+        )
+        for _i, spec in enumerate(tuner.specs)
     }
-    tuned = tune.evaluate_pipeline(
-        replayer, tune.tuning_pipeline(**params, name="tuned"), metrics, queries=queries
+    settings = mo.md("\n\n".join("{" + name + "}" for name in _inputs)).batch(**_inputs).form(
+        submit_button_label="Run", label="Constants (defaults shown; change any, then Run)",
+        bordered=True,
+    )
+    mo.output.replace(settings)
+    return (settings,)
+
+
+@app.cell
+def _(baseline, mo, queries, settings, tune, tuner):
+    try:
+        params = tune.changed_params(
+            tuner.specs,
+            {tuner.specs[int(k[1:])].name: v for k, v in (settings.value or {}).items()},
+        )
+    except ValueError as exc:
+        mo.stop(True, mo.callout(mo.md(f"`{exc}`"), kind="danger"))
+    if params:
+        with mo.status.progress_bar(
+            total=len(queries), title=f"Replaying with {tune.describe_params(params)}…"
+        ) as _bar:
+            tuned = tuner.evaluate(params, on_query=lambda *_: _bar.update())
+    else:
+        tuned = baseline
+    _reuse = (
+        f" Retriever outputs reused from the cache: {tuner.last_reuse_:.0%}."
+        if params and tuner.last_reuse_ is not None else ""
+    )
+    mo.md(
+        f"**Tuned:** {tune.describe_params(params) or 'the defaults (change a constant, Run)'}."
+        + _reuse
     )
     return params, tuned
 
 
 @app.cell
+def _(mo, pl, tune, tuned, tuner):
+    _table = tuner.comparison(tuned, tune.SUMMARY_METRICS).with_columns(
+        pl.col("defaults", "tuned", "delta").round(4),
+        pl.col("p_value").map_elements(lambda p: f"{p:.2e}", return_dtype=pl.String),
+    )
+    mo.vstack(
+        [
+            mo.md(
+                "### Train and held-out, against the defaults\n"
+                "Means over the `n` queries of each side; `p_value`: two-sided paired t-test "
+                "of tuned against defaults on the same queries. `stale`, `leak`, `dup` and "
+                "`tokens`: lower is better. Trust a gain only where it holds on the held-out "
+                "side."
+            ),
+            mo.ui.table(_table, selection=None, page_size=16),
+        ]
+    )
+    return
+
+
+@app.cell
 def _(baseline, mo, params, tune, tuned):
     _curves = tune.metric_curves(
-        {"tuned": tuned, "baseline": baseline}, families=("R_all", "R_any", "nDCG")
+        {"tuned": tuned, "defaults": baseline}, families=("R_all", "Success", "nDCG")
     )
     mo.vstack(
         [
-            mo.md(f"### Metric curves\nTuned: {tune.describe_params(params)}."),
-            mo.as_html(tune.curve_chart(_curves, baseline="baseline")),
+            mo.md(f"### Metric curves (all queries)\nTuned: {tune.describe_params(params)}."),
+            mo.as_html(tune.curve_chart(_curves, baseline="defaults")),
         ]
     )
     return
 
 
 @app.cell
-def _(baseline, mo, pl, summary_metrics, tune, tuned):
-    _table = tune.summary_table({"baseline": baseline, "tuned": tuned}, baseline="baseline")
-    _table = _table.filter(pl.col("metric").is_in(summary_metrics)).with_columns(
-        pl.col(pl.Float64).round(4)
+def _(mo):
+    tag_metric = mo.ui.dropdown(
+        ["R_all@10", "Success@10", "nDCG@10", "MRR", "stale@10", "tokens@10"],
+        value="R_all@10", label="per-tag metric",
     )
-    mo.vstack(
-        [
-            mo.md("### At k = 10\n`stale`, `leak`, `dup` and `tokens`: lower is better."),
-            mo.ui.table(_table, selection=None, page_size=10),
-        ]
-    )
-    return
-
-
-@app.cell
-def _(mo, summary_metrics):
-    tag_metric = mo.ui.dropdown(summary_metrics, value="R_all@10", label="per-tag metric")
     mo.output.replace(tag_metric)
     return (tag_metric,)
 
 
 @app.cell
 def _(baseline, mo, queries, tag_metric, tune, tuned):
-    _tags = tune.tag_means({"baseline": baseline, "tuned": tuned}, queries, tag_metric.value)
+    _tags = tune.tag_means({"defaults": baseline, "tuned": tuned}, queries, tag_metric.value)
     mo.as_html(tune.tag_chart(_tags, tag_metric.value))
+    return
+
+
+@app.cell
+def _(mo, pipeline):
+    save_path = mo.ui.text(
+        value=f"eval/configs/{pipeline.name}-tuned.toml", label="save as", full_width=True
+    )
+    save_button = mo.ui.run_button(label="Save settings as TOML")
+    mo.hstack([save_path, save_button], justify="start", widths=[3, 1])
+    return save_button, save_path
+
+
+@app.cell
+def _(mo, params, pipeline, save_button, save_path, tuner):
+    mo.stop(not save_button.value)
+    try:
+        _out = tuner.save(params, save_path.value.strip(), name=f"{pipeline.name}-tuned")
+    except (OSError, ValueError, TypeError) as exc:
+        mo.stop(True, mo.callout(mo.md(f"Not saved: `{exc}`"), kind="danger"))
+    mo.callout(mo.md(f"Saved `{_out}`: load it with `memlab eval --pipeline {_out}`."),
+               kind="success")
     return
 
 

@@ -13,7 +13,15 @@ def test_eval_writes_a_run(tmp_path, capsys):
                  "--no-cache", "--quiet", "--out", str(out)])
     assert code == 0
     assert json.loads((out / "metrics.json").read_text())["bm25"]["R_all@10"] >= 0.0
-    assert f"wrote {out}" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert f"wrote {out}" in captured.out
+    assert "protocol: 10 queries; learned stages cross-fitted over 5 folds (by query, seed 0)" in (
+        captured.out
+    )
+    # --quiet: no bar, but one line per step on stderr
+    assert "eval handmade: done, 2 pipelines in" in captured.err
+    assert "paired tests: done" in captured.err
+    assert "\r" not in captured.err
 
 
 def test_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
@@ -24,6 +32,7 @@ def test_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
         ["eval", str(tmp_path / "missing"), "--out", str(out)],
         ["sweep", HANDMADE, "--pipeline", "hybrid", "--grid", "rrf_k=1", "--out", str(out)],
         ["sweep", HANDMADE, "--pipeline", "hybrid", "--out", str(out)],
+        ["eval", HANDMADE, "--pipelines", "bm25", "--folds", "1", "--out", str(out)],
     ]
     for argv in cases:
         assert main(argv) == 2, argv
@@ -275,3 +284,17 @@ def test_replay_defaults_come_from_the_dataset_and_flags_override(tmp_path, caps
     assert main(["eval", str(data), "--embedder", "hashing", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "dataset.toml" in err and "touch_k" in err and "Traceback" not in err
+
+
+def test_eval_accepts_ir_measures_names_and_old_metric_names(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--no-cache",
+                 "--quiet", "--out", str(out), "--metrics", "R_any@10,RBP(p=0.5,rel=1)",
+                 "--metric", "P@5", "--metric", "RBP(p=0.8)"])
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())["bm25"]
+    assert set(metrics) >= {"Success@10", "RBP(p=0.5,rel=1)", "P@5", "RBP(rel=1)"}
+    assert "R_any@10" not in metrics
+    assert 0.0 <= metrics["P@5"] <= 1.0
+    assert main(["eval", HANDMADE, "--metric", "alpha_nDCG@10", "--out", str(out / "x")]) == 2
+    assert "none of its installed providers" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 
 ::
 
-    memlab eval DATASET [--pipelines a,b,c] [--baseline a] [--out DIR]
+    memlab eval DATASET [--pipelines a,b,c] [--baseline a] [--metric P@5 …] [--out DIR]
     memlab sweep DATASET --pipeline hybrid --grid rrf__k=10,30,60 [--grid …]
     memlab tune DATASET --pipeline P --space rrf__k=int:1:200:log [--trials 100]
     memlab datasets validate DIR
@@ -95,11 +95,27 @@ nonnegative_int = _count
 """An integer >= 0 (argparse ``type=``; the public name other command modules use)."""
 
 
+def _top_level_commas(value: str) -> list[str]:
+    """``value`` split at the commas outside brackets (``P@5,RBP(p=0.8,rel=1)``: two names)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(value):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            parts.append(value[start:i])
+            start = i + 1
+    parts.append(value[start:])
+    return parts
+
+
 def _split(value: str | None, option: str = "") -> list[str] | None:
-    """Comma-separated names; ``None`` when the option is absent, an error when it names none."""
+    """Comma-separated names (commas inside brackets, as in ``RBP(p=0.8,rel=1)``, do not
+    separate); ``None`` when the option is absent, an error when it names none."""
     if value is None:
         return None
-    names = [v.strip() for v in value.split(",") if v.strip()]
+    names = [v.strip() for v in _top_level_commas(value) if v.strip()]
     if not names:
         raise CLIError(f"{option} {value!r} names nothing; give comma-separated names")
     return names
@@ -170,6 +186,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     chosen = _split(args.pipelines, "--pipelines")
     metrics = _split(args.metrics, "--metrics")
+    if args.metric:
+        metrics = [*(metrics or []), *(m.strip() for m in args.metric)]
     out = args.out or f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     # Check everything that can be checked before the expensive part.
     check_output_dir(out, what="--out")
@@ -182,6 +200,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         pipes = _without_unrecorded_generations(pipes, ds)
     config = _replay_config(args, ds)
     _print_replay(config)
+    from memlab.eval.protocol import EvalProtocol
+
+    protocol = EvalProtocol.from_dataset(
+        ds, folds=args.folds, group_by=args.group_by, seed=args.seed
+    )
+    print(f"protocol: {protocol.describe(len(ds.queries))}")
     result = run_experiment(
         ds,
         pipes,
@@ -193,7 +217,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         generator=_generator(args.generator, ds),
         qrels_source=args.qrels_source,
         aggregate=args.aggregate,
-        progress=False if args.quiet else None,
+        progress="lines" if args.quiet else None,
         replay=config,
         executor=_executor(args),
         tests=_split(args.tests) or ("t", "wilcoxon", "permutation"),
@@ -203,7 +227,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         exclude_tags=("adversarial",)
         if args.exclude_tags is None
         else (_split(args.exclude_tags, "--exclude-tags") if args.exclude_tags.strip() else []),
-        test_fraction=args.test_fraction,
+        folds=args.folds,
+        group_by=args.group_by,
     )
     _print_metrics(result.metrics)
     print(f"wrote {result.out}")
@@ -266,7 +291,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         embedder=_embedder(args.embedder, not args.no_cache),
         generator=_generator(args.generator, ds),
         out=out,
-        progress=False if args.quiet else None,
+        progress="lines" if args.quiet else None,
         replay=config,
         repeats=args.repeats,
         executor=_executor(args),
@@ -345,8 +370,11 @@ def cmd_datasets_import(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise CLIError(f"--option {item!r}: write key=value")
         options[key.strip().replace("-", "_")] = value
+    from memlab.progress import Progress
+
     try:
-        report = run_importer(name, Path(args.src), Path(args.out), **options)
+        with Progress(f"import {name}", mode="auto"):
+            report = run_importer(name, Path(args.src), Path(args.out), **options)
     except TypeError as exc:
         raise CLIError(f"importer {name!r}: {exc}") from None
     _print_import(report, args.out)
@@ -499,7 +527,9 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help="generator for HyDE: recorded (default when needed), smollm2, openai",
         )
-        p.add_argument("--quiet", action="store_true", help="no progress bars")
+        p.add_argument(
+            "--quiet", action="store_true", help="no progress bars; one line per step on stderr"
+        )
         add_replay_options(p)
 
     p = sub.add_parser("eval", help="compare pipelines on a dataset")
@@ -511,7 +541,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--baseline", help="baseline pipeline (default: the first)")
     p.add_argument("--out", help="output directory (default: reports/<timestamp>)")
-    p.add_argument("--metrics", help="comma-separated metric names")
+    p.add_argument(
+        "--metrics",
+        help="comma-separated metric names: memlab's (R_all@10, Success@10, Recall@10, nDCG@10; "
+        "R_any/R_frac are accepted for Success/Recall) or any ir_measures name (P@5, AP, "
+        "RBP(p=0.8))",
+    )
+    p.add_argument(
+        "--metric",
+        action="append",
+        help="one metric name (repeatable; added to --metrics), e.g. --metric 'RBP(p=0.8)'",
+    )
     p.add_argument(
         "--tests", help="comma-separated paired tests (default: t,wilcoxon,permutation)"
     )
@@ -528,10 +568,18 @@ def build_parser() -> argparse.ArgumentParser:
         "'' for none)",
     )
     p.add_argument(
-        "--test-fraction",
-        type=probability,
-        default=0.5,
-        help="share of queries held out when a pipeline has a learned stage (default: 0.5)",
+        "--folds",
+        type=int,
+        default=None,
+        help="k of the cross-fit of learned stages: every query is scored out of fold, by "
+        "every pipeline (default: the dataset's [evaluation] folds, else 5)",
+    )
+    p.add_argument(
+        "--group-by",
+        choices=("query", "client"),
+        default=None,
+        help="what stays together in one fold (default: the dataset's [evaluation] group_by, "
+        "else query)",
     )
     p.add_argument(
         "--depth",

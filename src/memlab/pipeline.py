@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,12 @@ from memlab.stages.base import (
 )
 
 CONFIG_DIR_ENV = "MEMLAB_CONFIG_DIR"
+
+Observer = Callable[[str, Stage, pl.DataFrame, pl.DataFrame], None]
+"""Called as ``observer(name, stage, before, after)`` after every stage a pipeline runs (a
+parallel step's branches and fusion stage too, then the step itself), with the frame the stage
+received and the frame it returned (PyTerrier's debug transformers, without changing the
+pipeline). A fusion stage's ``before`` is the parallel step's input."""
 
 
 class ConfigError(ValueError):
@@ -99,12 +105,15 @@ class Parallel(Stage):
         """The columns any branch or the fusion stage declares."""
         return _declared(self.named_stages())
 
-    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+    def transform(
+        self, frame: pl.DataFrame, ctx: QueryContext, observer: Observer | None = None
+    ) -> pl.DataFrame:
+        """Run the branches on ``frame`` and fuse them; ``observer`` sees every stage."""
         if self.fuse is None:
             raise ValueError("a parallel step needs a fusion stage (fuse=)")
         outs = []
         for name, stage in self.branches:
-            outs.append(run_step(name, stage, frame, ctx))
+            outs.append(run_step(name, stage, frame, ctx, observer=observer))
         start = time.perf_counter()
         fused = self.fuse[1].fuse(outs, ctx)
         _record_time(ctx, self.fuse[0], start)
@@ -114,6 +123,8 @@ class Parallel(Stage):
             if declared is not None:
                 declared.update(_extra_columns(out))
         check_frame(fused, f"stage '{self.fuse[0]}'", declared)
+        if observer is not None:
+            observer(self.fuse[0], self.fuse[1], frame, fused)
         return fused
 
 
@@ -139,11 +150,23 @@ def _record_time(ctx: QueryContext, name: str, start: float) -> None:
     timings[name] = timings.get(name, 0.0) + (time.perf_counter() - start)
 
 
-def run_step(name: str, stage: Stage, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
-    """Run one named step: time it into ``ctx.trace["timings"]`` and check its output frame."""
+def run_step(
+    name: str,
+    stage: Stage,
+    frame: pl.DataFrame,
+    ctx: QueryContext,
+    *,
+    observer: Observer | None = None,
+) -> pl.DataFrame:
+    """Run one named step: time it into ``ctx.trace["timings"]``, check its output frame, then
+    hand ``(name, stage, frame, output)`` to ``observer`` (which also sees the stages inside a
+    pipeline or parallel step, before the step itself)."""
     start = time.perf_counter()
     try:
-        out = stage.transform(frame, ctx)
+        if observer is not None and isinstance(stage, (Pipeline, Parallel)):
+            out = stage.transform(frame, ctx, observer=observer)
+        else:
+            out = stage.transform(frame, ctx)
     except StageError:
         raise
     except Exception as exc:  # noqa: BLE001 - reported with the step and query that failed
@@ -153,6 +176,8 @@ def run_step(name: str, stage: Stage, frame: pl.DataFrame, ctx: QueryContext) ->
     own = stage.declared_columns()
     declared = None if own is None else {**_extra_columns(frame), **own}
     check_frame(out, f"stage '{name}'", declared)
+    if observer is not None:
+        observer(name, stage, frame, out)
     return out
 
 
@@ -265,14 +290,24 @@ class Pipeline(Stage):
         return self
 
     # ------------------------------------------------------------------ running
-    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+    def transform(
+        self, frame: pl.DataFrame, ctx: QueryContext, observer: Observer | None = None
+    ) -> pl.DataFrame:
+        """Run the steps in order on ``frame``; ``observer`` sees every stage (see
+        :data:`Observer`)."""
         for name, stage in self.steps:
-            frame = run_step(name, stage, frame, ctx)
+            frame = run_step(name, stage, frame, ctx, observer=observer)
         return frame
 
-    def run(self, ctx: QueryContext) -> pl.DataFrame:
-        """Answer one query: run the steps on an empty candidate frame."""
-        return self.transform(empty_candidates(), ctx)
+    def run(self, ctx: QueryContext, *, observer: Observer | None = None) -> pl.DataFrame:
+        """Answer one query: run the steps on an empty candidate frame.
+
+        Args:
+            ctx: The query.
+            observer: Called as ``observer(name, stage, before, after)`` after every stage,
+                through the same :func:`run_step` (timings, frame checks) as without it.
+        """
+        return self.transform(empty_candidates(), ctx, observer=observer)
 
     # ------------------------------------------------------------------ configuration
     def to_config(self) -> dict[str, Any]:

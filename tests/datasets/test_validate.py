@@ -566,3 +566,14 @@ def test_recording_line_problems(tmp_path: Path) -> None:
         "judgments.jsonl:1: field 'grade': must be an integer 0, 1 or 2, got 3",
         "judgments.jsonl:1: field 'qid': 'q7' is not a qid of queries.jsonl",
     ]
+
+
+def test_evaluation_table_is_checked_with_its_line(tmp_path: Path) -> None:
+    assert validate_dataset(make(tmp_path, meta=META + '\n[evaluation]\nfolds = 3\n')) == []
+    (tmp_path / "b").mkdir()
+    bad = make(tmp_path / "b", meta=META + '\n[evaluation]\nfolds = 1\n')
+    line = (META + "\n").count("\n") + 1
+    assert validate_dataset(bad) == [
+        Problem("dataset.toml", line, "evaluation",
+                "[evaluation]: field 'folds' must be at least 2, got 1")
+    ]

@@ -84,11 +84,12 @@ def test_invalid_dataset_leaves_no_output(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_learned_stages_are_fitted_on_a_train_split_and_scored_on_the_rest(tmp_path):
+def test_learned_stages_are_cross_fitted_and_every_query_is_scored(tmp_path):
     res = run(None, pipelines=["bm25", str(Path(__file__).parent / "crag_pipeline.toml")])
-    train, test = split_queries(res_queries(), test_fraction=0.5, seed=0)
-    assert res.manifest["held_out_split"] == {"test_fraction": 0.5, "n_test": len(test)}
-    assert set(res.per_query["qid"]) <= {q.qid for q in test}
+    assert res.manifest["protocol"]["folds"] == 5
+    assert res.manifest["protocol"]["cross_fitted"] == ["crag"]
+    assert "held_out_split" not in res.manifest
+    assert set(res.per_query["qid"]) == {q.qid for q in res_queries()}
 
 
 def res_queries():

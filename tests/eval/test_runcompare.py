@@ -8,11 +8,13 @@ from memlab.eval.experiment import ExperimentResult
 from memlab.eval.runcompare import compare_runs
 
 
-def fake_run(path: Path, values: dict[str, list[float]], qids=None) -> Path:
+def fake_run(
+    path: Path, values: dict[str, list[float]], qids=None, metric: str = "R_all@10"
+) -> Path:
     path.mkdir()
     qids = qids or [f"q{i}" for i in range(len(next(iter(values.values()))))]
     rows = [
-        {"pipeline": p, "qid": q, "metric": "R_all@10", "value": v}
+        {"pipeline": p, "qid": q, "metric": metric, "value": v}
         for p, vs in values.items()
         for q, v in zip(qids, vs, strict=True)
     ]
@@ -20,7 +22,7 @@ def fake_run(path: Path, values: dict[str, list[float]], qids=None) -> Path:
     pl.DataFrame(
         {"qid": qids, "tags": [["even"] if i % 2 == 0 else ["odd"] for i in range(len(qids))]}
     ).write_parquet(path / "queries.parquet")
-    metrics = {p: {"R_all@10": sum(vs) / len(vs)} for p, vs in values.items()}
+    metrics = {p: {metric: sum(vs) / len(vs)} for p, vs in values.items()}
     import json
 
     (path / "metrics.json").write_text(json.dumps(metrics))
@@ -78,3 +80,33 @@ def test_cli_compare_prints_tables_and_writes_csv(tmp_path, capsys):
 def test_cli_compare_of_a_missing_run_is_one_line(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "nope"), str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("memlab: error: ")
+
+
+def test_a_run_with_old_metric_names_meets_one_with_the_new(tmp_path):
+    # runs recorded before Success@k had its name carry R_any@k
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 0, 1]}, metric="R_any@10")
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1, 0, 1]}, metric="Success@10")
+    res = compare_runs(a, b, metrics=["R_any@10"], tests=("t",))
+    row = res.comparison.row(0, named=True)
+    assert (row["metric"], row["wins"], row["losses"]) == ("Success@10", 1, 0)
+    assert res.metric == "Success@10"
+
+
+def test_runs_scored_under_different_protocols_are_named_in_a_note(tmp_path):
+    import json
+
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 1]})
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1, 0]})
+    old = {"baseline": "rrf", "seed": 0, "held_out_split": {"test_fraction": 0.5},
+           "dataset": {"queries": 6, "evaluated_queries": 3}}
+    (a / "manifest.json").write_text(json.dumps(old))
+    new = {"baseline": "rrf", "protocol": {"queries": 3, "description": "3 queries; cross-fit"}}
+    (b / "manifest.json").write_text(json.dumps(new))
+    res = compare_runs(a, b, tests=("t",))
+    assert res.protocols == (
+        "3 of 6 queries (a held-out split: test fraction 0.5, seed 0; learned stages fitted on "
+        "the other queries)",
+        "3 queries; cross-fit",
+    )
+    assert res.notes == [f"the runs' protocols differ: A: {res.protocols[0]}; B: 3 queries; "
+                         "cross-fit"]

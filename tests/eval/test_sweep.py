@@ -175,3 +175,20 @@ def test_sweep_on_a_cost_picks_the_cheapest_point(tmp_path):
     assert res.best_params == {"bm25__top_k": 1}
     assert res.best_train == costs[1]
     assert "lower is better" in (tmp_path / "s" / "report.md").read_text()
+
+
+def test_sweep_objective_may_be_an_alias_or_an_ir_measures_name(tmp_path):
+    # R_any@3 is read as Success@3; NumRet (an ir_measures count of returned memories) is
+    # lower-is-better, so top_k=1 is chosen over top_k=20
+    res = run_sweep(
+        HANDMADE, "bm25", {"bm25__top_k": [20, 1]}, metric="R_any@3", metrics=["NumRet"],
+        embedder=HashingEmbedder(dim=8), out=tmp_path / "a", progress=False, repeats=1,
+    )
+    assert res.metric == "Success@3"
+    assert "Success@3_train" in res.results.columns
+    cost = run_sweep(
+        HANDMADE, "bm25", {"bm25__top_k": [20, 1]}, metric="NumRet",
+        embedder=HashingEmbedder(dim=8), out=tmp_path / "n", progress=False, repeats=1,
+    )
+    assert cost.metric == "NumRet"
+    assert cost.best_params == {"bm25__top_k": 1}

@@ -249,3 +249,100 @@ def test_propagation_rankings_wire_the_stages_as_documented():
     g = Graph().transform(empty_candidates(), ctx)
     assert_frame_equal(out["graph BFS"], RRF().fuse([d, b, g], ctx))
     assert ctx.trace["graph"]["seeds"] == state.store.query_entities(state.query.text)
+
+
+def test_node_states_label_only_the_top_nodes_and_the_seeds():
+    layout = pl.DataFrame(
+        {"entity_idx": [0, 1, 2, 3], "name": ["A", "B", "C", "D"], "type": ["concept"] * 4,
+         "x": [0.0, 0.5, 1.0, 0.2], "y": [0.0, 1.0, 0.0, 0.3]}
+    )
+    nodes = act.node_states(layout, {1: 0.7, 2: 1.6, 3: 0.7}, seeds=[0], n_labels=2)
+    # top 2 by value: C (1.6), then B and D tie at 0.7 -> the lower index, B; A is a seed.
+    assert nodes["label"].to_list() == ["A", "B", "C", ""]
+    assert act.node_states(layout, {}, n_labels=None)["label"].to_list() == ["A", "B", "C", "D"]
+
+
+def _hq07():
+    from memlab.datasets.format import load_dataset
+
+    fixture = session.project_root() / "tests" / "fixtures" / "handmade"
+    rep = session.make_replayer(load_dataset(fixture), HashingEmbedder(dim=64))
+    return session.replay_to_query(rep, "hq07")
+
+
+def test_memory_nodes_sit_beside_their_drawn_entities():
+    state = _hq07()
+    store = state.store
+    linked = [m for m in store.ids if store.graph.entities_of(store.idx(m))][:2]
+    ents = sorted({e for m in linked for e in store.graph.entities_of(store.idx(m))})
+    layout = act.layout_frame(store.graph, ents)
+    nodes, links = act.memory_nodes(store, layout, linked, before={linked[0]: 3},
+                                    after={linked[0]: 21}, relevant=[linked[0]], offset=0.1)
+    pos = {e: (x, y) for e, x, y in layout.select("entity_idx", "x", "y").iter_rows()}
+    for j, (mid, x, y) in enumerate(nodes.select("mem_id", "x", "y").iter_rows()):
+        es = store.graph.entities_of(store.idx(mid))
+        cx = sum(pos[e][0] for e in es) / len(es)
+        cy = sum(pos[e][1] for e in es) / len(es)
+        assert (x, y) == pytest.approx((cx + 0.1 * np.cos(2 * np.pi * j / 2),
+                                        cy + 0.1 * np.sin(2 * np.pi * j / 2)))
+    assert nodes["label"].to_list() == ["3→21", "-→-"]
+    assert nodes["relevant"].to_list() == [True, False]
+    assert links.height == sum(len(store.graph.entities_of(store.idx(m))) for m in linked)
+    none, _ = act.memory_nodes(store, layout.head(0), linked)
+    assert none.height == 0  # no drawn entity: not drawn
+
+
+def test_rank_moves_and_their_sentences():
+    store = MemoryStore()
+    for mid in ("m1", "m2"):
+        store.store(f"memory {mid}", "event", now=0.0, id=mid)
+
+    def ranking(ids):
+        return pl.DataFrame({"mem_id": ids, "rank": list(range(1, len(ids) + 1))},
+                            schema={"mem_id": pl.String, "rank": pl.Int64})
+
+    moves = act.rank_moves(
+        {"no propagation": ranking(["x", "y", "m1"]), "LIF": ranking(["m2", *"abcdefghijklmnopqrs",
+                                                                      "m1"])},
+        store, ["m1", "m2"],
+    )
+    assert moves.rows() == [
+        ("m1", "LIF", 3, 21, 21 - 3, "memory m1"),
+        ("m2", "LIF", None, 1, None, "memory m2"),
+    ]
+    assert act.describe_moves(moves) == ["LIF moved m1 from rank 3 to rank 21",
+                                         "LIF moved m2 from unranked to rank 1"]
+    with pytest.raises(ValueError, match="base ranking"):
+        act.rank_moves({"LIF": ranking(["m1"])}, store, ["m1"])
+
+
+def test_propagation_stages_and_params_come_from_get_params():
+    graph, lif = act.propagation_stages({"graph__hop_decay": 0.5, "lif__threshold": 1.5})
+    assert (graph.hop_decay, lif.threshold) == (0.5, 1.5)
+    got = act.propagation_params(graph, act.bfs_steps)
+    assert got == {k: graph.get_params()[k] for k in (
+        "hop_decay", "causal_boost", "max_depth", "min_activation", "strength_saturation")}
+    with pytest.raises(ValueError, match="'rrf__k'"):
+        act.propagation_stages({"rrf__k": 1.0})
+
+
+def test_with_text_asks_another_question_on_the_same_store():
+    state = _hq07()
+    ctx = act.with_text(state.ctx, "who owns the billing service")
+    assert (ctx.text, ctx.qid, ctx.store, ctx.now, ctx.client_id) == (
+        "who owns the billing service", "free-text", state.ctx.store, state.ctx.now,
+        state.ctx.client_id,
+    )
+    assert ctx.trace == {} and ctx.query_vector is None
+
+
+def test_store_context_opens_a_store_directory(tmp_path):
+    emb = HashingEmbedder(dim=16)
+    store = MemoryStore(tmp_path / "s", embedder=emb)
+    store.store("Acme uses Stripe", "fact", now=100.0, id="a", client_id="c")
+    store.store("Acme moved to Fly.io", "fact", now=200.0, id="b", client_id="c")
+    store.close()
+    ctx = act.store_context(tmp_path / "s", "acme", embedder=emb)
+    assert (ctx.text, ctx.now, len(ctx.store)) == ("acme", 200.0, 2)
+    with pytest.raises(ValueError, match="not a directory"):
+        act.store_context(tmp_path / "nope", "x", embedder=emb)

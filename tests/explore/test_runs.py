@@ -315,3 +315,24 @@ def test_demo_run_dir_lives_in_the_system_temp_dir():
     import tempfile
 
     assert rx.demo_run_dir("x") == Path(tempfile.gettempdir()) / "memlab-demo-runs" / "x"
+
+
+def test_fit_like_run_cross_fits_learned_stages_as_a_cross_fitted_run_did(tmp_path):
+    from _explore_fixtures import Newest, small_dataset
+
+    from memlab.eval.protocol import CrossFitted, EvalProtocol
+    from memlab.explore.session import make_replayer
+
+    ds = small_dataset()
+    proto = {"folds": 2, "group_by": "query", "seed": 3}
+    run = rx.load_run(_run_dir(tmp_path / "r", {}, {"seed": 3, "protocol": proto}))
+    pipe = Pipeline([("newest", Newest()), ("learn", Learner(("d1",)))])
+    rep = make_replayer(ds, HashingEmbedder(dim=16))
+    assert rx.fit_like_run(run, pipe, rep) == 1
+    stage = pipe.steps[1][1]
+    assert isinstance(stage, CrossFitted)
+    fold_of = EvalProtocol(folds=2, seed=3).assign(ds.queries)
+    for f, copy in enumerate(stage.fitted_):
+        assert sorted(copy.fitted_["candidates"]) == sorted(
+            q for q, fold in fold_of.items() if fold != f
+        )

@@ -13,11 +13,13 @@ from memlab.embed import HashingEmbedder
 from memlab.explore import session
 from memlab.explore import tuning as tune
 from memlab.pipeline import Pipeline
+from memlab.stages.base import empty_candidates
 from memlab.stages.bm25 import BM25
+from memlab.stages.dense import Dense
 
 if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
     sys.path.insert(0, str(Path(__file__).parent))
-from _explore_fixtures import DAY, T0  # noqa: E402
+from _explore_fixtures import DAY, T0, small_dataset  # noqa: E402
 
 
 def test_tuning_pipeline_defaults_are_the_seed_constants():
@@ -117,34 +119,135 @@ def _keyword_dataset() -> Dataset:
     return Dataset(None, {"name": "kw"}, ops, queries)
 
 
-def test_evaluate_pipeline_scores_each_query_and_drops_excluded_tags():
+def _session(ds: Dataset, pipeline: Pipeline, metrics: list[str], **kw) -> tune.TuningSession:
+    return tune.TuningSession(session.make_replayer(ds, HashingEmbedder(dim=16)), pipeline,
+                              metrics, **kw)
+
+
+def test_session_scores_each_query_and_drops_excluded_tags():
     ds = _keyword_dataset()
-    rep = session.make_replayer(ds, HashingEmbedder(dim=16))
-    pq = tune.evaluate_pipeline(rep, Pipeline([("bm25", BM25())]), ["R_all@1", "tokens@1"])
+    sess = _session(ds, Pipeline([("bm25", BM25())]), ["R_all@1", "tokens@1"])
+    pq = sess.baseline()
     # q2 is adversarial: left out of the relevance metric, kept in the memory metric.
     assert pq.filter(pl.col("metric") == "R_all@1").rows() == [("q1", "R_all@1", 1.0)]
     tokens = dict(pq.filter(pl.col("metric") == "tokens@1").select("qid", "value").rows())
     # q1's top hit is "invoice is overdue" (3 tokens), q2's "the boiler was serviced" (4).
     assert tokens == {"q1": 3.0, "q2": 4.0}
+    assert sess.evaluate({}) is pq  # kept per parameter set
 
 
-def test_evaluate_pipeline_on_a_subset_of_queries():
+def test_session_on_a_subset_of_queries():
     ds = _keyword_dataset()
-    rep = session.make_replayer(ds, HashingEmbedder(dim=16))
-    pq = tune.evaluate_pipeline(rep, Pipeline([("bm25", BM25())]), ["R_all@1"],
-                                queries=ds.queries[1:], exclude_tags=())
+    sess = _session(ds, Pipeline([("bm25", BM25())]), ["R_all@1"], queries=ds.queries[1:],
+                    exclude_tags=())
     # Not excluded now; q2 wants m3 but BM25 ranks m1 first.
-    assert pq.rows() == [("q2", "R_all@1", 0.0)]
+    assert sess.baseline().rows() == [("q2", "R_all@1", 0.0)]
 
 
-def test_memories_frame_counts_tokens():
-    from memlab.memory.store import MemoryStore
+def test_session_scores_like_eval_and_reuses_the_retrievers():
+    from memlab.eval.experiment import score_rankings
+    from memlab.stages.lifecycle import Lifecycle
 
-    store = MemoryStore()
-    store.store("Hello, world!", "event", now=0.0, id="m", client_id="c")
-    assert tune.memories_frame(store).rows() == [
-        ("m", "c", store.get("m").content_hash, "Hello, world!", 4)
-    ]
+    ds = small_dataset()
+    pipe = Pipeline([("bm25", BM25()), ("lifecycle", Lifecycle())], name="p")
+    sess = _session(ds, pipe, ["R_all@1", "MRR"], exclude_tags=())
+    sess.baseline()
+    assert sess.last_reuse_ == 0.0  # two queries, one cached stage: nothing to reuse yet
+    params = {"lifecycle__decay_factor": 0.5, "lifecycle__boost_weight": 0.0}
+    got = sess.evaluate(params)
+    assert sess.last_reuse_ == 1.0  # BM25's outputs were reused for both queries
+    plain = sess.replayer.run(pipe.clone().set_params(**params))
+    assert got.equals(score_rankings(ds, plain, ["R_all@1", "MRR"]))
+    assert sess.pipeline.get_params()["lifecycle__decay_factor"] == 0.98  # defaults untouched
+
+
+def test_memo_returns_the_stage_output_and_restores_the_query_vector():
+    ds = small_dataset()
+    state = session.replay_to_query(session.make_replayer(ds, HashingEmbedder(dim=16)), "q2")
+    cache: dict = {}
+    memo = tune.Memo(Dense(top_k=3), cache)
+    first = memo.transform(empty_candidates(), state.ctx)
+    assert first.equals(Dense(top_k=3).transform(empty_candidates(), state.ctx))
+    assert len(cache) == 1
+    vec = state.ctx.query_vector
+    state.ctx.query_vector = None
+    assert memo.transform(empty_candidates(), state.ctx) is first
+    assert state.ctx.query_vector is vec
+    tune.Memo(Dense(top_k=2), cache).transform(empty_candidates(), state.ctx)
+    assert len(cache) == 2  # other parameters, other entry
+
+
+def test_memoized_wraps_cacheable_stages_only():
+    from memlab.stages.lifecycle import Lifecycle
+
+    memo = tune.memoized(tune.tuning_pipeline(), {})
+    kinds = {n: type(s).__name__ for n, s in memo.named_stages()}
+    assert kinds == {"retrieve": "Parallel", "dense": "Memo", "bm25": "Memo", "graph": "Memo",
+                     "rrf": "RRF", "lifecycle": "Lifecycle", "mmr": "Memo",
+                     "entropy_gate": "EntropyGate"}
+    assert isinstance(Lifecycle(), type(memo.stage("lifecycle")))
+
+
+def test_tunable_params_read_the_constants_and_their_declared_ranges():
+    from memlab.stages.lifecycle import Lifecycle
+
+    specs = tune.tunable_params(Pipeline([("bm25", BM25(top_k=10)), ("lc", Lifecycle())]))
+    got = {s.name: (s.default, s.low, s.high, s.step, s.integer) for s in specs}
+    assert got == {
+        "bm25__top_k": (10, 1, 4 * 10, 1, True),  # [1, inf): four times the default
+        "bm25__k1": (1.5, 0.0, 4 * 1.5, 0.01, False),
+        "bm25__b": (0.75, 0.0, 1.0, 0.01, False),
+        "bm25__epsilon": (0.25, 0.0, 1.0, 0.01, False),
+        "lc__decay_factor": (0.98, 0.0, 1.0, 0.01, False),
+        "lc__boost_weight": (0.3, 0.0, 1.0 * 1.2, 0.01, False),  # max(4 × 0.3, 0 + 1)
+        "lc__min_similarity": (0.3, -1.0, 1.0, 0.01, False),
+    }
+
+
+def test_changed_params_cast_and_drop_the_defaults():
+    specs = tune.tunable_params(Pipeline([("bm25", BM25(top_k=10))]))
+    assert tune.changed_params(specs, {"bm25__top_k": 12.0, "bm25__b": 0.75, "x": 1}) == {
+        "bm25__top_k": 12
+    }
+    with pytest.raises(ValueError, match="'bm25__k1'"):
+        tune.changed_params(specs, {"bm25__k1": "fast"})
+
+
+def test_comparison_splits_and_tests_against_the_defaults():
+    from memlab.eval.experiment import split_queries
+    from memlab.eval.stats import paired_test
+
+    ds = _keyword_dataset()
+    sess = _session(ds, Pipeline([("bm25", BM25())]), ["R_all@1"], exclude_tags=(),
+                    test_fraction=0.5, seed=3)
+    train, test = split_queries(ds.queries, test_fraction=0.5, seed=3)
+    assert (sess.train, sess.test) == (train, test)
+    # defaults: q1 1.0, q2 0.0; tuned: q1 0.0, q2 1.0
+    tuned = _pq({"R_all@1": {"q1": 0.0, "q2": 1.0}})
+    table = sess.comparison(tuned, ["R_all@1"])
+    base = {"q1": 1.0, "q2": 0.0}
+    rows = []
+    for split, qs in (("train", train), ("held-out", test)):
+        ids = sorted(q.qid for q in qs)
+        if not ids:
+            rows.append((split, "R_all@1", 0, None, None, None, None))
+            continue
+        b = [base[i] for i in ids]
+        t = [1.0 - base[i] for i in ids]
+        p = paired_test(t, b)
+        rows.append((split, "R_all@1", len(ids), sum(b) / len(b), sum(t) / len(t),
+                     sum(t) / len(t) - sum(b) / len(b), None if p != p else p))
+    assert table.rows() == rows
+
+
+def test_save_writes_a_configuration_that_loads(tmp_path):
+    from memlab.pipeline import load_pipeline
+
+    sess = _session(_keyword_dataset(), Pipeline([("bm25", BM25())], name="kw"), ["R_all@1"])
+    out = sess.save({"bm25__k1": 0.9}, tmp_path / "kw-tuned.toml", name="kw-tuned")
+    back = load_pipeline(out)
+    assert (back.name, back.get_params()["bm25__k1"]) == ("kw-tuned", 0.9)
+    assert sess.pipeline.get_params()["bm25__k1"] == 1.5
 
 
 def test_describe_params():

@@ -293,3 +293,107 @@ def test_judge_app_runs_as_a_script():
     res = subprocess.run([sys.executable, str(NOTEBOOKS / "judge.py")], cwd=ROOT, env=app_env(),
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
+
+
+@pytest.mark.browser
+def test_tuning_app_runs_a_change_and_saves_it_in_headless_chromium(tmp_path):
+    """Set RRF k in the constants form, press Run, see the tuned scores, save them as TOML."""
+    if not CHROMIUM.is_file():
+        pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium')")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    target = tmp_path / "hybrid-tuned.toml"
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(MARIMO), "run", str(NOTEBOOKS / "tuning.py"), "--headless", "--port", str(port),
+         "--no-token"],
+        cwd=ROOT, env=app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        _wait_for_server(port, proc)
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.get_by_text("Tuned: the defaults").first.wait_for(timeout=240_000)
+                rrf = page.get_by_role("textbox", name="rrf__k")
+                rrf.fill("30")
+                rrf.press("Tab")
+                page.get_by_role("button", name="Run").click()
+                page.get_by_text("Tuned: rrf__k = 30").first.wait_for(timeout=240_000)
+                table_text = page.locator("body").inner_text()
+                save_as = page.get_by_role("textbox", name="save as")
+                save_as.fill(str(target))
+                save_as.press("Tab")
+                page.get_by_role("button", name="Save settings as TOML").click()
+                page.get_by_text("Saved").first.wait_for(timeout=60_000)
+                _screenshot(page, "tuning-run")
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        try:
+            log = proc.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            log = proc.communicate()[0]
+    from memlab.pipeline import load_pipeline
+
+    saved = load_pipeline(target)
+    assert (saved.name, saved.get_params()["rrf__k"]) == ("hybrid-tuned", 30.0), log[-3000:]
+    assert "held-out" in table_text and "p_value" in table_text
+    assert "Traceback" not in log
+
+
+@pytest.mark.browser
+def test_activation_app_takes_free_text_and_constants_in_headless_chromium():
+    """Type a query, set the BFS hop decay and the LIF threshold, Apply: both charts redraw
+    with the new constants, side by side, with colour scales to their real maxima."""
+    if not CHROMIUM.is_file():
+        pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium')")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(MARIMO), "run", str(NOTEBOOKS / "activation.py"), "--headless", "--port",
+         str(port), "--no-token"],
+        cwd=ROOT, env=app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        _wait_for_server(port, proc)
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.get_by_text("How propagation moved the relevant memories").first.wait_for(
+                    timeout=240_000
+                )
+                text = page.get_by_role("textbox", name="query text")
+                text.fill("who runs the storefront for acme")
+                text.press("Enter")
+                page.get_by_text("free text at the time of").first.wait_for(timeout=120_000)
+                for name, value in (("graph__hop_decay", "0.5"), ("lif__threshold", "2")):
+                    box = page.get_by_role("textbox", name=name)
+                    box.fill(value)
+                    box.press("Tab")
+                page.get_by_role("button", name="Apply").click()
+                page.get_by_text("graph__hop_decay = 0.5, lif__threshold = 2").first.wait_for(
+                    timeout=120_000
+                )
+                _settle(page, 1)
+                body = page.locator("body").inner_text()
+                shot = _screenshot(page, "activation-free-text")
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        try:
+            log = proc.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            log = proc.communicate()[0]
+    assert "free text at the time of" in body and "who runs the storefront for acme" in body
+    assert "No relevant memories for this query" in body
+    assert "Cannot run these constants" not in body
+    assert "Traceback" not in log, log[-3000:]
+    assert shot.stat().st_size > 10_000

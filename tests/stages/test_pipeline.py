@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from memlab.pipeline import (
@@ -59,6 +60,27 @@ def test_parallel_fuses_branches_with_rrf(make_ctx) -> None:
     assert hybrid().stage("retrieve").transform(empty_candidates(), ctx).equals(fused)
     expected = MMR(top_k=5).transform(Lifecycle().transform(fused, ctx), ctx)
     assert out.equals(expected)
+    assert {"dense", "bm25", "rrf", "lifecycle", "mmr"} <= set(ctx.trace["timings"])
+
+
+def test_observer_sees_every_stage_with_its_input_and_output(make_ctx) -> None:
+    ctx = make_ctx("Acme website migration")
+    seen: list[tuple[str, str, pl.DataFrame, pl.DataFrame]] = []
+    out = hybrid().run(ctx, observer=lambda n, s, a, b: seen.append((n, type(s).__name__, a, b)))
+    assert [(n, k) for n, k, _, _ in seen] == [
+        ("dense", "Dense"), ("bm25", "BM25"), ("rrf", "RRF"), ("retrieve", "Parallel"),
+        ("lifecycle", "Lifecycle"), ("mmr", "MMR"),
+    ]
+    empty = empty_candidates()
+    dense = Dense(top_k=20).transform(empty, ctx)
+    fused = RRF().fuse([dense, BM25(top_k=20).transform(empty, ctx)], ctx)
+    assert seen[0][2].equals(empty) and seen[0][3].equals(dense)
+    assert seen[2][2].equals(empty) and seen[2][3].equals(fused)  # fusion: the step's input
+    assert seen[3][3].equals(fused)
+    assert seen[4][2].equals(fused) and seen[5][2].equals(seen[4][3])
+    assert seen[5][3].equals(out)
+    # The same path as without an observer: same output, timings of every stage.
+    assert out.equals(hybrid().run(make_ctx("Acme website migration")))
     assert {"dense", "bm25", "rrf", "lifecycle", "mmr"} <= set(ctx.trace["timings"])
 
 

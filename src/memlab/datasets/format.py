@@ -7,6 +7,9 @@ A dataset is a directory holding three files:
     and an optional ``[replay]`` table: the dataset's replay defaults (``ttl_days``, ``expire``,
     ``touch_k``, ``depth``, ``conflict_policy`` …, and ``[replay.consolidation]``), which every
     command uses unless told otherwise (:class:`memlab.eval.replay.ReplayConfig`).
+    An optional ``[evaluation]`` table declares the evaluation protocol: ``folds`` (k of the
+    cross-fit of learned stages) and ``group_by`` (``query`` or ``client``: what stays in one
+    fold) (:class:`memlab.eval.protocol.EvalProtocol`).
 ``memories.jsonl``
     The write log in time order, one operation per line. A *store* line has ``id`` (unique),
     ``ts`` (ISO 8601 UTC), ``text``, ``type`` (event|fact|decision|status) and any payload field

@@ -209,7 +209,9 @@ class LocomoImporter:
             ("conversations", "sessions", "turns", "questions", "skipped_turns"), 0
         )
         seq = 0
-        for file in files:
+        from memlab.progress import track
+
+        for file in track(files, f"reading {src}", unit="files"):
             try:
                 data = json.loads(file.read_text(encoding="utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -333,6 +335,9 @@ class LocomoImporter:
             # Turns are events: under the 30-day TTL they would expire between sessions, and
             # one conversation's questions must not change what the next one finds.
             "replay": {"expire": False, "touch_k": 0},
+            # A learned stage is cross-fitted by conversation: it never answers questions
+            # about a conversation it was trained on.
+            "evaluation": {"group_by": "client"},
         }
         stores.sort(key=lambda item: (item[0], item[1]))
         queries.sort(key=lambda item: (item[0], item[1]))

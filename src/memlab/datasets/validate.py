@@ -355,6 +355,15 @@ def _check_meta(path: Path, result: ReadResult) -> None:
             ReplayConfig.from_mapping(meta["replay"], where="[replay]")
         except (TypeError, ValueError) as exc:
             problems.append(Problem(META_FILE, line, "replay", str(exc)))
+    if "evaluation" in meta:
+        from memlab.eval.protocol import EvalProtocol
+
+        at = text.find("[evaluation")
+        line = text.count("\n", 0, at) + 1 if at >= 0 else _toml_line(text, "evaluation")
+        try:
+            EvalProtocol.from_mapping(meta["evaluation"], where="[evaluation]")
+        except (TypeError, ValueError) as exc:
+            problems.append(Problem(META_FILE, line, "evaluation", str(exc)))
     result.problems += problems
     result.meta = meta
 

@@ -42,6 +42,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"memlab: note: {note}", file=sys.stderr)
     keys = ("baseline", *COMPARISON_KEYS, "n")
     print(f"## A = {args.run_a}, B = {args.run_b}\n")
+    print(f"A: {res.protocols[0]}.  \nB: {res.protocols[1]}.  \n`n`: queries paired.\n")
     print(markdown_table(comparison_view(res.comparison, keys)))
     if res.tag_comparison.height:
         print(f"## {res.metric} within each tag\n")

@@ -52,6 +52,7 @@ from memlab.datasets.format import Dataset, Query, load_dataset
 from memlab.eval.executor import Executor, SerialExecutor, make_executor
 from memlab.eval.metrics import aggregate as aggregate_metrics
 from memlab.eval.metrics import evaluate, main_metric_of, parse_metric
+from memlab.eval.protocol import EvalProtocol
 from memlab.eval.replay import (
     ReplayConfig,
     Replayer,
@@ -68,6 +69,7 @@ from memlab.eval.stats import (
 )
 from memlab.io import atomic_directory, check_output_dir
 from memlab.pipeline import Pipeline, load_pipeline
+from memlab.progress import Progress, track
 from memlab.tokens import count_tokens
 
 DEFAULT_PIPELINES: tuple[str, ...] = (
@@ -81,8 +83,8 @@ DEFAULT_PIPELINES: tuple[str, ...] = (
 )
 DEFAULT_METRICS: tuple[str, ...] = (
     "R_all@10",
-    "R_any@10",
-    "R_frac@10",
+    "Success@10",
+    "Recall@10",
     "nDCG@10",
     "MRR",
     "MAP",
@@ -95,7 +97,7 @@ JUDGED_METRICS: tuple[str, ...] = ("judged@10", "bpref", "cnDCG@10")
 """Added to the default metrics when the dataset has ``judgments.jsonl`` (pooled judging)."""
 JUDGED_WARNING = 0.8
 """The report warns when a pipeline's judged@10 is below this, on a judged dataset."""
-RELEVANCE_FAMILIES = ("R_all", "R_any", "R_frac", "nDCG", "MRR", "MAP")
+RELEVANCE_FAMILIES = ("R_all", "Success", "Recall", "nDCG", "MRR", "MAP")
 PACKAGES = (
     "memlab",
     "numpy",
@@ -261,8 +263,12 @@ def git_commit() -> str | None:
 
 
 def check_metrics(metrics: Sequence[str]) -> list[str]:
-    """Parse every metric name up front (``ValueError`` naming the bad one)."""
-    return [parse_metric(m).name for m in metrics]
+    """Parse every metric name up front (``ValueError`` naming the bad one).
+
+    Returns the canonical names, in order, without repeats: an alias (``R_any@10``) becomes its
+    family's name (``Success@10``), an ir_measures name its canonical spelling.
+    """
+    return list(dict.fromkeys(parse_metric(m).name for m in metrics))
 
 
 def learnable_stages(pipeline: Pipeline) -> list[tuple[str, Any]]:
@@ -304,6 +310,28 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
             embedder=replayer.embedder,
             candidates=collect.candidates,
         )
+
+
+def cross_fit_learned_stages(
+    replayer: Replayer, pipeline: Pipeline, folds: dict[str, int]
+) -> Pipeline:
+    """A copy of ``pipeline`` whose learned top-level steps are cross-fitted over ``folds``.
+
+    Each learned step becomes a :class:`~memlab.eval.protocol.CrossFitted` (one fitted copy
+    per fold); the steps before it are replayed on every query of the dataset once, and each
+    copy is fitted on the candidates and labels of the queries outside its fold. ``pipeline``
+    itself is left unfitted (its configuration is what the manifest records).
+    """
+    from memlab.eval.protocol import CrossFitted
+
+    steps = [
+        (n, CrossFitted(s, folds) if getattr(s, "requires_fit", False) else s)
+        for n, s in pipeline.steps
+    ]
+    out = Pipeline(steps=steps, name=pipeline.name, description=pipeline.description)
+    if any(isinstance(s, CrossFitted) for _, s in steps):
+        fit_learned_stages(replayer, out, replayer.dataset.queries)
+    return out
 
 
 def memories_frame(replay: ReplayResult) -> pl.DataFrame:
@@ -515,9 +543,10 @@ def run_experiment(
     alpha: float = 0.05,
     n_resamples: int = 10_000,
     exclude_tags: Sequence[str] = ("adversarial",),
-    test_fraction: float = 0.5,
+    folds: int | None = None,
+    group_by: str | None = None,
     replay: ReplayConfig | None = None,
-    progress: bool | None = None,
+    progress: bool | str | None = None,
     write_report: bool = True,
     executor: str | Executor = "serial",
     n_jobs: int | None = None,
@@ -545,11 +574,16 @@ def run_experiment(
         n_resamples: Permutation-test resamples.
         exclude_tags: Queries with these tags are left out of relevance metrics (LoCoMo's
             adversarial questions have no evidence by design).
-        test_fraction: When a pipeline has a learned stage, the share of queries held out for
-            evaluation (every pipeline is then scored on the same held-out queries).
+        folds: ``k`` of the cross-fit of learned stages (default: the dataset's
+            ``[evaluation]`` table, else 5); every pipeline is scored on every query whichever
+            pipelines share the run (:mod:`memlab.eval.protocol`).
+        group_by: What stays together in one fold: ``"query"`` or ``"client"`` (default: the
+            dataset's ``[evaluation]`` table, else ``"query"``).
         replay: The replay configuration (TTL, expiry, touch_k, depth, consolidation, conflict
             policy); default: the dataset's ``[replay]`` defaults.
-        progress: Progress bars (default: on unless ``CI=true``).
+        progress: Progress of every step (:mod:`memlab.progress`): ``None`` = a bar in a
+            terminal, lines otherwise; ``False`` = none; ``"lines"`` = one line per step and a
+            line every few seconds, no bar.
         write_report: Render ``report.md`` and charts into ``out``.
         executor: Where the pipelines replay: ``"serial"``, ``"joblib"`` (local cores),
             ``"ray"`` or an executor object (see :mod:`memlab.eval.executor`); the metrics are
@@ -577,8 +611,13 @@ def run_experiment(
     base = baseline or names[0]
     if base not in names:
         raise ValueError(f"baseline {base!r} is not among the pipelines ({', '.join(names)})")
-    ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
     config = replay if replay is not None else ReplayConfig.from_dataset(ds)
+    protocol = EvalProtocol.from_dataset(ds, folds=folds, group_by=group_by, seed=seed)
+    learned = [p.name for p in pipes if learnable_stages(p)]
+    fold_of: dict[str, int] | None = None
+    if learned:
+        protocol.check_groups(ds.queries, where=f"cross-fit of {', '.join(learned)}")
+        fold_of = protocol.assign(ds.queries)
     judging = judging_summary(ds, qrels_source=qrels_source)
     if any(q.agent is not None for q in ds.queries) and not any(
         m.startswith("scope_violation") for m in metric_names
@@ -588,32 +627,29 @@ def run_experiment(
         ds, pipes, embedder=embedder, generator=generator, config=config, progress=progress
     )
     embedder, generator = replayer.embedder, replayer.generator
-    eval_queries: list[Query] | None = None
-    train: list[Query] | None = None
-    if any(learnable_stages(p) for p in pipes):
-        train, eval_queries = split_queries(ds.queries, test_fraction=test_fraction, seed=seed)
     from memlab.embed.frozen import RecordingEmbedder
     from memlab.eval.sweep import run_tasks
 
     replayer.embedder = RecordingEmbedder(embedder)
     ex = make_executor(executor, n_jobs=n_jobs) if isinstance(executor, str) else executor
     tasks = list(enumerate(pipes))
-    job = _PipelineJob(replayer, train, keep_store=isinstance(ex, SerialExecutor))
-    done = run_tasks(job, _pipeline_task, tasks, ex, probe=False)
+    job = _PipelineJob(replayer, fold_of, keep_store=isinstance(ex, SerialExecutor))
+    mode = "auto" if progress is None else progress
+    with Progress(f"eval {ds.meta.get('name', 'dataset')}", len(tasks), unit="pipelines",
+                  mode=mode) as bar:
+        done = run_tasks(job, _pipeline_task, tasks, ex, probe=False, progress=bar)
     replayer.embedder = embedder
     replays: dict[str, ReplayResult] = {p.name: r for p, (r, _) in zip(pipes, done, strict=True)}
     first = replays[names[0]]
-    keep = None if eval_queries is None else {q.qid for q in eval_queries}
     memories = {p.name: m for p, (_, m) in zip(pipes, done, strict=True)}
     per_query_parts = []
-    for name in names:
+    for name in track(names, "scoring", unit="pipelines", mode=mode):
         pq = score_rankings(
             ds,
             replays[name],
             metric_names,
             memories=memories[name],
             exclude_tags=exclude_tags,
-            qids=keep,
             qrels_source=qrels_source,
             aggregate=aggregate,
         )
@@ -622,15 +658,13 @@ def run_experiment(
         if coverage.is_empty():
             coverage = score_rankings(
                 ds, replays[name], ["judged@10"], memories=memories[name],
-                exclude_tags=exclude_tags, qids=keep, qrels_source=qrels_source,
+                exclude_tags=exclude_tags, qrels_source=qrels_source,
                 aggregate=aggregate,
             )
         judging["judged@10"][name] = (
             None if coverage.is_empty() else round(float(coverage["value"].mean()), 6)
         )
     queries = queries_frame(ds, first.id_map)
-    if keep is not None:
-        queries = queries.filter(pl.col("qid").is_in(keep))
     excluded = set(exclude_tags)
     per_query = pl.concat(per_query_parts).select("pipeline", "qid", "metric", "value")
     agg = {
@@ -642,29 +676,30 @@ def run_experiment(
     }
     present = set(per_query.filter(pl.col("pipeline") == base)["metric"].unique().to_list())
     compared = [m for m in metric_names if m in present]
-    comparison = compare(
-        per_query,
-        baseline=base,
-        metrics=compared,
-        tests=tuple(tests),
-        correction=correction,
-        alpha=alpha,
-        seed=seed,
-        n_resamples=n_resamples,
-    )
-    tags = queries.select("qid", "tags")
-    tag_table = per_tag(per_query, tags)
-    tag_comparison = compare_by_tag(
-        per_query,
-        tags,
-        baseline=base,
-        metric=main_metric_of(compared),
-        tests=tuple(tests),
-        correction=correction,
-        alpha=alpha,
-        seed=seed,
-        n_resamples=n_resamples,
-    )
+    with Progress("paired tests", mode=mode):
+        comparison = compare(
+            per_query,
+            baseline=base,
+            metrics=compared,
+            tests=tuple(tests),
+            correction=correction,
+            alpha=alpha,
+            seed=seed,
+            n_resamples=n_resamples,
+        )
+        tags = queries.select("qid", "tags")
+        tag_table = per_tag(per_query, tags)
+        tag_comparison = compare_by_tag(
+            per_query,
+            tags,
+            baseline=base,
+            metric=main_metric_of(compared),
+            tests=tuple(tests),
+            correction=correction,
+            alpha=alpha,
+            seed=seed,
+            n_resamples=n_resamples,
+        )
     rankings = pl.concat([replays[n].rankings for n in names])
     timings = pl.concat([replays[n].timings for n in names])
     manifest = {
@@ -686,9 +721,7 @@ def run_experiment(
         "correction": correction,
         "alpha": alpha,
         "exclude_tags": sorted(excluded),
-        "held_out_split": None
-        if eval_queries is None
-        else {"test_fraction": test_fraction, "n_test": len(eval_queries)},
+        "protocol": protocol.to_dict(queries.height, learned),
         "replay": config.to_dict(),
         "consolidation_cycles": {n: len(replays[n].consolidation) for n in names},
         "conflicts_resolved": {n: len(replays[n].conflicts) for n in names},
@@ -713,14 +746,14 @@ def run_experiment(
             ds,
             first.id_map,
             exclude_tags=exclude_tags,
-            qids=keep,
             qrels_source=qrels_source,
             aggregate=aggregate,
         ),
-        queries=evaluated_queries(ds, keep),
+        queries=evaluated_queries(ds),
     )
     if out is not None:
-        result.out = write_experiment(result, Path(out), write_report=write_report)
+        with Progress(f"writing {out}", mode=mode):
+            result.out = write_experiment(result, Path(out), write_report=write_report)
     return result
 
 
@@ -729,20 +762,20 @@ class _PipelineJob:
     """What each pipeline's replay needs (pickled once per worker)."""
 
     replayer: Replayer
-    train: list[Query] | None
+    folds: dict[str, int] | None
     keep_store: bool = True
 
 
 def _pipeline_task(
     job: _PipelineJob, task: tuple[int, Pipeline]
 ) -> tuple[ReplayResult, pl.DataFrame]:
-    """Fit the pipeline's learned stages on the train split (if any), replay it, and return the
+    """Cross-fit the pipeline's learned stages over the folds (if any), replay it, and return the
     replay with the memories frame of its store (stores differ between pipelines once
     consolidation follows what each retrieved). A worker process returns the replay without
     its store (``keep_store=False``), which does not cross process boundaries."""
     _, pipeline = task
-    if job.train is not None:
-        fit_learned_stages(job.replayer, pipeline, job.train)
+    if job.folds is not None and learnable_stages(pipeline):
+        pipeline = cross_fit_learned_stages(job.replayer, pipeline, job.folds)
     result = job.replayer.run(pipeline)
     memories = memories_frame(result)
     if not job.keep_store:

@@ -12,7 +12,9 @@ Writes into ``RUN_DIR/export/`` (or ``--out``), atomically:
 ``qrels.trec``
     ``qid 0 docno relevance``: the judgements the run's relevance metrics used.
 ``aggregate.csv``, ``per_query.csv``, ``comparison.csv``, ``comparison_by_tag.csv``
-    The run's tables as CSV.
+    The run's tables as CSV. ``aggregate.csv`` counts the queries behind each mean (``n``);
+    it and the comparison tables carry the run's protocol (query count and how learned stages
+    were fitted, :func:`memlab.eval.protocol.describe_run`) in a ``protocol`` column.
 ``comparison.tex``
     A LaTeX table of the aggregate metrics with significance markers against the baseline, in
     the style of ranx's ``Report.to_latex`` (Bassani, "ranx: A Blazing-Fast Python Library for
@@ -124,11 +126,13 @@ def latex_table(result: ExperimentResult, metrics: Sequence[str] | None = None) 
             mark = marks.get((n, m), "")
             cells.append(f"${text}{mark}$" if mark else text)
         rows.append(" & ".join(cells) + " \\\\")
-    n_queries = result.manifest.get("dataset", {}).get("evaluated_queries")
+    from memlab.eval.protocol import describe_run
+
+    protocol = _latex_escape(describe_run(result.manifest))
     correction = _latex_escape(str(result.manifest.get("correction", "holm")).title())
     caption = (
         f"{_latex_escape(str(result.manifest.get('dataset', {}).get('name', 'memlab run')))}"
-        + (f", {n_queries} queries" if n_queries is not None else "")
+        + f", {protocol}"
         + f". $\\dagger$/$\\ddagger$: significantly better/worse than {_latex_escape(base)} "
         f"({_latex_escape(first_test)} test, {correction}"
         f"-adjusted $p < {alpha:g}$). Best value in bold."
@@ -152,14 +156,28 @@ def latex_table(result: ExperimentResult, metrics: Sequence[str] | None = None) 
 
 
 def aggregate_frame(result: ExperimentResult) -> pl.DataFrame:
-    """``pipeline, metric, value`` of ``metrics.json`` (pipelines and metrics in run order)."""
+    """``pipeline, metric, value, n, protocol`` of ``metrics.json`` (pipelines and metrics in
+    run order); ``n`` counts the per-query values behind the mean (null without
+    ``per_query.parquet``)."""
+    from memlab.eval.protocol import describe_run
+
+    counts: dict[tuple[str, str], int] = {}
+    if result.per_query.height:
+        for name, metric, n in (
+            result.per_query.group_by("pipeline", "metric").len().iter_rows()
+        ):
+            counts[(name, metric)] = n
+    protocol = describe_run(result.manifest)
     rows = [
-        {"pipeline": n, "metric": m, "value": float(v)}
+        {"pipeline": n, "metric": m, "value": float(v), "n": counts.get((n, m)),
+         "protocol": protocol}
         for n in result.pipelines
         for m, v in result.metrics[n].items()
     ]
     return pl.DataFrame(
-        rows, schema={"pipeline": pl.String, "metric": pl.String, "value": pl.Float64}
+        rows,
+        schema={"pipeline": pl.String, "metric": pl.String, "value": pl.Float64,
+                "n": pl.Int64, "protocol": pl.String},
     )
 
 
@@ -177,7 +195,10 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path
     Raises:
         ValueError: If ``run_dir`` is not a readable run.
     """
+    from memlab.eval.protocol import describe_run
+
     result = ExperimentResult.load(run_dir)
+    protocol = describe_run(result.manifest)
     target = Path(out) if out is not None else Path(run_dir) / EXPORT_DIR
     notes: list[str] = []
     with atomic_directory(target) as tmp:
@@ -206,6 +227,8 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path
         ):
             frame = getattr(result, attr)
             if frame.height:
+                if attr != "per_query":
+                    frame = frame.with_columns(pl.lit(protocol).alias("protocol"))
                 frame.write_csv(tmp / name)
             else:
                 notes.append(f"no {name}: the run has no {attr} table")

@@ -48,7 +48,6 @@ import hashlib
 import heapq
 import json
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,22 +67,13 @@ from memlab.memory.consolidate import Consolidator, expire_events
 from memlab.memory.merge import ClusterMerger, ExtractiveMerger
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Parallel, Pipeline, run_step
+from memlab.progress import track
 from memlab.stages.base import QueryContext, Stage, empty_candidates
 
 
-def progress_enabled(progress: bool | None) -> bool:
-    """Progress bars are on unless ``CI=true`` (or explicitly off)."""
-    if progress is not None:
-        return progress
-    return os.environ.get("CI", "").lower() not in ("1", "true", "yes")
-
-
-def _bar(iterable: Any, *, total: int, desc: str, enabled: bool) -> Any:
-    if not enabled:
-        return iterable
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, total=total, desc=desc, leave=False)
+def _mode(progress: bool | str | None) -> bool | str:
+    """The replayer's ``progress`` as a :mod:`memlab.progress` mode (``None``: automatic)."""
+    return "auto" if progress is None else progress
 
 
 MERGERS: tuple[str, ...] = ("none", "extractive", "generator")
@@ -606,7 +596,9 @@ class Replayer:
         generator: Text generator handed to stages that need one (HyDE, LLM judges), and to a
             generator merge or NLI detector when the configuration asks for one.
         config: The replay configuration (default: the dataset's ``[replay]`` defaults).
-        progress: Show progress bars (default: on unless ``CI=true``).
+        progress: Progress of the embedding and of each replay (:mod:`memlab.progress`):
+            ``None`` = a bar in a terminal, lines otherwise; ``False`` = none; or a mode name
+            (``"lines"``: one line per step and a line every few seconds, no bar).
     """
 
     def __init__(
@@ -616,7 +608,7 @@ class Replayer:
         embedder: Any,
         generator: Any | None = None,
         config: ReplayConfig | None = None,
-        progress: bool | None = None,
+        progress: bool | str | None = None,
     ) -> None:
         self.dataset = dataset
         self.embedder = embedder
@@ -656,9 +648,9 @@ class Replayer:
         unique = list(dict.fromkeys(texts))
         vectors: dict[str, np.ndarray] = {}
         batch = 256
-        enabled = progress_enabled(self.progress)
         starts = range(0, len(unique), batch)
-        for start in _bar(starts, total=len(starts), desc="embedding", enabled=enabled):
+        mode = _mode(self.progress)
+        for start in track(starts, f"embedding {len(unique)} texts", unit="batches", mode=mode):
             chunk = unique[start : start + batch]
             embs = np.asarray(self.embedder.embed(chunk), dtype=np.float32)
             for t, v in zip(chunk, embs, strict=True):
@@ -702,8 +694,8 @@ class Replayer:
         rank_rows: dict[str, list[Any]] = {k: [] for k in ("qid", "rank", "mem_id", "score")}
         time_rows: dict[str, list[Any]] = {k: [] for k in ("qid", "stage", "seconds")}
         result = state.result
-        enabled = progress_enabled(self.progress)
-        for i in _bar(order, total=len(order), desc=f"replay {pipeline.name}", enabled=enabled):
+        mode = _mode(self.progress)
+        for i in track(order, f"replay {pipeline.name}", unit="queries", mode=mode):
             q = qs[i]
             state.advance(q.ts)
             if cfg.expire:

@@ -160,22 +160,10 @@ def markdown_table(frame: pl.DataFrame, *, floats: str = "{:.4f}") -> str:
 
 def protocol_line(manifest: dict[str, Any]) -> str:
     """How many queries were scored and by which protocol (printed beside every table)."""
-    ds = manifest.get("dataset", {})
-    n_eval = ds.get("evaluated_queries")
-    n_all = ds.get("queries")
-    split = manifest.get("held_out_split")
+    from memlab.eval.protocol import describe_run
+
     excluded = ", ".join(manifest.get("exclude_tags") or []) or "none"
-    if split:
-        how = (
-            f"held-out split (test fraction {split.get('test_fraction')}, seed "
-            f"{manifest.get('seed')}): learned stages were fitted on the other queries"
-        )
-    else:
-        how = "every query"
-    return (
-        f"{n_eval} of {n_all} queries scored ({how}; tags left out of relevance metrics: "
-        f"{excluded})"
-    )
+    return f"{describe_run(manifest)} (tags left out of relevance metrics: {excluded})"
 
 
 def _lower_is_better(metric: str) -> bool:
@@ -289,7 +277,7 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
     man = result.manifest
     metrics = list(man["metrics"])
     names = list(result.metrics)
-    rel_metrics = [m for m in metrics if m.split("@")[0] in ("R_all", "R_any", "R_frac", "nDCG")]
+    rel_metrics = [m for m in metrics if m.split("@")[0] in ("R_all", "Success", "Recall", "nDCG")]
     protocol = protocol_line(man)
     lines = [
         f"# memlab report: {man['dataset']['name']}",
@@ -350,7 +338,9 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
             .join(counts, on="tag")
             .sort("tag")
         )
-        lines.append(f"{main_metric} per tag (`queries`: how many queries carry the tag):\n")
+        lines.append(
+            f"{protocol}. {main_metric} per tag (`queries`: how many queries carry the tag):\n"
+        )
         lines.append(markdown_table(tag_view))
         files = save_chart(tag_chart(result.per_tag, main_metric), out_dir / "tags")
         lines += ["", f"![tags]({files[0]}) ([svg]({files[1]}))", ""]
@@ -367,6 +357,8 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
     ]
     appendix = [
         f"# Appendix: {man['dataset']['name']}",
+        "",
+        f"Every table below: {protocol}.",
         "",
         "## Paired comparison with the baseline, every metric",
         "",

@@ -20,7 +20,8 @@ from pathlib import Path
 import polars as pl
 
 from memlab.eval.experiment import ExperimentResult
-from memlab.eval.metrics import main_metric_of
+from memlab.eval.metrics import canonical_metric, main_metric_of
+from memlab.eval.protocol import describe_run
 from memlab.eval.stats import compare, compare_by_tag, correct_pvalues, wins_losses
 
 
@@ -37,6 +38,8 @@ class RunComparison:
             sorted by the size of the change.
         metric: The headline metric of the per-tag tests and the per-query table.
         notes: Population differences and what could not be compared.
+        protocols: Each run's protocol sentence (query count and how learned stages were
+            fitted; :func:`memlab.eval.protocol.describe_run`), A then B.
     """
 
     pairs: list[tuple[str, str]]
@@ -45,6 +48,7 @@ class RunComparison:
     per_query: pl.DataFrame
     metric: str
     notes: list[str] = field(default_factory=list)
+    protocols: tuple[str, str] = ("", "")
 
 
 def _pairs(a: ExperimentResult, b: ExperimentResult, pipelines: Sequence[str] | None) -> list:
@@ -100,12 +104,19 @@ def compare_runs(
     for label, run in (("A", a), ("B", b)):
         if run.per_query.height == 0:
             raise ValueError(f"run {label} ({run.out}): no per_query.parquet to compare")
+    # Old runs name metrics by their former names (R_any@10): compare under the current ones.
+    a_pq, b_pq = _canonical_metrics(a.per_query), _canonical_metrics(b.per_query)
+    metrics = [_canonical(m) for m in metrics] if metrics else metrics
+    metric = _canonical(metric) if metric else metric
     pairs = _pairs(a, b, pipelines)
     notes: list[str] = []
+    protocols = (describe_run(a.manifest), describe_run(b.manifest))
+    if protocols[0] != protocols[1]:
+        notes.append(f"the runs' protocols differ: A: {protocols[0]}; B: {protocols[1]}")
     parts, tag_parts, pq_parts = [], [], []
     for name_a, name_b in pairs:
-        left = a.per_query.filter(pl.col("pipeline") == name_a)
-        right = b.per_query.filter(pl.col("pipeline") == name_b)
+        left = a_pq.filter(pl.col("pipeline") == name_a)
+        right = b_pq.filter(pl.col("pipeline") == name_b)
         shared = sorted(set(left["metric"].unique()) & set(right["metric"].unique()))
         wanted = list(metrics) if metrics else shared
         missing = [m for m in wanted if m not in shared]
@@ -172,6 +183,7 @@ def compare_runs(
         per_query=per_query,
         metric=head,
         notes=notes,
+        protocols=protocols,
     )
 
 
@@ -192,3 +204,21 @@ def _recorrect(
     return out.with_columns(
         significant=pl.col(f"p_{first}_adj").fill_nan(None).lt(alpha).fill_null(False)
     ).select(cols)
+
+
+def _canonical(name: str) -> str:
+    """The current name of a metric (``R_any@10`` → ``Success@10``); unparsed names as given."""
+    try:
+        return canonical_metric(name)
+    except (TypeError, ValueError):
+        return name
+
+
+def _canonical_metrics(per_query: pl.DataFrame) -> pl.DataFrame:
+    """``per_query`` with its ``metric`` column under current names."""
+    if "metric" not in per_query.columns:
+        return per_query
+    names = {m: _canonical(m) for m in per_query["metric"].unique().to_list()}
+    if all(k == v for k, v in names.items()):
+        return per_query
+    return per_query.with_columns(pl.col("metric").replace_strict(names, return_dtype=pl.String))

@@ -46,6 +46,7 @@ from memlab.eval.report import markdown_table, save_chart
 from memlab.eval.stats import compare, correct_pvalues
 from memlab.io import atomic_directory, check_output_dir
 from memlab.pipeline import Pipeline, load_pipeline
+from memlab.progress import Progress, resolve_mode
 
 
 def _parse_value(text: str) -> Any:
@@ -232,12 +233,15 @@ def _point_task(job: _SweepJob, task: tuple[int, dict[str, Any], int | None]) ->
 
 
 def _shippable(replayer: Replayer, embedder: Any) -> Replayer:
-    """A copy of ``replayer`` for workers: the frozen embedder, no store, an empty cache."""
+    """A copy of ``replayer`` for workers: the frozen embedder, no store, an empty cache, and
+    progress lines only when the parent writes lines (several bars would overwrite each
+    other)."""
     out = copy.copy(replayer)
     vars(out).pop("last_store_", None)
     out.cache = {}
     out.embedder = embedder
-    out.progress = False
+    # Workers write whole lines (interleaved with the parent's) but never a bar.
+    out.progress = "lines" if resolve_mode(replayer.progress) == "lines" else False
     return out
 
 
@@ -248,6 +252,7 @@ def run_tasks(
     executor: str | Executor,
     *,
     probe: bool = True,
+    progress: Progress | None = None,
 ) -> list[Any]:
     """Run ``fn(job, task)`` for every task, in task order, on ``executor``.
 
@@ -258,21 +263,35 @@ def run_tasks(
     replayer's memories and queries are (a worker asks the wrapped embedder, e.g. the disk
     cache, for anything else). ``job.replayer.embedder`` must be a
     :class:`~memlab.embed.frozen.RecordingEmbedder`.
+
+    ``progress`` (a running :class:`~memlab.progress.Progress` over the tasks) counts each task
+    that runs in this process as it ends, and the others when the executor returns; its
+    heartbeat reports while workers run.
     """
     ex = make_executor(executor) if isinstance(executor, str) else executor
     if not tasks:
         return []
+
+    def here(task: Any) -> Any:
+        out = fn(job, task)
+        if progress is not None:
+            progress.update()
+        return out
+
     if isinstance(ex, SerialExecutor) or len(tasks) == 1:
-        return ex.map(fn, job, tasks) if isinstance(ex, SerialExecutor) else [fn(job, tasks[0])]
+        return [here(t) for t in tasks]
     done: list[Any] = []
     if probe:
-        done.append(fn(job, tasks[0]))
+        done.append(here(tasks[0]))
         tasks = tasks[1:]
     else:
         job.replayer.prepare()
     frozen = job.replayer.embedder.freeze()
     shipped = dataclasses.replace(job, replayer=_shippable(job.replayer, frozen))
-    return [*done, *ex.map(fn, shipped, tasks)]
+    rest = ex.map(fn, shipped, tasks)
+    if progress is not None:
+        progress.update(len(rest))
+    return [*done, *rest]
 
 
 def bootstrap_interval(
@@ -373,7 +392,7 @@ def run_sweep(
     embedder: Any | None = None,
     generator: Any | None = None,
     out: str | Path | None = None,
-    progress: bool | None = None,
+    progress: bool | str | None = None,
     exclude_tags: Sequence[str] = ("adversarial",),
     replay: ReplayConfig | None = None,
     executor: str | Executor = "joblib",
@@ -397,7 +416,8 @@ def run_sweep(
         embedder: Embedder (default: MiniLM behind the disk cache).
         generator: Generator for stages that need one.
         out: Write the results here (atomically).
-        progress: Show progress bars.
+        progress: Progress (:mod:`memlab.progress`): ``None`` = a bar in a terminal, lines
+            otherwise; ``False`` = none; ``"lines"`` = lines only.
         exclude_tags: Queries with these tags are not scored.
         replay: The replay configuration (default: the dataset's ``[replay]`` defaults).
         executor: ``"serial"``, ``"joblib"`` (local cores), ``"ray"`` or an executor object;
@@ -463,7 +483,9 @@ def run_sweep(
         trains=[s[1] for s in splits],
         config=config,
     )
-    frames = run_tasks(job, _point_task, tasks, ex)
+    mode = "auto" if progress is None else progress
+    with Progress(f"sweep {base.name}", len(tasks), unit="points", mode=mode) as bar:
+        frames = run_tasks(job, _point_task, tasks, ex, progress=bar)
     per_query = pl.concat(
         [
             f.with_columns(point=pl.lit(i), split=pl.lit(0 if s is None else s))

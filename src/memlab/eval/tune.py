@@ -143,7 +143,7 @@ def run_tune(
     exclude_tags: Sequence[str] = ("adversarial",),
     replay: ReplayConfig | None = None,
     n_resamples: int = 10_000,
-    progress: bool | None = None,
+    progress: bool | str | None = None,
 ) -> TuneResult:
     """Run (or continue) an Optuna study of ``pipeline`` over ``space``.
 
@@ -166,7 +166,8 @@ def run_tune(
         exclude_tags: Queries with these tags are not scored.
         replay: The replay configuration (default: the dataset's ``[replay]`` defaults).
         n_resamples: Resamples of the permutation test.
-        progress: Progress bars of the replay.
+        progress: Progress (:mod:`memlab.progress`): ``None`` = a bar in a terminal, lines
+            otherwise; ``False`` = none; ``"lines"`` = lines only.
     """
     import optuna
 
@@ -228,7 +229,11 @@ def run_tune(
         sampler=samplers[sampler](seed=seed),
         load_if_exists=True,
     )
-    study.optimize(objective, n_trials=trials)
+    from memlab.progress import Progress
+
+    mode = "auto" if progress is None else progress
+    with Progress(f"tune {base.name}", trials, unit="trials", mode=mode) as bar:
+        study.optimize(objective, n_trials=trials, callbacks=[lambda *_: bar.update()])
     best = dict(study.best_params)
     best_pq = per_query(best)
     defaults = {k: params[k] for k in space if k in params}
@@ -415,7 +420,7 @@ def cmd_tune(args: Any) -> int:
         study_name=args.study_name, out=out,
         embedder=_embedder(args.embedder, not args.no_cache),
         generator=_generator(args.generator, ds), replay=_replay_config(args, ds),
-        progress=False if args.quiet else None,
+        progress="lines" if args.quiet else None,
     )
     row = res.tests.row(0, named=True) if res.tests.height else {}
     print(f"best on train ({res.trials.height} trials): {res.best_params}")
@@ -447,7 +452,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
     p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
     p.add_argument("--generator", default=None, help="generator for HyDE")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bars; one line per step on stderr"
+    )
     from memlab.cli import add_replay_options
 
     add_replay_options(p)

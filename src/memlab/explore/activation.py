@@ -18,15 +18,17 @@ ringed. :func:`propagation_rankings` answers the query with and without propagat
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import altair as alt
 import numpy as np
 import polars as pl
 
-from memlab.stages.base import QueryContext, empty_candidates
+from memlab.stages.base import QueryContext, Stage, empty_candidates
 from memlab.stages.bm25 import BM25
 from memlab.stages.dense import Dense
 from memlab.stages.graph import Graph
@@ -217,14 +219,27 @@ def node_states(
     *,
     spiked: Sequence[int] = (),
     seeds: Sequence[int] = (),
+    n_labels: int | None = None,
 ) -> pl.DataFrame:
-    """``layout`` plus ``value`` (0.0 where absent), ``spiked`` and ``seed`` flags."""
+    """``layout`` plus ``value`` (0.0 where absent), ``spiked`` and ``seed`` flags and
+    ``label``: the name of the seeds and of the ``n_labels`` nodes of highest positive value
+    (ties: lower index), ``""`` for the others (every name when ``n_labels`` is ``None``)."""
     ids = layout["entity_idx"].to_list()
+    names = layout["name"].to_list()
     spk, sd = set(int(s) for s in spiked), set(int(s) for s in seeds)
+    vals = [float(values.get(i, 0.0)) for i in ids]
+    if n_labels is None:
+        shown = set(ids)
+    else:
+        order = sorted((i for i, v in zip(ids, vals, strict=True) if v > 0),
+                       key=lambda i: (-float(values.get(i, 0.0)), i))
+        shown = set(order[: max(int(n_labels), 0)]) | sd
     return layout.with_columns(
-        pl.Series("value", [float(values.get(i, 0.0)) for i in ids], dtype=pl.Float64),
+        pl.Series("value", vals, dtype=pl.Float64),
         pl.Series("spiked", [i in spk for i in ids], dtype=pl.Boolean),
         pl.Series("seed", [i in sd for i in ids], dtype=pl.Boolean),
+        pl.Series("label", [n if i in shown else "" for i, n in zip(ids, names, strict=True)],
+                  dtype=pl.String),
     )
 
 
@@ -232,6 +247,8 @@ def network_chart(
     nodes: pl.DataFrame,
     edges: pl.DataFrame,
     *,
+    memories: pl.DataFrame | None = None,
+    memory_edges: pl.DataFrame | None = None,
     value_title: str = "potential",
     color_max: float = 1.0,
     title: str = "",
@@ -241,20 +258,31 @@ def network_chart(
     """The entity network: grey edges (width by strength), nodes coloured by ``value``.
 
     Args:
-        nodes: :func:`node_states` output.
+        nodes: :func:`node_states` output (its ``label`` column is drawn, when present).
         edges: :func:`network_edges` output.
+        memories: :func:`memory_nodes` output: memories drawn as squares beside their
+            entities (relevant ones orange), labelled with their ranks.
+        memory_edges: :func:`memory_nodes` links (dotted).
         value_title: Legend title of the colour scale.
-        color_max: Upper end of the colour scale (e.g. the LIF threshold).
+        color_max: Upper end of the colour scale: pass the largest value over the steps
+            shown (typed edges carry activations above 1).
         title: Chart title.
         width: Chart width in pixels.
         height: Chart height in pixels.
 
-    Colours run from white (0) to dark blue (``color_max`` and above). Spiking nodes get a red
-    ring, seeds a black outline; every node is labelled with its name.
+    Colours run from white (0) to dark blue (``color_max``). Spiking nodes get a red ring,
+    seeds a black outline.
     """
     x = alt.X("x:Q", axis=None, scale=alt.Scale(domain=[-0.08, 1.08]))
     y = alt.Y("y:Q", axis=None, scale=alt.Scale(domain=[-0.08, 1.08]))
-    edge_layer = (
+    layers: list[alt.Chart] = []
+    if memory_edges is not None and memory_edges.height:
+        layers.append(
+            alt.Chart(memory_edges)
+            .mark_rule(color="#e6a04f", opacity=0.5, strokeDash=[2, 2])
+            .encode(x=x, y=y, x2="x2:Q", y2="y2:Q")
+        )
+    layers.append(
         alt.Chart(edges)
         .mark_rule(color="#9aa0a6", opacity=0.6)
         .encode(
@@ -269,36 +297,190 @@ def network_chart(
     )
     tooltip = ["name:N", "type:N", alt.Tooltip("value:Q", format=".3f", title=value_title),
                "spiked:N", "seed:N"]
-    node_layer = (
+    layers.append(
         alt.Chart(nodes)
-        .mark_circle(size=260, opacity=1.0, stroke="#222")
+        .mark_circle(size=240, opacity=1.0, stroke="#222")
         .encode(
             x=x,
             y=y,
             color=alt.Color(
                 "value:Q",
-                title=value_title,
+                title=f"{value_title} (max {float(color_max):.2f})",
                 scale=alt.Scale(scheme="blues", domain=[0.0, max(float(color_max), 1e-9)],
                                 clamp=True),
+                legend=alt.Legend(orient="bottom", gradientLength=200),
             ),
             strokeWidth=alt.condition("datum.seed", alt.value(3.0), alt.value(0.8)),
             tooltip=tooltip,
         )
     )
-    spike_layer = (
+    layers.append(
         alt.Chart(nodes)
         .transform_filter("datum.spiked")
-        .mark_point(size=620, shape="circle", filled=False, color="#d62728", strokeWidth=3)
+        .mark_point(size=560, shape="circle", filled=False, color="#d62728", strokeWidth=3)
         .encode(x=x, y=y, tooltip=tooltip)
     )
-    label_layer = (
+    text = "label:N" if "label" in nodes.columns else "name:N"
+    layers.append(
         alt.Chart(nodes)
-        .mark_text(dy=-15, fontSize=10, color="#333")
-        .encode(x=x, y=y, text="name:N")
+        .mark_text(dy=-14, fontSize=11, color="#222", fontWeight="bold")
+        .encode(x=x, y=y, text=text)
     )
-    return alt.layer(edge_layer, node_layer, spike_layer, label_layer).properties(
-        width=width, height=height, title=title
+    if memories is not None and memories.height:
+        mtip = ["mem_id:N", "text:N", "rank_before:Q", "rank_after:Q", "relevant:N"]
+        layers.append(
+            alt.Chart(memories)
+            .mark_square(size=120, stroke="#333", strokeWidth=0.8)
+            .encode(
+                x=x,
+                y=y,
+                color=alt.condition("datum.relevant", alt.value("#f28e2b"),
+                                    alt.value("#d9d9d9")),
+                tooltip=mtip,
+            )
+        )
+        layers.append(
+            alt.Chart(memories)
+            .mark_text(dy=13, fontSize=10, color="#a0522d")
+            .encode(x=x, y=y, text="label:N")
+        )
+    return alt.layer(*layers).properties(width=width, height=height, title=title)
+
+
+def memory_nodes(
+    store: MemoryStore,
+    layout: pl.DataFrame,
+    mem_ids: Sequence[str],
+    *,
+    before: Mapping[str, int] | None = None,
+    after: Mapping[str, int] | None = None,
+    relevant: Sequence[str] = (),
+    offset: float = 0.08,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Memories placed beside the drawn entities they mention, and their links.
+
+    Each memory sits at the mean position of its drawn entities, pushed ``offset`` along a
+    direction that turns with its position in ``mem_ids`` (so memories of the same entities do
+    not cover each other). Memories none of whose entities are drawn are left out.
+
+    Returns:
+        ``(nodes, links)``: ``mem_id, text, x, y, relevant, rank_before, rank_after, label``
+        (``label``: ``"before→after"`` ranks, ``-`` where unranked) in ``mem_ids`` order, and
+        ``mem_id, x, y, x2, y2`` (memory to entity).
+    """
+    pos = {int(e): (float(x), float(y)) for e, x, y in layout.select(
+        "entity_idx", "x", "y").iter_rows()}
+    before = before or {}
+    after = after or {}
+    rel = set(relevant)
+    rows: list[tuple[str, str, float, float, bool, int | None, int | None, str]] = []
+    links: list[tuple[str, float, float, float, float]] = []
+    ids = list(dict.fromkeys(mem_ids))
+    for j, mid in enumerate(ids):
+        ents = [e for e in store.graph.entities_of(store.idx(mid)) if e in pos]
+        if not ents:
+            continue
+        cx = sum(pos[e][0] for e in ents) / len(ents)
+        cy = sum(pos[e][1] for e in ents) / len(ents)
+        theta = 2 * math.pi * j / max(len(ids), 1)
+        mx, my = cx + offset * math.cos(theta), cy + offset * math.sin(theta)
+        b, a = before.get(mid), after.get(mid)
+        label = f"{'-' if b is None else b}→{'-' if a is None else a}"
+        rows.append((mid, store.get(mid).text, mx, my, mid in rel, b, a, label))
+        links.extend((mid, mx, my, pos[e][0], pos[e][1]) for e in ents)
+    nodes = pl.DataFrame(
+        rows,
+        schema={"mem_id": pl.String, "text": pl.String, "x": pl.Float64, "y": pl.Float64,
+                "relevant": pl.Boolean, "rank_before": pl.Int64, "rank_after": pl.Int64,
+                "label": pl.String},
+        orient="row",
     )
+    edges = pl.DataFrame(
+        links,
+        schema={"mem_id": pl.String, "x": pl.Float64, "y": pl.Float64, "x2": pl.Float64,
+                "y2": pl.Float64},
+        orient="row",
+    )
+    return nodes, edges
+
+
+def rank_moves(
+    rankings: Mapping[str, pl.DataFrame],
+    store: MemoryStore,
+    relevant: Sequence[str],
+    *,
+    base: str = "no propagation",
+) -> pl.DataFrame:
+    """Where each relevant memory ranks without propagation and with each model.
+
+    Returns:
+        ``mem_id, model, before, after, moved, text``: one row per relevant memory and ranking
+        other than ``base``; ``moved`` is ``after - before`` (positive: pushed down), null
+        where either ranking does not hold the memory. In ``relevant`` order, then ranking
+        order.
+    """
+    ranks = {
+        name: dict(zip(f["mem_id"].to_list(), f["rank"].to_list(), strict=True))
+        for name, f in rankings.items()
+    }
+    if base not in ranks:
+        raise ValueError(f"activation.py: base ranking {base!r} is not among {list(ranks)}")
+    rows = []
+    for mid in dict.fromkeys(relevant):
+        b = ranks[base].get(mid)
+        for name, r in ranks.items():
+            if name == base:
+                continue
+            a = r.get(mid)
+            moved = None if a is None or b is None else a - b
+            rows.append((mid, name, b, a, moved, store.get(mid).text))
+    return pl.DataFrame(
+        rows,
+        schema={"mem_id": pl.String, "model": pl.String, "before": pl.Int64, "after": pl.Int64,
+                "moved": pl.Int64, "text": pl.String},
+        orient="row",
+    )
+
+
+def describe_moves(moves: pl.DataFrame) -> list[str]:
+    """One sentence per row of :func:`rank_moves`: ``LIF moved m12 from rank 3 to 21``."""
+    def rank(v: int | None) -> str:
+        return "unranked" if v is None else f"rank {v}"
+
+    out = []
+    for mid, model, b, a, moved, _ in moves.iter_rows():
+        if moved == 0:
+            out.append(f"{model} kept {mid} at {rank(a)}")
+        else:
+            out.append(f"{model} moved {mid} from {rank(b)} to {rank(a)}")
+    return out
+
+
+def propagation_params(stage: Stage, fn: Any) -> dict[str, Any]:
+    """The parameters of ``stage`` (``get_params``) that the function ``fn`` also takes."""
+    names = set(inspect.signature(fn).parameters)
+    return {k: v for k, v in stage.get_params(deep=False).items() if k in names}
+
+
+def store_context(
+    path: str | Path, text: str, *, embedder: Any, client_id: str | None = None
+) -> QueryContext:
+    """A free-text query on a store directory, at the time of its newest memory.
+
+    Raises:
+        ValueError: If ``path`` is not a store directory, or the store is empty.
+    """
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise ValueError(f"{p}: not a directory")
+    from memlab.memory.store import MemoryStore
+
+    store = MemoryStore(p, embedder=embedder, read_only=True)
+    if len(store) == 0:
+        raise ValueError(f"{p}: the store holds no memory")
+    now = float(np.max(store.column("created_at")))
+    return QueryContext(qid="free-text", text=text, store=store, now=now,
+                        client_id=client_id, embedder=embedder)
 
 
 def propagation_rankings(
@@ -438,3 +620,23 @@ def seed_table(
         schema={"entity_idx": pl.Int64, "name": pl.String, "type": pl.String,
                 "bfs_seed": pl.Boolean, "lif_current": pl.Float64},
     )
+
+
+def with_text(ctx: QueryContext, text: str) -> QueryContext:
+    """``ctx`` asking ``text`` instead (same store, time, client and scope; a fresh trace)."""
+    import dataclasses
+
+    return dataclasses.replace(ctx, qid="free-text", text=text, trace={}, query_vector=None)
+
+
+def propagation_stages(values: Mapping[str, Any] | None = None) -> tuple[Graph, LIF]:
+    """A :class:`Graph` and a :class:`LIF` stage with ``graph__…`` and ``lif__…`` values set
+    (the names :func:`memlab.explore.tuning.tunable_params` gives them)."""
+    graph, lif = Graph(), LIF()
+    for key, value in (values or {}).items():
+        stage, _, param = key.partition("__")
+        target = {"graph": graph, "lif": lif}.get(stage)
+        if target is None or not param:
+            raise ValueError(f"activation.py: {key!r} is not graph__<param> or lif__<param>")
+        target.set_params(**{param: value})
+    return graph, lif

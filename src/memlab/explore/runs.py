@@ -26,7 +26,7 @@ from memlab.eval.experiment import ExperimentResult
 from memlab.eval.metrics import higher_is_better
 from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
 from memlab.pipeline import Parallel, Pipeline, pipeline_from_config
-from memlab.stages.base import QueryContext, empty_candidates
+from memlab.stages.base import QueryContext, Stage
 
 RUN_TABLES: tuple[str, ...] = tuple(Path(name).stem for name in EXPERIMENT_TABLES.values())
 """The parquet tables of a run directory (``NAME.parquet``), as the output contract lists them."""
@@ -325,30 +325,28 @@ class StageOutput:
 
 
 def trace_pipeline(pipeline: Pipeline, ctx: QueryContext) -> list[StageOutput]:
-    """Run ``pipeline`` on ``ctx`` one stage at a time and keep every stage's output.
+    """Run ``pipeline`` on ``ctx`` and keep every stage's output (through its observer hook,
+    so every stage runs exactly as in a replay: :func:`memlab.pipeline.run_step`).
 
     Parallel steps are opened up: each branch's output is kept, then the fusion's.
     """
-    out: list[StageOutput] = []
-    frame = empty_candidates()
-
-    def keep(step: str, stage: str, kind: str, result: pl.DataFrame) -> None:
-        out.append(StageOutput(len(out), step, stage, kind, result))
-
+    where: dict[str, tuple[str, str]] = {}
     for name, stage in pipeline.steps:
         if isinstance(stage, Parallel):
             if stage.fuse is None:
                 raise ValueError(f"pipeline '{pipeline.name}': parallel step {name!r} has no fuse")
-            branch_outs = []
-            for bname, branch in stage.branches:
-                result = branch.transform(frame, ctx)
-                keep(name, bname, "branch", result)
-                branch_outs.append(result)
-            frame = stage.fuse[1].fuse(branch_outs, ctx)
-            keep(name, stage.fuse[0], "fusion", frame)
+            where.update({b: (name, "branch") for b, _ in stage.branches})
+            where[stage.fuse[0]] = (name, "fusion")
         else:
-            frame = stage.transform(frame, ctx)
-            keep(name, name, "step", frame)
+            where[name] = (name, "step")
+    out: list[StageOutput] = []
+
+    def keep(name: str, stage: Stage, before: pl.DataFrame, after: pl.DataFrame) -> None:
+        if name in where and not isinstance(stage, Parallel):
+            step, kind = where[name]
+            out.append(StageOutput(len(out), step, name, kind, after))
+
+    pipeline.run(ctx, observer=keep)
     return out
 
 
@@ -594,23 +592,54 @@ def queries_by_metric(run: Run, pipeline: str, metric: str) -> pl.DataFrame:
     )
 
 
-def fit_like_run(run: Run, pipeline: Pipeline, replayer: Any) -> int:
-    """Fit the learned stages of ``pipeline`` on the run's training split, as the run did.
+def protocol_text(run: Run) -> str:
+    """The run's protocol sentence: query count and how learned stages were fitted
+    (:func:`memlab.eval.protocol.describe_run`)."""
+    from memlab.eval.protocol import describe_run
 
-    The split is :func:`memlab.eval.experiment.split_queries` with the manifest's seed and
-    held-out fraction; fitting is :func:`memlab.eval.experiment.fit_learned_stages`. Returns how
-    many stages need fitting (0: nothing was replayed).
+    return describe_run(run.manifest)
+
+
+def query_count(run: Run) -> int | None:
+    """How many queries the run scored (``None`` when its manifest does not say)."""
+    from memlab.eval.protocol import run_query_count
+
+    return run_query_count(run.manifest)
+
+
+def fit_like_run(run: Run, pipeline: Pipeline, replayer: Any) -> int:
+    """Fit the learned stages of ``pipeline`` as the run did.
+
+    A run with a ``protocol`` block cross-fitted them over folds
+    (:func:`memlab.eval.experiment.cross_fit_learned_stages` with the run's folds, group key
+    and seed): the learned steps of ``pipeline`` are replaced by their cross-fitted copies, so
+    each query is answered out of fold. An older run held out a share of the queries
+    (``held_out_split``): the stages are fitted on its training split. Returns how many stages
+    need fitting (0: nothing was replayed).
     """
-    from memlab.eval.experiment import fit_learned_stages, learnable_stages, split_queries
+    from memlab.eval.experiment import (
+        cross_fit_learned_stages,
+        fit_learned_stages,
+        learnable_stages,
+        split_queries,
+    )
+    from memlab.eval.protocol import EvalProtocol
 
     n = len(learnable_stages(pipeline))
     if n == 0:
         return 0
+    seed = int(run.manifest.get("seed", 0))
+    proto = run.manifest.get("protocol")
+    if isinstance(proto, dict):
+        fold_of = EvalProtocol(
+            folds=int(proto.get("folds", 5)), group_by=str(proto.get("group_by", "query")),
+            seed=int(proto.get("seed", seed)),
+        ).assign(replayer.dataset.queries)
+        pipeline.steps = cross_fit_learned_stages(replayer, pipeline, fold_of).steps
+        return n
     split = run.manifest.get("held_out_split") or {}
     train, _ = split_queries(
-        replayer.dataset.queries,
-        test_fraction=float(split.get("test_fraction", 0.5)),
-        seed=int(run.manifest.get("seed", 0)),
+        replayer.dataset.queries, test_fraction=float(split.get("test_fraction", 0.5)), seed=seed
     )
     fit_learned_stages(replayer, pipeline, train)
     return n

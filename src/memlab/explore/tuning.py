@@ -1,40 +1,53 @@
-"""The tunable pipeline of the tuning app and its metric curves against a baseline.
+"""Tune any pipeline's constants on a dataset: cached replays, train and held-out scores, a paired
+test against the defaults, and the chosen settings saved as a configuration.
 
-:func:`tuning_pipeline` is hybrid retrieval followed by the re-rankers whose constants the app
-exposes::
+:class:`TuningSession` holds a prepared :class:`~memlab.eval.replay.Replayer` (every text is
+embedded once) and a cache of the retrievers' outputs: a stage that declares itself
+``cacheable`` (its output depends only on the query, the memories written and their visibility)
+is computed once per query, store state, parameters and input, and reused by every later
+evaluation (:class:`Memo`). A change to a re-ranker's constant (RRF k, decay, boost, MMR λ)
+therefore replays the writes and re-runs only the stages after the retrievers; a change to a
+retriever's own constant re-runs that retriever. Scoring is eval's own
+(:func:`memlab.eval.experiment.score_rankings`), the split eval's
+(:func:`memlab.eval.experiment.split_queries`) and the test eval's
+(:func:`memlab.eval.stats.paired_test`).
 
-    (dense, BM25, graph) --RRF(k)--> lifecycle(decay, boost) --> MMR(λ, top candidates)
-        --> entropy gate(token budget)
-
-Its defaults are the seed constants (RRF k = 60, decay 0.98 per day, boost weight 0.3, MMR
-λ = 0.7, 2000 tokens), which makes ``tuning_pipeline()`` the baseline the app draws for
-reference. :func:`evaluate_pipeline` replays a dataset through a pipeline and scores each query;
-:func:`metric_curves` turns ``family@k`` metrics into curves over the cut-off ``k``.
+:func:`tunable_params` lists a pipeline's numeric constants from ``get_params`` with the ranges
+their stages declare (:mod:`memlab.stages.constraints`). :func:`tuning_pipeline` is the
+hybrid-retrieval pipeline with re-rankers the app offered first. :func:`metric_curves` turns
+``family@k`` metrics into curves over the cut-off ``k``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Integral, Real
+from pathlib import Path
 from typing import Any
 
 import altair as alt
+import numpy as np
 import polars as pl
 
 from memlab.datasets.format import Query
-from memlab.eval.metrics import evaluate
-from memlab.eval.replay import Replayer, qrels_frame, queries_frame
-from memlab.eval.stats import per_tag
-from memlab.memory.store import MemoryStore
+from memlab.eval.experiment import fit_learned_stages, score_rankings, split_queries
+from memlab.eval.replay import Replayer
+from memlab.eval.stats import paired_test, per_tag
 from memlab.pipeline import Parallel, Pipeline
+from memlab.stages.base import QueryContext, Stage, stage_reference
 from memlab.stages.bm25 import BM25
+from memlab.stages.constraints import Interval
 from memlab.stages.dense import Dense
 from memlab.stages.entropy_gate import EntropyGate
 from memlab.stages.graph import Graph
 from memlab.stages.lifecycle import Lifecycle
 from memlab.stages.mmr import MMR
 from memlab.stages.rrf import RRF
-from memlab.tokens import count_tokens
 
 _CUTOFF = re.compile(r"^(?P<family>[A-Za-z_]+)@(?P<k>\d+)$")
 
@@ -85,72 +98,335 @@ def tuning_pipeline(
     )
 
 
+
+
 def cutoff_metrics(
-    families: Sequence[str] = ("R_all", "R_any", "nDCG"), ks: Sequence[int] = tuple(range(1, 21))
+    families: Sequence[str] = ("R_all", "Success", "nDCG"), ks: Sequence[int] = tuple(range(1, 21))
 ) -> list[str]:
     """``family@k`` for every family and cut-off, family by family."""
     return [f"{f}@{k}" for f in families for k in ks]
 
 
-def memories_frame(store: MemoryStore) -> pl.DataFrame:
-    """``mem_id, client_id, content_hash, text, tokens`` of every record (for memory metrics)."""
-    recs = store.records_frame().select(
-        pl.col("id").alias("mem_id"), "client_id", "content_hash", "text"
-    )
-    return recs.with_columns(
-        pl.col("text").map_elements(count_tokens, return_dtype=pl.Int64).alias("tokens")
-    )
+SUMMARY_METRICS = (
+    "R_all@10", "Success@10", "nDCG@10", "MRR", "stale@10", "leak@10", "dup@10", "tokens@10"
+)
+"""The metrics the app tabulates at k = 10 (``stale``, ``leak``, ``dup``, ``tokens``: lower is
+better)."""
 
 
-def evaluate_pipeline(
-    replayer: Replayer,
-    pipeline: Pipeline,
-    metrics: Sequence[str],
-    *,
-    queries: Sequence[Query] | None = None,
-    exclude_tags: Sequence[str] = ("adversarial",),
-) -> pl.DataFrame:
-    """Replay ``replayer.dataset`` through ``pipeline`` and score every evaluated query.
+def app_metrics() -> list[str]:
+    """What the app scores per query: :func:`cutoff_metrics` and :data:`SUMMARY_METRICS`."""
+    return list(dict.fromkeys([*cutoff_metrics(), *SUMMARY_METRICS]))
+
+
+# ---------------------------------------------------------------------- tunable constants
+@dataclass(frozen=True)
+class ParamSpec:
+    """One numeric constant of a pipeline and the range a control offers for it.
+
+    Attributes:
+        name: ``stage__param`` (what :meth:`Pipeline.set_params` takes).
+        default: Its value in the pipeline as loaded.
+        low: Lower end (the stage's declared bound, else 0).
+        high: Upper end (the declared bound, else four times the default, at least
+            ``low + 1``).
+        step: Control step (1 for integers; for reals a power of ten near a hundredth of the
+            range that divides the default).
+        integer: Whether the constant is an integer.
+    """
+
+    name: str
+    default: float | int
+    low: float | int
+    high: float | int
+    step: float | int
+    integer: bool
+
+
+def _interval(stage: Stage, param: str) -> Interval | None:
+    for c in type(stage)._parameter_constraints.get(param, []):
+        if isinstance(c, Interval):
+            return c
+    return None
+
+
+def _decimal_step(span: float, default: float) -> float:
+    """A power of ten near a hundredth of ``span`` that divides ``default`` (so a control can
+    show the default exactly), at least 1e-6."""
+    step = 10.0 ** math.floor(math.log10(span / 100)) if span > 0 else 0.01
+    while step > 1e-6 and abs(round(default / step) * step - default) > step * 1e-6:
+        step /= 10
+    return float(f"{step:.0e}")
+
+
+def tunable_params(pipeline: Pipeline) -> list[ParamSpec]:
+    """Every numeric (int or float, not bool, not ``None``) constant of ``pipeline``'s stages,
+    read from ``get_params`` in pipeline order, with the range its stage's constraints allow."""
+    out: list[ParamSpec] = []
+    for sname, stage in pipeline.named_stages():
+        if isinstance(stage, (Pipeline, Parallel)):
+            continue
+        for pname, value in stage.get_params(deep=False).items():
+            if isinstance(value, bool) or not isinstance(value, (Integral, Real)):
+                continue
+            integer = isinstance(value, Integral)
+            iv = _interval(stage, pname)
+            low = iv.left if iv is not None and iv.left is not None else min(0, value)
+            high = iv.right if iv is not None and iv.right is not None else None
+            if high is None or not math.isfinite(float(high)):
+                high = max(float(value) * 4, float(low) + 1)
+            if integer:
+                low, high = int(math.ceil(low)), int(math.floor(high))
+                step: float | int = 1
+            else:
+                low, high = float(low), float(high)
+                step = _decimal_step(high - low, float(value))
+            out.append(ParamSpec(f"{sname}__{pname}", value, low, high, step, integer))
+    return out
+
+
+def changed_params(specs: Sequence[ParamSpec], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values that differ from the defaults, cast to each constant's type, in spec order.
+
+    Raises:
+        ValueError: Naming the constant whose value is not a number.
+    """
+    out: dict[str, Any] = {}
+    for spec in specs:
+        if spec.name not in values or values[spec.name] is None:
+            continue
+        raw = values[spec.name]
+        try:
+            value: Any = int(raw) if spec.integer else float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"tuning: field {spec.name!r}: {raw!r} is not a number") from None
+        if value != spec.default:
+            out[spec.name] = value
+    return out
+
+
+# ---------------------------------------------------------------------- cached evaluation
+class Memo(Stage):
+    """Runs a ``cacheable`` stage once per query, store state, parameters and input frame.
+
+    The key is the stage's configuration, the query, the store's size, the rows visible to the
+    query and the input frame's row hashes (the key of the replay's own prefix cache, plus the
+    input), so a hit returns what the stage would compute. ``ctx.query_vector`` is restored
+    with the frame.
 
     Args:
-        replayer: The replayer (dataset, embedder, replay settings; its caches are reused).
-        pipeline: The pipeline.
-        metrics: Metric names (``R_all@10``, ``nDCG@5``, ``MRR`` …).
-        queries: Evaluate only these queries (every write still happens).
-        exclude_tags: Queries with these tags are left out of relevance metrics.
-
-    Returns:
-        ``qid, metric, value`` (as :func:`memlab.eval.metrics.evaluate`).
+        inner: The stage (its declared columns are this stage's).
+        cache: Where outputs are kept (shared between evaluations).
     """
-    ds = replayer.dataset
-    res = replayer.run(pipeline, queries=queries)
-    keep = {q.qid for q in (ds.queries if queries is None else queries)}
-    qframe = queries_frame(ds, res.id_map, res).filter(pl.col("qid").is_in(list(keep)))
-    drop = {
-        qid
-        for qid, tags in zip(qframe["qid"], qframe["tags"], strict=True)
-        if set(exclude_tags) & set(tags)
-    }
-    qrels = qrels_frame(ds, res.id_map, res).filter(
-        pl.col("qid").is_in(list(keep)) & ~pl.col("qid").is_in(list(drop))
-    )
-    return evaluate(
-        res.rankings.select("qid", "rank", "mem_id", "score"),
-        qrels,
-        list(metrics),
-        queries=qframe,
-        memories=memories_frame(res.store),
-    )
+
+    def __init__(self, inner: Stage | None = None, cache: dict[Any, Any] | None = None) -> None:
+        self.inner = inner
+        self.cache = cache
+
+    def declared_columns(self) -> dict[str, pl.DataType] | None:
+        return None if self.inner is None else self.inner.declared_columns()
+
+    def _key(self, frame: pl.DataFrame, ctx: QueryContext) -> tuple[Any, ...]:
+        assert self.inner is not None
+        params = json.dumps(self.inner.get_params(deep=False), sort_keys=True, default=repr)
+        mask = np.packbits(ctx.visible_mask()).tobytes()
+        if frame.height:
+            rows = frame.hash_rows(seed=0).to_numpy().tobytes() + ",".join(frame.columns).encode()
+        else:
+            rows = b""
+        digest = hashlib.blake2b(mask + b"|" + rows, digest_size=16).hexdigest()
+        return (stage_reference(self.inner), params, ctx.qid, ctx.text, len(ctx.store), digest)
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        if self.inner is None or self.cache is None:
+            raise ValueError("Memo needs a stage and a cache")
+        key = self._key(frame, ctx)
+        hit = self.cache.get(key)
+        if hit is not None:
+            out, qvec = hit
+            if qvec is not None:
+                ctx.query_vector = qvec
+            return out
+        out = self.inner.transform(frame, ctx)
+        self.cache[key] = (out, ctx.query_vector)
+        return out
+
+
+def memoized(pipeline: Pipeline, cache: dict[Any, Any]) -> Pipeline:
+    """A copy of ``pipeline`` whose ``cacheable`` stages (fusion stages aside) go through
+    :class:`Memo` with ``cache``; same names, same order."""
+
+    def wrap(stage: Stage) -> Stage:
+        if isinstance(stage, Parallel):
+            return Parallel([(n, wrap(s)) for n, s in stage.branches], fuse=stage.fuse)
+        if isinstance(stage, Pipeline):
+            return memoized(stage, cache)
+        if getattr(stage, "cacheable", False) and not getattr(stage, "requires_fit", False):
+            return Memo(stage, cache)
+        return stage
+
+    return Pipeline([(n, wrap(s)) for n, s in pipeline.steps], name=pipeline.name,
+                    description=pipeline.description)
+
+
+def _key_of(params: Mapping[str, Any]) -> str:
+    return json.dumps(sorted(params.items()), default=repr)
+
+
+class TuningSession:
+    """A pipeline tuned on one dataset: every evaluation reuses the replayer and the cache.
+
+    Args:
+        replayer: The replayer (dataset, embedder, replay configuration).
+        pipeline: The pipeline whose defaults are the reference.
+        metrics: Metric names scored per query.
+        test_fraction: Share of the queries held out (:func:`split_queries`).
+        seed: Seed of the split.
+        exclude_tags: Queries with these tags get no relevance metric.
+        queries: Evaluate only these queries (default: all; every write still happens).
+
+    Attributes:
+        train: The queries constants are chosen on.
+        test: The held-out queries.
+        specs: :func:`tunable_params` of ``pipeline``.
+        last_reuse_: Share of the cached stages' outputs the last replay took from the cache
+            (``None`` before the first, or when no stage is cached).
+    """
+
+    def __init__(
+        self,
+        replayer: Replayer,
+        pipeline: Pipeline,
+        metrics: Sequence[str],
+        *,
+        test_fraction: float = 0.5,
+        seed: int = 0,
+        exclude_tags: Sequence[str] = ("adversarial",),
+        queries: Sequence[Query] | None = None,
+    ) -> None:
+        self.replayer = replayer
+        self.pipeline = pipeline
+        self.metrics = list(metrics)
+        self.exclude_tags = tuple(exclude_tags)
+        self.queries = list(replayer.dataset.queries if queries is None else queries)
+        self.train, self.test = split_queries(self.queries, test_fraction=test_fraction,
+                                              seed=seed)
+        self.specs = tunable_params(pipeline)
+        self.cache: dict[Any, Any] = {}
+        self._scores: dict[str, pl.DataFrame] = {}
+        self.last_reuse_: float | None = None
+
+    def configured(self, params: Mapping[str, Any]) -> Pipeline:
+        """A fresh copy of the pipeline with ``params`` (``stage__param``) set."""
+        pipe = self.pipeline.clone()
+        if params:
+            pipe.set_params(**dict(params))
+        return pipe
+
+    def evaluate(
+        self,
+        params: Mapping[str, Any] | None = None,
+        *,
+        on_query: Callable[[Query, QueryContext, pl.DataFrame], None] | None = None,
+    ) -> pl.DataFrame:
+        """Per-query metrics (``qid, metric, value``) of the pipeline with ``params``.
+
+        Learned stages are fitted on :attr:`train` first. Results are kept per parameter set;
+        ``on_query`` is called after each replayed query (progress).
+        """
+        params = dict(params or {})
+        key = _key_of(params)
+        if key in self._scores:
+            return self._scores[key]
+        pipe = self.configured(params)
+        if any(getattr(s, "requires_fit", False) for _, s in pipe.named_stages()):
+            fit_learned_stages(self.replayer, pipe, self.train)
+        memo = memoized(pipe, self.cache)
+        n_memo = sum(isinstance(s, Memo) for _, s in memo.named_stages())
+        before = len(self.cache)
+        res = self.replayer.run(memo, queries=self.queries, on_query=on_query)
+        calls = n_memo * len(self.queries)
+        self.last_reuse_ = 1.0 - (len(self.cache) - before) / calls if calls else None
+        pq = score_rankings(
+            self.replayer.dataset,
+            res,
+            self.metrics,
+            exclude_tags=self.exclude_tags,
+            qids={q.qid for q in self.queries},
+        )
+        self._scores[key] = pq
+        return pq
+
+    def baseline(self, **kwargs: Any) -> pl.DataFrame:
+        """:meth:`evaluate` of the defaults."""
+        return self.evaluate({}, **kwargs)
+
+    def split(self, per_query: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        """``{"train": …, "held-out": …}``: ``per_query`` restricted to each side."""
+        return {
+            "train": per_query.filter(pl.col("qid").is_in([q.qid for q in self.train])),
+            "held-out": per_query.filter(pl.col("qid").is_in([q.qid for q in self.test])),
+        }
+
+    def comparison(
+        self, tuned: pl.DataFrame, metrics: Sequence[str], *, test: str = "t"
+    ) -> pl.DataFrame:
+        """Train and held-out means of ``tuned`` against the defaults, with a paired test.
+
+        Returns:
+            ``split, metric, n, defaults, tuned, delta, p_value`` (two-sided ``test`` p-value
+            over the queries scored by both; 1.0 when every pair is equal), split by split.
+        """
+        base = self.baseline()
+        rows = []
+        for split, (b, t) in zip(
+            ("train", "held-out"),
+            zip(self.split(base).values(), self.split(tuned).values(), strict=True),
+            strict=True,
+        ):
+            for metric in metrics:
+                pair = (
+                    b.filter(pl.col("metric") == metric).select("qid", pl.col("value").alias("b"))
+                    .join(t.filter(pl.col("metric") == metric)
+                          .select("qid", pl.col("value").alias("t")), on="qid")
+                    .sort("qid")
+                )
+                n = pair.height
+                if n == 0:
+                    rows.append((split, metric, 0, None, None, None, None))
+                    continue
+                bm, tm = float(pair["b"].mean()), float(pair["t"].mean())
+                p = paired_test(pair["t"].to_numpy(), pair["b"].to_numpy(), test=test)
+                rows.append((split, metric, n, bm, tm, tm - bm, None if math.isnan(p) else p))
+        return pl.DataFrame(
+            rows,
+            schema={"split": pl.String, "metric": pl.String, "n": pl.Int64,
+                    "defaults": pl.Float64, "tuned": pl.Float64, "delta": pl.Float64,
+                    "p_value": pl.Float64},
+            orient="row",
+        )
+
+    def save(self, params: Mapping[str, Any], path: str | Path, *, name: str | None = None) -> Path:
+        """Write the pipeline with ``params`` as a TOML configuration (atomically).
+
+        The pipeline keeps its name unless ``name`` is given.
+        """
+        pipe = self.configured(params)
+        if name:
+            pipe.set_params(name=name)
+        out = Path(path)
+        pipe.save(out)
+        return out
 
 
 def metric_curves(
     per_query: Mapping[str, pl.DataFrame],
-    families: Sequence[str] = ("R_all", "R_any", "nDCG"),
+    families: Sequence[str] = ("R_all", "Success", "nDCG"),
 ) -> pl.DataFrame:
     """Mean of every ``family@k`` metric of ``families`` per configuration, as curves over ``k``.
 
     Args:
-        per_query: Configuration name → :func:`evaluate_pipeline` output.
+        per_query: Configuration name → :meth:`TuningSession.evaluate` output.
         families: Metric families kept (other metrics, and metrics without a cut-off, are
             skipped).
 

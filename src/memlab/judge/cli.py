@@ -15,11 +15,13 @@ from typing import Any
 
 def cmd_pool(args: argparse.Namespace) -> int:
     from memlab.judge.pool import pool_runs, write_pool
+    from memlab.progress import Progress
 
-    pool = pool_runs(
-        args.runs, depth=args.depth, dataset=args.dataset, served=not args.no_served,
-        seed=args.seed,
-    )
+    with Progress("judge pool", mode="auto"):
+        pool = pool_runs(
+            args.runs, depth=args.depth, dataset=args.dataset, served=not args.no_served,
+            seed=args.seed,
+        )
     path = write_pool(pool, args.out)
     n_queries = pool.candidates.get_column("qid").n_unique()
     print(

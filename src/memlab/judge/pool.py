@@ -128,7 +128,9 @@ def pool_runs(
         raise ValueError(f"pool: field 'depth' must be an integer >= 1, got {depth!r}")
     if not run_dirs:
         raise ValueError("pool: no run directories given")
-    frames = [read_run_rankings(d) for d in run_dirs]
+    from memlab.progress import track
+
+    frames = [read_run_rankings(d) for d in track(run_dirs, "pooling runs", unit="runs")]
     ds_path = str(Path(dataset).resolve()) if dataset is not None else _dataset_of(run_dirs)
     order: dict[str, int] = {}
     if ds_path is not None and (Path(ds_path) / QUERIES_FILE).is_file():

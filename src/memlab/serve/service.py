@@ -441,15 +441,18 @@ class MemoryService:
         return line
 
     def store_many(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Bulk ingest: each item through :meth:`store_memory`'s path, one transaction, one
-        durable append. Returns one result per item: ``{index, ok, ...}``."""
+        """Bulk ingest: each item through :meth:`store_memory`'s path, one transaction (a
+        savepoint per item: a failing item is undone alone), the texts scrubbed and embedded
+        once for the whole batch (:meth:`MemoryStore.prepared`), one durable append. Returns one
+        result per item: ``{index, ok, ...}``."""
         results: list[dict[str, Any]] = []
         lines: list[dict[str, Any]] = []
         allowed = {
             "content", "memory_type", "scope", "tags", "confidence", "key", "subject",
             "status_value", "importance", "valid_from", "metadata", "agent",
         }
-        with self.lock, self.store.batch():
+        texts = [item.get("content") for item in items if isinstance(item, Mapping)]
+        with self.lock, self.store.batch(), self.store.prepared(texts):
             for i, item in enumerate(items):
                 try:
                     if not isinstance(item, Mapping):

@@ -651,15 +651,16 @@ def check_frame(
             the columns of the stage's input plus the stage's declarations); ``None`` checks
             against every registered stage's declarations (:data:`STAGE_COLUMNS`).
     """
+    schema = frame.schema  # built anew by every access of the property: read it once
     for name, dtype in CANDIDATE_SCHEMA.items():
-        if name not in frame.schema:
+        if name not in schema:
             raise TypeError(f"{where}: candidate frame lacks column '{name}'")
-        if frame.schema[name] != dtype:
+        if schema[name] != dtype:
             raise TypeError(
-                f"{where}: column '{name}' has type {frame.schema[name]}, expected {dtype}"
+                f"{where}: column '{name}' has type {schema[name]}, expected {dtype}"
             )
     vocabulary = STAGE_COLUMNS if declared is None else {ROW_COLUMN: pl.Int64(), **declared}
-    for name, dtype in frame.schema.items():
+    for name, dtype in schema.items():
         if name in CANDIDATE_SCHEMA:
             continue
         if name not in vocabulary:

@@ -1,57 +1,10 @@
-"""Per-query retrieval metrics whose names state the variant (``R_all@10``, ``nDCG@5``, ``MRR``).
+"""The metric contract: the family registry, metric names, input checks and :func:`evaluate`.
 
-Every metric is a *family* registered with :func:`register_metric`; a metric name is the family
-followed by an optional cutoff ``@k`` and is parsed by :func:`parse_metric`.
-
-=============  ==========================================================================
-name           per-query value
-=============  ==========================================================================
-``R_all@k``    1 if every relevant id is in the top k, else 0
-``R_any@k``    1 if any relevant id is in the top k (Success@k)
-``R_frac@k``   evidence-recall fraction ``|relevant ∩ top k| / |relevant|`` (R@k)
-``nDCG[@k]``   graded nDCG, gain = relevance, discount ``log2(rank + 1)`` (trec_eval)
-``MRR[@k]``    reciprocal rank of the first relevant id (0 when none in the top k)
-``MAP[@k]``    average precision; ``MAP@k`` divides by all relevant ids (trec_eval map_cut)
-``stale@k``    1 if any of the query's ``stale`` ids is in the top k
-``leak@k``     1 if a memory of another client (not the query's, not ``"global"``) is in the
-               top k; scoped queries only
-``dup@k``      1 if two memories in the top k share a ``content_hash`` (or an identical text)
-``tokens@k``   sum of the ``tokens`` of the top k memories
-``judged@k``   share of the top k that has a judgement of any grade (ir_measures Judged@k)
-``bpref``      binary preference (Buckley and Voorhees 2004): unjudged memories ignored
-``cnDCG[@k]``  nDCG on the condensed list: unjudged memories removed first (Sakai's nDCG')
-``cMAP[@k]``   average precision on the condensed list (Sakai's AP')
-``scope_violation@k``  number of top-k memories in a namespace the query's agent may not read
-               (``team``, ``agent:{its name}`` and its projects are readable); agent queries
-               only; must be 0
-``conflict@k`` 1 if both sides of a labelled contradiction are in the top k (unresolved: a
-               resolved one has a side retired, which a query does not see)
-``archived@k`` 1 if a memory that was in the cold tier when the query ran is in the top k
-=============  ==========================================================================
-
-Every family carries its direction and kind (:func:`register_metric`): ``stale``, ``leak``,
-``dup`` (exposures) and ``tokens`` (a cost) are lower-is-better; the others higher-is-better.
-
-Judgements of grade 0 ("judged, not relevant") matter only to ``judged``, ``bpref``, ``cnDCG``
-and ``cMAP``; the standard metrics read every memory without a grade ≥ 1 as not relevant, as
-trec_eval does. ``c`` marks a condensed-list variant: with incomplete (pooled) judgements it
-does not penalise a pipeline for surfacing memories nobody judged (Sakai, "Alternatives to
-bpref", SIGIR 2007).
-
-``nDCG``, ``MRR``, ``MAP``, ``R_frac`` and ``R_any`` are computed by trec_eval through
-ir_measures / pytrec_eval (Van Gysel and de Rijke, "Pytrec_eval: An Extremely Fast Python
-Interface to trec_eval", SIGIR 2018; MacAvaney et al., "Streamlining Evaluation with
-ir-measures", ECIR 2022). trec_eval re-sorts a run by score and breaks ties by document id, so
-the run handed to it carries ``score = -position``: the ranking evaluated is exactly the given
-order of ``rank``; the ``score`` column of the rankings is never used.
-
-Populations: relevance metrics have one row per query with at least one relevant id in the
-qrels (a query without rankings scores 0 and counts in the mean; a query without qrels has no
-row). ``stale@k`` has one row per query with a non-empty ``stale`` list, ``leak@k`` one per
-query whose ``client_id`` is not null, ``dup@k`` and ``tokens@k`` one per known query (the
-queries frame, the qrels and the rankings together). ``judged@k`` has one row per query with
-at least one judgement of any grade; ``bpref``, ``cnDCG`` and ``cMAP`` one per query with a
-relevant id, like the standard relevance metrics.
+A metric *family* is one function registered with :func:`register_metric` in its own module of
+:mod:`memlab.eval.metrics`; a metric name is the family followed by an optional cutoff ``@k``
+and is parsed by :func:`parse_metric`. A name no memlab family parses but that
+``ir_measures.parse_measure`` accepts (``P@5``, ``AP``, ``RBP(p=0.8)``) is computed by
+ir_measures (:mod:`memlab.eval.metrics.ir_measures_names`).
 """
 
 from __future__ import annotations
@@ -66,6 +19,7 @@ import ir_measures
 import polars as pl
 
 from memlab.memory.records import GLOBAL_CLIENT
+from memlab.registry import Registry
 
 Cutoff = Literal["required", "optional", "none"]
 Kind = Literal["relevance", "judgment", "exposure", "cost"]
@@ -75,15 +29,24 @@ judged), ``exposure`` (memories that should not be shown: stale, leaked, duplica
 (context size)."""
 
 _NAME_PATTERN = re.compile(r"^(?P<family>[A-Za-z][A-Za-z_]*)(?:@(?P<k>[0-9]+))?$")
-_VALUE_SCHEMA = {"qid": pl.String, "value": pl.Float64}
+VALUE_SCHEMA = {"qid": pl.String, "value": pl.Float64}
+"""The schema of a metric function's result."""
 _RESULT_SCHEMA = {"qid": pl.String, "metric": pl.String, "value": pl.Float64}
 
 
 class MetricFunction(Protocol):
     """Computes one metric family: one row ``qid, value`` per query of its population."""
 
-    def __call__(self, data: EvalData, k: int | None) -> pl.DataFrame:
+    def __call__(self, data: EvalData, spec: MetricSpec) -> pl.DataFrame:
         """Return a frame with columns ``qid`` (String) and ``value`` (Float64)."""
+        ...
+
+
+class MetricResolver(Protocol):
+    """Turns a name no registered family parses into a :class:`MetricSpec`, or ``None``."""
+
+    def __call__(self, name: str) -> MetricSpec | None:
+        """The spec of ``name``; ``None`` when the resolver does not know it."""
         ...
 
 
@@ -99,6 +62,7 @@ class MetricFamily:
         higher_is_better: The direction: ``False`` for costs and exposures (``tokens@k``,
             ``stale@k``), read by sweeps, comparisons, wins/losses, reports and apps.
         kind: One of :data:`KINDS`.
+        aliases: Other family names accepted for this one (``R_any`` for ``Success``).
     """
 
     name: str
@@ -107,6 +71,7 @@ class MetricFamily:
     description: str
     higher_is_better: bool = True
     kind: Kind = "relevance"
+    aliases: tuple[str, ...] = ()
 
     @property
     def pattern(self) -> str:
@@ -123,18 +88,31 @@ class MetricSpec:
     Attributes:
         family: Registered family name.
         k: Cutoff, or ``None`` for the full ranking.
+        measure: The canonical ir_measures name (``"P@5"``) of a metric memlab passes through
+            to ir_measures; ``None`` for memlab's own families.
+        higher_is_better: The direction of this metric (the family's, or for a passed-through
+            measure the one :mod:`memlab.eval.metrics.ir_measures_names` assigns).
     """
 
     family: str
     k: int | None = None
+    measure: str | None = None
+    higher_is_better: bool = field(default=True, compare=False)
 
     @property
     def name(self) -> str:
-        """Canonical metric name, e.g. ``"nDCG@10"`` or ``"MRR"``."""
+        """Canonical metric name, e.g. ``"nDCG@10"``, ``"MRR"`` or ``"P@5"``."""
+        if self.measure is not None:
+            return self.measure
         return self.family if self.k is None else f"{self.family}@{self.k}"
 
 
-_FAMILIES: dict[str, MetricFamily] = {}
+METRICS: Registry[MetricFamily] = Registry("metric family")
+"""Every metric family, by name, in registration (module) order."""
+METRIC_ALIASES: Registry[str] = Registry("metric alias")
+"""Accepted old family names → the family they name (``R_any`` → ``Success``)."""
+METRIC_RESOLVERS: Registry[MetricResolver] = Registry("metric resolver")
+"""Fallbacks tried, in order, for a name no family parses (ir_measures names)."""
 
 
 def register_metric(
@@ -144,6 +122,7 @@ def register_metric(
     description: str = "",
     higher_is_better: bool = True,
     kind: Kind = "relevance",
+    aliases: Sequence[str] = (),
 ) -> Callable[[MetricFunction], MetricFunction]:
     """Register a metric family under ``name`` (decorator).
 
@@ -157,14 +136,17 @@ def register_metric(
         description: One line describing the per-query value.
         higher_is_better: ``False`` for metrics to minimise (costs, exposures).
         kind: One of :data:`KINDS`.
+        aliases: Other names accepted for the family wherever a user names a metric; results
+            carry the canonical ``name``.
 
     Raises:
-        ValueError: If the name is malformed or already registered, or ``cutoff`` or ``kind``
-            is unknown.
+        ValueError: If the name or an alias is malformed or already registered, or ``cutoff``
+            or ``kind`` is unknown.
         TypeError: If ``higher_is_better`` is not a bool.
     """
-    if not re.fullmatch(r"[A-Za-z][A-Za-z_]*", name):
-        raise ValueError(f"register_metric: field 'name': malformed family name {name!r}")
+    for label, value in (("name", name), *(("aliases", a) for a in aliases)):
+        if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z][A-Za-z_]*", value):
+            raise ValueError(f"register_metric: field {label!r}: malformed family name {value!r}")
     if cutoff not in ("required", "optional", "none"):
         raise ValueError(f"register_metric: field 'cutoff': unknown value {cutoff!r}")
     if kind not in KINDS:
@@ -179,11 +161,16 @@ def register_metric(
         )
 
     def decorator(function: MetricFunction) -> MetricFunction:
-        if name in _FAMILIES:
-            raise ValueError(f"register_metric: metric family {name!r} is already registered")
-        _FAMILIES[name] = MetricFamily(
-            name, function, cutoff, description, higher_is_better, kind
+        taken = [n for n in (name, *aliases) if n in METRICS or n in METRIC_ALIASES]
+        if taken:
+            raise ValueError(f"register_metric: metric family {taken[0]!r} is already registered")
+        METRICS.register(name)(
+            MetricFamily(
+                name, function, cutoff, description, higher_is_better, kind, tuple(aliases)
+            )
         )
+        for alias in aliases:
+            METRIC_ALIASES.register(alias)(name)
         return function
 
     return decorator
@@ -191,7 +178,7 @@ def register_metric(
 
 def metric_families() -> tuple[MetricFamily, ...]:
     """All registered families, in registration order."""
-    return tuple(_FAMILIES.values())
+    return tuple(METRICS.values())
 
 
 def metric_family(name: str) -> MetricFamily:
@@ -200,27 +187,39 @@ def metric_family(name: str) -> MetricFamily:
     Raises:
         ValueError: As :func:`parse_metric`.
     """
-    return _FAMILIES[parse_metric(name).family]
+    return METRICS[parse_metric(name).family]
 
 
 def higher_is_better(name: str) -> bool:
-    """The direction of a metric name; ``True`` for a name no registered family parses.
+    """The direction of a metric name; ``True`` for a name that does not parse.
 
     Per-query frames may carry metrics that are not registered here (computed elsewhere and
     joined in); they are read as higher-is-better, the convention of IR measures.
     """
     try:
-        return metric_family(name).higher_is_better
+        return parse_metric(name).higher_is_better
     except (TypeError, ValueError):
         return True
 
 
+def canonical_metric(name: str) -> str:
+    """The canonical spelling of a metric name (``"R_any@10"`` → ``"Success@10"``).
+
+    Raises:
+        ValueError: As :func:`parse_metric`.
+    """
+    return parse_metric(name).name
+
+
 def _known() -> str:
-    return ", ".join(family.pattern for family in _FAMILIES.values())
+    return ", ".join(family.pattern for family in METRICS.values())
 
 
 def parse_metric(name: str) -> MetricSpec:
-    """Parse a metric name such as ``"R_all@10"``, ``"MRR"`` or ``"MAP@100"``.
+    """Parse a metric name such as ``"R_all@10"``, ``"MRR"``, ``"MAP@100"`` or ``"P@5"``.
+
+    A family's alias resolves to the family (``"R_frac@5"`` → ``Recall@5``). A name no family
+    parses is handed to the resolvers of :data:`METRIC_RESOLVERS` (ir_measures names).
 
     Raises:
         TypeError: If ``name`` is not a string.
@@ -230,9 +229,19 @@ def parse_metric(name: str) -> MetricSpec:
     if not isinstance(name, str):
         raise TypeError(f"metric name must be a str, got {type(name).__name__}: {name!r}")
     match = _NAME_PATTERN.match(name.strip())
-    family = _FAMILIES.get(match["family"]) if match else None
+    family = None
+    if match is not None:
+        family_name = METRIC_ALIASES.get(match["family"], match["family"])
+        family = METRICS.get(family_name)
     if match is None or family is None:
-        raise ValueError(f"unknown metric {name!r}; known families: {_known()}")
+        for resolve in METRIC_RESOLVERS.values():
+            spec = resolve(name.strip())
+            if spec is not None:
+                return spec
+        raise ValueError(
+            f"unknown metric {name!r}; known families: {_known()}; or a measure name of "
+            "ir_measures (P@5, AP, RBP(p=0.8,rel=1), ...)"
+        )
     k = None if match["k"] is None else int(match["k"])
     if k is None and family.cutoff == "required":
         raise ValueError(f"metric {name!r} needs a cutoff: write it as {family.pattern}")
@@ -240,7 +249,7 @@ def parse_metric(name: str) -> MetricSpec:
         raise ValueError(f"metric {name!r} takes no cutoff: write it as {family.pattern}")
     if k is not None and k < 1:
         raise ValueError(f"metric {name!r}: cutoff k must be >= 1, got {k}")
-    return MetricSpec(family.name, k)
+    return MetricSpec(family.name, k, higher_is_better=family.higher_is_better)
 
 
 # --------------------------------------------------------------------------- input checks
@@ -473,7 +482,7 @@ class EvalData:
         return self._runs[k]
 
 
-def _per_query(population: pl.DataFrame, values: pl.DataFrame, default: float) -> pl.DataFrame:
+def per_query(population: pl.DataFrame, values: pl.DataFrame, default: float) -> pl.DataFrame:
     """One row per query of ``population``; queries without a value get ``default``."""
     return (
         population.join(values, on="qid", how="left")
@@ -482,322 +491,40 @@ def _per_query(population: pl.DataFrame, values: pl.DataFrame, default: float) -
     )
 
 
-def _trec_eval(data: EvalData, metric: str, measure: object, *, cut: int | None) -> pl.DataFrame:
-    """Per-query values of one ir_measures ``measure`` computed by pytrec_eval.
+def measure_values(
+    results: object, population: pl.DataFrame, default: float = 0.0
+) -> pl.DataFrame:
+    """Per-query values of ir_measures results (``Metric`` tuples) over ``population``."""
+    values = pl.DataFrame(
+        [(m.query_id, float(m.value)) for m in results],  # type: ignore[attr-defined]
+        schema=VALUE_SCHEMA,
+        orient="row",
+    )
+    return per_query(population, values, default)
+
+
+def trec_eval(data: EvalData, metric: str, measure: object, *, cut: int | None) -> pl.DataFrame:
+    """Per-query values of one ir_measures ``measure`` computed by pytrec_eval on the relevant
+    judgements, over the queries with a relevant id (0 for a query without a ranking).
 
     ``cut`` truncates the run before evaluation (used for ``MRR@k``, which trec_eval lacks).
     """
     data.require_qrels(metric)
     if data.relevant_qids.is_empty():
-        return pl.DataFrame(schema=_VALUE_SCHEMA)
+        return pl.DataFrame(schema=VALUE_SCHEMA)
     results = ir_measures.pytrec_eval.iter_calc([measure], data.qrels_dict, data.run_dict(cut))
-    values = pl.DataFrame(
-        [(m.query_id, float(m.value)) for m in results], schema=_VALUE_SCHEMA, orient="row"
-    )
-    return _per_query(data.relevant_qids, values, 0.0)
+    return measure_values(results, data.relevant_qids)
 
 
-# --------------------------------------------------------------------------- relevance families
-
-
-@register_metric("R_all", description="1 if all relevant ids are in the top k")
-def r_all(data: EvalData, k: int | None) -> pl.DataFrame:
-    """All-evidence recall: 1 if every relevant id of the query is in the top k, else 0."""
-    qrels = data.require_qrels("R_all")
-    found = data.top(k).select("qid", "mem_id", found=pl.lit(True))
-    values = (
-        qrels.join(found, on=["qid", "mem_id"], how="left")
-        .group_by("qid")
-        .agg(value=pl.col("found").fill_null(False).all())
-    )
-    return _per_query(data.relevant_qids, values, 0.0)
-
-
-@register_metric("R_any", description="1 if any relevant id is in the top k (Success@k)")
-def r_any(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Success@k (trec_eval ``success_k``)."""
-    return _trec_eval(data, "R_any", ir_measures.Success @ k, cut=None)
-
-
-@register_metric("R_frac", description="|relevant ∩ top k| / |relevant| (R@k)")
-def r_frac(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Evidence-recall fraction (trec_eval ``recall_k``)."""
-    return _trec_eval(data, "R_frac", ir_measures.R @ k, cut=None)
-
-
-@register_metric("nDCG", cutoff="optional", description="graded nDCG, gain = relevance")
-def ndcg(data: EvalData, k: int | None) -> pl.DataFrame:
-    """nDCG (Järvelin and Kekäläinen 2002) as trec_eval ``ndcg`` / ``ndcg_cut_k``.
-
-    Gain = relevance, discount ``log2(position + 1)``; the ideal ranking uses every judged id.
-    """
-    measure = ir_measures.nDCG if k is None else ir_measures.nDCG @ k
-    return _trec_eval(data, "nDCG", measure, cut=None)
-
-
-@register_metric("MRR", cutoff="optional", description="reciprocal rank of the first relevant id")
-def mrr(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Reciprocal rank (trec_eval ``recip_rank``); with ``@k`` the run is cut at k first."""
-    return _trec_eval(data, "MRR", ir_measures.RR, cut=k)
-
-
-@register_metric("MAP", cutoff="optional", description="average precision")
-def map_(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Average precision (trec_eval ``map`` / ``map_cut_k``; both divide by all relevant ids)."""
-    measure = ir_measures.AP if k is None else ir_measures.AP @ k
-    return _trec_eval(data, "MAP", measure, cut=None)
-
-
-# --------------------------------------------------------------------------- incomplete judgements
-
-
-def _trec_eval_judged(
+def trec_eval_judged(
     data: EvalData, metric: str, measure: object, population: pl.DataFrame
 ) -> pl.DataFrame:
     """Per-query values of a trec_eval measure that reads non-relevant judgements too."""
     data.require_judgments(metric)
     if population.is_empty():
-        return pl.DataFrame(schema=_VALUE_SCHEMA)
+        return pl.DataFrame(schema=VALUE_SCHEMA)
     results = ir_measures.pytrec_eval.iter_calc([measure], data.judgments_dict, data.run_dict(None))
-    values = pl.DataFrame(
-        [(m.query_id, float(m.value)) for m in results], schema=_VALUE_SCHEMA, orient="row"
-    )
-    return _per_query(population, values, 0.0)
-
-
-@register_metric(
-    "judged", description="share of the top k that has a judgement", kind="judgment"
-)
-def judged(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Judgement rate: the share of the top k memories that have a judgement of any grade.
-
-    ir_measures ``Judged@k`` (its ``judged`` provider, after OpenNIR): the share is taken over
-    ``min(k, length of the ranking)``. One row per query with at least one judgement; such a
-    query without rankings scores 0.
-    """
-    population = data.judged_qids
-    if population.is_empty():
-        return pl.DataFrame(schema=_VALUE_SCHEMA)
-    measure = ir_measures.Judged @ k
-    results = ir_measures.judged.iter_calc([measure], data.judgments_dict, data.run_dict(None))
-    values = pl.DataFrame(
-        [(m.query_id, float(m.value)) for m in results], schema=_VALUE_SCHEMA, orient="row"
-    )
-    return _per_query(population, values, 0.0)
-
-
-@register_metric(
-    "bpref",
-    cutoff="none",
-    description="binary preference: judged relevant above judged non-relevant",
-)
-def bpref(data: EvalData, k: int | None) -> pl.DataFrame:
-    """bpref (Buckley and Voorhees, "Retrieval evaluation with incomplete information", SIGIR
-    2004) as trec_eval ``bpref``: ``1/R · Σ_r (1 - |n ranked above r| / min(R, N))`` over the
-    judged relevant ``r``, with ``n`` among the first ``R`` judged non-relevant; unjudged
-    memories are ignored. One row per query with a relevant id."""
-    return _trec_eval_judged(data, "bpref", ir_measures.Bpref, data.relevant_qids)
-
-
-@register_metric(
-    "cnDCG", cutoff="optional", description="nDCG on the condensed list (unjudged removed)"
-)
-def cndcg(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Condensed-list nDCG, Sakai's nDCG' ("Alternatives to bpref", SIGIR 2007).
-
-    Unjudged memories are removed from the ranking before scoring, then the cutoff applies
-    (trec_eval ``-J``, ir_measures ``nDCG(judged_only=True)``). One row per query with a
-    relevant id.
-    """
-    base = ir_measures.nDCG(judged_only=True)
-    measure = base if k is None else base @ k
-    return _trec_eval_judged(data, "cnDCG", measure, data.relevant_qids)
-
-
-@register_metric(
-    "cMAP", cutoff="optional", description="average precision on the condensed list"
-)
-def cmap(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Condensed-list average precision, Sakai's AP' (trec_eval ``-J``, ir_measures
-    ``AP(judged_only=True)``): unjudged memories are removed before scoring."""
-    base = ir_measures.AP(judged_only=True)
-    measure = base if k is None else base @ k
-    return _trec_eval_judged(data, "cMAP", measure, data.relevant_qids)
-
-
-# --------------------------------------------------------------------------- memory families
-
-
-@register_metric(
-    "stale",
-    description="1 if a stale id of the query is in the top k",
-    higher_is_better=False,
-    kind="exposure",
-)
-def stale(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Stale exposure: 1 if any id in the query's ``stale`` list is in the top k."""
-    queries = data.require_queries("stale", "stale")
-    stale_ids = (
-        queries.select("qid", mem_id=pl.col("stale"))
-        .explode("mem_id")
-        .drop_nulls("mem_id")
-        .unique()
-    )
-    population = stale_ids.select("qid").unique()
-    hits = stale_ids.join(data.top(k), on=["qid", "mem_id"], how="semi")
-    values = hits.select("qid").unique().with_columns(value=pl.lit(1.0))
-    return _per_query(population, values, 0.0)
-
-
-@register_metric(
-    "leak",
-    description="1 if a memory of another client is in the top k",
-    higher_is_better=False,
-    kind="exposure",
-)
-def leak(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Cross-client leak for scoped queries.
-
-    A memory leaks when its ``client_id`` differs from the query's and from the global client;
-    a memory whose ``client_id`` is null counts as global.
-    """
-    queries = data.require_queries("leak", "client_id")
-    memories = data.require_memories("leak", "client_id")
-    scoped = queries.filter(pl.col("client_id").is_not_null()).select(
-        "qid", query_client=pl.col("client_id")
-    )
-    owners = memories.select(
-        "mem_id", owner=pl.col("client_id").fill_null(pl.lit(data.global_client))
-    )
-    values = (
-        data.top(k)
-        .select("qid", "mem_id")
-        .join(scoped, on="qid", how="inner")
-        .join(owners, on="mem_id", how="left")
-        .group_by("qid")
-        .agg(
-            value=(
-                (pl.col("owner") != pl.col("query_client"))
-                & (pl.col("owner") != pl.lit(data.global_client))
-            ).any()
-        )
-    )
-    return _per_query(scoped.select("qid"), values, 0.0)
-
-
-def _has_duplicate(column: str) -> pl.Expr:
-    """True when two non-empty, non-null values of ``column`` are equal."""
-    kept = pl.col(column).filter(pl.col(column).is_not_null() & (pl.col(column) != ""))
-    return kept.len() > kept.n_unique()
-
-
-@register_metric(
-    "dup",
-    description="1 if two memories in the top k share content",
-    higher_is_better=False,
-    kind="exposure",
-)
-def dup(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Duplicate exposure: two top-k memories share a non-empty ``content_hash`` or ``text``.
-
-    Empty or null hashes and texts never match.
-    """
-    memories = data.require_memories("dup", "content_hash")
-    keys = [c for c in ("content_hash", "text") if c in memories.columns]
-    duplicated = pl.lit(False)
-    for column in keys:
-        duplicated = duplicated | _has_duplicate(column)
-    values = (
-        data.top(k)
-        .select("qid", "mem_id")
-        .join(memories.select("mem_id", *keys), on="mem_id", how="left")
-        .group_by("qid")
-        .agg(value=duplicated)
-    )
-    return _per_query(data.all_qids, values, 0.0)
-
-
-@register_metric(
-    "tokens", description="tokens of the top k memories", higher_is_better=False, kind="cost"
-)
-def tokens(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Context cost: the sum of ``tokens`` over the top k (rankings column, else memories)."""
-    top = data.top(k)
-    if "tokens" not in top.columns:
-        memories = data.require_memories("tokens", "tokens")
-        top = top.join(memories.select("mem_id", "tokens"), on="mem_id", how="left")
-    values = top.group_by("qid").agg(value=pl.col("tokens").cast(pl.Float64).fill_null(0).sum())
-    return _per_query(data.all_qids, values, 0.0)
-
-
-@register_metric(
-    "scope_violation", description="top-k memories in a namespace the query's agent may not read"
-)
-def scope_violation(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Namespace violations (seed 003 §5) for queries asked by an agent.
-
-    A memory violates when its ``scope`` is neither ``team``, nor ``agent:{the query's agent}``,
-    nor ``project:{p}`` for a project ``p`` in the query's ``projects``; a null scope counts as
-    ``team``. Queries without an agent (a human reads everything) are not in the population.
-    """
-    queries = data.require_queries("scope_violation", "agent")
-    memories = data.require_memories("scope_violation", "scope")
-    asked = queries.filter(pl.col("agent").is_not_null())
-    if "projects" in asked.columns:
-        projects = asked.select("qid", "agent", pl.col("projects").cast(pl.List(pl.String)))
-    else:
-        projects = asked.select("qid", "agent", projects=pl.lit([], dtype=pl.List(pl.String)))
-    readable = projects.select(
-        "qid",
-        allowed=pl.concat_list(
-            pl.lit(["team"], dtype=pl.List(pl.String)),
-            pl.concat_list(pl.lit("agent:") + pl.col("agent")),
-            pl.col("projects").list.eval(pl.lit("project:") + pl.element()),
-        ),
-    )
-    scopes = memories.select("mem_id", scope=pl.col("scope").cast(pl.String).fill_null("team"))
-    values = (
-        data.top(k)
-        .select("qid", "mem_id")
-        .join(readable, on="qid", how="inner")
-        .join(scopes, on="mem_id", how="left")
-        .with_columns(scope=pl.col("scope").fill_null("team"))
-        .group_by("qid")
-        .agg(value=(~pl.col("allowed").list.contains(pl.col("scope"))).sum().cast(pl.Float64))
-    )
-    return _per_query(asked.select("qid"), values, 0.0)
-@register_metric("conflict", description="1 if both sides of a contradiction are in the top k")
-def conflict(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Unresolved-contradiction exposure: some top-k memory's ``contradicts`` list (memories
-    column, store ids) names another top-k memory. One row per known query."""
-    memories = data.require_memories("conflict", "contradicts")
-    top = data.top(k).select("qid", "mem_id")
-    pairs = (
-        memories.select("mem_id", other=pl.col("contradicts"))
-        .explode("other")
-        .drop_nulls("other")
-    )
-    hits = top.join(pairs, on="mem_id", how="inner").join(
-        top.rename({"mem_id": "other"}), on=["qid", "other"], how="semi"
-    )
-    values = hits.select("qid").unique().with_columns(value=pl.lit(1.0))
-    return _per_query(data.all_qids, values, 0.0)
-
-
-@register_metric("archived", description="1 if a cold-tier memory is in the top k")
-def archived(data: EvalData, k: int | None) -> pl.DataFrame:
-    """Cold-tier exposure: a memory in the query's ``archived`` list (queries column: what was
-    archived when it ran) is in the top k. One row per query of the queries frame."""
-    queries = data.require_queries("archived", "archived")
-    cold = (
-        queries.select("qid", mem_id=pl.col("archived"))
-        .explode("mem_id")
-        .drop_nulls("mem_id")
-        .unique()
-    )
-    hits = cold.join(data.top(k), on=["qid", "mem_id"], how="semi")
-    values = hits.select("qid").unique().with_columns(value=pl.lit(1.0))
-    return _per_query(queries.select("qid").unique(), values, 0.0)
+    return measure_values(results, population)
 
 
 # --------------------------------------------------------------------------- public API
@@ -820,7 +547,9 @@ def evaluate(
             ``rank`` matters: the top k are the first k rows of a query in rank order.
         qrels: ``qid``, ``mem_id``, ``relevance`` (int; rows with 0 are not relevant), or
             ``None`` when only memory metrics are asked for.
-        metrics: Metric names, e.g. ``["R_all@10", "nDCG@10", "MRR"]``; repeats are ignored.
+        metrics: Metric names, e.g. ``["R_all@10", "nDCG@10", "MRR", "P@5"]``; aliases
+            resolve to their family and results carry the canonical name; repeats are
+            ignored.
         queries: ``qid`` and, as needed, ``client_id`` (null = unscoped), ``stale`` (list[str]).
         memories: ``mem_id`` and, as needed, ``client_id``, ``content_hash``, ``text``,
             ``tokens``.
@@ -850,7 +579,7 @@ def evaluate(
     )
     frames = [pl.DataFrame(schema=_RESULT_SCHEMA)]
     for spec in specs:
-        values = _FAMILIES[spec.family].function(data, spec.k)
+        values = METRICS[spec.family].function(data, spec)
         frames.append(values.select("qid", metric=pl.lit(spec.name), value="value"))
     return (
         pl.concat(frames, how="vertical_relaxed")

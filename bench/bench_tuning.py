@@ -1,0 +1,77 @@
+"""Time the tuning app's work: loading, the defaults, and one evaluation per parameter change.
+
+Runs :class:`memlab.explore.tuning.TuningSession` exactly as ``notebooks/tuning.py`` does: the
+shipped dataset, MiniLM behind the disk cache (``--fast``: the hashing embedder), the pipeline
+picked (default ``hybrid``), the app's metrics. Each change sets one constant (the first value
+that differs from the default) and times :meth:`TuningSession.evaluate`, the call the app makes
+per change. Target: under 3 s per change.
+
+    python bench/bench_tuning.py [--pipeline hybrid] [--fast]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from contextlib import contextmanager
+
+from memlab.explore import session
+from memlab.explore import tuning as tune
+from memlab.pipeline import load_pipeline
+
+TARGET_SECONDS = 3.0
+
+
+@contextmanager
+def timed(into: list[float]):
+    """Append (wall seconds, CPU seconds of this process) of the block to ``into``."""
+    w, c = time.perf_counter(), time.process_time()
+    yield
+    into.extend([time.perf_counter() - w, time.process_time() - c])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pipeline", default="hybrid")
+    ap.add_argument("--fast", action="store_true", help="hashing embedder")
+    ap.add_argument("--changes", default="", help="comma list of stage__param=value")
+    args = ap.parse_args()
+    load: list[float] = []
+    with timed(load):
+        dataset, _ = session.open_dataset()
+        replayer = session.make_replayer(dataset, session.notebook_embedder(args.fast))
+        replayer.prepare()
+        pipeline = load_pipeline(args.pipeline)
+        sess = tune.TuningSession(replayer, pipeline, tune.app_metrics())
+    base: list[float] = []
+    with timed(base):
+        sess.baseline()
+    print(f"pipeline {pipeline.name}, {len(sess.queries)} queries, {len(sess.specs)} constants")
+    print(f"load (dataset, embedder, embeddings): {load[0]:6.2f} s wall {load[1]:6.2f} s CPU")
+    print(f"defaults evaluated (first replay):   {base[0]:6.2f} s wall {base[1]:6.2f} s CPU")
+    if args.changes:
+        changes = [dict([kv.split("=", 1)]) for kv in args.changes.split(",")]
+    else:
+        changes = []
+        for spec in sess.specs:
+            value = spec.default + spec.step * (10 if not spec.integer else 5)
+            value = min(value, spec.high)
+            changes.append({spec.name: value})
+    walls: list[float] = []
+    for change in changes:
+        params = tune.changed_params(sess.specs, change)
+        took: list[float] = []
+        with timed(took):
+            sess.evaluate(params)
+        walls.append(took[0])
+        reuse = "-" if sess.last_reuse_ is None else f"{sess.last_reuse_:.0%}"
+        print(f"change {tune.describe_params(params):38s} {took[0]:6.2f} s wall "
+              f"{took[1]:6.2f} s CPU, cached retriever outputs reused {reuse}")
+    if walls:
+        walls.sort()
+        print(f"per change: median {walls[len(walls) // 2]:.2f} s, slowest {walls[-1]:.2f} s "
+              f"(target < {TARGET_SECONDS:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

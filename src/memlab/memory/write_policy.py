@@ -1,0 +1,708 @@
+"""The store's write policy: validation, scrubbing, dedup, supersession and lifecycle moves.
+
+:class:`WritePolicy` is the part of :class:`~memlab.memory.store.MemoryStore` that runs the
+write path of seed 000 (validate, scrub, content hash, tenant-scoped dedup and corroboration,
+supersession of facts by key and statuses by subject; decisions are immutable) and the
+lifecycle writes built on it (retire, forget, restore, purge, correct, promote, touch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memlab.memory.records import (
+    AUTHORITY_LEVELS,
+    CATEGORIES,
+    GLOBAL_CLIENT,
+    IMPORTANCE_LEVELS,
+    KNOWLEDGE_CATEGORIES,
+    MEMORY_TYPES,
+    DecisionImmutableError,
+    MemoryInputError,
+    MemoryRecord,
+    check_json_value,
+)
+from memlab.memory.scopes import TEAM, check_scope
+from memlab.memory.scrub import scrub_message
+from memlab.memory.sqlite_io import _RECORD_FIELDS
+from memlab.timeutil import coerce_ts
+
+log = logging.getLogger("memlab.store")
+
+_TIME_FIELDS = (
+    "created_at", "last_accessed_at", "superseded_at", "valid_from", "valid_to", "expired_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """What a store call did.
+
+    Attributes:
+        id: The id of the memory the text now lives in (the existing one on dedup).
+        action: ``"created"``, ``"deduplicated"`` (same agent, no write) or ``"corroborated"``.
+        superseded: The id this write superseded, if any.
+        redactions: How many credentials were scrubbed from the text.
+    """
+
+    id: str
+    action: str
+    superseded: str | None = None
+    redactions: int = 0
+
+
+def content_hash(text: str) -> str:
+    """First 16 hex characters of SHA-256 of ``text`` (the seed's ``content_hash``)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _check_choice(value: Any, name: str, choices: Sequence[str], *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"field '{name}' must be a string, got {type(value).__name__}")
+    if value not in choices:
+        raise MemoryInputError(
+            scrub_message(f"field '{name}': {value!r} is not one of {', '.join(choices)}")
+        )
+
+
+def _check_time(value: Any, name: str) -> float:
+    """A finite timestamp (epoch seconds or ISO 8601), ``now`` when ``value`` is None."""
+    if value is None:
+        return time.time()
+    t = coerce_ts(value, field=name)
+    if t is None or not math.isfinite(t):
+        raise MemoryInputError(f"field '{name}' must be a finite timestamp, got {value!r}")
+    return t
+
+
+def _check_k(k: Any, name: str = "k") -> int:
+    """A count of results: an int >= 0 (a negative one would slice from the end)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise MemoryInputError(f"field '{name}' must be an int >= 0, got {k!r}")
+    if k < 0:
+        raise MemoryInputError(f"field '{name}' must be an int >= 0, got {k}")
+    return int(k)
+
+
+def _check_str(value: Any, name: str, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"field '{name}' must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise MemoryInputError(f"field '{name}' must not be empty")
+
+
+class WritePolicy:
+    """Write path and lifecycle writes of :class:`~memlab.memory.store.MemoryStore` (a mixin;
+    the store owns ``_dedup``, ``_by_key``, ``_by_subject`` and the scrubber and embedder)."""
+
+    def prepare_text(self, text: str) -> tuple[str, int]:
+        """Validate and scrub ``text`` exactly as :meth:`store` will: (scrubbed text, redactions).
+
+        Replays call this to embed the scrubbed text ahead of the writes.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"field 'text' must be a string, got {type(text).__name__}")
+        if not text.strip():
+            raise MemoryInputError("field 'text' must not be empty")
+        if len(text) > self.max_text_chars:
+            raise MemoryInputError(
+                f"field 'text' is {len(text)} characters long; the limit is {self.max_text_chars}"
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MemoryInputError("field 'text' is not valid UTF-8") from None
+        return self.scrubber.scrub(text)
+
+    @contextmanager
+    def prepared(self, texts: Sequence[Any]) -> Iterator[None]:
+        """Scrub and embed the texts of the writes about to come once, for the whole block.
+
+        Each text is validated and scrubbed as :meth:`store` does it, and the scrubbed texts
+        are embedded with one call of the embedder (it takes lists). Inside the block,
+        :meth:`store` of one of these texts takes its scrubbing and vector from here instead of
+        one scrub and one embedder call per write; everything else (dedup, supersession, the
+        checks of the other fields) runs per write as always. A text that fails validation is
+        left out (its :meth:`store` raises as without the block); if the batched embedder call
+        fails, each write embeds its own text.
+
+        Args:
+            texts: The texts of the coming :meth:`store` calls (anything else is ignored).
+        """
+        prepared: dict[str, tuple[str, int, np.ndarray | None]] = {}
+        for text in texts:
+            if not isinstance(text, str) or text in prepared:
+                continue
+            try:
+                scrubbed, redactions = self.prepare_text(text)
+            except (TypeError, ValueError):
+                continue
+            prepared[text] = (scrubbed, redactions, None)
+        if self.embedder is not None and prepared:
+            try:
+                vectors = self.embedder.embed([p[0] for p in prepared.values()])
+            except Exception:  # each write then embeds (and fails) on its own
+                vectors = None
+            if vectors is not None and len(vectors) == len(prepared):
+                for text, vector in zip(list(prepared), vectors, strict=True):
+                    prepared[text] = (*prepared[text][:2], vector)
+        self._prepared = prepared
+        self._field_scrubs = {}
+        try:
+            yield
+        finally:
+            self._prepared = {}
+            self._field_scrubs = {}
+
+    def _scrub_fields(self, values: tuple[str | None, ...]) -> tuple[tuple[str | None, ...], int]:
+        """Scrub short string fields (``None`` stays); inside :meth:`prepared` each distinct
+        string is scrubbed once for the block (the writing agent's name recurs in every item)."""
+        if not self._prepared:
+            return self.scrubber.scrub_value(values)
+        out: list[str | None] = []
+        total = 0
+        for value in values:
+            if value is None:
+                out.append(None)
+                continue
+            done = self._field_scrubs.get(value)
+            if done is None:
+                done = self._field_scrubs[value] = self.scrubber.scrub(value)
+            out.append(done[0])
+            total += done[1]
+        return tuple(out), total
+
+    def store(
+        self,
+        text: str,
+        type: str = "event",
+        *,
+        source_agent: str = "unknown",
+        client_id: str = GLOBAL_CLIENT,
+        key: str | None = None,
+        subject: str | None = None,
+        status_value: str | None = None,
+        importance: str = "medium",
+        category: str | None = None,
+        knowledge_category: str = "general",
+        valid_from: float | str | None = None,
+        metadata: dict[str, Any] | None = None,
+        confidence: float = 1.0,
+        authority: str = "unverified_agent",
+        now: float | str | None = None,
+        embedding: np.ndarray | Sequence[float] | None = None,
+        id: str | None = None,
+        scope: str = TEAM,
+    ) -> WriteResult:
+        """Store one memory through the full write path (see the module docstring).
+
+        Args:
+            text: Memory content; credentials are scrubbed before anything else sees it.
+            type: ``event``, ``fact``, ``decision`` or ``status``.
+            source_agent: The agent writing.
+            client_id: Tenant scope (``"global"`` is system-wide).
+            key: Facts: upsert key (a new fact with the key of an active fact supersedes it).
+            subject: Statuses: what the status is about (supersedes by subject).
+            status_value: Statuses: the value.
+            importance: ``critical``, ``high``, ``medium`` or ``low``.
+            category: ``semantic``, ``episodic``, ``procedural`` or ``None``.
+            knowledge_category: One of the seed's knowledge categories.
+            valid_from: Facts/statuses: when it became true (default: ``now``).
+            metadata: Arbitrary JSON-serialisable metadata.
+            confidence: Base confidence in [0, 1].
+            authority: Source authority (seed 003 §6.4): ``human``, ``verified_agent``,
+                ``unverified_agent`` or ``inferred``.
+            now: The write time (default: wall clock).
+            embedding: Vector of the *scrubbed* text; computed with the embedder when ``None``.
+            id: Memory id to use (default: a deterministic UUID).
+            scope: Namespace inside the client (``team``, ``agent:{name}``,
+                ``project:{name}``); dedup and supersession act within one scope.
+
+        Returns:
+            A :class:`WriteResult`.
+
+        Raises:
+            TypeError, MemoryInputError: On bad input (nothing is stored).
+            DecisionImmutableError: On a decision whose key names an active decision.
+        """
+        ahead = self._prepared.get(text) if isinstance(text, str) else None
+        scrubbed, redactions = ahead[:2] if ahead is not None else self.prepare_text(text)
+        _check_choice(type, "type", MEMORY_TYPES, optional=False)
+        _check_str(source_agent, "source_agent", optional=False)
+        _check_str(client_id, "client_id", optional=False)
+        try:
+            check_scope(scope)
+        except ValueError as exc:
+            raise MemoryInputError(str(exc)) from None
+        _check_str(key, "key", optional=True)
+        _check_str(subject, "subject", optional=True)
+        if status_value is not None and not isinstance(status_value, str):
+            raise TypeError("field 'status_value' must be a string")
+        _check_choice(importance, "importance", IMPORTANCE_LEVELS, optional=False)
+        _check_choice(authority, "authority", AUTHORITY_LEVELS, optional=False)
+        _check_choice(category, "category", CATEGORIES, optional=True)
+        _check_choice(
+            knowledge_category, "knowledge_category", KNOWLEDGE_CATEGORIES, optional=False
+        )
+        if metadata is not None and not isinstance(metadata, dict):
+            kind = metadata.__class__.__name__
+            raise TypeError(f"field 'metadata' must be an object, got {kind}")
+        check_json_value(metadata, "metadata")  # NaN, deep nesting, lone surrogates
+        if metadata:
+            try:
+                json.dumps(metadata, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise MemoryInputError(
+                    f"field 'metadata' is not JSON-serialisable ({exc})"
+                ) from None
+        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
+            raise TypeError("field 'confidence' must be a number")
+        if not 0.0 <= float(confidence) <= 1.0:
+            raise MemoryInputError(f"field 'confidence' must lie in [0, 1], got {confidence}")
+        if id is not None:
+            _check_str(id, "id", optional=False)
+            if id in self._index:
+                raise MemoryInputError(scrub_message(f"field 'id': {id!r} is already in the store"))
+        t_now = _check_time(now, "now")
+        t_valid = None if valid_from is None else _check_time(valid_from, "valid_from")
+        vector = None if embedding is None else self._check_vector(embedding, "embedding")
+        # Every stored string field is scrubbed, not only the text.
+        (source_agent, key, subject, status_value), n_fields = self._scrub_fields(
+            (source_agent, key, subject, status_value)
+        )
+        try:
+            metadata, n_meta = self.scrubber.scrub_value(metadata, field="metadata")
+        except ValueError as exc:
+            raise MemoryInputError(str(exc)) from None
+        redactions += n_fields + n_meta
+        h = content_hash(scrubbed)
+
+        existing = self._dedup.get((client_id, scope, type, h))
+        if existing is not None:
+            return self._corroborate(existing, source_agent, t_now, redactions)
+
+        old_idx: int | None = None
+        if type == "fact":
+            if key is None:
+                log.warning("fact stored without a key: it can never be superseded")
+            else:
+                old_idx = self._by_key.get((client_id, scope, key))
+        elif type == "status":
+            if subject is None:
+                log.warning("status stored without a subject: it can never be superseded")
+            else:
+                old_idx = self._by_subject.get((client_id, scope, subject))
+        elif type == "decision" and key is not None:
+            for rec in self._records:
+                if rec.type == "decision" and rec.active and rec.key == key:
+                    raise DecisionImmutableError(
+                        f"decision {rec.id} has key {key!r}: decisions are immutable and "
+                        "can never be superseded; store a new decision with another key"
+                    )
+
+        if vector is None and self.embedder is not None:
+            raw = ahead[2] if ahead is not None and ahead[2] is not None else None
+            if raw is None:
+                raw = self.embedder.embed([scrubbed])[0]
+            vector = self._check_vector(raw, "embedding (from the embedder)")
+
+        mem_id = id if id is not None else self._new_id(h, client_id, type, t_now)
+        mentions = self.extractor.extract(
+            scrubbed,
+            client_id=None if client_id == GLOBAL_CLIENT else client_id,
+            source_agent=source_agent,
+        )
+        rec = MemoryRecord(
+            id=mem_id,
+            text=scrubbed,
+            type=type,
+            source_agent=source_agent,
+            client_id=client_id,
+            observed_by=[source_agent],
+            observation_count=1,
+            category=category,
+            importance=importance,
+            knowledge_category=knowledge_category,
+            content_hash=h,
+            created_at=t_now,
+            confidence=float(confidence),
+            authority=authority,
+            supersedes=None if old_idx is None else self._records[old_idx].id,
+            key=key,
+            subject=subject,
+            status_value=status_value,
+            valid_from=t_valid if t_valid is not None else t_now,
+            entities=[m.entity.to_dict() for m in mentions],
+            metadata=dict(metadata) if metadata else {},
+            scope=scope,
+        )
+        with self._transaction():
+            idx = self._append(rec, vector)
+            superseded = None
+            if old_idx is not None:
+                superseded = self._supersede(old_idx, idx, t_now)
+            self._index_entities(idx, mentions)
+        return WriteResult(mem_id, "created", superseded, redactions)
+
+    def _check_vector(self, embedding: Any, name: str) -> np.ndarray:
+        """A finite 1-D float32 vector of the index's dimension (checked before any write)."""
+        try:
+            vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        except (TypeError, ValueError):
+            raise MemoryInputError(f"field '{name}' must be a vector of numbers") from None
+        if vector.shape[0] == 0:
+            raise MemoryInputError(f"field '{name}' is empty")
+        if not np.all(np.isfinite(vector)):
+            raise MemoryInputError(f"field '{name}' holds a non-finite value")
+        dim = self.vectors.dim
+        if dim is not None and vector.shape[0] != dim:
+            raise MemoryInputError(
+                f"field '{name}': expected dimension {dim}, got {vector.shape[0]}"
+            )
+        return vector
+
+    def _new_id(self, h: str, client_id: str, type_: str, t_now: float) -> str:
+        seed = f"{h}|{client_id}|{type_}|{t_now!r}|{len(self._records)}".encode()
+        return str(uuid.UUID(bytes=hashlib.sha256(seed).digest()[:16], version=4))
+
+    def _append(self, rec: MemoryRecord, vector: np.ndarray | None) -> int:
+        idx = self._index_in_memory(rec, vector)
+        blob = None if vector is None else self.vectors.get(idx).tobytes()
+        payload = self._payload(rec)
+        self._exec(
+            "INSERT INTO memories (idx, id, client_id, type, content_hash, active, payload, vector)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (idx, rec.id, rec.client_id, rec.type, rec.content_hash, int(rec.active),
+             payload, blob),
+        )
+        self._version(rec, "created", rec.created_at, payload)
+        if vector is not None:
+            self._chroma_pending[rec.id] = idx
+        self.version += 1
+        return idx
+
+    def _save(self, idx: int, change: str | None, at: float) -> None:
+        """Write a changed record back to SQLite (and the columns), logging a version."""
+        rec = self._records[idx]
+        self._sync_columns(idx)
+        payload = self._payload(rec)
+        self._exec(
+            "UPDATE memories SET active = ?, payload = ? WHERE idx = ?",
+            (int(rec.active), payload, idx),
+        )
+        if change is not None:
+            self._version(rec, change, at, payload)
+            if self.vectors.present[idx]:
+                self._chroma_pending[rec.id] = idx
+        self.version += 1
+
+    def _deactivate(self, idx: int) -> None:
+        rec = self._records[idx]
+        rec.active = False
+        cs = (rec.client_id, rec.scope)
+        if self._dedup.get((*cs, rec.type, rec.content_hash)) == idx:
+            del self._dedup[(*cs, rec.type, rec.content_hash)]
+        if rec.key is not None and self._by_key.get((*cs, rec.key)) == idx:
+            del self._by_key[(*cs, rec.key)]
+        if rec.subject is not None and self._by_subject.get((*cs, rec.subject)) == idx:
+            del self._by_subject[(*cs, rec.subject)]
+
+    def _supersede(self, old_idx: int, new_idx: int, t_now: float) -> str:
+        old, new = self._records[old_idx], self._records[new_idx]
+        if old.type == "decision":
+            raise DecisionImmutableError(f"decision {old.id} can never be superseded")
+        self._deactivate(old_idx)
+        old.superseded_by = new.id
+        old.superseded_at = t_now
+        old.valid_to = t_now
+        new.supersedes = old.id
+        self._save(old_idx, "superseded", t_now)
+        return old.id
+
+    def _corroborate(self, idx: int, agent: str, t_now: float, redactions: int) -> WriteResult:
+        rec = self._records[idx]
+        if agent in rec.observed_by:
+            return WriteResult(rec.id, "deduplicated", None, redactions)
+        if len(rec.observed_by) < self.max_observed_by:
+            with self._transaction():
+                rec.observed_by.append(agent)
+                rec.observation_count = len(rec.observed_by)
+                self._save(idx, "corroborated", t_now)
+        return WriteResult(rec.id, "corroborated", None, redactions)
+
+    def retire(
+        self, memory_id: str, change: str, *, now: float | str | None = None, **updates: Any
+    ) -> MemoryRecord:
+        """Deactivate a memory, set payload fields (``expired_at=…``), and log the change.
+
+        Lifecycle jobs (TTL expiry, merges) use this; it refuses decisions.
+        """
+        idx = self.idx(memory_id)
+        rec = self._records[idx]
+        if rec.type == "decision":
+            raise DecisionImmutableError(f"decision {memory_id} is immutable")
+        _check_str(change, "change", optional=False)
+        updates = self._check_updates(updates)
+        t_now = _check_time(now, "now")
+        with self._transaction():
+            self._deactivate(idx)
+            for name, value in updates.items():
+                setattr(rec, name, value)
+            self._save(idx, change, t_now)
+        return rec
+
+    _FIXED_FIELDS = frozenset(
+        ("id", "text", "type", "client_id", "content_hash", "created_at", "valid_from", "active")
+    )
+
+    @classmethod
+    def _check_updates(cls, updates: dict[str, Any]) -> dict[str, Any]:
+        """Validate payload updates before anything changes (times become epoch seconds)."""
+        unknown = sorted(set(updates) - set(_RECORD_FIELDS))
+        if unknown:
+            raise TypeError(f"unknown payload field(s): {', '.join(unknown)}")
+        fixed = sorted(set(updates) & cls._FIXED_FIELDS)
+        if fixed:
+            raise MemoryInputError(f"payload field(s) {', '.join(fixed)} cannot be changed")
+        out: dict[str, Any] = {}
+        for name, value in updates.items():
+            if name in _TIME_FIELDS and value is not None:
+                value = _check_time(value, name)
+            else:
+                try:
+                    json.dumps(value, allow_nan=False)
+                except (TypeError, ValueError) as exc:
+                    raise MemoryInputError(
+                        f"field '{name}' is not JSON-serialisable ({exc})"
+                    ) from None
+            out[name] = value
+        return out
+
+    def save(self, memory_id: str, change: str, *, now: float | str | None = None) -> None:
+        """Persist in-place edits of a record's descriptive fields and log a version.
+
+        For fields that do not move it through the lifecycle (``knowledge_category``,
+        ``consolidated``, ``metadata``); lifecycle moves go through :meth:`retire`.
+        """
+        idx = self.idx(memory_id)
+        _check_str(change, "change", optional=False)
+        t_now = _check_time(now, "now")
+        with self._transaction():
+            self._save(idx, change, t_now)
+
+    def forget(self, memory_id: str, reason: str, *, now: float | str | None = None) -> None:
+        """Soft-delete a memory (seed 003 ``forget``): inactive, reason kept, never returned."""
+        idx = self.idx(memory_id)
+        rec = self._records[idx]
+        _check_str(reason, "reason", optional=False)
+        reason = self.scrubber.scrub(reason)[0]
+        if rec.type == "decision":
+            raise DecisionImmutableError(
+                f"decision {memory_id} is immutable (an audit trail) and cannot be forgotten"
+            )
+        t_now = _check_time(now, "now")
+        self.retire(
+            memory_id,
+            "forgotten",
+            now=t_now,
+            forgotten_reason=reason,
+            expired_at=t_now,
+            valid_to=rec.valid_to if rec.valid_to is not None else t_now,
+        )
+
+    def restore(self, memory_id: str, *, now: float | str | None = None) -> MemoryRecord:
+        """Undo a ``forget`` (seed 003: soft deletes are kept for undo until purged).
+
+        Raises:
+            MemoryInputError: If the memory was not forgotten, was purged, or a memory written
+                since holds its dedup, key or subject slot.
+        """
+        idx = self.idx(memory_id)
+        rec = self._records[idx]
+        if rec.forgotten_reason is None:
+            raise MemoryInputError(f"memory {memory_id} is not forgotten")
+        if rec.purged_at is not None:
+            raise MemoryInputError(f"memory {memory_id} was purged and cannot be restored")
+        slots = [(self._dedup, (rec.client_id, rec.type, rec.content_hash))]
+        if rec.type == "fact" and rec.key is not None:
+            slots.append((self._by_key, (rec.client_id, rec.key)))
+        if rec.type == "status" and rec.subject is not None:
+            slots.append((self._by_subject, (rec.client_id, rec.subject)))
+        for table, slot in slots:
+            if slot in table:
+                other = self._records[table[slot]].id
+                raise MemoryInputError(f"memory {memory_id} cannot be restored: {other} holds it")
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        with self.batch():
+            rec.active = True
+            rec.forgotten_reason = None
+            rec.expired_at = None
+            rec.valid_to = None
+            for table, slot in slots:
+                table[slot] = idx
+            self._save(idx, "restored", t_now)
+        return rec
+
+    def purge(self, memory_id: str, *, now: float | str | None = None) -> MemoryRecord:
+        """Erase a forgotten memory's content for good (seed 003: purged after the undo window).
+
+        The row stays (ids and row numbers are stable) with an empty text, no entities, no
+        metadata and no vector; the payloads of its earlier versions are erased too.
+        """
+        idx = self.idx(memory_id)
+        rec = self._records[idx]
+        if rec.forgotten_reason is None:
+            raise MemoryInputError(f"memory {memory_id} is not forgotten; forget it first")
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        with self.batch():
+            rec.text = ""
+            rec.entities = []
+            rec.metadata = {}
+            rec.purged_at = t_now
+            self.vectors.set(idx, None)
+            self._db.execute("UPDATE memories SET vector = NULL WHERE idx = ?", (idx,))
+            self._db.execute(
+                "UPDATE versions SET payload = '{}' WHERE memory_id = ?", (memory_id,)
+            )
+            self._chroma_pending.pop(memory_id, None)
+            if self._chroma is not None:
+                self._chroma.delete([memory_id])
+            self._save(idx, "purged", t_now)
+        return rec
+
+    def correct(
+        self,
+        memory_id: str,
+        new_text: str,
+        reason: str,
+        *,
+        now: float | str | None = None,
+        source_agent: str | None = None,
+        embedding: np.ndarray | Sequence[float] | None = None,
+        id: str | None = None,
+    ) -> WriteResult:
+        """Supersede a memory with corrected text (seed 004 ``correct_memory``), linked both ways.
+
+        The correction keeps the old memory's client, scope and payload fields; ``id`` names the
+        new memory (default: a deterministic UUID).
+        """
+        idx = self.idx(memory_id)
+        old = self._records[idx]
+        _check_str(reason, "reason", optional=False)
+        reason = self.scrubber.scrub(reason)[0]
+        if old.type == "decision":
+            raise DecisionImmutableError(
+                f"decision {memory_id} is immutable and cannot be corrected; "
+                "record a new decision instead"
+            )
+        if not old.active:
+            raise MemoryInputError(f"memory {memory_id} is not active and cannot be corrected")
+        if source_agent is not None:
+            _check_str(source_agent, "source_agent", optional=False)
+        t_now = _check_time(now, "now")
+        self.prepare_text(new_text)
+        if embedding is not None:
+            embedding = self._check_vector(embedding, "embedding")
+        with self._transaction():
+            self._deactivate(idx)
+            result = self.store(
+                new_text,
+                old.type,
+                source_agent=source_agent or old.source_agent,
+                client_id=old.client_id,
+                key=old.key,
+                subject=old.subject,
+                status_value=old.status_value,
+                importance=old.importance,
+                category=old.category,
+                knowledge_category=old.knowledge_category,
+                metadata={**old.metadata, "correction_reason": reason},
+                now=t_now,
+                embedding=embedding,
+                id=id,
+                scope=old.scope,
+            )
+            new_idx = self._index[result.id]
+            old.superseded_by = result.id
+            old.superseded_at = t_now
+            old.valid_to = t_now
+            self._records[new_idx].supersedes = old.id
+            self._save(idx, "corrected", t_now)
+            self._save(new_idx, None, t_now)
+        return WriteResult(result.id, "created", old.id, result.redactions)
+
+    def promote(self, memory_id: str, *, now: float | str | None = None) -> WriteResult:
+        """Move a memory to the ``team`` scope (seed 003 ``promote``).
+
+        An active team fact with the same key (a status with the same subject) is superseded by
+        the promoted memory. Promoting text that the team scope already holds is refused: the
+        team copy is named in the error.
+        """
+        idx = self.idx(memory_id)
+        rec = self._records[idx]
+        if rec.scope == TEAM:
+            raise MemoryInputError(f"memory {memory_id} is already in the team scope")
+        if not rec.active:
+            raise MemoryInputError(f"memory {memory_id} is not active and cannot be promoted")
+        dup = self._dedup.get((rec.client_id, TEAM, rec.type, rec.content_hash))
+        if dup is not None:
+            raise MemoryInputError(
+                f"memory {memory_id}: the team scope already holds this text as "
+                f"{self._records[dup].id}"
+            )
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        old_idx = None
+        if rec.type == "fact" and rec.key is not None:
+            old_idx = self._by_key.get((rec.client_id, TEAM, rec.key))
+        elif rec.type == "status" and rec.subject is not None:
+            old_idx = self._by_subject.get((rec.client_id, TEAM, rec.subject))
+        with self.batch():
+            self._deactivate(idx)
+            rec.scope = TEAM
+            rec.active = True
+            self._cols.scope[idx] = self._scopes.setdefault(TEAM, len(self._scopes))
+            self._register_active(idx)
+            superseded = None
+            if old_idx is not None and old_idx != idx:
+                superseded = self._supersede(old_idx, idx, t_now)
+            self._save(idx, "promoted", t_now)
+        self.scope_version += 1
+        return WriteResult(rec.id, "promoted", superseded, 0)
+
+    def touch(self, memory_ids: Sequence[str], *, now: float | str | None = None) -> None:
+        """Count a search hit for each id: ``access_count += 1``, ``last_accessed_at = now``."""
+        if isinstance(memory_ids, str):
+            raise TypeError("field 'memory_ids' must be a list of ids, got a string")
+        t_now = _check_time(now, "now")
+        rows = [self.idx(mid) for mid in memory_ids]
+        with self._transaction():
+            for idx in rows:
+                rec = self._records[idx]
+                rec.access_count += 1
+                rec.last_accessed_at = t_now
+                self._save(idx, None, t_now)
+
+    def _register_active(self, idx: int) -> None:
+        """Enter an active record in the dedup and supersession lookups (per client and scope)."""
+        rec = self._records[idx]
+        cs = (rec.client_id, rec.scope)
+        self._dedup[(*cs, rec.type, rec.content_hash)] = idx
+        if rec.type == "fact" and rec.key is not None:
+            self._by_key[(*cs, rec.key)] = idx
+        if rec.type == "status" and rec.subject is not None:
+            self._by_subject[(*cs, rec.subject)] = idx

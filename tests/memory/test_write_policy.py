@@ -1,0 +1,107 @@
+"""The write policy's batch preparation (``MemoryStore.prepared``): one scrub and one embedder
+call for a whole batch, with exactly the writes a store without it makes."""
+
+import numpy as np
+import pytest
+
+from memlab.embed import HashingEmbedder
+from memlab.memory.records import MemoryInputError
+from memlab.memory.store import MemoryStore
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+KEY = "AKIA" + "ABCDEFGHIJKLMNOP"  # an AWS access key id shape, split so no scanner flags it
+
+TEXTS = [
+    "Acme deploys the billing api on Kubernetes",
+    f"the deploy key is {KEY}",
+    "Acme deploys the billing api on Kubernetes",  # a duplicate: deduplicated
+    "Redis caches the invoice dashboard",
+]
+
+
+class CountingEmbedder:
+    """A hashing embedder that counts its calls and the texts it was given."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.inner = HashingEmbedder(dim=16)
+        self.calls: list[list[str]] = []
+        self.fail = fail
+
+    def embed(self, texts):
+        self.calls.append(list(texts))
+        if self.fail and len(texts) > 1:
+            raise RuntimeError("batch refused")
+        return self.inner.embed(texts)
+
+
+def _write(store: MemoryStore, texts) -> list:
+    return [store.store(t, "event", source_agent="atlas", now=T0 + i) for i, t in enumerate(texts)]
+
+
+def test_prepared_writes_equal_plain_writes_with_one_embedder_call():
+    plain_embedder, batch_embedder = CountingEmbedder(), CountingEmbedder()
+    plain = MemoryStore(embedder=plain_embedder)
+    batched = MemoryStore(embedder=batch_embedder)
+    expected = _write(plain, TEXTS)
+    with batched.batch(), batched.prepared(TEXTS):
+        got = _write(batched, TEXTS)
+    assert got == expected
+    assert [r.action for r in got] == ["created", "created", "deduplicated", "created"]
+    assert got[1].redactions == 1
+    assert batched.texts == plain.texts
+    assert "[REDACTED:" in batched.texts[1] and KEY not in batched.texts[1]
+    np.testing.assert_array_equal(batched.vectors.matrix, plain.vectors.matrix)
+    # one call for the three distinct texts, scrubbed before the embedder sees them
+    assert len(batch_embedder.calls) == 1
+    assert len(batch_embedder.calls[0]) == 3
+    assert batch_embedder.calls[0][1] == batched.texts[1]
+    # without the block: one call per created memory
+    assert len(plain_embedder.calls) == 3
+
+
+def test_a_bad_text_in_a_prepared_batch_fails_alone_with_the_plain_error():
+    store = MemoryStore(embedder=CountingEmbedder())
+    with store.batch(), store.prepared(["fine text", "   ", 42]):
+        assert store.store("fine text", now=T0).action == "created"
+        with pytest.raises(MemoryInputError, match="field 'text' must not be empty"):
+            store.store("   ", now=T0 + 1)
+        with pytest.raises(TypeError, match="field 'text' must be a string"):
+            store.store(42, now=T0 + 2)
+    assert store.texts == ["fine text"]
+
+
+def test_a_failing_batched_embedder_call_falls_back_to_one_call_per_write():
+    embedder = CountingEmbedder(fail=True)
+    store = MemoryStore(embedder=embedder)
+    with store.batch(), store.prepared(TEXTS[:2]):
+        _write(store, TEXTS[:2])
+    assert [len(c) for c in embedder.calls] == [2, 1, 1]
+    assert store.vectors.present.tolist() == [True, True]
+
+
+def test_the_preparation_ends_with_the_block():
+    embedder = CountingEmbedder()
+    store = MemoryStore(embedder=embedder)
+    with store.prepared(["Acme deploys"]):
+        pass
+    store.store("Acme deploys", now=T0)
+    assert [len(c) for c in embedder.calls] == [1, 1]
+
+
+def test_fields_scrubbed_once_per_block_give_the_plain_records():
+    def write(store):
+        return [
+            store.store(f"fact {i}", "fact", source_agent="atlas", key=f"deploy {KEY}",
+                        now=T0 + i)
+            for i in range(2)
+        ]
+
+    plain, batched = MemoryStore(), MemoryStore()
+    expected = write(plain)
+    with batched.batch(), batched.prepared(["fact 0", "fact 1"]):
+        got = write(batched)
+    assert got == expected
+    assert [r.redactions for r in got] == [1, 1]
+    assert [r.superseded for r in got] == [None, got[0].id]
+    assert batched.get(got[1].id).key == plain.get(expected[1].id).key
+    assert KEY not in batched.get(got[1].id).key
