@@ -25,7 +25,8 @@ def test_lifecycle_experiment_matches_the_committed_baseline():
     committed = (ROOT / "reports" / "baseline" / "agent-lifecycle" / "metrics.json").read_text(
         encoding="utf-8"
     )
-    result = run_experiment(
-        ROOT / "datasets" / "agent-lifecycle", DEFAULT_PIPELINES, progress=False
-    )
+    # `full` needs a generator and this dataset has no recorded generations: `memlab eval`
+    # (and so `make eval`) leaves it out, and so does its baseline.
+    pipelines = [p for p in DEFAULT_PIPELINES if p != "full"]
+    result = run_experiment(ROOT / "datasets" / "agent-lifecycle", pipelines, progress=False)
     assert metrics_json(result.metrics) == committed

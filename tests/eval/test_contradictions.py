@@ -40,3 +40,27 @@ def test_shipped_set_is_balanced_and_the_lexical_rules_never_fire_on_compatible_
     score, rows = score_detector(LexicalDetector(), pairs)
     assert [r["id"] for r in rows if r["predicted"] and not r["label"]] == []
     assert {r["kind"] for r in rows if r["predicted"]} == {"antonym", "negation", "value"}
+
+
+def test_recorded_nli_answers_replay_offline_and_decide_by_their_first_word():
+    from memlab.explore.session import project_root
+    from memlab.generate import RecordedGenerator, scan_records
+    from memlab.memory.conflicts import DEFAULT_NLI_PROMPT, GeneratorNLIDetector
+
+    root = project_root()
+    pairs = load_pairs(root / "datasets" / "contradictions" / "pairs.jsonl")
+    path = root / "eval" / "generations" / "contradictions-nli.jsonl"
+    records, _ = scan_records(path)
+    assert {(r["model"], r["params"]["max_new_tokens"]) for r in records} == {("smollm2", 4)}
+    answers = {r["prompt"]: r["text"] for r in records}
+    covered = [p for p in pairs if DEFAULT_NLI_PROMPT.format(a=p["a"], b=p["b"]) in answers]
+    score, rows = score_detector(GeneratorNLIDetector(RecordedGenerator(path)), covered)
+    said_yes = [
+        answers[DEFAULT_NLI_PROMPT.format(a=p["a"], b=p["b"])].lower().startswith("yes")
+        for p in covered
+    ]
+    assert [r["predicted"] for r in rows] == said_yes
+    assert (len(covered), sum(p["contradicts"] for p in covered)) == (50, 25)
+    # SmolLM2-135M says "yes" to every contradiction and to all but 4 of the 25 others.
+    assert (score.tp, score.fp, score.fn, score.tn) == (25, 25 - 4, 0, 4)
+    assert sum(said_yes) == 50 - 4
