@@ -3,7 +3,7 @@
     python eval/lifecycle.py [DATASET] [OUT]   # datasets/agent-lifecycle, reports/lifecycle
 
 Part 1 replays ``dense`` under each conflict policy (the dataset's consolidation defaults in
-force) and compares every policy with ``authority`` (seed 003 §6.4) on the same queries. Part 2
+force) and compares every policy with ``authority`` (design §D3.8) on the same queries. Part 2
 runs ``dense`` followed by each decay model under the dataset's defaults, compared with plain
 ``dense``. Both write ``summary.md`` and the per-query tables into OUT.
 """

@@ -27,9 +27,9 @@ def _(mo, session):
         # Activation spread over the entity graph
 
         Pick a query of the dataset (the store is replayed up to it) or type your own, or point
-        at any store directory. The query's entities seed the **graph BFS** (seed 000:
+        at any store directory. The query's entities seed the **graph BFS** (docs/design.md §D0.9:
         activation × hop decay × causal boost × edge strength, hop by hop); its top retrieved
-        memories seed the **leaky integrate-and-fire** network (seed 002: potentials leak,
+        memories seed the **leaky integrate-and-fire** network (design §D2.3: potentials leak,
         spike at the threshold, refract). Both run side by side; squares are memories (orange:
         relevant), labelled with their rank without → with propagation.
         {"_Fast mode: hashing embedder._" if session.fast_mode() else ""}

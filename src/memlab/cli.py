@@ -677,7 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("path")
     p.add_argument("--now", help="the cycle's clock (ISO 8601; default: now)")
-    p.add_argument("--ttl-days", type=_days, default=30.0, help="event TTL (seed 000: 30)")
+    p.add_argument("--ttl-days", type=_days, default=30.0, help="event TTL (design §D0.10: 30)")
     p.add_argument(
         "--generator",
         default=None,

@@ -1,4 +1,4 @@
-"""Tests for memlab.memory.entities (fast-path extraction, seed 000)."""
+"""Tests for memlab.memory.entities (fast-path extraction, docs/design.md §D0.8)."""
 
 from __future__ import annotations
 

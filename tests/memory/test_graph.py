@@ -1,4 +1,4 @@
-"""Tests for memlab.memory.graph (entity graph, seed 000 BFS and seed 002 Hebbian upkeep)."""
+"""Tests for memlab.memory.graph (entity graph, design §D0.9 BFS, design §D2.6 Hebbian upkeep)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for memlab.memory.scrub (credential scrubbing, seed 000)."""
+"""Tests for memlab.memory.scrub (credential scrubbing, docs/design.md §D0.11)."""
 
 from __future__ import annotations
 

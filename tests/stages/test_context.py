@@ -1,4 +1,4 @@
-"""Tests for memlab.stages.context (seed 001's system_prompt_addition formats)."""
+"""Tests for memlab.stages.context (docs/design.md §D1.2's system_prompt_addition formats)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for memlab.stages.lifecycle (seed 000's decay, boost and similarity floor)."""
+"""Tests for memlab.stages.lifecycle (docs/design.md §D0.5's decay, boost and similarity floor)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_seed_decay_table(aged: MemoryStore, now: float) -> None:
     assert f["fact-30"] == pytest.approx(0.98**30, rel=1e-12)
     assert f["fact-90"] == pytest.approx(0.98**90, rel=1e-12)
     assert f["status-30"] == pytest.approx(0.98**30, rel=1e-12)
-    # seed 000's table: 30 days -> 0.545, 90 days -> 0.162. Its 7-day entry reads 0.869, but
+    # design §D0.5's table: 30 days -> 0.545, 90 days -> 0.162. Its 7-day entry reads 0.869, but
     # its own formula gives 0.98**7 = 0.86813 -> 0.868; the formula is what the stage computes.
     assert round(f["fact-30"], 3) == 0.545
     assert round(f["fact-90"], 3) == 0.162

@@ -13,14 +13,14 @@ A dataset is a directory holding three files:
 ``memories.jsonl``
     The write log in time order, one operation per line. A *store* line has ``id`` (unique),
     ``ts`` (ISO 8601 UTC), ``text``, ``type`` (event|fact|decision|status) and any payload field
-    of the reference memory model (seed 000): ``source_agent``, ``client_id``, ``key``,
+    of the reference memory model (docs/design.md §D0.2): ``source_agent``, ``client_id``, ``key``,
     ``subject``, ``status_value``, ``importance``, ``category``, ``knowledge_category``,
-    ``valid_from``, ``metadata``, ``confidence`` (in [0, 1]), ``authority`` (seed 003 §6.4:
+    ``valid_from``, ``metadata``, ``confidence`` (in [0, 1]), ``authority`` (docs/design.md §D3.8:
     human, verified_agent, unverified_agent or inferred) and ``scope`` (the namespace inside
     the client: ``team`` (default), ``agent:{name}`` or ``project:{name}``). ``op`` is
     ``"store"`` by default; ``"forget"`` lines carry ``target`` and ``reason``; ``"relate"``
     lines carry ``from``, ``relation`` and ``to`` (entity names; relation one of the typed
-    relations of seed 000) and optional ``properties`` (an object, kept in the log only);
+    relations of design §D0.2) and optional ``properties`` (an object, kept in the log only);
     ``"correct"`` lines carry ``id`` (the new memory), ``target``, ``text``, ``reason`` and
     optional ``source_agent``; ``"promote"`` lines carry ``target`` (moved to ``team``);
     ``"consolidate"`` lines run one consolidation cycle (no merger) over ``client_id``'s

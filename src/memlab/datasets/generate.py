@@ -305,7 +305,7 @@ class AgentMemorySimulator:
         start: ISO 8601 start of the timeline.
         queries_per_tag: Queries built for each primary tag.
         n_memories: Total store operations; background noise fills up to it.
-        event_ttl_days: Event TTL of the reference model (seed 000: 30 days). Events that are
+        event_ttl_days: Event TTL of the reference model (design §D0.10: 30 days). Events that are
             relevant to a non-``ttl`` query are asked about before they reach it.
         max_query_lag_days: Longest wait between the last write a query depends on and the
             query.

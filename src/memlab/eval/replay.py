@@ -5,15 +5,15 @@ Writes are applied in timestamp order; each query runs against the store as it w
 
 * **exact** — only operations with ``ts <=`` the query's ``ts`` are applied (file order breaks
   ties); supersessions, soft deletes (``forget``), relations and cross-agent corroboration take
-  effect when they are written; event TTL expiry (seed 000 ``cleanupOldEvents``) runs at each
+  effect when they are written; event TTL expiry (design §D0.10 ``cleanupOldEvents``) runs at each
   query's ``ts``, so an event expires unless an earlier query's hits touched it; every query's
   top ``touch_k`` hits count as accesses (``access_count``, ``last_accessed_at``), feeding decay,
   the access boost and the TTL rule of later queries. Each pipeline replays on its own store,
   because these feedbacks differ between pipelines.
-* **consolidation** — with ``consolidation.interval_hours`` set (seed 000 runs every 6 hours),
+* **consolidation** — with ``consolidation.interval_hours`` set (design §D0.10 runs every 6 hours),
   a consolidation cycle runs on the store as it is at each tick of the simulated clock (ticks at
   ``clock_origin + n × interval``): event TTL cleanup, Hebbian upkeep whose activation is what
-  the pipeline retrieved since the last cycle, an LLM-free cluster merge (or seed 003 §6.2's
+  the pipeline retrieved since the last cycle, an LLM-free cluster merge (or docs/design.md §D3.6's
   generator merge), reclassification of ``general``, contradiction flagging and archival to a
   cold tier; each cycle's report (ids of what expired, merged, strengthened, flagged, archived)
   is in the result's ``consolidation`` log. A relevant memory merged into a fact before a query
@@ -21,7 +21,7 @@ Writes are applied in timestamp order; each query runs against the store as it w
 * **conflicts** — with ``conflict_policy`` set, every new memory is checked against similar
   memories of its client by a contradiction detector, and the policy resolves each
   contradiction when it is written (the ``conflicts`` log);
-* **forgetting** — a forgotten memory stays restorable for ``forget_retention_days`` (seed 003:
+* **forgetting** — a forgotten memory stays restorable for ``forget_retention_days`` (design §D3.7:
   30 days), then is purged;
 * **approximated** — BM25 corpus statistics cover every memory written so far, in every scope,
   active or not (a shared keyword index); query and memory embeddings are computed once per
@@ -114,24 +114,24 @@ def _check_field(where: str, name: str, value: Any, kind: str, low: float | None
 
 @dataclass(frozen=True)
 class ConsolidationConfig:
-    """Consolidation during a replay (seed 000's engine on the simulated clock).
+    """Consolidation during a replay (docs/design.md §D0.10's engine on the simulated clock).
 
     Attributes:
-        interval_hours: Simulated hours between cycles (seed 000: 6); ``None`` or 0 runs none.
+        interval_hours: Simulated hours between cycles (design §D0.10: 6); ``None`` or 0 runs none.
         merge: ``"extractive"`` (LLM-free: a cluster's texts joined into one fact),
-            ``"generator"`` (seed 003 §6.2: the replay's generator summarises each cluster) or
+            ``"generator"`` (design §D3.6: the replay's generator summarises each cluster) or
             ``"none"``.
         merge_threshold: Average cosine at which memories join a cluster.
-        dedup_threshold: Cosine at which a merged fact is a duplicate (seed 000: 0.92).
-        hebbian_rate: Strength added per co-activation (seed 002).
-        hebbian_decay: Decay of every co-occurrence edge per cycle (seed 002).
+        dedup_threshold: Cosine at which a merged fact is a duplicate (docs/design.md §D0.10: 0.92).
+        hebbian_rate: Strength added per co-activation (docs/design.md §D2.6).
+        hebbian_decay: Decay of every co-occurrence edge per cycle (docs/design.md §D2.6).
         hebbian_floor: Edges below this strength are dropped.
-        reclassify: Reclassify ``general`` memories by keyword rules (seed 000).
+        reclassify: Reclassify ``general`` memories by keyword rules (docs/design.md §D0.10).
         flag_contradictions: Flag ``conflicts_with`` between contradicting memories.
         contradiction_threshold: Cosine at which a memory is a contradiction candidate.
-        archive_threshold: ``decay_score`` below which a memory goes to the cold tier (seed 003
+        archive_threshold: ``decay_score`` below which a memory goes to the cold tier (design §D3.7
             §6.3: 0.1); ``None`` archives nothing.
-        archive_lambda: λ of that ``decay_score`` (seed 003: 0.01).
+        archive_lambda: λ of that ``decay_score`` (docs/design.md §D3.7: 0.01).
     """
 
     interval_hours: float | None = None
@@ -179,7 +179,7 @@ class ReplayConfig:
     """Every knob of a replay, frozen; it goes into the manifest as :meth:`to_dict`.
 
     Attributes:
-        ttl_days: Event TTL (seed 000: 30 days).
+        ttl_days: Event TTL (docs/design.md §D0.10: 30 days).
         expire: Run the TTL cleanup before each query.
         touch_k: How many top hits of each query count as accesses.
         depth: How many candidates per query are kept in the rankings.
@@ -190,7 +190,7 @@ class ReplayConfig:
             existing one (``None``: contradictions are not resolved at write time).
         conflict_detector: ``lexical`` or ``nli`` (through the replay's generator).
         conflict_threshold: Cosine at which an existing memory is a contradiction candidate.
-        forget_retention_days: Forgotten memories are purged this long after (seed 003: 30
+        forget_retention_days: Forgotten memories are purged this long after (design §D3.7: 30
             days); ``None`` (the default) never purges. A purge empties the text, which also
             leaves the keyword index's corpus statistics, so it is opt-in.
         source: Where each non-default value came from (``dataset`` or ``override``); not a

@@ -2,11 +2,11 @@
 
 Two propagation models run over the same entity graph:
 
-* graph BFS (seed 000, :meth:`EntityGraph.spread_activation`): the query's entities start at 1.0
+* graph BFS (design §D0.9, :meth:`EntityGraph.spread_activation`): the query's entities start at 1.0
   and each hop carries ``a(u) × hop_decay × boost(rel) × min(strength / 5, 1)``;
   :func:`bfs_steps` lists, for every depth ``t``, the activation every entity holds after ``t``
   hops.
-* leaky integrate-and-fire (seed 002, :class:`memlab.stages.lif.LIF`): the top retrieved
+* leaky integrate-and-fire (docs/design.md §D2.3, :class:`memlab.stages.lif.LIF`): the top retrieved
   memories inject current into their entities, potentials leak, spike and refract;
   :func:`lif_steps` lists every neuron's potential and spikes per step of a
   :class:`~memlab.stages.lif.LIFTrace`.
@@ -75,11 +75,11 @@ def bfs_steps(
     Args:
         graph: The entity graph.
         seeds: Seed entity indices (activation 1.0 each).
-        hop_decay: Multiplier per hop (seed 000 ``GRAPH_SEARCH_DECAY`` = 0.8).
-        causal_boost: Extra multiplier on typed relations (seed 000 ``CAUSAL_BOOST`` = 2.0).
-        max_depth: Hops (seed 000 ``MAX_DEPTH`` = 2).
-        min_activation: Activations below this are not propagated (seed 000: 0.1).
-        strength_saturation: Edge strength that carries fully (seed 000: 5).
+        hop_decay: Multiplier per hop (docs/design.md §D0.9 ``GRAPH_SEARCH_DECAY`` = 0.8).
+        causal_boost: Extra multiplier on typed relations (design §D0.9 ``CAUSAL_BOOST`` = 2.0).
+        max_depth: Hops (docs/design.md §D0.9 ``MAX_DEPTH`` = 2).
+        min_activation: Activations below this are not propagated (docs/design.md §D0.9: 0.1).
+        strength_saturation: Edge strength that carries fully (docs/design.md §D0.9: 5).
 
     Returns:
         ``step, entity_idx, name, activation, changed``: one row per step and entity activated

@@ -8,7 +8,7 @@ that access log:
   by version;
 * :func:`validity_windows` -- when each memory was valid (``valid_from`` to ``valid_to``, or to
   its expiry) and how it ended;
-* :func:`decay_curves` -- seed 000's ``effective_confidence × access_boost`` through time, with
+* :func:`decay_curves` -- design §D0.5's ``effective_confidence × access_boost`` through time, with
   the jump at every access (``confidence × decay ** days since last access`` for facts and
   statuses; events and decisions do not decay);
 * :func:`access_counts` -- cumulative accesses per memory;

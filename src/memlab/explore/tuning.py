@@ -66,9 +66,9 @@ def tuning_pipeline(
     """Hybrid retrieval, lifecycle scoring, MMR and the entropy gate with the given constants.
 
     Args:
-        rrf_k: RRF rank offset (Cormack et al. 2009; seed 000: 60).
-        decay_factor: Confidence kept per day without access (seed 000: 0.98).
-        boost_weight: Weight of ``log2(access_count + 1)`` in the access boost (seed 000: 0.3).
+        rrf_k: RRF rank offset (Cormack et al. 2009; docs/design.md §D0.7: 60).
+        decay_factor: Confidence kept per day without access (docs/design.md §D0.5: 0.98).
+        boost_weight: Weight of ``log2(access_count + 1)`` in the access boost (design §D0.6: 0.3).
         mmr_lambda: MMR weight of relevance against redundancy (0.7).
         token_budget: Tokens the entropy gate lets through (2000).
         retrieve_k: Candidates each retriever returns.

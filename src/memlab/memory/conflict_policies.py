@@ -20,7 +20,7 @@ name                          outcome
 ``review``                    both go into the tenant's review queue
 ============================  =====================================================
 
-and seed 003 §6.4's order, ``authority``: the more recent wins when the two are further apart
+and docs/design.md §D3.8's order, ``authority``: the more recent wins when the two are further apart
 than ``close_days``; otherwise the higher source authority (``human > verified_agent >
 unverified_agent > inferred``); otherwise the clearly higher confidence; otherwise a
 ``conflicts_with`` link is flagged on both for review (``flag`` does only that).

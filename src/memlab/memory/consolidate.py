@@ -1,21 +1,21 @@
-"""Consolidation without an LLM (seed 000's engine, seed 002's Hebbian upkeep).
+"""Consolidation without an LLM (design §D0.10's engine, design §D2.6's Hebbian upkeep).
 
 * event TTL cleanup: active events never accessed, of medium or low importance, older than
   ``event_ttl_days`` → ``active=False``, ``expired_at=now``;
 * merged facts go through exact (content hash) and semantic (cosine ≥ 0.92) dedup before they
   are stored, and supersede their sources;
 * ``general`` knowledge categories are reclassified by keyword rules (never a specific one);
-* Hebbian graph upkeep (seed 002): co-activated entities strengthen their edges, every
+* Hebbian graph upkeep (docs/design.md §D2.6): co-activated entities strengthen their edges, every
   co-occurrence edge decays. The activation that counts is what was retrieved since the last
   cycle when the caller passes it (a replay does), else the memories processed this cycle;
-* contradiction flagging (seed 003 §6.4), with a detector: each processed memory's candidates
+* contradiction flagging (docs/design.md §D3.8), with a detector: each processed memory's candidates
   (:func:`memlab.memory.conflicts.contradiction_candidates`) that the detector calls
   contradictory get a ``conflicts_with`` link (resolution pending);
-* archival (seed 003 §6.3), with a threshold: active memories whose ``decay_score`` is below it
+* archival (design §D3.7), with a threshold: active memories whose ``decay_score`` is below it
   move to the cold tier (``archived_at``); those back above it leave it.
 
 An LLM-backed merge plugs in through :class:`Merger`; :class:`memlab.memory.merge.ClusterMerger`
-is one (seed 003: cluster similar memories, summarise each cluster with a generator).
+is one (docs/design.md §D3.6: cluster similar memories, summarise each cluster with a generator).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def consolidate_scope(
     scope: str | None = None,
     since: float | str | None = None,
 ) -> ConsolidationReport:
-    """One consolidation cycle without a merger over a slice of the store (seed 003
+    """One consolidation cycle without a merger over a slice of the store (docs/design.md §D3.6
     ``consolidate(scope, since)``): the memories of ``client_id`` (and ``global``), of ``scope``
     only when given, created at or after ``since`` when given. A live server and a replay of its
     recording both call this.
@@ -162,20 +162,20 @@ class Consolidator:
     """One consolidation cycle over the unconsolidated memories of a store.
 
     Args:
-        event_ttl_days: Event TTL (seed 000 ``EVENT_TTL_DAYS`` = 30).
+        event_ttl_days: Event TTL (docs/design.md §D0.10 ``EVENT_TTL_DAYS`` = 30).
         semantic_dedup_threshold: Cosine at or above which a merged fact is a duplicate
-            (seed 000 ``SEMANTIC_DEDUP_THRESHOLD`` = 0.92).
+            (docs/design.md §D0.10 ``SEMANTIC_DEDUP_THRESHOLD`` = 0.92).
         category_keywords: Keyword rules for reclassifying ``general`` memories; ``None`` uses
             ``DEFAULT_CATEGORY_KEYWORDS``.
         hebbian_rate: Strength added to an edge whose entities co-occur in a processed memory.
-        hebbian_decay: Multiplicative decay of every co-occurrence edge per cycle (seed 002).
+        hebbian_decay: Multiplicative decay of every co-occurrence edge per cycle (design §D2.6).
         hebbian_floor: Edges that decay below this strength are dropped.
         merger: Optional merge proposer; without one no merged facts are created.
         detector: Optional contradiction detector; without one nothing is flagged.
         contradiction_threshold: Cosine at which a memory is a contradiction candidate.
         archive_threshold: Seed 003 §6.3 archival threshold of ``decay_score`` (0.1);
             ``None`` archives nothing.
-        archive_lambda: λ of the ``decay_score`` used for archival (seed 003: 0.01).
+        archive_lambda: λ of the ``decay_score`` used for archival (docs/design.md §D3.7: 0.01).
         reclassify: Reclassify ``general`` memories by keyword rules.
     """
 

@@ -1,20 +1,20 @@
-"""Decay and scoring models besides seed 000's (array code shared by stages and consolidation).
+"""Decay and scoring models besides design §D0.5's (array code shared by stages and consolidation).
 
-* seed 003 §6.3 ``decay_score``::
+* docs/design.md §D3.7 ``decay_score``::
 
       decay_score = base_score × exp(−λ × days_since_created) × (1 + ln(1 + access_count))
                     × confidence                                       (λ = 0.01, base 1.0)
 
   below 0.1 a memory is a candidate for archival to a cold tier (still queryable, lower
   priority);
-* seed 001's live importance score: set at write from the importance label, raised by use,
+* design §D1.4's live importance score: set at write from the importance label, raised by use,
   lowered by decay::
 
       importance_score = min(1, start[label] + use_gain × access_count)
                          × decay_per_day ** days_since_last_access
 
-* seed 004's recency: ``0.5 ** (days_since_created / half_life_days)``, and ``1`` for types
-  that never decay (seed 004: ``rule`` and ``decision``; memlab's decisions are its rules).
+* design §D4.3's recency: ``0.5 ** (days_since_created / half_life_days)``, and ``1`` for types
+  that never decay (design §D4.3: ``rule`` and ``decision``; memlab's decisions are its rules).
 """
 
 from __future__ import annotations

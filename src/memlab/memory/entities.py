@@ -1,4 +1,4 @@
-"""Fast-path entity extraction (no LLM), after the reference memory model (seed 000).
+"""Fast-path entity extraction (no LLM), after the reference memory model (docs/design.md §D0.8).
 
 Rules, applied to every memory text at write time and to query texts at search time:
 
@@ -25,7 +25,7 @@ Rules, applied to every memory text at write time and to query texts at search t
    ("Caroline Smith"). This is a deliberately simple rule: it misses people with rare first
    names and would type a company called "Grace Hopper" as a person.
 
-Junk filters (seed 000), applied to quoted names and capitalised phrases:
+Junk filters (docs/design.md §D0.8), applied to quoted names and capitalised phrases:
 
 * action-verb prefixes: "Fixed Something", "Added Feature" (log lines, not names);
 * noise words at start: determiners, pronouns, question words, auxiliaries ("The System");
@@ -192,7 +192,7 @@ SYSTEM_NAMES: tuple[str, ...] = (
     "skill graph",
     "taxonomy graph",
 )
-"""Built-in internal system/product names (seed 000 examples)."""
+"""Built-in internal system/product names (docs/design.md §D0.8 examples)."""
 
 GIVEN_NAMES: frozenset[str] = frozenset(
     """
@@ -320,7 +320,7 @@ class Entity:
     type: str
 
     def to_dict(self) -> dict[str, str]:
-        """The payload form ``{"name": ..., "type": ...}`` of seed 000."""
+        """The payload form ``{"name": ..., "type": ...}`` of docs/design.md §D0.2."""
         return {"name": self.name, "type": self.type}
 
 
@@ -340,7 +340,7 @@ class EntityMention:
 
 
 class AliasCache:
-    """In-memory map alias (case-insensitive) -> canonical entity (seed 000).
+    """In-memory map alias (case-insensitive) -> canonical entity (docs/design.md §D0.8).
 
     Pre-loaded with the technology dictionary; extended at start-up from stored aliases and at
     run time when consolidation discovers new ones (:meth:`add`).
@@ -408,7 +408,7 @@ class AliasCache:
 
 
 class EntityExtractor:
-    """Rule-based entity extractor (seed 000 fast path).
+    """Rule-based entity extractor (docs/design.md §D0.8 fast path).
 
     Args:
         tech_names: Canonical technology name -> aliases; ``None`` means :data:`TECH_NAMES`.

@@ -154,7 +154,7 @@ class EntityIndexing:
         capitalised names). ``known_types`` adds a dictionary match against the names of the
         graph's entities of those types (e.g. ``("agent",)``: a question naming "Caroline"
         finds the agent entity of Caroline's memories, which a single capitalised word alone
-        would not), as seed 000 extends its dictionaries from the entity table.
+        would not), as docs/design.md §D0.8 extends its dictionaries from the entity table.
         """
         out: list[int] = []
         for ent in self.extractor.extract_query_entities(text):

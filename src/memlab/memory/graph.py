@@ -1,7 +1,7 @@
 """The entity graph: entities, entity-memory links, typed relationships, spreading activation.
 
-Reference design: seed 000 (entity linking, relationships with a strength counter, graph
-search by BFS spreading activation) and seed 002 (nightly Hebbian upkeep of co-occurrence
+Reference design: docs/design.md §D0.9 (entity linking, relationships with a strength counter, graph
+search by BFS spreading activation) and design §D2.6 (nightly Hebbian upkeep of co-occurrence
 weights: co-activated edges strengthen, every co-occurrence edge decays).
 
 Storage is incremental and plain Python (lists and dicts), so adding an entity, a link or an
@@ -15,7 +15,7 @@ and keep their own strength per direction, but spreading activation traverses ev
 both directions: "what uses Next.js?" should reach acme-corp as surely as "what does acme-corp
 use?" reaches Next.js. Several relations may join the same pair; each is its own edge.
 
-Spreading activation (seed 000, ``GRAPH_SEARCH_DECAY`` 0.8, ``CAUSAL_BOOST`` 2.0,
+Spreading activation (docs/design.md §D0.9, ``GRAPH_SEARCH_DECAY`` 0.8, ``CAUSAL_BOOST`` 2.0,
 ``MAX_DEPTH`` 2, stop below 0.1, ``strengthFactor = min(strength / 5, 1.0)``)::
 
     a(v) = max over edges (u, v) of  a(u) * hop_decay * boost(rel) * min(strength / 5, 1)
@@ -348,7 +348,7 @@ class EntityGraph:
         strength_saturation: float = 5.0,
         trace: bool = False,
     ) -> dict[int, float] | tuple[dict[int, float], list[dict[int, float]]]:
-        """BFS spreading activation from seed entities (seed 000 graph search).
+        """BFS spreading activation from seed entities (docs/design.md §D0.9 graph search).
 
         Args:
             seeds: Seed entity indices (activation 1.0 each) or a mapping index -> activation.
@@ -410,7 +410,7 @@ class EntityGraph:
         return act
 
     def memory_activation(self, entity_activation: Mapping[int, float]) -> dict[int, float]:
-        """Sum, per memory, the activations of its linked entities (seed 000).
+        """Sum, per memory, the activations of its linked entities (docs/design.md §D0.9).
 
         Returns:
             Memory index -> summed activation, sorted by score descending then memory index.
@@ -430,7 +430,7 @@ class EntityGraph:
         decay: float = 0.98,
         floor: float = 0.0,
     ) -> int:
-        """Nightly Hebbian upkeep of co-occurrence edges (seed 002).
+        """Nightly Hebbian upkeep of co-occurrence edges (docs/design.md §D2.6).
 
         Every co-occurrence edge decays multiplicatively, then each pair of entities inside a
         group of ``co_activated`` gains ``learning_rate`` (once per group it shares), creating
@@ -441,7 +441,7 @@ class EntityGraph:
         Args:
             co_activated: Groups of entity indices activated together (e.g. per memory).
             learning_rate: Strength added per co-activation.
-            decay: Multiplicative decay of every co-occurrence edge (seed 002 nightly decay).
+            decay: Multiplicative decay of every co-occurrence edge (design §D2.6 nightly decay).
             floor: Co-occurrence edges with strength below this are removed.
 
         Returns:

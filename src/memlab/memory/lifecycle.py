@@ -1,4 +1,4 @@
-"""Read-side lifecycle arithmetic of seed 000: confidence decay and access boost.
+"""Read-side lifecycle arithmetic of docs/design.md §D0.5: confidence decay and access boost.
 
 effective_confidence = confidence × decay_factor ** days_since_last_access
 access_boost         = 1 + boost_weight × log2(access_count + 1)
@@ -22,7 +22,7 @@ def effective_confidence(
     *,
     decay_factor: float = 0.98,
 ) -> float | np.ndarray:
-    """``confidence × decay_factor ** days`` (seed 000: 30 days → 0.545, 90 → 0.162).
+    """``confidence × decay_factor ** days`` (docs/design.md §D0.5: 30 days → 0.545, 90 → 0.162).
 
     The seed's table prints 0.869 for 7 days; its own formula gives 0.98**7 = 0.86813.
 
@@ -35,7 +35,7 @@ def effective_confidence(
 def access_boost(
     access_count: int | np.ndarray, *, boost_weight: float = 0.3
 ) -> float | np.ndarray:
-    """``1 + boost_weight × log2(access_count + 1)`` (seed 000; 1 → 1.3, 7 → 1.9, 15 → 2.2)."""
+    """``1 + boost_weight × log2(access_count + 1)`` (design §D0.6; 1 → 1.3, 7 → 1.9, 15 → 2.2)."""
     return 1.0 + boost_weight * np.log2(np.asarray(access_count, dtype=np.float64) + 1.0)
 
 

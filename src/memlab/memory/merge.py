@@ -3,7 +3,7 @@
 Seed 003's consolidation worker (§6.2): "cluster semantically similar memories; LLM summarises
 each cluster → new semantic memory; link semantic memory to source episodic memories". This is
 a :class:`~memlab.memory.consolidate.Merger`: the :class:`~memlab.memory.consolidate.Consolidator`
-hands it one client's unconsolidated texts, stores each proposed fact through seed 000's exact
+hands it one client's unconsolidated texts, stores each proposed fact through design §D0.10's exact
 and semantic dedup, and supersedes the sources (``metadata.merged_from`` links them).
 
 Clustering is average-linkage agglomerative clustering on cosine distance, cut at

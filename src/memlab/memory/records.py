@@ -1,4 +1,4 @@
-"""The memory record: every payload field of the reference memory model (seed 000).
+"""The memory record: every payload field of the reference memory model (docs/design.md §D0.2).
 
 Four types, each with its own lifecycle:
 
@@ -24,7 +24,7 @@ MEMORY_TYPES: tuple[str, ...] = ("event", "fact", "decision", "status")
 DECAYING_TYPES: tuple[str, ...] = ("fact", "status")
 IMPORTANCE_LEVELS: tuple[str, ...] = ("critical", "high", "medium", "low")
 AUTHORITY_LEVELS: tuple[str, ...] = ("human", "verified_agent", "unverified_agent", "inferred")
-"""Source authority, highest first (seed 003 §6.4: human > verified_agent > unverified_agent >
+"""Source authority, highest first (design §D3.8: human > verified_agent > unverified_agent >
 inferred)."""
 CATEGORIES: tuple[str, ...] = ("semantic", "episodic", "procedural")
 KNOWLEDGE_CATEGORIES: tuple[str, ...] = (
@@ -139,7 +139,7 @@ class StoreWriteError(StoreError):
 
 @dataclass(slots=True)
 class MemoryRecord:
-    """One memory with the full payload of seed 000.
+    """One memory with the full payload of docs/design.md §D0.2.
 
     Times are float seconds since the epoch (UTC); :meth:`to_payload` renders them as ISO 8601.
     ``scope`` is the namespace inside the client (:mod:`memlab.memory.scopes`): ``team``,

@@ -1,4 +1,4 @@
-"""Namespaces inside a client (seed 003 §5): who may read which memories.
+"""Namespaces inside a client (docs/design.md §D3.5): who may read which memories.
 
 Every memory lives in one *scope* of its client (the tenant):
 

@@ -1,6 +1,6 @@
 """Credential scrubbing, run on every string before it is hashed, stored, embedded or echoed.
 
-The reference system's ``scrub.js`` (seed 000) removes API keys, passwords, tokens, connection
+The reference system's ``scrub.js`` (design §D0.11) removes API keys, passwords, tokens, connection
 strings with credentials and bearer tokens on every store path. This module does the same in
 three layers, all of which report *spans* of the input that are then merged and replaced in
 one pass:

@@ -1,6 +1,6 @@
 """The memory store: SQLite records, a vector index, the entity graph, the full write path.
 
-Write path (seed 000), in this order: validate → scrub credentials → content hash (first 16 hex
+Write path (design §D0.3), in this order: validate → scrub credentials → content hash (first 16 hex
 of SHA-256 of the scrubbed text) → tenant-scoped dedup (same agent: no write; other agent:
 corroboration, ``observed_by`` capped) → supersession (facts by ``key``, statuses by
 ``subject``; decisions are immutable) → entities and graph → SQLite commit → vectors.
@@ -97,7 +97,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             ``None`` for a store that lives in memory.
         embedder: Embeds text when a write brings no embedding; ``None`` stores such memories
             without a vector.
-        max_observed_by: Cap of the corroboration list (seed 000: ``MAX_OBSERVED_BY = 20``).
+        max_observed_by: Cap of the corroboration list (design §D0.3: ``MAX_OBSERVED_BY = 20``).
         max_text_chars: Longest text accepted.
         chroma: Keep a chromadb collection in step with the store. ``None`` means yes for a
             persisted store and no in memory (an in-memory store builds an ephemeral collection on

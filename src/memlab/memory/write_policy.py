@@ -1,7 +1,7 @@
 """The store's write policy: validation, scrubbing, dedup, supersession and lifecycle moves.
 
 :class:`WritePolicy` is the part of :class:`~memlab.memory.store.MemoryStore` that runs the
-write path of seed 000 (validate, scrub, content hash, tenant-scoped dedup and corroboration,
+write path of design §D0.3 (validate, scrub, content hash, tenant-scoped dedup and corroboration,
 supersession of facts by key and statuses by subject; decisions are immutable) and the
 lifecycle writes built on it (retire, forget, restore, purge, correct, promote, touch).
 """
@@ -225,7 +225,7 @@ class WritePolicy:
             valid_from: Facts/statuses: when it became true (default: ``now``).
             metadata: Arbitrary JSON-serialisable metadata.
             confidence: Base confidence in [0, 1].
-            authority: Source authority (seed 003 §6.4): ``human``, ``verified_agent``,
+            authority: Source authority (docs/design.md §D3.8): ``human``, ``verified_agent``,
                 ``unverified_agent`` or ``inferred``.
             now: The write time (default: wall clock).
             embedding: Vector of the *scrubbed* text; computed with the embedder when ``None``.
@@ -506,7 +506,7 @@ class WritePolicy:
             self._save(idx, change, t_now)
 
     def forget(self, memory_id: str, reason: str, *, now: float | str | None = None) -> None:
-        """Soft-delete a memory (seed 003 ``forget``): inactive, reason kept, never returned."""
+        """Soft-delete a memory (design §D3.7 ``forget``): inactive, reason kept, never returned."""
         idx = self.idx(memory_id)
         rec = self._records[idx]
         _check_str(reason, "reason", optional=False)
@@ -526,7 +526,7 @@ class WritePolicy:
         )
 
     def restore(self, memory_id: str, *, now: float | str | None = None) -> MemoryRecord:
-        """Undo a ``forget`` (seed 003: soft deletes are kept for undo until purged).
+        """Undo a ``forget`` (docs/design.md §D3.7: soft deletes are kept for undo until purged).
 
         Raises:
             MemoryInputError: If the memory was not forgotten, was purged, or a memory written
@@ -559,7 +559,7 @@ class WritePolicy:
         return rec
 
     def purge(self, memory_id: str, *, now: float | str | None = None) -> MemoryRecord:
-        """Erase a forgotten memory's content for good (seed 003: purged after the undo window).
+        """Erase a forgotten memory's content for good (design §D3.7: purged after the undo window).
 
         The row stays (ids and row numbers are stable) with an empty text, no entities, no
         metadata and no vector; the payloads of its earlier versions are erased too.
@@ -596,7 +596,8 @@ class WritePolicy:
         embedding: np.ndarray | Sequence[float] | None = None,
         id: str | None = None,
     ) -> WriteResult:
-        """Supersede a memory with corrected text (seed 004 ``correct_memory``), linked both ways.
+        """Supersede a memory with corrected text (design §D4.4 ``correct_memory``), linked both
+        ways.
 
         The correction keeps the old memory's client, scope and payload fields; ``id`` names the
         new memory (default: a deterministic UUID).
@@ -647,7 +648,7 @@ class WritePolicy:
         return WriteResult(result.id, "created", old.id, result.redactions)
 
     def promote(self, memory_id: str, *, now: float | str | None = None) -> WriteResult:
-        """Move a memory to the ``team`` scope (seed 003 ``promote``).
+        """Move a memory to the ``team`` scope (docs/design.md §D3.5 ``promote``).
 
         An active team fact with the same key (a status with the same subject) is superseded by
         the promoted memory. Promoting text that the team scope already holds is refused: the

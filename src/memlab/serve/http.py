@@ -1,4 +1,4 @@
-"""HTTP bulk ingest (seed 004 §5): ``POST /memories`` with a Bearer token, ``GET /health``.
+"""HTTP bulk ingest (docs/design.md §D4.5): ``POST /memories`` with a Bearer token, ``GET /health``.
 
 A Starlette app served by uvicorn. The request body is a JSON array of memories or an object
 ``{"memories": [...]}``; each item has ``content`` and optional ``memory_type``, ``scope``,

@@ -210,7 +210,7 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
     ) -> dict[str, Any]:
         return call(service.capture_episode, summary, observations, episode_id, scope=scope)
 
-    # ------------------------------------------------------------------ seed 004 names
+    # ------------------------------------------------------------------ docs/design.md §D4.5 names
     @server.tool(description="Seed 004 store_memory: store with a source and memory_type.")
     def store_memory(
         content: Text,

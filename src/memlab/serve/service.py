@@ -9,7 +9,7 @@ Memory types. Seed 000's ``event``, ``fact``, ``decision`` and ``status`` are th
 004's types map onto it so that its agents' calls work unchanged:
 
 ============  ===========================================================================
-seed 004      stored as
+docs/design.md §D4.5      stored as
 ============  ===========================================================================
 rule          ``fact``, ``importance="critical"``, ``category="procedural"`` (a hard
               constraint: correctable, superseded by ``key``; it decays like every fact)
@@ -503,7 +503,7 @@ class MemoryService:
         tags: Any = None,
         key: Any = None,
     ) -> dict[str, Any]:
-        """``store_decision``: an immutable decision record (seed 003 §3.3)."""
+        """``store_decision``: an immutable decision record (docs/design.md §D3.3)."""
         decision = _text(decision, "decision")
         rationale = _text(rationale, "rationale", optional=True)
         alts = _strings(alternatives, "alternatives")
@@ -657,7 +657,7 @@ class MemoryService:
     def capture_episode(
         self, summary: Any, observations: Any, episode_id: Any = None, *, scope: Any = None,
     ) -> dict[str, Any]:
-        """``capture_episode`` (seed 004): an episode summary (an ``event``) plus 1-10 durable
+        """``capture_episode`` (design §D4.4): an episode summary (an ``event``) plus 1-10 durable
         observations, each stored as a memory tagged with the episode."""
         summary = _text(summary, "summary")
         if not isinstance(observations, (list, tuple)) or not 1 <= len(observations) <= 10:

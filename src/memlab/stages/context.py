@@ -1,8 +1,8 @@
-"""Render the retrieved memories as a prompt addition (seed 001's ``system_prompt_addition``).
+"""Render the retrieved memories as a prompt addition (design §D1.2's ``system_prompt_addition``).
 
 Seed 001 offers three formats: ``bullets`` (prompt-ready natural language, the default),
 ``json`` (for programs that parse the context) and ``xml`` (for models that follow tags
-precisely; seed 000 also wraps memories in ``<memory>`` tags to resist prompt injection). Each
+precisely; design §D0.10 also wraps memories in ``<memory>`` tags to resist prompt injection). Each
 item carries the memory's text and, with ``include_metadata``, its type, the UTC date it was
 written and its stored (base) confidence::
 
@@ -100,7 +100,7 @@ class Context(Stage):
     """Render the top candidates into ``ctx.context_text``; the ranking passes through.
 
     Args:
-        format: ``"bullets"``, ``"json"`` or ``"xml"`` (seed 001; bullets is the default).
+        format: ``"bullets"``, ``"json"`` or ``"xml"`` (design §D1.2; bullets is the default).
         max_items: Render at most this many candidates, best rank first (``None`` = all).
         include_metadata: Add type, date and confidence to each memory.
 

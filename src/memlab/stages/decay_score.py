@@ -5,9 +5,9 @@
     decay_score     = exp(−λ × days_since_created) × (1 + ln(1 + access_count)) × confidence
     effective_score = relevance × decay_score × (cold_weight if cold else 1)
 
-λ = 0.01 (seed 003, "slow decay"). A memory is *cold* when its ``decay_score`` is below
-``archive_threshold`` (seed 003: 0.1) or a consolidation cycle archived it (``archived_at``):
-it stays queryable at lower priority. Unlike seed 000's model every type decays, counted from
+λ = 0.01 (docs/design.md §D3.7, "slow decay"). A memory is *cold* when its ``decay_score`` is below
+``archive_threshold`` (design §D3.7: 0.1) or a consolidation cycle archived it (``archived_at``):
+it stays queryable at lower priority. Unlike design §D0.5's model every type decays, counted from
 creation, not from the last access.
 """
 
@@ -54,12 +54,12 @@ def _empty(frame: pl.DataFrame) -> pl.DataFrame:
 
 @register_stage("decay_score")
 class DecayScore(Stage):
-    """Re-rank by ``relevance × decay_score`` with a cold tier (seed 003 §6.3).
+    """Re-rank by ``relevance × decay_score`` with a cold tier (docs/design.md §D3.7).
 
     Args:
-        lam: λ of ``exp(−λ × days since created)`` (seed 003: 0.01).
-        base_score: Starting score (seed 003: 1.0).
-        archive_threshold: Below this ``decay_score`` a memory is cold (seed 003: 0.1).
+        lam: λ of ``exp(−λ × days since created)`` (docs/design.md §D3.7: 0.01).
+        base_score: Starting score (docs/design.md §D3.7: 1.0).
+        archive_threshold: Below this ``decay_score`` a memory is cold (docs/design.md §D3.7: 0.1).
         cold_weight: Cold memories' scores are multiplied by this (lower priority).
         relevance: Candidate column used as the relevance factor.
 

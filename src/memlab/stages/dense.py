@@ -1,7 +1,7 @@
 """Dense retrieval: cosine similarity between the query vector and every visible memory.
 
 Seed 000's vector path ("cosine similarity … by similarity score"), the first of the three ranked
-lists that hybrid retrieval fuses; seed 004's "vector candidates from cosine similarity search".
+lists that hybrid retrieval fuses; design §D4.3's "vector candidates from cosine similarity search".
 Bi-encoder retrieval in the sense of Karpukhin et al., "Dense Passage Retrieval for Open-Domain
 Question Answering", EMNLP 2020. The seed's minimum similarity of 0.3 is applied by the
 ``lifecycle`` stage (so that a fused keyword or graph hit is not dropped); ``min_similarity`` here
@@ -174,7 +174,7 @@ class Dense(Stage):
         backend: ``"auto"`` (``"exact"`` below ``ann_min_rows`` memories, ``"usearch"`` from
             there), ``"exact"`` (numpy, the reference), ``"usearch"`` (usearch HNSW, filters
             by over-fetch and re-check) or ``"chroma"`` (chromadb HNSW, filters inside).
-        min_similarity: Drop memories below this cosine (``None`` = keep all; seed 000's 0.3
+        min_similarity: Drop memories below this cosine (``None`` = keep all; design §D0.6's 0.3
             is applied downstream by ``lifecycle``).
         mask_entity_types: Embed the query without the names of known entities of these types
             (e.g. ``("agent",)``). A name such as the speaker's dominates the embedding of a

@@ -1,4 +1,4 @@
-"""Shannon entropy gating: fit the candidates into a token budget (seed 002), keeping relevance.
+"""Shannon entropy gating: fit the candidates into a token budget (design §D2.4), keeping relevance.
 
 Seed 002: "The expanded candidate set is pruned to fit within the context budget. Nodes are
 scored by Shannon entropy — high-redundancy, low-information chunks are evicted first. An

@@ -1,4 +1,4 @@
-"""Graph retrieval by BFS spreading activation over the entity graph (seed 000).
+"""Graph retrieval by BFS spreading activation over the entity graph (docs/design.md §D0.9).
 
 The query's entities (fast-path extraction, :meth:`MemoryStore.query_entities`) are the seeds,
 each with activation 1.0. Activation spreads breadth first through entity relationships::
@@ -117,7 +117,7 @@ def entity_names(store: MemoryStore, idxs: Sequence[int]) -> dict[int, str]:
 
 @register_stage("graph")
 class Graph(Stage):
-    """Retrieve memories by spreading activation from the query's entities (seed 000).
+    """Retrieve memories by spreading activation from the query's entities (docs/design.md §D0.9).
 
     A retriever: the incoming candidates are ignored. The BFS trace is written to
     ``ctx.trace["graph"]``: ``seeds`` (entity indices), ``levels`` (per depth, the entities set
@@ -133,7 +133,7 @@ class Graph(Stage):
         strength_saturation: Edge strength at which an edge carries fully (seed 5).
         roles: Links that carry entity activation to a memory (seed: all three roles).
         known_types: Entity types also matched by name in the query (e.g. ``("agent",)``: a
-            question that names a speaker seeds that speaker's entity); seed 000 matches
+            question that names a speaker seeds that speaker's entity); docs/design.md §D0.9 matches
             extracted names only, which is the default ``()``.
     """
 

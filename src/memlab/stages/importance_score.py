@@ -28,7 +28,7 @@ from memlab.stages.decay_score import _empty, _finish, _relevance, _rows
 
 @register_stage("importance_score")
 class ImportanceScore(Stage):
-    """Re-rank by ``relevance × (1 − weight + weight × importance_score)`` (seed 001).
+    """Re-rank by ``relevance × (1 − weight + weight × importance_score)`` (docs/design.md §D1.4).
 
     Args:
         critical: Starting score of ``critical`` memories.

@@ -1,4 +1,4 @@
-"""Synaptic propagation: leaky integrate-and-fire over the entity graph (seed 002).
+"""Synaptic propagation: leaky integrate-and-fire over the entity graph (docs/design.md §D2.3).
 
 Seed 002: "The top-ranked nodes from RRF become seed nodes. A Leaky Integrate-and-Fire neuron
 model propagates activation through the taxonomy graph — nodes semantically adjacent to the
@@ -31,7 +31,7 @@ Memories. A memory's ``activation`` is the sum, over its entities (links with a 
 The final score is ``score_norm + activation_weight × activation / max(activation)`` (new
 memories have ``score_norm = 0``), and the frame is re-ranked by it.
 
-Defaults: seed 002 gives no constants; ``leak = 0.8`` per step and a unit threshold are the
+Defaults: design §D2.3 gives no constants; ``leak = 0.8`` per step and a unit threshold are the
 usual discrete-time choices, 5 steps reach neurons a few synapses away, and ``weight_scale =
 0.2`` makes a synapse of strength 5 (the seed-000 saturation strength) carry a full threshold.
 ``roles = ("mentioned",)`` keeps the agent and client entities, which link to nearly every
@@ -108,7 +108,7 @@ def _count(value: Any, name: str, *, low: int) -> int:
 
 @register_stage("lif")
 class LIF(Stage):
-    """Expand and re-rank candidates by leaky integrate-and-fire propagation (seed 002).
+    """Expand and re-rank candidates by leaky integrate-and-fire propagation (docs/design.md §D2.3).
 
     The trace of the run is written to ``ctx.trace["lif"]``: ``trace`` (:class:`LIFTrace`),
     ``seed_mem_ids``, ``fired`` (entity indices in firing order) and ``added`` (mem ids brought

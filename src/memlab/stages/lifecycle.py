@@ -1,4 +1,4 @@
-"""Lifecycle scoring of seed 000: confidence decay, access boost and the similarity floor.
+"""Lifecycle scoring of design §D0.5: confidence decay, access boost and the similarity floor.
 
 ::
 
@@ -48,11 +48,11 @@ class Lifecycle(Stage):
     """Re-rank candidates by ``relevance × effective_confidence × access_boost``.
 
     Args:
-        decay_factor: Confidence kept per day without access (seed 000: 0.98).
-        boost_weight: Weight of ``log2(access_count + 1)`` in the boost (seed 000: 0.3).
-        min_similarity: Vector-only candidates below this cosine are dropped (seed 000: 0.3;
+        decay_factor: Confidence kept per day without access (docs/design.md §D0.5: 0.98).
+        boost_weight: Weight of ``log2(access_count + 1)`` in the boost (docs/design.md §D0.6: 0.3).
+        min_similarity: Vector-only candidates below this cosine are dropped (design §D0.6: 0.3;
             ``-1.0`` keeps every candidate).
-        decaying_types: Memory types whose confidence decays (seed 000: facts and statuses).
+        decaying_types: Memory types whose confidence decays (design §D0.5: facts and statuses).
         relevance: Candidate column used as the relevance factor (``"score"``,
             ``"dense_score"``, ``"rrf_score"`` …); a candidate without a value ranks last.
 

@@ -28,12 +28,12 @@ from memlab.stages.decay_score import _empty, _finish, _relevance, _rows
 
 @register_stage("recency_blend")
 class RecencyBlend(Stage):
-    """Blend normalised relevance with recency (seed 004).
+    """Blend normalised relevance with recency (docs/design.md §D4.3).
 
     Args:
         recency_weight: Weight of recency in the blend.
         half_life_days: Days for recency to halve.
-        non_decaying_types: Types whose recency is always 1 (seed 004: rule and decision).
+        non_decaying_types: Types whose recency is always 1 (design §D4.3: rule and decision).
         relevance: Candidate column used as relevance.
 
     Output columns: ``lifecycle_factor`` (the recency) and ``effective_score`` (the blend).

@@ -1,7 +1,7 @@
 """Reciprocal Rank Fusion (Cormack, Clarke & Büttcher, SIGIR 2009).
 
 ``rrf_score(d) = Σ_i w_i / (k + rank_i(d))`` over the ranked lists in which ``d`` appears; a list
-that does not contain ``d`` contributes nothing (no penalty). Paper and seed 000 default:
+that does not contain ``d`` contributes nothing (no penalty). Paper and design §D0.7 default:
 ``k = 60``.
 """
 
