@@ -227,6 +227,7 @@ def _ensure_heartbeat() -> None:
     with _lock:
         thread = _heartbeat[0]
         if thread is not None and thread.is_alive():
+            _wake.set()  # a thread waiting out a longer interval re-reads the innermost step
             return
         thread = threading.Thread(target=_beat_loop, name="memlab-progress", daemon=True)
         _heartbeat[0] = thread
@@ -243,6 +244,7 @@ def _beat_loop() -> None:
             inner = running[-1]
             wait = inner.interval
         _wake.wait(wait)
+        _wake.clear()
         with _lock:
             if inner in _active:
                 try:
