@@ -253,7 +253,7 @@ def decay_curves(
     boost_weight: float = 0.3,
     decaying_types: tuple[str, ...] = DECAYING_TYPES,
 ) -> pl.DataFrame:
-    """Seed 000's lifecycle factor of each memory from its creation to ``until``.
+    """Design §D0.5's lifecycle factor of each memory from its creation to ``until``.
 
     At time ``t`` with ``c`` accesses so far, the last at ``a`` (``created_at`` when none)::
 

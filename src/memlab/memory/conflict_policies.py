@@ -1,6 +1,6 @@
 """Conflict resolution as policies: what to do when a new memory contradicts an existing one.
 
-Seed 001's paths, one small class each:
+Design §D1.3's paths, one small class each:
 
 ============================  =====================================================
 name                          outcome
@@ -150,7 +150,7 @@ def _win(
 
 @CONFLICT_POLICIES.register("supersede")
 class AutomaticUpdate:
-    """Seed 001 "automatic update": the new memory supersedes the old one."""
+    """Design §D1.3 "automatic update": the new memory supersedes the old one."""
 
     name = "supersede"
 
@@ -178,7 +178,7 @@ def _quality(store: MemoryStore, memory_id: str) -> tuple[int, float]:
 
 @CONFLICT_POLICIES.register("reject")
 class Reject:
-    """Seed 001 "reject": an incoming memory of lower quality is not kept.
+    """Design §D1.3 "reject": an incoming memory of lower quality is not kept.
 
     Quality is source authority, then confidence. A better or equal incoming memory is an
     automatic update instead.
@@ -195,7 +195,7 @@ class Reject:
 
 @CONFLICT_POLICIES.register("keep_both")
 class KeepBoth:
-    """Seed 001 "keep both": both stay active, linked as versions of each other."""
+    """Design §D1.3 "keep both": both stay active, linked as versions of each other."""
 
     name = "keep_both"
 
@@ -208,7 +208,7 @@ class KeepBoth:
 
 @CONFLICT_POLICIES.register("merge")
 class Merge:
-    """Seed 001 "merge": one memory states both (``new (earlier: old)``), both are retired.
+    """Design §D1.3 "merge": one memory states both (``new (earlier: old)``), both are retired.
 
     Args:
         template: Text of the merged memory, with ``{new}`` and ``{old}`` fields.
@@ -252,7 +252,7 @@ def _weight(store: MemoryStore, memory_id: str, factor: float, now: float) -> No
 
 @CONFLICT_POLICIES.register("recency_weight")
 class RecencyWeight:
-    """Seed 001 "cross-user recency": a much newer claim weights the older one down.
+    """Design §D1.3 "cross-user recency": a much newer claim weights the older one down.
 
     Args:
         min_gap_days: The newer claim must be at least this much newer.
@@ -277,7 +277,7 @@ class RecencyWeight:
 
 @CONFLICT_POLICIES.register("confidence_weight")
 class ConfidenceWeight:
-    """Seed 001 "cross-user confidence": a much more confident claim weights the other down.
+    """Design §D1.3 "cross-user confidence": a much more confident claim weights the other down.
 
     Args:
         min_margin: The confidences must differ by at least this.
@@ -302,7 +302,7 @@ class ConfidenceWeight:
 
 @CONFLICT_POLICIES.register("clarify")
 class Clarify:
-    """Seed 001 "user clarification": a question surfaced on the next recall touching either.
+    """Design §D1.3 "user clarification": a question surfaced on the next recall touching either.
 
     Both memories stay; each gets ``metadata.clarification_question`` (pending). The replay
     reports the question with the first query whose top hits include either memory.
@@ -329,7 +329,7 @@ class Clarify:
 
 @CONFLICT_POLICIES.register("review")
 class TenantReview:
-    """Seed 001 "tenant review": the pair joins the tenant's review queue (both stay)."""
+    """Design §D1.3 "tenant review": the pair joins the tenant's review queue (both stay)."""
 
     name = "review"
 
@@ -345,7 +345,7 @@ class TenantReview:
 
 @CONFLICT_POLICIES.register("authority")
 class AuthorityOrder:
-    """Seed 003 §6.4: timestamp, then source authority, then confidence, else flag.
+    """Design §D3.8: timestamp, then source authority, then confidence, else flag.
 
     Args:
         close_days: Writes closer than this are "close in time": the timestamp does not decide.
@@ -359,7 +359,7 @@ class AuthorityOrder:
         self.confidence_margin = confidence_margin
 
     def resolve(self, store: MemoryStore, new_id: str, old_id: str, *, now: float) -> ConflictEvent:
-        """Pick the winner by the seed's order and retire the loser; flag a tie."""
+        """Pick the winner by the design's order and retire the loser; flag a tie."""
         new, old = store.get(new_id), store.get(old_id)
         gap = (new.created_at - old.created_at) / SECONDS_PER_DAY
         if abs(gap) >= self.close_days:

@@ -1,6 +1,6 @@
 """Contradiction detection without a shared key.
 
-Seed 003 §6.4 detects contradictory facts "via embedding similarity + opposite sentiment": two
+Design §D3.8 detects contradictory facts "via embedding similarity + opposite sentiment": two
 memories need not share a ``key`` or ``subject`` to contradict each other. Detection runs in two
 steps:
 

@@ -53,7 +53,7 @@ def expire_events(
     event_ttl_days: float = 30.0,
     importance_levels: Sequence[str] = ("medium", "low"),
 ) -> list[str]:
-    """Seed 000's ``cleanupOldEvents``; returns the ids it soft-deleted (in row order)."""
+    """Design §D0.10's ``cleanupOldEvents``; returns the ids it soft-deleted (in row order)."""
     t_now = coerce_ts(now, field="now") if now is not None else time.time()
     n = len(store)
     if n == 0:
@@ -173,7 +173,7 @@ class Consolidator:
         merger: Optional merge proposer; without one no merged facts are created.
         detector: Optional contradiction detector; without one nothing is flagged.
         contradiction_threshold: Cosine at which a memory is a contradiction candidate.
-        archive_threshold: Seed 003 §6.3 archival threshold of ``decay_score`` (0.1);
+        archive_threshold: Design §D3.7 archival threshold of ``decay_score`` (0.1);
             ``None`` archives nothing.
         archive_lambda: λ of the ``decay_score`` used for archival (docs/design.md §D3.7: 0.01).
         reclassify: Reclassify ``general`` memories by keyword rules.

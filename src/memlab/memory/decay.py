@@ -33,7 +33,7 @@ def decay_score(
     lam: float = 0.01,
     base_score: float = 1.0,
 ) -> np.ndarray:
-    """Seed 003 §6.3 (e.g. 100 days, 0 accesses, confidence 1: ``exp(−1)`` = 0.368)."""
+    """Design §D3.7 (e.g. 100 days, 0 accesses, confidence 1: ``exp(−1)`` = 0.368)."""
     days = np.maximum((now - np.asarray(created_at, dtype=np.float64)) / SECONDS_PER_DAY, 0.0)
     access = 1.0 + np.log1p(np.asarray(access_count, dtype=np.float64))
     return base_score * np.exp(-lam * days) * access * np.asarray(confidence, dtype=np.float64)
@@ -51,7 +51,7 @@ def importance_score(
     use_gain: float = 0.05,
     decay_per_day: float = 0.99,
 ) -> np.ndarray:
-    """Seed 001's live importance score (labels map to starting values, see module docstring).
+    """Design §D1.4's live importance score (labels map to starting values, see module docstring).
 
     Raises:
         ValueError: On an importance label outside ``critical, high, medium, low``.
@@ -76,7 +76,7 @@ def recency(
     half_life_days: float = 30.0,
     non_decaying_types: tuple[str, ...] = ("decision",),
 ) -> np.ndarray:
-    """Seed 004's recency score: halves every ``half_life_days``; 1 for non-decaying types."""
+    """Design §D4.3's recency score: halves every ``half_life_days``; 1 for non-decaying types."""
     days = np.maximum((now - np.asarray(created_at, dtype=np.float64)) / SECONDS_PER_DAY, 0.0)
     r = np.power(0.5, days / half_life_days)
     return np.where(np.isin(np.asarray(types), list(non_decaying_types)), 1.0, r)

@@ -150,7 +150,7 @@ class EntityIndexing:
     def query_entities(self, text: str, *, known_types: Sequence[str] = ()) -> list[int]:
         """Graph indices of the entities named in a query.
 
-        Fast-path extraction finds the seed's patterns (technologies, domains, quoted and
+        Fast-path extraction finds the design's patterns (technologies, domains, quoted and
         capitalised names). ``known_types`` adds a dictionary match against the names of the
         graph's entities of those types (e.g. ``("agent",)``: a question naming "Caroline"
         finds the agent entity of Caroline's memories, which a single capitalised word alone

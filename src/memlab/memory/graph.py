@@ -355,7 +355,7 @@ class EntityGraph:
             hop_decay: Multiplier per hop (seed ``GRAPH_SEARCH_DECAY`` = 0.8).
             causal_boost: Extra multiplier for typed relations (seed ``CAUSAL_BOOST`` = 2.0).
             max_depth: Maximum number of hops (seed ``MAX_DEPTH`` = 2).
-            min_activation: Activations below this are not propagated or returned (seed 0.1).
+            min_activation: Activations below this are not propagated or returned (design default 0.1).
             strength_saturation: Strength at which an edge carries fully (seed 5).
             trace: Also return, per depth, the nodes set or raised at that depth.
 

@@ -24,7 +24,7 @@ def effective_confidence(
 ) -> float | np.ndarray:
     """``confidence × decay_factor ** days`` (docs/design.md §D0.5: 30 days → 0.545, 90 → 0.162).
 
-    The seed's table prints 0.869 for 7 days; its own formula gives 0.98**7 = 0.86813.
+    The design's table prints 0.869 for 7 days; its own formula gives 0.98**7 = 0.86813.
 
     Negative day counts (a clock that runs backwards) are clamped to zero.
     """

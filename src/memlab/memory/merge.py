@@ -1,6 +1,6 @@
 """LLM-backed merging for consolidation: cluster similar memories, summarise each cluster.
 
-Seed 003's consolidation worker (§6.2): "cluster semantically similar memories; LLM summarises
+Design §D3.6's consolidation worker: "cluster semantically similar memories; LLM summarises
 each cluster → new semantic memory; link semantic memory to source episodic memories". This is
 a :class:`~memlab.memory.consolidate.Merger`: the :class:`~memlab.memory.consolidate.Consolidator`
 hands it one client's unconsolidated texts, stores each proposed fact through design §D0.10's exact

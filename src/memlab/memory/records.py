@@ -181,7 +181,7 @@ class MemoryRecord:
     purged_at: float | None = None
 
     def to_payload(self) -> dict[str, Any]:
-        """The record as the seed's JSON payload (timestamps as ISO 8601 strings)."""
+        """The record as the design's JSON payload (timestamps as ISO 8601 strings)."""
         out = asdict(self)
         for name in (
             "created_at",

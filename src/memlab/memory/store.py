@@ -235,7 +235,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         min_similarity: float = 0.3,
         touch: bool = True,
     ) -> pl.DataFrame:
-        """Seed 000's vector search: cosine ≥ ``min_similarity`` × decay × access boost.
+        """Design §D0.6's vector search: cosine ≥ ``min_similarity`` × decay × access boost.
 
         A convenience for interactive use; evaluations compose stages instead. Returned hits
         count as accesses unless ``touch=False``.

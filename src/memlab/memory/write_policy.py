@@ -63,7 +63,7 @@ class WriteResult:
 
 
 def content_hash(text: str) -> str:
-    """First 16 hex characters of SHA-256 of ``text`` (the seed's ``content_hash``)."""
+    """First 16 hex characters of SHA-256 of ``text`` (the design's ``content_hash``)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -221,7 +221,7 @@ class WritePolicy:
             status_value: Statuses: the value.
             importance: ``critical``, ``high``, ``medium`` or ``low``.
             category: ``semantic``, ``episodic``, ``procedural`` or ``None``.
-            knowledge_category: One of the seed's knowledge categories.
+            knowledge_category: One of the design's knowledge categories.
             valid_from: Facts/statuses: when it became true (default: ``now``).
             metadata: Arbitrary JSON-serialisable metadata.
             confidence: Base confidence in [0, 1].

@@ -4,7 +4,7 @@ Built on the official MCP Python SDK's ``MCPServer`` (FastMCP in SDK 1.x). Each 
 function over :class:`~memlab.serve.service.MemoryService`; its input schema comes from the
 function's annotations (types, enums, bounds) and rejects unknown arguments
 (``additionalProperties: false``). A call the service refuses comes back as a tool error whose
-text names the field at fault. Seed 004's tool names (``store_memory``, ``search_memory``,
+text names the field at fault. Design §D4.5's tool names (``store_memory``, ``search_memory``,
 ``delete_memory``, ``correct_memory``) are registered too, so its agents' calls work unchanged.
 
 Resources: ``memory://{scope}/{entity}`` — the entity, its relations and its memories in one
@@ -211,7 +211,7 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
         return call(service.capture_episode, summary, observations, episode_id, scope=scope)
 
     # ------------------------------------------------------------------ docs/design.md §D4.5 names
-    @server.tool(description="Seed 004 store_memory: store with a source and memory_type.")
+    @server.tool(description="Design §D4.5 store_memory: store with a source and memory_type.")
     def store_memory(
         content: Text,
         memory_type: MemoryTypeArg,
@@ -224,7 +224,7 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
         return call(service.store_memory, content, memory_type, scope=scope, tags=tags,
                     confidence=confidence, metadata=meta)
 
-    @server.tool(description="Seed 004 search_memory: recall with limit and filters.")
+    @server.tool(description="Design §D4.5 search_memory: recall with limit and filters.")
     def search_memory(
         query: Annotated[str, Field(min_length=1, max_length=4000)],
         limit: Annotated[int, Field(ge=1, le=20)] = 5,
@@ -235,11 +235,11 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
         return call(service.recall, query, limit=limit, memory_type=memory_type, tags=tags,
                     include_superseded=include_inactive)
 
-    @server.tool(description="Seed 004 delete_memory: forget a memory.")
+    @server.tool(description="Design §D4.5 delete_memory: forget a memory.")
     def delete_memory(id: Name) -> dict[str, Any]:  # noqa: A002
         return call(service.forget, id, "deleted")
 
-    @server.tool(description="Seed 004 correct_memory: supersede with corrected content.")
+    @server.tool(description="Design §D4.5 correct_memory: supersede with corrected content.")
     def correct_memory(
         id: Name,  # noqa: A002
         corrected_content: Text,

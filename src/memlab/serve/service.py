@@ -5,11 +5,11 @@ optional :class:`~memlab.serve.recording.Recorder` and a clock. Every MCP tool a
 ingest item is one of its methods; arguments are checked here (``ServiceError`` names the field
 at fault), so every transport rejects bad input the same way.
 
-Memory types. Seed 000's ``event``, ``fact``, ``decision`` and ``status`` are the model. Seed
-004's types map onto it so that its agents' calls work unchanged:
+Memory types. Design §D0.1's ``event``, ``fact``, ``decision`` and ``status`` are the model;
+design §D4.1's types map onto it so that its agents' calls work unchanged:
 
 ============  ===========================================================================
-docs/design.md §D4.5      stored as
+§D4.1 type    stored as
 ============  ===========================================================================
 rule          ``fact``, ``importance="critical"``, ``category="procedural"`` (a hard
               constraint: correctable, superseded by ``key``; it decays like every fact)
@@ -18,7 +18,7 @@ summary       ``fact``, ``category="episodic"`` (a distilled discussion; decays,
               expires)
 ============  ===========================================================================
 
-The seed's type is kept in ``metadata.memory_type`` and reported back as ``memory_type``;
+The §D4.1 type is kept in ``metadata.memory_type`` and reported back as ``memory_type``;
 ``recall(memory_type="rule")`` filters on it. Tags live in ``metadata.tags``.
 
 Namespaces (:mod:`memlab.memory.scopes`). An agent reads ``team``, its own ``agent:`` scope and
@@ -67,7 +67,7 @@ from memlab.stages.base import QueryContext
 from memlab.timeutil import coerce_ts, to_iso
 from memlab.tokens import count_tokens
 
-#: Seed 004's memory types and how they are stored (type, payload defaults).
+#: Design §D4.1's memory types and how they are stored (type, payload defaults).
 SEED004_TYPES: dict[str, tuple[str, dict[str, str]]] = {
     "rule": ("fact", {"importance": "critical", "category": "procedural"}),
     "preference": ("fact", {"category": "procedural"}),

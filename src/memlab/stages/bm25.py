@@ -1,6 +1,6 @@
 """BM25 keyword retrieval (Robertson & Zaragoza 2009; rank_bm25's Okapi variant).
 
-Seed 000's keyword path ("by BM25 text relevance"), one of the ranked lists hybrid retrieval
+Design §D0.7's keyword path ("by BM25 text relevance"), one of the ranked lists hybrid retrieval
 fuses with RRF; design §D4.3's "keyword candidates from lexical matching". Defaults are rank_bm25's
 ``BM25Okapi``: ``k1 = 1.5``, ``b = 0.75``, ``epsilon = 0.25`` (see :mod:`memlab.index.bm25` for
 the formula and the engines).

@@ -1,6 +1,6 @@
 """Render the retrieved memories as a prompt addition (design §D1.2's ``system_prompt_addition``).
 
-Seed 001 offers three formats: ``bullets`` (prompt-ready natural language, the default),
+Design §D1.2 offers three formats: ``bullets`` (prompt-ready natural language, the default),
 ``json`` (for programs that parse the context) and ``xml`` (for models that follow tags
 precisely; design §D0.10 also wraps memories in ``<memory>`` tags to resist prompt injection). Each
 item carries the memory's text and, with ``include_metadata``, its type, the UTC date it was

@@ -1,4 +1,4 @@
-"""Seed 003 §6.3's ``decay_score`` with a cold tier, as a re-ranking stage.
+"""Design §D3.7's ``decay_score`` with a cold tier, as a re-ranking stage.
 
 ::
 

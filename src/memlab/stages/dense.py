@@ -1,9 +1,9 @@
 """Dense retrieval: cosine similarity between the query vector and every visible memory.
 
-Seed 000's vector path ("cosine similarity … by similarity score"), the first of the three ranked
+Design §D0.7's vector path ("cosine similarity … by similarity score"), the first of the three ranked
 lists that hybrid retrieval fuses; design §D4.3's "vector candidates from cosine similarity search".
 Bi-encoder retrieval in the sense of Karpukhin et al., "Dense Passage Retrieval for Open-Domain
-Question Answering", EMNLP 2020. The seed's minimum similarity of 0.3 is applied by the
+Question Answering", EMNLP 2020. The design's minimum similarity of 0.3 is applied by the
 ``lifecycle`` stage (so that a fused keyword or graph hit is not dropped); ``min_similarity`` here
 is an optional hard cut on the dense list itself.
 

@@ -1,6 +1,6 @@
 """Shannon entropy gating: fit the candidates into a token budget (design §D2.4), keeping relevance.
 
-Seed 002: "The expanded candidate set is pruned to fit within the context budget. Nodes are
+Design §D2.4: "The expanded candidate set is pruned to fit within the context budget. Nodes are
 scored by Shannon entropy — high-redundancy, low-information chunks are evicted first. An
 ``eviction_report`` records what was dropped and why." Entropy after Shannon (1948).
 
@@ -130,7 +130,7 @@ class EntropyGate(Stage):
         redundancy_weight: Weight of redundancy in the eviction priority.
         entropy_weight: Weight of normalised entropy in the eviction priority.
         relevance_weight: Weight of the min-max scaled retrieval score in the eviction
-            priority (0: the seed's entropy-only gate).
+            priority (0: the design's entropy-only gate).
         relevance_floor: Candidates whose retrieval ``score`` reaches this value are exempt from
             ``min_entropy`` and evicted only when no other candidate is left to evict (``None``:
             no candidate is protected). On the scale of the incoming ``score`` column.

@@ -9,7 +9,7 @@ with ``boost = causal_boost`` for typed relations (``uses``, ``works_on`` …) a
 ``co_occurrence``, for at most ``max_depth`` hops, dropping activations below
 ``min_activation`` (see :meth:`EntityGraph.spread_activation`). A memory's score is the sum of
 the activations of the entities linked to it through a link whose role is in ``roles``
-("memories linked to multiple activated entities score higher"). Seed 000 defaults:
+("memories linked to multiple activated entities score higher"). Design §D0.9 defaults:
 ``GRAPH_SEARCH_DECAY = 0.8``, ``CAUSAL_BOOST = 2.0``, ``MAX_DEPTH = 2``, stop below 0.1,
 ``strengthFactor = min(strength / 5, 1.0)``.
 
@@ -129,7 +129,7 @@ class Graph(Stage):
         hop_decay: Activation multiplier per hop (seed ``GRAPH_SEARCH_DECAY`` = 0.8).
         causal_boost: Extra multiplier on typed relations (seed ``CAUSAL_BOOST`` = 2.0).
         max_depth: Maximum number of hops (seed ``MAX_DEPTH`` = 2).
-        min_activation: Activations below this are dropped (seed 0.1).
+        min_activation: Activations below this are dropped (design default 0.1).
         strength_saturation: Edge strength at which an edge carries fully (seed 5).
         roles: Links that carry entity activation to a memory (seed: all three roles).
         known_types: Entity types also matched by name in the query (e.g. ``("agent",)``: a

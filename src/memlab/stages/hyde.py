@@ -4,7 +4,7 @@ Retrieval without Relevance Labels", ACL 2023, arXiv:2212.10496, 2022).
 A generator writes ``n_documents`` passages that *would* answer the query; the query vector
 becomes the mean of their embeddings and, with ``include_query``, the query's own embedding
 (the paper's ``v = 1/(N+1) · [Σ f(d_i) + f(q)]``), L2-normalised here because the store searches
-by cosine. Seed 002 runs HyDE "before the query ever touches the vector store". The default
+by cosine. Design §D2.1 runs HyDE "before the query ever touches the vector store". The default
 prompt is the paper's web-search template; its reference code samples 8 documents at temperature
 0.7, the defaults here are 4 shorter ones so that small local models stay quick.
 

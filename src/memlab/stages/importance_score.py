@@ -1,4 +1,4 @@
-"""Seed 001's live importance score, as a re-ranking stage.
+"""Design §D1.4's live importance score, as a re-ranking stage.
 
 Each memory's importance label sets its starting score ("original importance, set at
 extraction"); use raises it and time without use lowers it ("live score, changes with usage and
@@ -8,7 +8,7 @@ decay")::
                        × decay_per_day ** days_since_last_access
     effective_score  = relevance × (1 − weight + weight × importance_score)
 
-Seed 001 names the four labels and the two scores but no constants; the defaults here (1.0,
+Design §D1.4 names the four labels and the two scores but no constants; the defaults here (1.0,
 0.75, 0.5, 0.25; +0.05 per access; 0.99 per day) are this module's.
 """
 

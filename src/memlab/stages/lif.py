@@ -1,6 +1,6 @@
 """Synaptic propagation: leaky integrate-and-fire over the entity graph (docs/design.md §D2.3).
 
-Seed 002: "The top-ranked nodes from RRF become seed nodes. A Leaky Integrate-and-Fire neuron
+Design §D2.3: "The top-ranked nodes from RRF become seed nodes. A Leaky Integrate-and-Fire neuron
 model propagates activation through the taxonomy graph — nodes semantically adjacent to the
 seeds accumulate charge and fire into context." The neuron model is the textbook discrete LIF
 (Lapicque 1907; Gerstner & Kistler, *Spiking Neuron Models*, 2002, ch. 4) on a graph.

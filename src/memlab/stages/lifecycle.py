@@ -13,7 +13,7 @@ records and do not decay (``decaying_types``). Seed defaults: decay 0.98 per day
 RRF fusion, so ``relevance`` names the column that carries the fused score (``"score"``: whatever
 the previous stage ranked by).
 
-The seed's minimum similarity filters *vector* results: a candidate is dropped when its
+The design's minimum similarity filters *vector* results: a candidate is dropped when its
 ``dense_score`` is present and below ``min_similarity`` and no other retrieval signal
 (``bm25_score``, ``graph_score``, ``activation``) found it. Candidates the query may not see
 (scope, ``active``, ``at_time``, not yet written at ``ctx.now``) are dropped as well.

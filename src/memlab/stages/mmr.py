@@ -8,7 +8,7 @@ and the candidate with the largest MMR joins ``S``. ``rel`` is the incoming ``sc
 normalised to [0, 1] over the candidates (all 1 when every score is equal), so that λ weighs
 comparable quantities whatever the upstream scale (cosine, RRF, effective score). ``sim`` is the
 cosine between the memories' stored vectors; a memory without a vector has similarity 0 with
-every other. Seed 004 re-ranks its merged hybrid candidates with MMR "to reduce near-duplicate
+every other. Design §D4.3 re-ranks its merged hybrid candidates with MMR "to reduce near-duplicate
 results". The paper leaves λ to the user; the default 0.7 leans towards relevance.
 """
 

@@ -1,6 +1,6 @@
-"""Seed 004's recency blend, as a re-ranking stage.
+"""Design §D4.3's recency blend, as a re-ranking stage.
 
-Seed 004 blends "vector similarity, keyword score, and recency score; ``rule`` and ``decision``
+Design §D4.3 blends "vector similarity, keyword score, and recency score; ``rule`` and ``decision``
 do not decay, while ``fact``, ``summary`` and ``preference`` receive recency weighting". memlab's
 decisions are its rules (immutable constraints), so ``decision`` never decays here; events,
 facts and statuses do::
@@ -9,7 +9,7 @@ facts and statuses do::
     effective_score = (1 − recency_weight) × relevance / max(relevance) + recency_weight × recency
 
 Relevance is divided by the query's best relevance so that the blend does not depend on the
-scale of the fused score. Seed 004 gives no constants; the defaults are this module's.
+scale of the fused score. Design §D4.3 gives no constants; the defaults are this module's.
 """
 
 from __future__ import annotations
