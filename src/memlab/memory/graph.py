@@ -352,11 +352,11 @@ class EntityGraph:
 
         Args:
             seeds: Seed entity indices (activation 1.0 each) or a mapping index -> activation.
-            hop_decay: Multiplier per hop (seed ``GRAPH_SEARCH_DECAY`` = 0.8).
-            causal_boost: Extra multiplier for typed relations (seed ``CAUSAL_BOOST`` = 2.0).
-            max_depth: Maximum number of hops (seed ``MAX_DEPTH`` = 2).
-            min_activation: Activations below this are not propagated or returned (design default 0.1).
-            strength_saturation: Strength at which an edge carries fully (seed 5).
+            hop_decay: Multiplier per hop (design §D0.9: ``GRAPH_SEARCH_DECAY`` = 0.8).
+            causal_boost: Extra multiplier for typed relations (design §D0.9: ``CAUSAL_BOOST`` = 2.0).
+            max_depth: Maximum number of hops (design §D0.9: ``MAX_DEPTH`` = 2).
+            min_activation: Activations below this are not propagated or returned (design: 0.1).
+            strength_saturation: Strength at which an edge carries fully (design §D0.9: 5).
             trace: Also return, per depth, the nodes set or raised at that depth.
 
         Returns:

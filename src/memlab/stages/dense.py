@@ -1,6 +1,6 @@
 """Dense retrieval: cosine similarity between the query vector and every visible memory.
 
-Design §D0.7's vector path ("cosine similarity … by similarity score"), the first of the three ranked
+Design §D0.7's vector path ("cosine similarity … by similarity score"), first of the three ranked
 lists that hybrid retrieval fuses; design §D4.3's "vector candidates from cosine similarity search".
 Bi-encoder retrieval in the sense of Karpukhin et al., "Dense Passage Retrieval for Open-Domain
 Question Answering", EMNLP 2020. The design's minimum similarity of 0.3 is applied by the

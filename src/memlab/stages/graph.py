@@ -126,11 +126,11 @@ class Graph(Stage):
 
     Args:
         top_k: Keep the best ``top_k`` memories (``None`` = all reached).
-        hop_decay: Activation multiplier per hop (seed ``GRAPH_SEARCH_DECAY`` = 0.8).
-        causal_boost: Extra multiplier on typed relations (seed ``CAUSAL_BOOST`` = 2.0).
-        max_depth: Maximum number of hops (seed ``MAX_DEPTH`` = 2).
+        hop_decay: Activation multiplier per hop (design §D0.9: ``GRAPH_SEARCH_DECAY`` = 0.8).
+        causal_boost: Extra multiplier on typed relations (design §D0.9: ``CAUSAL_BOOST`` = 2.0).
+        max_depth: Maximum number of hops (design §D0.9: ``MAX_DEPTH`` = 2).
         min_activation: Activations below this are dropped (design default 0.1).
-        strength_saturation: Edge strength at which an edge carries fully (seed 5).
+        strength_saturation: Edge strength at which an edge carries fully (design §D0.9: 5).
         roles: Links that carry entity activation to a memory (seed: all three roles).
         known_types: Entity types also matched by name in the query (e.g. ``("agent",)``: a
             question that names a speaker seeds that speaker's entity); docs/design.md §D0.9 matches
