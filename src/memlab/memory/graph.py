@@ -353,7 +353,7 @@ class EntityGraph:
         Args:
             seeds: Seed entity indices (activation 1.0 each) or a mapping index -> activation.
             hop_decay: Multiplier per hop (design §D0.9: ``GRAPH_SEARCH_DECAY`` = 0.8).
-            causal_boost: Extra multiplier for typed relations (design §D0.9: ``CAUSAL_BOOST`` = 2.0).
+            causal_boost: Multiplier for typed relations (design §D0.9: ``CAUSAL_BOOST`` = 2.0).
             max_depth: Maximum number of hops (design §D0.9: ``MAX_DEPTH`` = 2).
             min_activation: Activations below this are not propagated or returned (design: 0.1).
             strength_saturation: Strength at which an edge carries fully (design §D0.9: 5).

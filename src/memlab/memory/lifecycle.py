@@ -5,7 +5,7 @@ access_boost         = 1 + boost_weight × log2(access_count + 1)
 effective_score      = similarity × effective_confidence × access_boost
 
 Decay applies to facts and statuses only; events and decisions are historical records. Every
-constant is a parameter (seed defaults: decay 0.98 per day, boost weight 0.3).
+constant is a parameter (design §D0.5 defaults: decay 0.98 per day, boost weight 0.3).
 """
 
 from __future__ import annotations
