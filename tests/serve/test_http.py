@@ -40,7 +40,7 @@ def _client(tmp_path: Path, principal: Principal | None = None, **limits: int) -
 
 def test_status_codes(tmp_path: Path) -> None:
     client = _client(tmp_path, max_batch=3, max_request_bytes=2000)
-    assert client.get("/health").json() == {"status": "ok", "memories": 0}
+    assert client.get("/health").json() == {"status": "ok", "memories": 0, "chroma_backlog": 0}
     ok = client.post("/memories", json=[{"content": "a"}, {"content": "b"}], headers=AUTH)
     assert ok.status_code == 200
     assert [r["action"] for r in ok.json()["results"]] == ["created", "created"]
@@ -64,7 +64,7 @@ def test_status_codes(tmp_path: Path) -> None:
     assert bad.status_code == 422 and bad.json()["error"].startswith("body is not JSON")
     assert client.post("/memories", json=[], headers=AUTH).status_code == 422
     assert client.post("/memories", json={"x": 1}, headers=AUTH).status_code == 422
-    assert client.get("/health").json() == {"status": "ok", "memories": 3}
+    assert client.get("/health").json() == {"status": "ok", "memories": 3, "chroma_backlog": 0}
     assert validate_dataset(tmp_path / "rec") == []
 
 

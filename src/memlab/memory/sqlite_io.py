@@ -297,7 +297,8 @@ class SQLiteIO:
         except BaseException:
             self._rollback(0, savepoint)
             raise
-        self._flush_chroma()
+        if self.chroma_sync == "commit":
+            self._flush_chroma()
 
     def _rollback(self, depth: int, savepoint: str) -> None:
         """Undo SQLite to the start of a unit and rebuild the in-memory state from it."""
