@@ -102,6 +102,10 @@ class SQLiteIO:
         self._check_schema(existed)
         self._exec("PRAGMA journal_mode=WAL")
         self._exec("PRAGMA synchronous=NORMAL")
+        # The savepoint of each write inside a batch keeps the pages it changes in a statement
+        # journal: in memory, not in a temporary file (it only matters until the savepoint
+        # is released; durability comes from the WAL).
+        self._exec("PRAGMA temp_store=MEMORY")
         if not self._has_tables():
             self._exec("BEGIN IMMEDIATE")
             for statement in _SCHEMA.split(";"):

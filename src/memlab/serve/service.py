@@ -39,6 +39,7 @@ milliseconds and strictly increasing, so recorded timestamps order the calls as 
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 import uuid
@@ -308,7 +309,7 @@ class MemoryService:
     def now(self) -> float:
         """The call's time: the clock in whole milliseconds, strictly after the previous call."""
         with self.lock:
-            ms = max(int(np.floor(self.clock() * 1000.0)), self._last_ms + 1)
+            ms = max(math.floor(self.clock() * 1000.0), self._last_ms + 1)
             self._last_ms = ms
             self._last_call = time.monotonic()
             return ms / 1000.0
