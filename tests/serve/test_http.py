@@ -140,13 +140,13 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_call(tmp_path: Path) -> Non
     stop = threading.Event()
     url = f"http://127.0.0.1:{port}"
 
-    def writer() -> None:
+    def writer(w: int) -> None:
         with httpx.Client(base_url=url, headers=AUTH, timeout=30) as http:
             for b in range(10_000):
                 if stop.is_set():
                     return
                 try:
-                    r = http.post("/memories", json=[{"content": f"note {b}-{i}",
+                    r = http.post("/memories", json=[{"content": f"note {w}-{b}-{i}",
                                                       "memory_type": "event"} for i in range(20)])
                 except httpx.HTTPError:
                     return
@@ -163,14 +163,17 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_call(tmp_path: Path) -> Non
                 pass
             assert time.monotonic() < deadline, "server did not start"
             time.sleep(0.2)
-        thread = threading.Thread(target=writer)
-        thread.start()
-        while len(acked) < 200 and thread.is_alive():
+        # concurrent writers: their calls are group-committed
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+        for thread in threads:
+            thread.start()
+        while len(acked) < 200 and all(t.is_alive() for t in threads):
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         stop.set()
-        thread.join(timeout=60)
+        for thread in threads:
+            thread.join(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
