@@ -120,6 +120,8 @@ def test_group_items_and_chroma_idle_are_checked() -> None:
         MemoryService(store, load_pipeline("bm25"), group_items=0)
     with pytest.raises(ServiceError, match="field 'chroma_idle'"):
         MemoryService(store, load_pipeline("bm25"), chroma_idle=0)
+    with pytest.raises(ServiceError, match="field 'chroma_max_backlog'"):
+        MemoryService(store, load_pipeline("bm25"), chroma_max_backlog=0)
 
 
 def test_the_idle_service_sends_pending_vectors_to_chromadb(tmp_path: Path) -> None:
@@ -137,3 +139,19 @@ def test_the_idle_service_sends_pending_vectors_to_chromadb(tmp_path: Path) -> N
         assert sorted(store._chroma.ids()) == ids
     svc.close()
     svc.close()  # idempotent
+
+
+def test_a_busy_service_sends_chromadb_a_full_backlog(tmp_path: Path) -> None:
+    store = MemoryStore(tmp_path / "store", embedder=HashingEmbedder(dim=64),
+                        chroma_sync="deferred")
+    svc = MemoryService(store, load_pipeline("bm25"), chroma_idle=3600.0, chroma_max_backlog=3,
+                        clock=lambda: 1.77e9)
+    svc.store_many(_items(0, 2))
+    time.sleep(0.05)
+    assert svc.health()["chroma_backlog"] == 2  # below the bound and never idle: kept
+    svc.store_many(_items(1, 2))
+    deadline = time.monotonic() + 60
+    while store._chroma.count() < 4:
+        assert time.monotonic() < deadline, "the full backlog was never sent"
+        time.sleep(0.02)
+    svc.close()

@@ -212,6 +212,8 @@ class MemoryService:
             vectors to chromadb (:meth:`MemoryStore.flush_chroma`, in the background) — for a
             store opened with ``chroma_sync="deferred"``. ``None``: never (the store's own
             ``chroma_sync`` decides).
+        chroma_max_backlog: With ``chroma_idle``: pending vectors that are handed to chromadb
+            even while calls keep coming (bounds the backlog of a server that is never idle).
     """
 
     def __init__(
@@ -231,6 +233,7 @@ class MemoryService:
         max_served: int = 10_000,
         group_items: int = 2000,
         chroma_idle: float | None = None,
+        chroma_max_backlog: int = 50_000,
     ) -> None:
         for stage in _stages(pipeline):
             if stage.requires_fit or stage.needs_generator:
@@ -247,6 +250,14 @@ class MemoryService:
             or not chroma_idle > 0
         ):
             raise ServiceError(f"field 'chroma_idle' must be a number > 0, got {chroma_idle!r}")
+        if (
+            isinstance(chroma_max_backlog, bool)
+            or not isinstance(chroma_max_backlog, int)
+            or chroma_max_backlog < 1
+        ):
+            raise ServiceError(
+                f"field 'chroma_max_backlog' must be an int >= 1, got {chroma_max_backlog!r}"
+            )
         self.store = store
         self.pipeline = pipeline
         self.principal = principal
@@ -269,6 +280,7 @@ class MemoryService:
         self.pending_judgments: list[dict[str, Any]] = []
         self.group_items = group_items
         self.chroma_idle = chroma_idle
+        self.chroma_max_backlog = chroma_max_backlog
         self._queue: deque[_Ticket] = deque()
         self._queue_lock = threading.Lock()
         self._last_call = time.monotonic()
@@ -296,10 +308,14 @@ class MemoryService:
                     self.recorder.close()
 
     def _idle_loop(self) -> None:
-        """Hand pending vectors to chromadb once no call came for ``chroma_idle`` seconds."""
+        """Hand pending vectors to chromadb once no call came for ``chroma_idle`` seconds, or
+        once ``chroma_max_backlog`` of them are waiting."""
         idle = float(self.chroma_idle or 1.0)
-        while not self._closed.wait(idle / 4.0):
-            if time.monotonic() - self._last_call < idle or not self.store.chroma_backlog:
+        while not self._closed.wait(min(idle / 4.0, 0.25)):
+            backlog = self.store.chroma_backlog
+            if not backlog or (
+                time.monotonic() - self._last_call < idle and backlog < self.chroma_max_backlog
+            ):
                 continue
             with self.lock:
                 if not self._closed.is_set():
