@@ -167,6 +167,48 @@ def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
     }
 
 
+def write_cpu(clients: int, size: int, blocks: int = 12) -> dict:
+    """The write path without HTTP: the bench's items through ``MemoryService.store_many`` in
+    process (persisted SQLite, a recording, chromadb deferred as the server has it), one group
+    commit of ``clients`` calls of ``size`` items per block. CPU per memory of the process, min
+    and median over the blocks (on a shared machine the minimum is the least disturbed)."""
+    import logging
+
+    logging.getLogger("memlab.store").setLevel(logging.ERROR)
+    from memlab.embed import HashingEmbedder
+    from memlab.memory.store import MemoryStore
+    from memlab.pipeline import load_pipeline
+    from memlab.serve.recording import Recorder
+    from memlab.serve.service import MemoryService
+
+    tmp = Path(tempfile.mkdtemp(prefix="memlab-bench-write-"))
+    store = MemoryStore(tmp / "store", embedder=HashingEmbedder(), chroma_sync="deferred")
+    svc = MemoryService(store, load_pipeline("rrf"), recorder=Recorder(tmp / "rec"))
+
+    def batch(c: int, b: int) -> list[dict]:
+        rng = random.Random(b * 1000 + c)
+        return [{"content": f"{' '.join(rng.choices(WORDS, k=10))} c{c} b{b} i{i}",
+                 "memory_type": "event" if i % 2 else "fact",
+                 **({} if i % 2 else {"key": f"c{c}-b{b}-i{i}"})} for i in range(size)]
+
+    svc.store_many(batch(0, -1))
+    per: list[float] = []
+    for b in range(blocks):
+        calls = [batch(c, b) for c in range(clients)]
+        c0 = time.process_time()
+        with svc.lock:  # queue the calls as concurrent requests would, then commit them once
+            threads = [threading.Thread(target=svc.store_many, args=(x,)) for x in calls]
+            for t in threads:
+                t.start()
+            while len(svc._queue) < clients:
+                time.sleep(0.001)
+        for t in threads:
+            t.join()
+        per.append(1000.0 * (time.process_time() - c0) / (clients * size))
+    svc.close()
+    return {"min_ms": min(per), "median_ms": float(np.median(per))}
+
+
 def recall_latency(n: int = 10_000, queries: int = 200) -> dict:
     import logging
 
@@ -231,6 +273,14 @@ def main() -> None:
                 f"{res['chroma_catch_up_s']:.1f} s after the burst (server CPU "
                 f"{res['chroma_catch_up_cpu_ms_per_memory']:.2f} ms/memory, backlog left "
                 f"{res['chroma_backlog_left']}); {before} -> {_load()}"
+            )
+            before = _load()
+            w = write_cpu(args.clients, args.size)
+            print(
+                f"[run {run}] write path in process ({args.clients} calls x {args.size} per "
+                f"group commit, persisted, recording, chromadb deferred): CPU "
+                f"{w['min_ms']:.2f} ms/memory min, {w['median_ms']:.2f} median over blocks; "
+                f"{before} -> {_load()}"
             )
         if not args.skip_recall:
             before = _load()
