@@ -155,3 +155,28 @@ def test_a_busy_service_sends_chromadb_a_full_backlog(tmp_path: Path) -> None:
         assert time.monotonic() < deadline, "the full backlog was never sent"
         time.sleep(0.02)
     svc.close()
+
+
+def test_the_recording_stays_in_commit_order_under_concurrent_calls(tmp_path: Path) -> None:
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    svc = MemoryService(store, load_pipeline("bm25"), recorder=Recorder(tmp_path / "rec"),
+                        clock=lambda: 1.77e9)
+
+    def bulk(w: int) -> None:
+        for b in range(5):
+            svc.store_many(_items(100 * w + b, 3))
+
+    def single() -> None:
+        for i in range(10):
+            svc.store_memory(f"single note {i}", "event")  # records while holding the lock
+
+    threads = [threading.Thread(target=bulk, args=(w,)) for w in range(6)]
+    threads.append(threading.Thread(target=single))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    lines = [json.loads(x) for x in (tmp_path / "rec" / "memories.jsonl").read_text().splitlines()]
+    assert len(lines) == 6 * 5 * 3 + 10
+    stamps = [x["ts"] for x in lines]  # whole, strictly increasing milliseconds per call
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)

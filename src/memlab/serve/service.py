@@ -283,6 +283,9 @@ class MemoryService:
         self.chroma_max_backlog = chroma_max_backlog
         self._queue: deque[_Ticket] = deque()
         self._queue_lock = threading.Lock()
+        self._turns = threading.Condition()
+        self._next_turn = 0
+        self._done_turn = 0
         self._last_call = time.monotonic()
         self._closed = threading.Event()
         self._idle_thread: threading.Thread | None = None
@@ -372,9 +375,29 @@ class MemoryService:
             raise ServiceError(f"field 'scope': agent {who!r} may not read {scope!r}")
         return scope
 
-    def _record(self, lines: list[dict[str, Any]]) -> None:
-        if self.recorder is not None and lines:
-            self.recorder.memories(lines)
+    def _turn(self) -> int:
+        """The next place in ``memories.jsonl`` (the caller holds the lock: places follow the
+        order in which writes commit)."""
+        seq = self._next_turn
+        self._next_turn += 1
+        return seq
+
+    def _record(self, lines: list[dict[str, Any]], turn: int | None = None) -> None:
+        """Append write lines in turn: a group commit appends after releasing the lock, so each
+        append waits for the appends of the writes committed before it (the recording stays in
+        commit order, as a replay reads it). Without ``turn`` the caller holds the lock."""
+        if turn is None:
+            turn = self._turn()
+        with self._turns:
+            while self._done_turn < turn:
+                self._turns.wait()
+        try:
+            if self.recorder is not None and lines:
+                self.recorder.memories(lines)
+        finally:
+            with self._turns:
+                self._done_turn = turn + 1
+                self._turns.notify_all()
 
     @staticmethod
     def describe(rec: MemoryRecord, score: float | None = None) -> dict[str, Any]:
@@ -539,6 +562,7 @@ class MemoryService:
         group: list[_Ticket] = []
         lines: list[dict[str, Any]] = []
         failed = False
+        turn = -1
         with self.lock:
             with self._queue_lock:
                 size = 0
@@ -553,10 +577,10 @@ class MemoryService:
                     failed = True
                     for t in group:
                         t.error = exc
+                turn = self._turn()
         if group:
             try:
-                if not failed:
-                    self._record(lines)
+                self._record([] if failed else lines, turn)
             except BaseException as exc:
                 for t in group:
                     t.error = exc
