@@ -296,14 +296,17 @@ class MemoryService:
             self._idle_thread.start()
 
     def close(self) -> None:
-        """Stop the idle flusher, close the store (it flushes chromadb) and the recording
-        (idempotent)."""
+        """Stop the idle flusher, let pending appends finish, close the store (it flushes
+        chromadb) and the recording (idempotent)."""
         if self._closed.is_set():
             return
         self._closed.set()
         if self._idle_thread is not None:
             self._idle_thread.join()
         with self.lock:
+            with self._turns:  # appends of committed groups finish first
+                while self._done_turn < self._next_turn:
+                    self._turns.wait()
             try:
                 self.store.close()
             finally:
