@@ -6,6 +6,7 @@
         [--transport stdio|http] [--host 127.0.0.1] [--port 8000]
     memlab serve http STORE_DIR --human [--token-env MEMLAB_INGEST_TOKEN | --token-file F]
         [--record DIR] [--port 8080] [--max-batch 1000] [--max-request-bytes 8388608]
+        [--chroma-idle 1]   # new vectors go to chromadb after 1 s without calls (0: each commit)
 """
 
 from __future__ import annotations
