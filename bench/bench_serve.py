@@ -5,9 +5,11 @@ Usage: python bench/bench_serve.py [CLIENTS] [BATCHES] [BATCH_SIZE] [--time-limi
 Starts ``memlab serve http`` (hashing embedder, a persisted store with chromadb, ``--record``)
 on 127.0.0.1 and runs CLIENTS threads, each posting BATCHES batches of BATCH_SIZE distinct
 memories (default 8 x 200 x 50 = 80,000), for at most ``--time-limit`` seconds. Reports
-throughput of acknowledged memories, p50 / p95 request latency, and checks that every
-acknowledged item is in the store and in the recording. Then times ``recall`` with the ``rrf``
-pipeline at 10,000 memories (in process, hashing embedder).
+throughput of acknowledged memories, p50 / p95 request latency, the CPU per memory of the
+server and of the clients (with the 2-core throughput they imply), how long the server takes
+after the burst to bring chromadb up to date (it is not on the acknowledgement path), and
+checks that every acknowledged item is in the store and in the recording. Then times
+``recall`` with the ``rrf`` pipeline at 10,000 memories (in process, hashing embedder).
 
 Goals (2 cores): >= 1,000 memories/s persisted through HTTP; recall p50 < 50 ms at 10k.
 Each line prints memlab's number next to its goal, and the load average of the machine
@@ -109,14 +111,26 @@ def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
                         latencies.append(dt)
                         acked.extend(ids)
 
-        start = time.perf_counter()
+        start, client_cpu0 = time.perf_counter(), time.process_time()
         threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         wall = time.perf_counter() - start
+        client_cpu = time.process_time() - client_cpu0
         server_cpu = _cpu_seconds(proc.pid) - cpu_at_start
+        # chromadb is not on the acknowledgement path: the server sends it the new vectors
+        # once idle. Wait for that and report what it costs.
+        t_idle, cpu_idle = time.perf_counter(), _cpu_seconds(proc.pid)
+        backlog = -1
+        while time.perf_counter() - t_idle < 600:
+            backlog = httpx.get(f"{url}/health", timeout=30.0).json().get("chroma_backlog", 0)
+            if backlog == 0:
+                break
+            time.sleep(0.5)
+        catch_up = time.perf_counter() - t_idle
+        catch_up_cpu = _cpu_seconds(proc.pid) - cpu_idle
     finally:
         proc.terminate()
         try:
@@ -146,7 +160,53 @@ def ingest(clients: int, batches: int, size: int, time_limit: float) -> dict:
         "duplicate_acks": len(acked) - len(acked_set),
         "requests": len(latencies),
         "server_cpu_ms_per_memory": 1000.0 * server_cpu / max(len(acked), 1),
+        "client_cpu_ms_per_memory": 1000.0 * client_cpu / max(len(acked), 1),
+        "chroma_catch_up_s": catch_up,
+        "chroma_catch_up_cpu_ms_per_memory": 1000.0 * catch_up_cpu / max(len(acked), 1),
+        "chroma_backlog_left": backlog,
     }
+
+
+def write_cpu(clients: int, size: int, blocks: int = 12) -> dict:
+    """The write path without HTTP: the bench's items through ``MemoryService.store_many`` in
+    process (persisted SQLite, a recording, chromadb deferred as the server has it), one group
+    commit of ``clients`` calls of ``size`` items per block. CPU per memory of the process, min
+    and median over the blocks (on a shared machine the minimum is the least disturbed)."""
+    import logging
+
+    logging.getLogger("memlab.store").setLevel(logging.ERROR)
+    from memlab.embed import HashingEmbedder
+    from memlab.memory.store import MemoryStore
+    from memlab.pipeline import load_pipeline
+    from memlab.serve.recording import Recorder
+    from memlab.serve.service import MemoryService
+
+    tmp = Path(tempfile.mkdtemp(prefix="memlab-bench-write-"))
+    store = MemoryStore(tmp / "store", embedder=HashingEmbedder(), chroma_sync="deferred")
+    svc = MemoryService(store, load_pipeline("rrf"), recorder=Recorder(tmp / "rec"))
+
+    def batch(c: int, b: int) -> list[dict]:
+        rng = random.Random(b * 1000 + c)
+        return [{"content": f"{' '.join(rng.choices(WORDS, k=10))} c{c} b{b} i{i}",
+                 "memory_type": "event" if i % 2 else "fact",
+                 **({} if i % 2 else {"key": f"c{c}-b{b}-i{i}"})} for i in range(size)]
+
+    svc.store_many(batch(0, -1))
+    per: list[float] = []
+    for b in range(blocks):
+        calls = [batch(c, b) for c in range(clients)]
+        c0 = time.process_time()
+        with svc.lock:  # queue the calls as concurrent requests would, then commit them once
+            threads = [threading.Thread(target=svc.store_many, args=(x,)) for x in calls]
+            for t in threads:
+                t.start()
+            while len(svc._queue) < clients:
+                time.sleep(0.001)
+        for t in threads:
+            t.join()
+        per.append(1000.0 * (time.process_time() - c0) / (clients * size))
+    svc.close()
+    return {"min_ms": min(per), "median_ms": float(np.median(per))}
 
 
 def recall_latency(n: int = 10_000, queries: int = 200) -> dict:
@@ -197,6 +257,10 @@ def main() -> None:
             before = _load()
             res = ingest(args.clients, args.batches, args.size, args.time_limit)
             ok = res["missing_from_store"] == 0 and res["missing_from_recording"] == 0
+            server, client = res["server_cpu_ms_per_memory"], res["client_cpu_ms_per_memory"]
+            # Idle 2-core estimate from CPU time alone: both processes share 2 cores, and the
+            # server's Python runs on one core at a time (the GIL).
+            estimate = min(2000.0 / (server + client), 1000.0 / server)
             print(
                 f"[run {run}] ingest: {args.clients} clients x {args.batches} batches x "
                 f"{args.size}: {res['acknowledged']} acknowledged in {res['seconds']:.1f} s = "
@@ -204,7 +268,18 @@ def main() -> None:
                 f"{res['p50_ms']:.0f} ms, p95 {res['p95_ms']:.0f} ms; acknowledged but missing "
                 f"from the store: {res['missing_from_store']}, from the recording: "
                 f"{res['missing_from_recording']} ({'verified' if ok else 'FAILED'}); server "
-                f"CPU {res['server_cpu_ms_per_memory']:.2f} ms/memory; "
+                f"CPU {server:.2f} ms/memory, client CPU {client:.2f} ms/memory (CPU-time "
+                f"estimate on 2 idle cores: {estimate:.0f} memories/s); chromadb caught up "
+                f"{res['chroma_catch_up_s']:.1f} s after the burst (server CPU "
+                f"{res['chroma_catch_up_cpu_ms_per_memory']:.2f} ms/memory, backlog left "
+                f"{res['chroma_backlog_left']}); {before} -> {_load()}"
+            )
+            before = _load()
+            w = write_cpu(args.clients, args.size)
+            print(
+                f"[run {run}] write path in process ({args.clients} calls x {args.size} per "
+                f"group commit, persisted, recording, chromadb deferred): CPU "
+                f"{w['min_ms']:.2f} ms/memory min, {w['median_ms']:.2f} median over blocks; "
                 f"{before} -> {_load()}"
             )
         if not args.skip_recall:

@@ -40,7 +40,7 @@ def _client(tmp_path: Path, principal: Principal | None = None, **limits: int) -
 
 def test_status_codes(tmp_path: Path) -> None:
     client = _client(tmp_path, max_batch=3, max_request_bytes=2000)
-    assert client.get("/health").json() == {"status": "ok", "memories": 0}
+    assert client.get("/health").json() == {"status": "ok", "memories": 0, "chroma_backlog": 0}
     ok = client.post("/memories", json=[{"content": "a"}, {"content": "b"}], headers=AUTH)
     assert ok.status_code == 200
     assert [r["action"] for r in ok.json()["results"]] == ["created", "created"]
@@ -64,7 +64,7 @@ def test_status_codes(tmp_path: Path) -> None:
     assert bad.status_code == 422 and bad.json()["error"].startswith("body is not JSON")
     assert client.post("/memories", json=[], headers=AUTH).status_code == 422
     assert client.post("/memories", json={"x": 1}, headers=AUTH).status_code == 422
-    assert client.get("/health").json() == {"status": "ok", "memories": 3}
+    assert client.get("/health").json() == {"status": "ok", "memories": 3, "chroma_backlog": 0}
     assert validate_dataset(tmp_path / "rec") == []
 
 
@@ -140,13 +140,13 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_call(tmp_path: Path) -> Non
     stop = threading.Event()
     url = f"http://127.0.0.1:{port}"
 
-    def writer() -> None:
+    def writer(w: int) -> None:
         with httpx.Client(base_url=url, headers=AUTH, timeout=30) as http:
             for b in range(10_000):
                 if stop.is_set():
                     return
                 try:
-                    r = http.post("/memories", json=[{"content": f"note {b}-{i}",
+                    r = http.post("/memories", json=[{"content": f"note {w}-{b}-{i}",
                                                       "memory_type": "event"} for i in range(20)])
                 except httpx.HTTPError:
                     return
@@ -163,14 +163,17 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_call(tmp_path: Path) -> Non
                 pass
             assert time.monotonic() < deadline, "server did not start"
             time.sleep(0.2)
-        thread = threading.Thread(target=writer)
-        thread.start()
-        while len(acked) < 200 and thread.is_alive():
+        # concurrent writers: their calls are group-committed
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+        for thread in threads:
+            thread.start()
+        while len(acked) < 200 and all(t.is_alive() for t in threads):
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         stop.set()
-        thread.join(timeout=60)
+        for thread in threads:
+            thread.join(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()

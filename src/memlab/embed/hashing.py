@@ -25,6 +25,7 @@ __all__ = ["HashingEmbedder"]
 
 _WORD = re.compile(r"\w+")
 _EMPTY_FEATURE = "\x00empty"
+_MAX_CACHED = 1 << 16
 
 
 @register_embedder("hashing")
@@ -87,16 +88,29 @@ class HashingEmbedder:
     def bucket(self, feature: str) -> tuple[int, float]:
         """Return the ``(index, sign)`` a feature hashes to.
 
+        Features recur (words do), so the answers are kept in a bounded table for the current
+        ``dim`` and ``seed`` (up to ``_MAX_CACHED`` features; cleared when full or when either
+        setting changes).
+
         Args:
             feature: A feature string as produced by :meth:`features`.
 
         Returns:
             The bucket index in ``[0, dim)`` and the sign ``+1.0`` or ``-1.0``.
         """
-        digest = hashlib.blake2b(f"{self.seed}\x1f{feature}".encode(), digest_size=16).digest()
-        index = int.from_bytes(digest[:8], "big") % self.dim
-        sign = 1.0 if digest[8] & 1 else -1.0
-        return index, sign
+        key = (self.dim, self.seed)
+        cache = self.__dict__.get("_buckets")
+        if cache is None or cache[0] != key or len(cache[1]) >= _MAX_CACHED:
+            cache = self.__dict__["_buckets"] = (key, {})
+        got = cache[1].get(feature)
+        if got is None:
+            digest = hashlib.blake2b(
+                f"{self.seed}\x1f{feature}".encode(), digest_size=16
+            ).digest()
+            index = int.from_bytes(digest[:8], "big") % self.dim
+            sign = 1.0 if digest[8] & 1 else -1.0
+            got = cache[1][feature] = (index, sign)
+        return got
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` as L2-normalised signed hashed bag-of-features vectors.

@@ -56,17 +56,36 @@ class ChromaMirror:
             "valid_to": float(c.valid_to[idx]) if np.isfinite(c.valid_to[idx]) else 1e300,
         }
 
-    def _flush_chroma(self, *, wait: bool = False) -> None:
+    @property
+    def chroma_backlog(self) -> int:
+        """Committed vectors chromadb does not hold yet (pending or in the upsert in flight)."""
+        return len(self._chroma_pending) + len(self._chroma_job_ids)
+
+    def flush_chroma(self, *, wait: bool = False) -> None:
+        """Hand the pending (committed) vectors to chromadb now.
+
+        What a store with ``chroma_sync="deferred"`` calls when it has time (``memlab serve``
+        calls it once the server has been idle). Without ``wait`` it never blocks: while an
+        upsert is still in flight the vectors stay pending for the next call. ``wait=True``
+        blocks until chromadb has everything. Nothing is sent inside a batch.
+        """
+        self._flush_chroma(wait=wait, skip_busy=not wait)
+
+    def _flush_chroma(self, *, wait: bool = False, skip_busy: bool = False) -> None:
         """Hand pending (committed) vectors to chromadb.
 
         The upsert runs on a background thread while the caller goes on writing to SQLite (the
         source of truth: a write is acknowledged when SQLite commits, and reopening a store
-        re-sends anything chromadb missed). One upsert is in flight at a time; ``wait=True``
-        blocks until chromadb has everything. Inside a batch nothing is sent (chromadb never
-        sees a write that may still roll back). A chromadb failure never fails a write: it is
-        logged, the ids stay pending for the next flush, and the next open repairs the index.
+        re-sends anything chromadb missed). One upsert is in flight at a time: a new flush
+        waits for it, or with ``skip_busy=True`` leaves everything pending while it runs;
+        ``wait=True`` blocks until chromadb has everything. Inside a batch nothing is sent
+        (chromadb never sees a write that may still roll back). A chromadb failure never fails
+        a write: it is logged, the ids stay pending for the next flush, and the next open
+        repairs the index.
         """
         if self._chroma_job is not None:
+            if skip_busy and not self._chroma_job.done():
+                return
             job, self._chroma_job = self._chroma_job, None
             try:
                 job.result()

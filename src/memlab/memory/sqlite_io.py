@@ -102,6 +102,10 @@ class SQLiteIO:
         self._check_schema(existed)
         self._exec("PRAGMA journal_mode=WAL")
         self._exec("PRAGMA synchronous=NORMAL")
+        # The savepoint of each write inside a batch keeps the pages it changes in a statement
+        # journal: in memory, not in a temporary file (it only matters until the savepoint
+        # is released; durability comes from the WAL).
+        self._exec("PRAGMA temp_store=MEMORY")
         if not self._has_tables():
             self._exec("BEGIN IMMEDIATE")
             for statement in _SCHEMA.split(";"):
@@ -297,7 +301,8 @@ class SQLiteIO:
         except BaseException:
             self._rollback(0, savepoint)
             raise
-        self._flush_chroma()
+        if self.chroma_sync == "commit":
+            self._flush_chroma()
 
     def _rollback(self, depth: int, savepoint: str) -> None:
         """Undo SQLite to the start of a unit and rebuild the in-memory state from it."""

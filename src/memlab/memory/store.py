@@ -73,6 +73,7 @@ from memlab.memory.vectors import ChromaIndex, ExactIndex
 from memlab.memory.write_policy import WritePolicy, WriteResult, _check_k, _check_time, content_hash
 
 __all__ = [
+    "CHROMA_SYNC",
     "DB_NAME",
     "LOCK_NAME",
     "DecisionImmutableError",
@@ -87,6 +88,10 @@ __all__ = [
     "WriteResult",
     "content_hash",
 ]
+
+
+CHROMA_SYNC: tuple[str, ...] = ("commit", "deferred")
+"""When a store hands committed vectors to chromadb (see ``MemoryStore(chroma_sync=...)``)."""
 
 
 class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLiteIO):
@@ -113,6 +118,14 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         lock_timeout: Seconds a writable persisted store waits for another process to release
             the store directory's lock before raising :class:`StoreLockedError` (negative:
             wait forever).
+        chroma_sync: When committed vectors go to chromadb. ``"commit"``: after every commit
+            (in the background; a commit waits for the previous upsert). ``"deferred"``: they
+            stay pending until :meth:`flush_chroma`, a read of :meth:`chroma_index`,
+            :meth:`check` or :meth:`close` — chromadb's insert costs about as much CPU as the
+            whole write path, so a server under sustained ingest sends them when it is idle
+            (``memlab serve``). Either way chromadb is never on the acknowledgement path: SQLite
+            and the exact index are the truth, and opening a store re-sends whatever chromadb
+            missed.
 
     Raises:
         StoreCorruptError: ``memlab.sqlite3`` is empty, corrupt or not a memlab store.
@@ -134,8 +147,10 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         repair: bool = True,
         read_only: bool = False,
         lock_timeout: float = 10.0,
+        chroma_sync: str = "commit",
     ) -> None:
         self.path = None if path is None else Path(path)
+        self.chroma_sync = chroma_sync
         self.embedder = embedder
         self.max_observed_by = max_observed_by
         self.max_text_chars = max_text_chars
@@ -176,6 +191,10 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
                             ("max_text_chars", max_text_chars)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise MemoryInputError(f"field '{name}' must be an int >= 1, got {value!r}")
+        if chroma_sync not in CHROMA_SYNC:
+            raise MemoryInputError(
+                f"field 'chroma_sync' must be one of {', '.join(CHROMA_SYNC)}, got {chroma_sync!r}"
+            )
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)):
             raise TypeError(f"field 'lock_timeout' must be a number, got {lock_timeout!r}")
         if read_only and self.path is None:

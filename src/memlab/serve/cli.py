@@ -6,6 +6,7 @@
         [--transport stdio|http] [--host 127.0.0.1] [--port 8000]
     memlab serve http STORE_DIR --human [--token-env MEMLAB_INGEST_TOKEN | --token-file F]
         [--record DIR] [--port 8080] [--max-batch 1000] [--max-request-bytes 8388608]
+        [--chroma-idle 1]   # new vectors go to chromadb after 1 s without calls (0: each commit)
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ def _service(args: argparse.Namespace) -> Any:
     if store_dir.exists() and not store_dir.is_dir():
         raise CLIError(f"{store_dir}: not a directory")
     recorder = Recorder(args.record) if args.record else None
+    if args.chroma_idle < 0:
+        raise CLIError("--chroma-idle must be >= 0")
     store = MemoryStore(
         store_dir,
         embedder=_embedder(args.embedder, not args.no_cache),
         chroma=False if args.no_chroma else None,
+        chroma_sync="deferred" if args.chroma_idle > 0 else "commit",
     )
     kwargs: dict[str, Any] = {}
     if clock is not None:
@@ -58,14 +62,13 @@ def _service(args: argparse.Namespace) -> Any:
         touch_k=args.touch_k,
         ttl_days=args.ttl_days,
         expire=not args.no_expire,
+        chroma_idle=args.chroma_idle if args.chroma_idle > 0 and not args.no_chroma else None,
         **kwargs,
     )
 
 
 def _close(service: Any) -> None:
-    service.store.close()
-    if service.recorder is not None:
-        service.recorder.close()
+    service.close()
 
 
 def cmd_serve_mcp(args: argparse.Namespace) -> int:
@@ -134,6 +137,9 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
         p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
         p.add_argument("--no-chroma", action="store_true", help="no chromadb index beside SQLite")
+        p.add_argument("--chroma-idle", type=float, default=1.0,
+                       help="send new vectors to chromadb once the server has been idle this "
+                       "many seconds (default 1; 0 = after every commit)")
         p.add_argument("--touch-k", type=int, default=10, help="recall hits counted as accesses")
         p.add_argument("--ttl-days", type=float, default=30.0, help="event TTL")
         p.add_argument("--no-expire", action="store_true", help="no event TTL expiry")

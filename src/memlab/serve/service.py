@@ -39,6 +39,7 @@ milliseconds and strictly increasing, so recorded timestamps order the calls as 
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 import uuid
@@ -170,6 +171,16 @@ def _scope_arg(value: Any, name: str = "scope") -> str | None:
 
 
 @dataclass
+class _Ticket:
+    """One :meth:`MemoryService.store_many` call waiting for its group commit."""
+
+    items: Sequence[Any]
+    results: list[dict[str, Any]] | None = None
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class _Served:
     """What one recall served (kept for ``feedback``)."""
 
@@ -195,6 +206,14 @@ class MemoryService:
         judge: Name written into the judgments of ``feedback`` (default: the agent's name, or
             ``"human"``).
         max_served: How many recall ids ``feedback`` remembers.
+        group_items: Most items one group commit of :meth:`store_many` takes (calls waiting at
+            the same time share one transaction and one durable append; a call is never split).
+        chroma_idle: Seconds without a call after which the service hands the store's pending
+            vectors to chromadb (:meth:`MemoryStore.flush_chroma`, in the background) — for a
+            store opened with ``chroma_sync="deferred"``. ``None``: never (the store's own
+            ``chroma_sync`` decides).
+        chroma_max_backlog: With ``chroma_idle``: pending vectors that are handed to chromadb
+            even while calls keep coming (bounds the backlog of a server that is never idle).
     """
 
     def __init__(
@@ -212,6 +231,9 @@ class MemoryService:
         expire: bool = True,
         judge: str | None = None,
         max_served: int = 10_000,
+        group_items: int = 2000,
+        chroma_idle: float | None = None,
+        chroma_max_backlog: int = 50_000,
     ) -> None:
         for stage in _stages(pipeline):
             if stage.requires_fit or stage.needs_generator:
@@ -220,6 +242,22 @@ class MemoryService:
                     "training queries or a generator; serve a pipeline without it"
                 )
         check_name(client_id, "client_id")
+        if isinstance(group_items, bool) or not isinstance(group_items, int) or group_items < 1:
+            raise ServiceError(f"field 'group_items' must be an int >= 1, got {group_items!r}")
+        if chroma_idle is not None and (
+            isinstance(chroma_idle, bool)
+            or not isinstance(chroma_idle, (int, float))
+            or not chroma_idle > 0
+        ):
+            raise ServiceError(f"field 'chroma_idle' must be a number > 0, got {chroma_idle!r}")
+        if (
+            isinstance(chroma_max_backlog, bool)
+            or not isinstance(chroma_max_backlog, int)
+            or chroma_max_backlog < 1
+        ):
+            raise ServiceError(
+                f"field 'chroma_max_backlog' must be an int >= 1, got {chroma_max_backlog!r}"
+            )
         self.store = store
         self.pipeline = pipeline
         self.principal = principal
@@ -240,13 +278,62 @@ class MemoryService:
         last = getattr(recorder, "last_ts", None)
         self._last_ms = -1 if last is None else round(last * 1000.0)
         self.pending_judgments: list[dict[str, Any]] = []
+        self.group_items = group_items
+        self.chroma_idle = chroma_idle
+        self.chroma_max_backlog = chroma_max_backlog
+        self._queue: deque[_Ticket] = deque()
+        self._queue_lock = threading.Lock()
+        self._turns = threading.Condition()
+        self._next_turn = 0
+        self._done_turn = 0
+        self._last_call = time.monotonic()
+        self._closed = threading.Event()
+        self._idle_thread: threading.Thread | None = None
+        if chroma_idle is not None:
+            self._idle_thread = threading.Thread(
+                target=self._idle_loop, name="memlab-chroma-idle", daemon=True
+            )
+            self._idle_thread.start()
+
+    def close(self) -> None:
+        """Stop the idle flusher, let pending appends finish, close the store (it flushes
+        chromadb) and the recording (idempotent)."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self._idle_thread is not None:
+            self._idle_thread.join()
+        with self.lock:
+            with self._turns:  # appends of committed groups finish first
+                while self._done_turn < self._next_turn:
+                    self._turns.wait()
+            try:
+                self.store.close()
+            finally:
+                if self.recorder is not None:
+                    self.recorder.close()
+
+    def _idle_loop(self) -> None:
+        """Hand pending vectors to chromadb once no call came for ``chroma_idle`` seconds, or
+        once ``chroma_max_backlog`` of them are waiting."""
+        idle = float(self.chroma_idle or 1.0)
+        while not self._closed.wait(min(idle / 4.0, 0.25)):
+            backlog = self.store.chroma_backlog
+            if not backlog or (
+                time.monotonic() - self._last_call < idle and backlog < self.chroma_max_backlog
+            ):
+                continue
+            with self.lock:
+                if not self._closed.is_set():
+                    self.store.flush_chroma()
 
     # ------------------------------------------------------------------ helpers
     def now(self) -> float:
         """The call's time: the clock in whole milliseconds, strictly after the previous call."""
         with self.lock:
-            ms = max(int(np.floor(self.clock() * 1000.0)), self._last_ms + 1)
+            ms = max(math.floor(self.clock() * 1000.0), self._last_ms + 1)
             self._last_ms = ms
+            self._last_call = time.monotonic()
             return ms / 1000.0
 
     def _visible(self, *, include_superseded: bool = False) -> np.ndarray:
@@ -291,9 +378,29 @@ class MemoryService:
             raise ServiceError(f"field 'scope': agent {who!r} may not read {scope!r}")
         return scope
 
-    def _record(self, lines: list[dict[str, Any]]) -> None:
-        if self.recorder is not None and lines:
-            self.recorder.memories(lines)
+    def _turn(self) -> int:
+        """The next place in ``memories.jsonl`` (the caller holds the lock: places follow the
+        order in which writes commit)."""
+        seq = self._next_turn
+        self._next_turn += 1
+        return seq
+
+    def _record(self, lines: list[dict[str, Any]], turn: int | None = None) -> None:
+        """Append write lines in turn: a group commit appends after releasing the lock, so each
+        append waits for the appends of the writes committed before it (the recording stays in
+        commit order, as a replay reads it). Without ``turn`` the caller holds the lock."""
+        if turn is None:
+            turn = self._turn()
+        with self._turns:
+            while self._done_turn < turn:
+                self._turns.wait()
+        try:
+            if self.recorder is not None and lines:
+                self.recorder.memories(lines)
+        finally:
+            with self._turns:
+                self._done_turn = turn + 1
+                self._turns.notify_all()
 
     @staticmethod
     def describe(rec: MemoryRecord, score: float | None = None) -> dict[str, Any]:
@@ -441,55 +548,112 @@ class MemoryService:
         return line
 
     def store_many(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Bulk ingest: each item through :meth:`store_memory`'s path, one transaction (a
-        savepoint per item: a failing item is undone alone), the texts scrubbed and embedded
-        once for the whole batch (:meth:`MemoryStore.prepared`), one durable append. Returns one
-        result per item: ``{index, ok, ...}``."""
-        results: list[dict[str, Any]] = []
+        """Bulk ingest: each item through :meth:`store_memory`'s path. Returns one result per
+        item: ``{index, ok, ...}``.
+
+        Group commit: calls that arrive while another is being written wait in a queue; the
+        next one to get the lock writes the waiting calls together (up to ``group_items``
+        items) in one transaction with a savepoint per item (a failing item is undone alone),
+        scrubs and embeds their texts once (:meth:`MemoryStore.prepared`) and appends their
+        lines to the recording with one durable append. Each call returns once its items are
+        committed and recorded; if the commit or the append fails, every call of the group
+        raises.
+        """
+        ticket = _Ticket(items)
+        with self._queue_lock:
+            self._queue.append(ticket)
+        group: list[_Ticket] = []
         lines: list[dict[str, Any]] = []
-        allowed = {
-            "content", "memory_type", "scope", "tags", "confidence", "key", "subject",
-            "status_value", "importance", "valid_from", "metadata", "agent",
-        }
-        texts = [item.get("content") for item in items if isinstance(item, Mapping)]
-        with self.lock, self.store.batch(), self.store.prepared(texts):
-            for i, item in enumerate(items):
+        failed = False
+        turn = -1
+        with self.lock:
+            with self._queue_lock:
+                size = 0
+                while self._queue and (not group or size + len(self._queue[0].items)
+                                       <= self.group_items):
+                    group.append(self._queue.popleft())
+                    size += len(group[-1].items)
+            if group:
                 try:
-                    if not isinstance(item, Mapping):
-                        raise ServiceError(f"item must be an object, got {type(item).__name__}")
-                    unknown = sorted(set(item) - allowed)
-                    if unknown:
-                        raise ServiceError(
-                            f"unknown field(s) {', '.join(map(repr, unknown))}; expected "
-                            f"{', '.join(sorted(allowed))}"
-                        )
-                    agent = item.get("agent")
-                    if agent is not None:
-                        check_name(agent, "agent")
-                        if self.principal is not None and agent != self.principal.agent:
-                            raise ServiceError(
-                                f"field 'agent': {agent!r} is not the token's agent "
-                                f"{self.principal.agent!r}"
-                            )
-                    scope = item.get("scope")
-                    if scope is None and agent is not None and self.principal is None:
-                        scope = f"agent:{agent}"
-                    args = {k: v for k, v in item.items() if k not in ("agent", "scope")}
-                    out, line = self._store_locked(
-                        args.pop("content", None),
-                        args.pop("memory_type", "fact"),
-                        now=self.now(),
-                        record=False,
-                        scope=scope,
-                        source_agent=agent,
-                        **args,
+                    lines = self._store_group(group)
+                except BaseException as exc:
+                    failed = True
+                    for t in group:
+                        t.error = exc
+                turn = self._turn()
+        if group:
+            try:
+                self._record([] if failed else lines, turn)
+            except BaseException as exc:
+                for t in group:
+                    t.error = exc
+            finally:
+                for t in group:
+                    t.done.set()
+        ticket.done.wait()
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.results is not None
+        return ticket.results
+
+    _ITEM_FIELDS = frozenset({
+        "content", "memory_type", "scope", "tags", "confidence", "key", "subject",
+        "status_value", "importance", "valid_from", "metadata", "agent",
+    })
+
+    def _store_group(self, group: Sequence[_Ticket]) -> list[dict[str, Any]]:
+        """Write the items of a group of calls in one transaction; set each call's results;
+        return the recording lines (caller holds the lock)."""
+        lines: list[dict[str, Any]] = []
+        texts = [
+            item.get("content") for t in group for item in t.items if isinstance(item, Mapping)
+        ]
+        with self.store.batch(), self.store.prepared(texts):
+            for t in group:
+                t.results = self._store_items(t.items, lines)
+        return lines
+
+    def _store_items(
+        self, items: Sequence[Any], lines: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = []
+        allowed = self._ITEM_FIELDS
+        for i, item in enumerate(items):
+            try:
+                if not isinstance(item, Mapping):
+                    raise ServiceError(f"item must be an object, got {type(item).__name__}")
+                unknown = sorted(set(item) - allowed)
+                if unknown:
+                    raise ServiceError(
+                        f"unknown field(s) {', '.join(map(repr, unknown))}; expected "
+                        f"{', '.join(sorted(allowed))}"
                     )
-                except (ServiceError, TypeError, ValueError) as exc:
-                    results.append({"index": i, "ok": False, "error": str(exc)})
-                    continue
-                lines.append(line)
-                results.append({"index": i, "ok": True, **out})
-        self._record(lines)
+                agent = item.get("agent")
+                if agent is not None:
+                    check_name(agent, "agent")
+                    if self.principal is not None and agent != self.principal.agent:
+                        raise ServiceError(
+                            f"field 'agent': {agent!r} is not the token's agent "
+                            f"{self.principal.agent!r}"
+                        )
+                scope = item.get("scope")
+                if scope is None and agent is not None and self.principal is None:
+                    scope = f"agent:{agent}"
+                args = {k: v for k, v in item.items() if k not in ("agent", "scope")}
+                out, line = self._store_locked(
+                    args.pop("content", None),
+                    args.pop("memory_type", "fact"),
+                    now=self.now(),
+                    record=False,
+                    scope=scope,
+                    source_agent=agent,
+                    **args,
+                )
+            except (ServiceError, TypeError, ValueError) as exc:
+                results.append({"index": i, "ok": False, "error": str(exc)})
+                continue
+            lines.append(line)
+            results.append({"index": i, "ok": True, **out})
         return results
 
     def store_decision(
@@ -1030,9 +1194,11 @@ class MemoryService:
         return self.get_entity(entity, 1, scope=scope)
 
     def health(self) -> dict[str, Any]:
-        """Counts for ``GET /health``."""
+        """Counts for ``GET /health``: memories, and committed vectors chromadb does not hold
+        yet (``chroma_backlog``; chromadb is an index that catches up, never the truth)."""
         with self.lock:
-            return {"status": "ok", "memories": len(self.store)}
+            return {"status": "ok", "memories": len(self.store),
+                    "chroma_backlog": self.store.chroma_backlog}
 
 
 def _xml(memories: Iterable[Mapping[str, Any]]) -> str:
