@@ -149,11 +149,15 @@ class TokenCache:
         return [found[k] for k in keys]
 
 
-def token_embeddings(embedder: Any, texts: Sequence[str]) -> list[np.ndarray]:
+def token_embeddings(
+    embedder: Any, texts: Sequence[str], *, persist: bool = True
+) -> list[np.ndarray]:
     """Token matrices of ``texts`` from the token embedder inside ``embedder``.
 
-    Through the on-disk :class:`TokenCache` when a :class:`~memlab.embed.cache.CachedEmbedder`
-    wraps the model (every matrix rounded to float16 then, computed or read), directly otherwise.
+    Through the on-disk :class:`TokenCache` when ``persist`` and a
+    :class:`~memlab.embed.cache.CachedEmbedder` wraps the model (every matrix rounded to float16
+    then, computed or read), directly otherwise (a query embedded once per run is not worth a
+    database transaction).
 
     Raises:
         ValueError: No token embedder is found (the message names ``embedder``'s type).
@@ -164,7 +168,7 @@ def token_embeddings(embedder: Any, texts: Sequence[str]) -> list[np.ndarray]:
             f"embedder {type(embedder).__name__} has no embed_tokens: late interaction needs "
             "a token embedder (e.g. minilm)"
         )
-    if root is None:
+    if root is None or not persist:
         return [np.asarray(m, dtype=np.float32) for m in inner.embed_tokens(list(texts))]
     cache = TokenCache(root, inner.model_id, inner.dim)
     return cache.get_or_compute(texts, inner.embed_tokens)

@@ -72,9 +72,9 @@ def segment_maxsim(query: np.ndarray, docs: np.ndarray, starts: np.ndarray) -> n
     """
     if len(starts) == 0:
         return np.zeros(0, dtype=np.float64)
-    sims = query @ docs.T  # (m, T)
-    best = np.maximum.reduceat(sims, starts, axis=1)  # (m, n)
-    return best.mean(axis=0).astype(np.float64)
+    sims = docs @ query.T  # (T, m): reduceat runs over contiguous rows
+    best = np.maximum.reduceat(sims, starts, axis=0)  # (n, m)
+    return best.mean(axis=1).astype(np.float64)
 
 
 @register_stage("maxsim")
@@ -157,7 +157,7 @@ class MaxSim(Stage):
         key = ("maxsim-query", model, text)
         hit = ctx.cache.get(key)
         if hit is None:
-            hit = token_embeddings(ctx.embedder, [text])[0].astype(np.float32)
+            hit = token_embeddings(ctx.embedder, [text], persist=False)[0].astype(np.float32)
             ctx.cache[key] = hit
         return hit
 
