@@ -180,7 +180,7 @@ def main() -> None:
     for r in table.iter_rows():
         lines.append("| " + " | ".join(
             f"{v:.3g}" if isinstance(v, float) and v < 0.001 else
-            f"{v:.3f}" if isinstance(v, float) else str(v) for v in r) + " |")
+            f"{v:.3f}" if isinstance(v, float) else str(v).replace("|", ", ") for v in r) + " |")
     (out / "cv.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out / 'cv.md'}")
 

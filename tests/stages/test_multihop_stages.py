@@ -137,3 +137,18 @@ def test_score_regularization_affinity(ctx) -> None:
     for a, b in [(0, 3), (2, 4)]:
         want[a, b] = want[b, a] = 2.0
     np.testing.assert_array_equal(w, want)
+
+
+def test_conversational_session_is_conversational_plus_session_smoothing() -> None:
+    from memlab.pipeline import load_pipeline
+
+    base = load_pipeline("conversational").to_config()
+    cfg = load_pipeline("conversational-session").to_config()
+    assert cfg["steps"] == [*base["steps"], "session"]
+    for key, table in base.items():
+        if key not in ("name", "description", "steps"):
+            assert cfg[key] == table, key
+    assert cfg["session"] == {
+        "stage": "cluster_smoothing", "top_n": 50, "session_weight": 0.5, "entity_weight": 0.0,
+        "max_gap_seconds": 3600.0, "roles": ["mentioned"],
+    }
