@@ -1,6 +1,6 @@
 """Re-ranking and multi-hop stages on LoCoMo, every constant chosen by 2-fold cross-validation.
 
-Usage: python eval/locomo_cv.py [LOCOMO_IMPORT] [OUT_DIR] [--seed N] [--methods NAME ...]
+Usage: python eval/locomo_cv.py [LOCOMO_IMPORT] [OUT_DIR] [--seed N] [--methods NAME ...] [--reuse]
 
 Each *method* is ``conversational`` followed by one or more new stages (``maxsim``,
 ``cluster_smoothing``, ``score_regularization``, ``rocchio``) with a small grid of constants.
@@ -14,10 +14,11 @@ without it: the pooled held-out values are compared with ``conversational`` (pai
 Wilcoxon and permutation tests, Holm over the methods of the run), overall and on multi-hop
 questions.
 
-The printed table (also ``OUT_DIR/cv.md``): per method, the point chosen on each fold, held-out
-R_all@10 on each fold (overall and multi-hop), the gap between the folds, the pooled held-out
-means, wins/losses against ``conversational`` and the Holm-adjusted p-value of the t test.
-The import is the one ``make locomo`` writes (``.cache/locomo``).
+The printed table (also ``OUT_DIR/cv.md``; ``OUT_DIR/seedN/cv.md`` for a seed N > 0): per
+method, the point chosen on each fold, held-out R_all@10 on each fold (overall and multi-hop),
+the gap between the folds, the pooled held-out means, wins/losses against ``conversational``
+and the Holm-adjusted p-value of the t test. The import is the one ``make locomo`` writes
+(``.cache/locomo``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import load_dataset
-from memlab.eval.experiment import run_experiment
+from memlab.eval.experiment import ExperimentResult, run_experiment
 from memlab.eval.protocol import EvalProtocol
 from memlab.eval.stats import compare
 from memlab.pipeline import Pipeline, load_pipeline
@@ -114,12 +115,23 @@ def main() -> None:
     ap.add_argument("out", nargs="?", default=".cache/locomo-cv")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--methods", nargs="*", help=f"methods to run (default all: {list(METHODS)})")
+    ap.add_argument("--reuse", action="store_true",
+                    help="read the grid's per-question values from OUT_DIR/grid (a finished "
+                         "run with the same methods) instead of replaying; another --seed "
+                         "then only re-draws the folds")
     args = ap.parse_args()
     ds = load_dataset(Path(args.data))
     pipes, names = variants(args.methods)
-    res = run_experiment(ds, pipes, baseline=BASELINE, metrics=[METRIC],
-                         out=Path(args.out) / "grid", progress="lines", write_report=False)
-    pq = res.per_query.filter(pl.col("metric") == METRIC)
+    grid = Path(args.out) / "grid"
+    if args.reuse:
+        per_query = ExperimentResult.load(grid).per_query
+        missing = sorted({p.name for p in pipes} - set(per_query["pipeline"].unique()))
+        if missing:
+            raise ValueError(f"{grid}: no values for {', '.join(missing)}; run without --reuse")
+    else:
+        per_query = run_experiment(ds, pipes, baseline=BASELINE, metrics=[METRIC], out=grid,
+                                   progress="lines", write_report=False).per_query
+    pq = per_query.filter(pl.col("metric") == METRIC)
     evaluated = set(pq["qid"].unique().to_list())
     queries = [q for q in ds.queries if q.qid in evaluated]
     fold_of = EvalProtocol(folds=2, group_by="client", seed=args.seed).assign(queries)
@@ -170,7 +182,7 @@ def main() -> None:
             )
             row[f"p_t {scope}"] = None if hit.is_empty() else hit["p_t_adj"].item()
     table = pl.DataFrame(rows)
-    out = Path(args.out)
+    out = Path(args.out) / (f"seed{args.seed}" if args.seed else "")
     out.mkdir(parents=True, exist_ok=True)
     table.write_parquet(out / "cv.parquet")
     with pl.Config(tbl_rows=30, tbl_cols=30, tbl_width_chars=250, float_precision=3,
