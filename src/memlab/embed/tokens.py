@@ -2,11 +2,12 @@
 
 A *token embedder* is an embedder that also has ``embed_tokens(texts)``, returning one
 ``(n_tokens, dim)`` float32 matrix per text whose rows have unit L2 norm (the contextual output
-of the encoder before pooling, without the ``[CLS]``/``[SEP]`` markers). :class:`~memlab.embed.
-minilm.MiniLMEmbedder` is one. :func:`token_embeddings` finds the token embedder inside the
-wrappers an experiment puts around it (the on-disk cache, the replayer's cache, the recording or
-frozen tables of a parallel sweep) and keeps every matrix in a :class:`TokenCache` beside the
-vector cache, so a text's tokens are computed once across runs and processes.
+of the encoder before pooling, without the ``[CLS]``/``[SEP]`` markers).
+:class:`~memlab.embed.minilm.MiniLMEmbedder` is one. :func:`token_embeddings` finds the token
+embedder inside the wrappers an experiment puts around it (the on-disk cache, the replayer's
+cache, the recording or frozen tables of a parallel sweep) and keeps every matrix in a
+:class:`TokenCache` beside the vector cache, so a text's tokens are computed once across runs
+and processes.
 
 The cache is one SQLite database per model (``<cache root>/<model id>/tokens.sqlite3``): a row
 is the SHA-256 digest of the UTF-8 text and the matrix as little-endian float16 bytes (half the

@@ -20,7 +20,8 @@ with the incoming score, z-scored over the head (Montague & Aslam's CombSUM norm
 
 Candidates below ``top_n`` keep their incoming order, below the head. ``weight = 0`` leaves the
 order unchanged. memlab's defaults: ``top_n = 50`` (the head a 10-deep answer is re-ranked from)
-and ``weight = 0.5`` (chosen on half of LoCoMo's conversations; ``eval/locomo_cv.py``).
+and ``weight = 0.5`` (the two halves of LoCoMo's conversations chose 0.5 and 1.0 in
+``eval/locomo_cv.py``; neither changed held-out R_all@10 significantly).
 
 The token vectors are fitted state, computed once per store row (through the on-disk token cache,
 so once per text across runs) and extended when the store gains rows.

@@ -16,8 +16,8 @@ and two memories sharing an **entity** (links whose role is in ``roles``) with w
 Candidates below the head keep their incoming order, below it.
 
 Defaults: ``alpha = 0.5`` weighs the graph and the initial scores equally; both edge types on
-(weight 1). Diaz tunes α per collection; ``eval/locomo_cv.py`` chooses it on held-in
-conversations.
+(weight 1). Diaz tunes α per collection; on LoCoMo the two halves of the conversations chose
+0.35 and 0.5 (``eval/locomo_cv.py``).
 """
 
 from __future__ import annotations
