@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_write.py
 	$(PY) bench/bench_stages.py
 	$(PY) bench/bench_lif.py
+	$(PY) bench/bench_maxsim.py
 	$(PY) bench/bench_graph.py
 	$(PY) bench/bench_locomo.py $(LOCOMO_SRC)
 	$(PY) bench/bench_scrub.py

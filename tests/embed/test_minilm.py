@@ -75,3 +75,23 @@ def test_embeddings_shape_norm_and_similarity(minilm: MiniLMEmbedder) -> None:
 def test_same_input_same_output(minilm: MiniLMEmbedder) -> None:
     texts = ["the user prefers green tea", "meeting moved to Friday"]
     assert minilm.embed(texts).tobytes() == minilm.embed(texts).tobytes()
+
+
+def test_no_texts_no_tokens_no_model() -> None:
+    emb = MiniLMEmbedder()
+    assert emb.embed_tokens([]) == []
+    assert not hasattr(emb, "model_")
+
+
+@pytest.mark.slow
+@needs_model
+def test_token_vectors_one_per_word_piece(minilm: MiniLMEmbedder) -> None:
+    texts = ["hi", "Melanie went to a pottery class", ""]
+    mats = minilm.embed_tokens(texts)
+    pieces = [len(minilm.load().tokenizer.tokenize(t)) for t in texts]
+    # [CLS] and [SEP] are dropped; a text with no word piece keeps its [CLS] row
+    assert [m.shape for m in mats] == [(pieces[0], 384), (pieces[1], 384), (1, 384)]
+    assert pieces[0] == 1 and pieces[2] == 0
+    for m in mats:
+        assert m.dtype == np.float32
+        np.testing.assert_allclose(np.linalg.norm(m, axis=1), 1.0, atol=1e-5)

@@ -150,3 +150,40 @@ class MiniLMEmbedder:
         finally:
             torch.set_num_threads(before)
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def embed_tokens(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Contextual token vectors of ``texts`` (late interaction, :mod:`memlab.embed.tokens`).
+
+        The transformer's last-layer output for every word piece, before mean pooling, each row
+        L2-normalised; ``[CLS]`` and ``[SEP]`` are dropped (a text with no word piece keeps its
+        ``[CLS]`` row).
+
+        Returns:
+            One float32 ``(n_tokens, 384)`` matrix per text.
+        """
+        items = check_texts(texts)
+        if not items:
+            return []
+        model = self.load()
+        import torch
+
+        before = torch.get_num_threads()
+        if self.num_threads is not None:
+            torch.set_num_threads(self.num_threads)
+        try:
+            outs = model.encode(
+                items,
+                batch_size=self.batch_size,
+                show_progress_bar=self.show_progress,
+                output_value="token_embeddings",
+                convert_to_numpy=False,
+            )
+        finally:
+            torch.set_num_threads(before)
+        mats = []
+        for out in outs:
+            m = out.detach().cpu().numpy().astype(np.float32)
+            m = m[1:-1] if len(m) > 2 else m[:1]
+            m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+            mats.append(np.ascontiguousarray(m))
+        return mats

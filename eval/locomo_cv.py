@@ -1,0 +1,201 @@
+"""Re-ranking and multi-hop stages on LoCoMo, every constant chosen by 2-fold cross-validation.
+
+Usage: python eval/locomo_cv.py [LOCOMO_IMPORT] [OUT_DIR] [--seed N] [--methods NAME ...] [--reuse]
+
+Each *method* is ``conversational`` followed by one or more new stages (``maxsim``,
+``cluster_smoothing``, ``score_regularization``, ``rocchio``) with a small grid of constants.
+Every grid point runs once on every question (one ``run_experiment``; the retrieval prefix is
+shared, so each point costs the replay of its own stages). The ten conversations are cut into
+two folds of five (:class:`~memlab.eval.protocol.EvalProtocol`, ``group_by="client"``, the seed
+orders them); for each method and each direction, the grid point with the best mean R_all@10
+on one fold is chosen (ties: the earlier point) and reported on the other fold. Nothing is
+chosen on the fold it is reported on. Each question is thus answered once by a point chosen
+without it: the pooled held-out values are compared with ``conversational`` (paired t,
+Wilcoxon and permutation tests, Holm over the methods of the run), overall and on multi-hop
+questions.
+
+The printed table (also ``OUT_DIR/cv.md``; ``OUT_DIR/seedN/cv.md`` for a seed N > 0): per
+method, the point chosen on each fold, held-out R_all@10 on each fold (overall and multi-hop),
+the gap between the folds, the pooled held-out means, wins/losses against ``conversational``
+and the Holm-adjusted p-value of the t test. The import is the one ``make locomo`` writes
+(``.cache/locomo``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from memlab.datasets.format import load_dataset
+from memlab.eval.experiment import ExperimentResult, run_experiment
+from memlab.eval.protocol import EvalProtocol
+from memlab.eval.stats import compare
+from memlab.pipeline import Pipeline, load_pipeline
+from memlab.stages.cluster_smoothing import ClusterSmoothing
+from memlab.stages.maxsim import MaxSim
+from memlab.stages.rocchio import Rocchio
+from memlab.stages.score_regularization import ScoreRegularization
+
+BASELINE = "conversational"
+METRIC = "R_all@10"
+MULTI_HOP = "multi-hop"
+
+MAXSIM = [{"maxsim__weight": w} for w in [0.25, 0.5, 1.0]]
+CLUSTER = [{"cluster__session_weight": s} for s in [0.1, 0.3, 0.5, 0.8]]
+REGULARIZATION = [{"regularization__alpha": a} for a in [0.2, 0.35, 0.5, 0.65]]
+ROCCHIO = [{"rocchio__beta": b, "rocchio__weight": w}
+           for b, w in itertools.product([0.5, 1.0], [0.5, 1.0])]
+
+METHODS: dict[str, dict[str, Any]] = {
+    "maxsim": {"stages": ["maxsim"], "grid": MAXSIM},
+    "cluster (session)": {"stages": ["cluster"], "grid": CLUSTER},
+    "regularization (session)": {"stages": ["regularization"], "grid": REGULARIZATION},
+    "rocchio": {"stages": ["rocchio"], "grid": ROCCHIO},
+    "maxsim + cluster": {
+        "stages": ["maxsim", "cluster"],
+        "grid": [{**a, **b} for a, b in itertools.product(MAXSIM[1:], CLUSTER[1:3])],
+    },
+}
+"""Method name → the stages appended to ``conversational`` (in order) and the grid points."""
+
+
+def stage(name: str) -> Any:
+    """A new stage at the constants every grid point starts from."""
+    if name == "maxsim":
+        return MaxSim(top_n=50, mask_entity_types=("agent",))
+    if name == "cluster":
+        return ClusterSmoothing(top_n=50, entity_weight=0.0)
+    if name == "rocchio":
+        return Rocchio(top_n=50, feedback=5, mask_entity_types=("agent",))
+    if name == "regularization":
+        return ScoreRegularization(top_n=50, session_weight=1.0, entity_weight=0.0)
+    raise ValueError(f"unknown stage {name!r}")
+
+
+def point_name(method: str, params: dict[str, Any]) -> str:
+    """A pipeline name for one grid point (``maxsim|maxsim__weight=0.5|…``)."""
+    return "|".join([method, *(f"{k}={v}" for k, v in params.items())])
+
+
+def variants(methods: list[str] | None = None) -> tuple[list[Pipeline], dict[str, list[str]]]:
+    """``conversational``, then one pipeline per grid point of each method (default: all);
+    and each method's point names."""
+    base = load_pipeline(BASELINE)
+    pipes = [base]
+    names: dict[str, list[str]] = {}
+    for method in methods or list(METHODS):
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; methods: {', '.join(METHODS)}")
+        spec = METHODS[method]
+        names[method] = []
+        for params in spec["grid"]:
+            pipe = Pipeline(
+                steps=[*base.clone().steps, *((s, stage(s)) for s in spec["stages"])],
+                name=point_name(method, params),
+                description=f"{BASELINE} + {' + '.join(spec['stages'])}",
+            ).set_params(**params)
+            pipes.append(pipe)
+            names[method].append(pipe.name)
+    return pipes, names
+
+
+def fold_means(per_query: pl.DataFrame, qids: set[str]) -> dict[str, float]:
+    """Mean value of every pipeline over ``qids``."""
+    sub = per_query.filter(pl.col("qid").is_in(sorted(qids)))
+    return dict(sub.group_by("pipeline").agg(pl.col("value").mean()).iter_rows())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("data", nargs="?", default=".cache/locomo")
+    ap.add_argument("out", nargs="?", default=".cache/locomo-cv")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--methods", nargs="*", help=f"methods to run (default all: {list(METHODS)})")
+    ap.add_argument("--reuse", action="store_true",
+                    help="read the grid's per-question values from OUT_DIR/grid (a finished "
+                         "run with the same methods) instead of replaying; another --seed "
+                         "then only re-draws the folds")
+    args = ap.parse_args()
+    ds = load_dataset(Path(args.data))
+    pipes, names = variants(args.methods)
+    grid = Path(args.out) / "grid"
+    if args.reuse:
+        per_query = ExperimentResult.load(grid).per_query
+        missing = sorted({p.name for p in pipes} - set(per_query["pipeline"].unique()))
+        if missing:
+            raise ValueError(f"{grid}: no values for {', '.join(missing)}; run without --reuse")
+    else:
+        per_query = run_experiment(ds, pipes, baseline=BASELINE, metrics=[METRIC], out=grid,
+                                   progress="lines", write_report=False).per_query
+    pq = per_query.filter(pl.col("metric") == METRIC)
+    evaluated = set(pq["qid"].unique().to_list())
+    queries = [q for q in ds.queries if q.qid in evaluated]
+    fold_of = EvalProtocol(folds=2, group_by="client", seed=args.seed).assign(queries)
+    folds = [{q for q, f in fold_of.items() if f == i} for i in (0, 1)]
+    clients = [sorted({q.client_id for q in queries if fold_of[q.qid] == i}) for i in (0, 1)]
+    multi = {q.qid for q in queries if MULTI_HOP in q.tags}
+    print(f"fold 0: {', '.join(map(str, clients[0]))} ({len(folds[0])} questions)")
+    print(f"fold 1: {', '.join(map(str, clients[1]))} ({len(folds[1])} questions)")
+
+    rows: list[dict[str, Any]] = []
+    pooled_parts = [pq.filter(pl.col("pipeline") == BASELINE)]
+    base_row: dict[str, Any] = {"method": BASELINE, "chosen on 0": "", "chosen on 1": ""}
+    for i in (0, 1):
+        held = folds[1 - i]
+        base_row[f"held-out {1 - i}"] = fold_means(pq, held)[BASELINE]
+        base_row[f"held-out {1 - i} multi-hop"] = fold_means(pq, held & multi)[BASELINE]
+    rows.append(base_row)
+    for method, points in names.items():
+        row: dict[str, Any] = {"method": method}
+        for i in (0, 1):
+            tune, held = folds[i], folds[1 - i]
+            means = fold_means(pq, tune)
+            best = max(points, key=lambda p: (means[p], -points.index(p)))
+            row[f"chosen on {i}"] = best.partition("|")[2]
+            row[f"held-out {1 - i}"] = fold_means(pq, held)[best]
+            row[f"held-out {1 - i} multi-hop"] = fold_means(pq, held & multi)[best]
+            pooled_parts.append(
+                pq.filter((pl.col("pipeline") == best) & pl.col("qid").is_in(sorted(held)))
+                .with_columns(pl.lit(method).alias("pipeline"))
+            )
+        rows.append(row)
+    pooled = pl.concat(pooled_parts)
+    stats = {
+        scope: compare(sub, baseline=BASELINE, metrics=[METRIC], seed=args.seed)
+        for scope, sub in (("all", pooled),
+                           ("multi-hop", pooled.filter(pl.col("qid").is_in(sorted(multi)))))
+    }
+    for row in rows:
+        row["fold gap"] = abs(row["held-out 0"] - row["held-out 1"])
+        for scope, table in stats.items():
+            sub = pooled.filter(pl.col("pipeline") == row["method"])
+            if scope == "multi-hop":
+                sub = sub.filter(pl.col("qid").is_in(sorted(multi)))
+            row[f"pooled {scope}"] = float(sub["value"].mean())
+            hit = table.filter(pl.col("pipeline") == row["method"])
+            row[f"W/L {scope}"] = (
+                "" if hit.is_empty() else f"{hit['wins'].item()}/{hit['losses'].item()}"
+            )
+            row[f"p_t {scope}"] = None if hit.is_empty() else hit["p_t_adj"].item()
+    table = pl.DataFrame(rows)
+    out = Path(args.out) / (f"seed{args.seed}" if args.seed else "")
+    out.mkdir(parents=True, exist_ok=True)
+    table.write_parquet(out / "cv.parquet")
+    with pl.Config(tbl_rows=30, tbl_cols=30, tbl_width_chars=250, float_precision=3,
+                   fmt_str_lengths=80):
+        print(table)
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * table.width]
+    for r in table.iter_rows():
+        lines.append("| " + " | ".join(
+            f"{v:.3g}" if isinstance(v, float) and v < 0.001 else
+            f"{v:.3f}" if isinstance(v, float) else str(v).replace("|", ", ") for v in r) + " |")
+    (out / "cv.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {out / 'cv.md'}")
+
+
+if __name__ == "__main__":
+    main()
