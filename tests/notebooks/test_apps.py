@@ -397,3 +397,31 @@ def test_activation_app_takes_free_text_and_constants_in_headless_chromium():
     assert "Cannot run these constants" not in body
     assert "Traceback" not in log, log[-3000:]
     assert shot.stat().st_size > 10_000
+
+
+def test_tuning_app_shows_a_failing_stage_where_the_results_go(tmp_path):
+    """A pipeline whose stage raises: the app names the stage, the query and the error in a
+    callout instead of a blank panel (the export holds no cell error)."""
+    config = tmp_path / "broken.toml"
+    config.write_text(
+        'name = "broken"\nsteps = ["bm25", "broken"]\n\n[bm25]\nstage = "bm25"\n\n'
+        '[broken]\nstage = "_failing_stage:Broken"\n',
+        encoding="utf-8",
+    )
+    env = app_env()
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path(__file__).parent), env.get("PYTHONPATH", "")) if p
+    )
+    out = tmp_path / "tuning.html"
+    res = subprocess.run(
+        [str(MARIMO), "export", "html", "--no-include-code", str(NOTEBOOKS / "tuning.py"),
+         "-o", str(out), "--", "--pipeline", str(config)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    html = out.read_text(encoding="utf-8")
+    assert "broken failed with its defaults" in html
+    assert "StageError: stage" in html and "(Broken) failed on query" in html
+    assert "memory m-404 is not in the store" in html
+    errors = html.count('"type": "error"') - html.count('"ename": "ancestor-stopped"')
+    assert errors == 0, f"the export holds {errors} cell error(s)"
