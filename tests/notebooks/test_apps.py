@@ -79,14 +79,15 @@ def test_app_runs_as_a_script(app):
 
 
 def export_html(
-    app: str, tmp_path: Path, env: dict[str, str], timeout: int
+    app: str, tmp_path: Path, env: dict[str, str], timeout: int, *, cwd: Path = ROOT
 ) -> tuple[subprocess.CompletedProcess[str], str]:
-    """``marimo export html`` of one app: the finished process and the HTML it wrote."""
+    """``marimo export html`` of one app, run in ``cwd``: the finished process and the HTML
+    it wrote."""
     out = tmp_path / f"{app}.html"
     res = subprocess.run(
         [str(MARIMO), "export", "html", "--no-include-code", str(NOTEBOOKS / f"{app}.py"),
          "-o", str(out)],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -227,9 +228,10 @@ def user_env() -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("app", list(APPS))
 def test_app_exports_in_the_mode_users_run(app, tmp_path):
-    """``marimo export html`` as a user runs it: the real embedder, the runs under
-    ``reports/`` (trimmed copies such as ``reports/baseline`` included)."""
-    res, html = export_html(app, tmp_path, user_env(), timeout=600)
+    """``marimo export html`` as a user runs it: from another directory (a temporary one),
+    with the real embedder and every query, the runs under ``reports/`` (trimmed copies such
+    as ``reports/baseline``, which has no per-query files, included)."""
+    res, html = export_html(app, tmp_path, user_env(), timeout=600, cwd=tmp_path)
     assert "some cells failed" not in res.stdout + res.stderr, (res.stdout + res.stderr)[-4000:]
     # A section that says what is missing stops its dependants with mo.stop; marimo records
     # those as "ancestor-stopped" outputs, which are not errors.
@@ -238,6 +240,9 @@ def test_app_exports_in_the_mode_users_run(app, tmp_path):
     for marker in ERROR_MARKERS[1:]:
         assert marker not in html, f"{app}: the export holds {marker}"
     assert APPS[app][0] in html
+    if app == "runs" and not (ROOT / "reports" / "baseline" / "per_query.parquet").exists():
+        # The trimmed baseline run: the app names the files it lacks instead of failing.
+        assert "lacks" in html and "per_query.parquet" in html
 
 
 @pytest.mark.browser
@@ -322,6 +327,7 @@ def test_tuning_app_runs_a_change_and_saves_it_in_headless_chromium(tmp_path):
                 page.get_by_role("button", name="Run").click()
                 page.get_by_text("Tuned: rrf__k = 30").first.wait_for(timeout=240_000)
                 table_text = page.locator("body").inner_text()
+                assert "Replayed and scored in" in table_text
                 save_as = page.get_by_role("textbox", name="save as")
                 save_as.fill(str(target))
                 save_as.press("Tab")

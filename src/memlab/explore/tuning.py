@@ -2,12 +2,15 @@
 test against the defaults, and the chosen settings saved as a configuration.
 
 :class:`TuningSession` holds a prepared :class:`~memlab.eval.replay.Replayer` (every text is
-embedded once) and a cache of the retrievers' outputs: a stage that declares itself
-``cacheable`` (its output depends only on the query, the memories written and their visibility)
-is computed once per query, store state, parameters and input, and reused by every later
-evaluation (:class:`Memo`). A change to a re-ranker's constant (RRF k, decay, boost, MMR λ)
-therefore replays the writes and re-runs only the stages after the retrievers; a change to a
-retriever's own constant re-runs that retriever. Scoring is eval's own
+embedded once) and a cache of the retrievers' outputs (:class:`Memo`). Accesses make the
+visible rows differ between replays with different constants (an event nobody retrieved expires
+after its TTL), so a retriever whose ranking does not depend on visibility (BM25, the graph,
+exact dense search) ranks every row once per query and store size; each replay keeps the rows
+visible to it and cuts at ``top_k``, which is what the retriever computes. Other ``cacheable``
+stages are computed once per query, store state, visible rows, parameters and input. A change to
+a re-ranker's constant (RRF k, decay, boost, MMR λ) therefore replays the writes and re-runs
+only the stages after the retrievers; a change to a retriever's own constant re-ranks with that
+retriever once. Scoring is eval's own
 (:func:`memlab.eval.experiment.score_rankings`), the split eval's
 (:func:`memlab.eval.experiment.split_queries`) and the test eval's
 (:func:`memlab.eval.stats.paired_test`).
@@ -277,6 +280,9 @@ def store_state(store: MemoryStore) -> tuple[int, str]:
 
 class Memo(Stage):
     """Runs a ``cacheable`` stage once per query and store state, and reuses its output.
+
+    Nothing is reused when the replay merges or resolves conflicts (its rows then differ from
+    one replay to the next); :class:`TuningSession` does not wrap stages then.
 
     Two keys, both exact:
 
