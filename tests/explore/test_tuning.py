@@ -46,6 +46,14 @@ def test_tuning_pipeline_passes_every_constant_through():
     )
 
 
+def test_app_metrics_hold_the_curves_and_the_summary_once():
+    got = tune.app_metrics()
+    families = ("R_all", "Success", "nDCG")
+    assert got[: 3 * 8] == [f"{f}@{k}" for f in families for k in (1, 2, 3, 5, 7, 10, 15, 20)]
+    # R_all@10, Success@10 and nDCG@10 are curve points already: only the rest follow.
+    assert got[3 * 8 :] == ["MRR", "stale@10", "leak@10", "dup@10", "tokens@10"]
+
+
 def test_cutoff_metrics_family_by_family():
     assert tune.cutoff_metrics(("R_all", "nDCG"), (1, 5)) == [
         "R_all@1", "R_all@5", "nDCG@1", "nDCG@5"
@@ -242,7 +250,7 @@ def test_memo_of_a_separable_retriever_follows_visibility(stage):
 
 
 def test_a_change_that_changes_visibility_scores_like_a_fresh_replay():
-    from memlab.eval.experiment import score_rankings
+    from memlab.eval.experiment import run_experiment, score_rankings
 
     ds = _expiring_dataset()
     pipe = Pipeline([("bm25", BM25()), ("drop", Drop(mem_id="e1"))], name="p")
@@ -257,6 +265,11 @@ def test_a_change_that_changes_visibility_scores_like_a_fresh_replay():
     fresh = session.make_replayer(ds, HashingEmbedder(dim=16), ttl_days=30.0, touch_k=1)
     plain = fresh.run(pipe.clone().set_params(drop__mem_id="e2"))
     assert got.equals(score_rankings(ds, plain, ["R_all@1"]))
+    # and what `memlab eval` reports for the pipeline with that constant
+    exp = run_experiment(ds, [pipe.clone().set_params(drop__mem_id="e2")], metrics=["R_all@1"],
+                         embedder=HashingEmbedder(dim=16), exclude_tags=(), tests=("t",),
+                         replay=replayer.config, progress=False, write_report=False)
+    assert got.equals(exp.per_query.select("qid", "metric", "value").sort("metric", "qid"))
 
 
 def test_memoized_wraps_cacheable_stages_only():
