@@ -87,7 +87,7 @@ def main() -> None:
                 raise SystemExit(f"change {params}: scores differ from a fresh replay")
             same = ", equal to a fresh replay"
         print(f"change {tune.describe_params(params):38s} {took[0]:6.2f} s wall "
-              f"{took[1]:6.2f} s CPU, cached retriever outputs reused {reuse}{same}")
+              f"{took[1]:6.2f} s CPU, retriever and fusion outputs reused {reuse}{same}")
     if walls:
         walls.sort()
         cpus.sort()

@@ -148,8 +148,8 @@ def _(baseline, mo, queries, settings, time, tune, tuner):
     else:
         tuned = baseline
     _reuse = (
-        f" Replayed and scored in {time.perf_counter() - _start:.1f} s; retriever outputs "
-        f"reused from the cache: {tuner.last_reuse_:.0%}."
+        f" Replayed and scored in {time.perf_counter() - _start:.1f} s; retriever and "
+        f"fusion outputs reused from the cache: {tuner.last_reuse_:.0%}."
         if params and tuner.last_reuse_ is not None else ""
     )
     mo.md(

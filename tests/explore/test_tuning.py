@@ -199,6 +199,23 @@ def test_memo_keyed_on_the_visible_rows_restores_the_query_vector():
     assert len(cache) == 2  # other parameters, other entry
 
 
+def test_memo_fuse_reuses_a_fusion_of_the_same_lists():
+    from memlab.stages.rrf import RRF
+
+    ds = _expiring_dataset()
+    state = session.replay_to_query(session.make_replayer(ds, HashingEmbedder(dim=16)), "q1")
+    ctx = state.ctx
+    lists = [BM25(top_k=3).transform(empty_candidates(), ctx),
+             Dense(top_k=3).transform(empty_candidates(), ctx)]
+    memo = tune.MemoFuse(RRF(k=1.0), {})
+    first = memo.fuse(lists, ctx)
+    assert first.equals(RRF(k=1.0).fuse(lists, ctx))
+    assert memo.fuse(lists, ctx) is first
+    shorter = [lists[0].head(1), lists[1]]
+    assert memo.fuse(shorter, ctx).equals(RRF(k=1.0).fuse(shorter, ctx))
+    assert (memo.calls_, memo.hits_) == (3, 1)
+
+
 def _expiring_dataset() -> Dataset:
     """Two old events about Bob's boiler among four facts; whichever event nobody retrieved by
     day 40 has expired (TTL 30 days)."""
@@ -278,7 +295,7 @@ def test_memoized_wraps_cacheable_stages_only():
     memo = tune.memoized(tune.tuning_pipeline(), {})
     kinds = {n: type(s).__name__ for n, s in memo.named_stages()}
     assert kinds == {"retrieve": "Parallel", "dense": "Memo", "bm25": "Memo", "graph": "Memo",
-                     "rrf": "RRF", "lifecycle": "Lifecycle", "mmr": "Memo",
+                     "rrf": "MemoFuse", "lifecycle": "Lifecycle", "mmr": "Memo",
                      "entropy_gate": "EntropyGate"}
     assert isinstance(Lifecycle(), type(memo.stage("lifecycle")))
 

@@ -404,13 +404,50 @@ class Memo(Stage):
         return out
 
 
+class MemoFuse(Memo):
+    """A ``cacheable`` fusion stage run once per query, store state and input lists (a change
+    after the retrievers, e.g. to the lifecycle's decay, finds every fusion in the cache).
+
+    Args:
+        inner: The fusion stage (it has ``fuse(frames, ctx)``).
+        cache: Where outputs are kept (shared between evaluations).
+    """
+
+    def fuse(self, frames: list[pl.DataFrame], ctx: QueryContext) -> pl.DataFrame:
+        if self.inner is None or self.cache is None:
+            raise ValueError("MemoFuse needs a fusion stage and a cache")
+        self.calls_ += 1
+        lists = b"|".join(
+            f.hash_rows(seed=0).to_numpy().tobytes() + ",".join(f.columns).encode()
+            for f in frames
+        )
+        digest = hashlib.blake2b(lists, digest_size=16).hexdigest()
+        key = ("fused", self._config(), *self._query_key(ctx), len(frames), digest)
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.hits_ += 1
+            return hit
+        out = self.inner.fuse(frames, ctx)  # type: ignore[attr-defined]
+        self.cache[key] = out
+        return out
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        raise TypeError("MemoFuse fuses the lists of a parallel step: call fuse(frames, ctx)")
+
+
 def memoized(pipeline: Pipeline, cache: dict[Any, Any]) -> Pipeline:
-    """A copy of ``pipeline`` whose ``cacheable`` stages (fusion stages aside) go through
-    :class:`Memo` with ``cache``; same names, same order."""
+    """A copy of ``pipeline`` whose ``cacheable`` stages go through :class:`Memo` (fusion
+    stages through :class:`MemoFuse`) with ``cache``; same names, same order."""
+
+    def cached_fuse(fuse: tuple[str, Any] | None) -> tuple[str, Any] | None:
+        if fuse is None or not getattr(fuse[1], "cacheable", False):
+            return fuse
+        return (fuse[0], MemoFuse(fuse[1], cache))
 
     def wrap(stage: Stage) -> Stage:
         if isinstance(stage, Parallel):
-            return Parallel([(n, wrap(s)) for n, s in stage.branches], fuse=stage.fuse)
+            return Parallel([(n, wrap(s)) for n, s in stage.branches],
+                            fuse=cached_fuse(stage.fuse))
         if isinstance(stage, Pipeline):
             return memoized(stage, cache)
         if getattr(stage, "cacheable", False) and not getattr(stage, "requires_fit", False):
@@ -441,7 +478,8 @@ class TuningSession:
         train: The queries constants are chosen on.
         test: The held-out queries.
         specs: :func:`tunable_params` of ``pipeline``.
-        last_reuse_: Share of the cached stages' outputs the last replay took from the cache
+        last_reuse_: Share of the cached stages' outputs (retrievers, fusions and other
+            ``cacheable`` stages) the last replay took from the cache
             (``None`` before the first, or when no stage is cached).
     """
 
