@@ -136,6 +136,11 @@ def _(act, constant_specs, constants, ctx, mo, tune):
         rankings = act.propagation_rankings(ctx, graph=graph_stage, lif=lif_stage)
     except (ValueError, TypeError) as exc:
         mo.stop(True, mo.callout(mo.md(f"Cannot run these constants: `{exc}`"), kind="danger"))
+    except Exception as exc:  # noqa: BLE001 - a failing stage is shown, not a blank panel
+        mo.stop(True, mo.callout(
+            mo.md(f"**The graph or LIF stage failed:** `{type(exc).__name__}: {exc}`"),
+            kind="danger",
+        ))
     entity_graph = ctx.store.graph
     bfs_seeds = list(ctx.trace["graph"]["seeds"])
     lif_trace = ctx.trace["lif"]["trace"]

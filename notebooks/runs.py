@@ -140,7 +140,14 @@ def _(compare_runs, mo, pair_a, pair_b, rounded, runs):
             kind="warn",
         )
     else:
-        _res = compare_runs(_a.path, _b.path, n_resamples=2000)
+        try:
+            _res = compare_runs(_a.path, _b.path, n_resamples=2000)
+        except (ValueError, OSError) as exc:
+            mo.stop(True, mo.vstack([
+                mo.hstack([pair_a, pair_b], justify="start"),
+                mo.callout(mo.md(f"Cannot pair these runs: `{exc}`"), kind="danger"),
+            ]))
+        _changed = _res.per_query.filter(_res.per_query["outcome"] != "tie")
         _comp = _res.comparison.select(
             "baseline", "pipeline", "metric", "n", "baseline_mean", "mean", "delta", "wins",
             "losses", *[c for c in _res.comparison.columns if c.endswith("_adj")],
@@ -150,12 +157,11 @@ def _(compare_runs, mo, pair_a, pair_b, rounded, runs):
             [
                 *(mo.callout(mo.md(n), kind="info") for n in _res.notes),
                 mo.ui.table(rounded(_comp), selection=None, page_size=10),
-                mo.md(f"Queries whose {_res.metric} changed, largest change first:"),
-                mo.ui.table(
-                    rounded(_res.per_query.filter(_res.per_query["outcome"] != "tie")),
-                    selection=None,
-                    page_size=8,
+                mo.md(
+                    f"{_changed.height} of {_res.per_query.height} paired queries whose "
+                    f"{_res.metric} changed, largest change first:"
                 ),
+                mo.ui.table(rounded(_changed), selection=None, page_size=8),
             ]
         )
     mo.vstack(
@@ -258,7 +264,10 @@ def _(metric_pick, mo, rounded, run, rx, tag_chart):
     _per_tag = run.tables["per_tag"]
     mo.vstack(
         [
-            mo.md(f"### Per tag ({metric_pick.value}; the chart names each tag's queries)"),
+            mo.md(
+                f"### Per tag ({metric_pick.value}; `n`: the tag's queries, also named on "
+                "the chart)"
+            ),
             mo.as_html(tag_chart(_per_tag, metric_pick.value))
             if _per_tag.height and _per_tag.filter(_per_tag["metric"] == metric_pick.value).height
             else mo.md(
@@ -336,16 +345,28 @@ def _(mo, pipeline_pick, run, rx, session):
         generator=_generator,
         config=rx.replay_config_of(run.manifest, drill_dataset),
     )
-    n_fitted = rx.fit_like_run(run, drill_pipeline, drill_replayer)
+    try:
+        n_fitted = rx.fit_like_run(run, drill_pipeline, drill_replayer)
+    except Exception as exc:  # noqa: BLE001 - a failing stage is shown, not a blank panel
+        mo.stop(True, mo.callout(mo.md(
+            f"**Fitting `{pipeline_pick.value}`'s learned stages failed:** "
+            f"`{type(exc).__name__}: {exc}`"
+        ), kind="danger"))
     return drill_pipeline, drill_replayer, n_fitted
 
 
 @app.cell
-def _(drill_pipeline, drill_replayer, query_pick, rx, session, warm):
-    drill_state = session.replay_to_query(
-        drill_replayer, query_pick.value, pipeline=drill_pipeline if warm.value else None
-    )
-    outputs = rx.trace_pipeline(drill_pipeline, drill_state.ctx)
+def _(drill_pipeline, drill_replayer, mo, query_pick, rx, session, warm):
+    try:
+        drill_state = session.replay_to_query(
+            drill_replayer, query_pick.value, pipeline=drill_pipeline if warm.value else None
+        )
+        outputs = rx.trace_pipeline(drill_pipeline, drill_state.ctx)
+    except Exception as exc:  # noqa: BLE001 - a failing stage is shown, not a blank panel
+        mo.stop(True, mo.callout(mo.md(
+            f"**Replaying `{query_pick.value}` through `{drill_pipeline.name}` failed:** "
+            f"`{type(exc).__name__}: {exc}`"
+        ), kind="danger"))
     return drill_state, outputs
 
 

@@ -63,7 +63,18 @@ def _(
     _fast = session.fast_mode()
     _queries = session.sample_queries(dataset.queries, per_tag=2) if _fast else None
     _replayer = session.make_replayer(dataset, session.notebook_embedder(_fast))
-    data = tl.replay_timeline(_replayer, load_pipeline(pipeline_pick.value), queries=_queries)
+    try:
+        data = tl.replay_timeline(
+            _replayer, load_pipeline(pipeline_pick.value), queries=_queries
+        )
+    except Exception as exc:  # noqa: BLE001 - a failing stage is shown, not a blank panel
+        mo.stop(True, mo.vstack([
+            mo.hstack([dataset_pick, pipeline_pick], justify="start"),
+            mo.callout(mo.md(
+                f"**Replaying with `{pipeline_pick.value}` failed:** "
+                f"`{type(exc).__name__}: {exc}`"
+            ), kind="danger"),
+        ]))
     _note = (
         mo.callout(mo.md("Skipped: " + "; ".join(skipped)), kind="warn") if skipped else mo.md("")
     )

@@ -7,6 +7,8 @@ app = marimo.App(width="medium", app_title="memlab · tuning")
 @app.cell
 def _():
 
+    import time
+
     import marimo as mo
     import polars as pl
 
@@ -14,7 +16,7 @@ def _():
     from memlab.explore import tuning as tune
     from memlab.pipeline import available_pipelines, load_pipeline
 
-    return available_pipelines, load_pipeline, mo, pl, session, tune
+    return available_pipelines, load_pipeline, mo, pl, session, time, tune
 
 
 @app.cell
@@ -73,6 +75,7 @@ def _(available_pipelines, mo):
         _names, value="hybrid" if "hybrid" in _names else _names[0], label="shipped pipeline"
     )
     pipeline_path = mo.ui.text(
+        value=str(mo.cli_args().get("pipeline") or ""),
         placeholder="path/to/pipeline.toml", label="or a configuration file", full_width=True
     )
     mo.hstack([pipeline_pick, pipeline_path], justify="start", widths=[1, 2])
@@ -87,10 +90,15 @@ def _(load_pipeline, mo, pipeline_path, pipeline_pick, queries, replayer, tune):
     except ValueError as exc:
         mo.stop(True, mo.callout(mo.md(f"Cannot load this pipeline: `{exc}`"), kind="danger"))
     tuner = tune.TuningSession(replayer, pipeline, tune.app_metrics(), queries=queries)
-    with mo.status.progress_bar(
-        total=len(queries), title=f"Replaying {pipeline.name} with its defaults…"
-    ) as _bar:
-        baseline = tuner.baseline(on_query=lambda *_: _bar.update())
+    try:
+        with mo.status.progress_bar(
+            total=len(queries), title=f"Replaying {pipeline.name} with its defaults…"
+        ) as _bar:
+            baseline = tuner.baseline(on_query=lambda *_: _bar.update())
+    except Exception as exc:  # noqa: BLE001 - a failing stage is shown, not a blank panel
+        mo.stop(True, mo.callout(mo.md(
+            f"**{pipeline.name} failed with its defaults:** `{type(exc).__name__}: {exc}`"
+        ), kind="danger"))
     mo.md(
         f"Pipeline **{pipeline.name}**: {pipeline.description or '(no description)'}  \n"
         f"{len(tuner.specs)} numeric constants; {len(tuner.train)} train and "
@@ -117,7 +125,7 @@ def _(mo, tuner):
 
 
 @app.cell
-def _(baseline, mo, queries, settings, tune, tuner):
+def _(baseline, mo, queries, settings, time, tune, tuner):
     try:
         params = tune.changed_params(
             tuner.specs,
@@ -125,15 +133,23 @@ def _(baseline, mo, queries, settings, tune, tuner):
         )
     except ValueError as exc:
         mo.stop(True, mo.callout(mo.md(f"`{exc}`"), kind="danger"))
+    _start = time.perf_counter()
     if params:
-        with mo.status.progress_bar(
-            total=len(queries), title=f"Replaying with {tune.describe_params(params)}…"
-        ) as _bar:
-            tuned = tuner.evaluate(params, on_query=lambda *_: _bar.update())
+        try:
+            with mo.status.progress_bar(
+                total=len(queries), title=f"Replaying with {tune.describe_params(params)}…",
+                subtitle="train and held-out queries in one replay",
+            ) as _bar:
+                tuned = tuner.evaluate(params, on_query=lambda *_: _bar.update())
+        except Exception as exc:  # noqa: BLE001 - a failing stage is shown, not a blank panel
+            mo.stop(True, mo.callout(mo.md(
+                f"**Failed with {tune.describe_params(params)}:** `{type(exc).__name__}: {exc}`"
+            ), kind="danger"))
     else:
         tuned = baseline
     _reuse = (
-        f" Retriever outputs reused from the cache: {tuner.last_reuse_:.0%}."
+        f" Replayed and scored in {time.perf_counter() - _start:.1f} s; retriever and "
+        f"fusion outputs reused from the cache: {tuner.last_reuse_:.0%}."
         if params and tuner.last_reuse_ is not None else ""
     )
     mo.md(

@@ -103,7 +103,7 @@ def _run_with_tables(tmp_path: Path) -> rx.Run:
     d = _run_dir(tmp_path / "r", {"bm25": {}, "hybrid": {}}, {"baseline": "bm25"})
     pl.DataFrame(
         {"pipeline": ["hybrid", "hybrid"], "metric": ["MRR", "R_all@10"],
-         "baseline_mean": [0.5, 0.5], "mean": [0.75, 0.5], "delta": [0.25, 0.0],
+         "n": [2, 2], "baseline_mean": [0.5, 0.5], "mean": [0.75, 0.5], "delta": [0.25, 0.0],
          "wins": [1, 0], "losses": [0, 0], "p_t": [0.1, 1.0], "p_t_adj": [0.2, 1.0],
          "significant": [False, False]}
     ).write_parquet(d / "comparison.parquet")
@@ -131,9 +131,9 @@ def _run_with_tables(tmp_path: Path) -> rx.Run:
 def test_significance_table_keeps_the_comparison_columns(tmp_path):
     run = _run_with_tables(tmp_path)
     table = rx.significance_table(run, metric="MRR")
-    assert table.columns == ["pipeline", "metric", "baseline_mean", "mean", "delta", "wins",
-                             "losses", "p_t_adj", "significant"]
-    assert table.rows() == [("hybrid", "MRR", 0.5, 0.75, 0.25, 1, 0, 0.2, False)]
+    assert table.columns == ["pipeline", "metric", "n", "baseline_mean", "mean", "delta",
+                             "wins", "losses", "p_t_adj", "significant"]
+    assert table.rows() == [("hybrid", "MRR", 2, 0.5, 0.75, 0.25, 1, 0, 0.2, False)]
 
 
 def test_tag_significance_table(tmp_path):
@@ -150,7 +150,8 @@ def test_tag_significance_table(tmp_path):
 
 def test_tag_and_query_tables_pivot_by_pipeline(tmp_path):
     run = _run_with_tables(tmp_path)
-    assert rx.tag_table(run, "MRR").rows() == [("x", 0.5, 1.0), ("y", 0.0, 0.5)]
+    assert rx.tag_table(run, "MRR").columns == ["tag", "n", "bm25", "hybrid"]
+    assert rx.tag_table(run, "MRR").rows() == [("x", 2, 0.5, 1.0), ("y", 1, 0.0, 0.5)]
     assert rx.tag_table(run, "nDCG@10").height == 0
     assert rx.query_table(run, "MRR").rows() == [("q1", 0.0, 0.5), ("q2", 1.0, 1.0)]
     assert rx.queries_by_metric(run, "hybrid", "MRR").rows() == [("q1", 0.5), ("q2", 1.0)]

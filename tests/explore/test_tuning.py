@@ -13,13 +13,14 @@ from memlab.embed import HashingEmbedder
 from memlab.explore import session
 from memlab.explore import tuning as tune
 from memlab.pipeline import Pipeline
-from memlab.stages.base import empty_candidates
+from memlab.stages.base import QueryContext, Stage, empty_candidates
 from memlab.stages.bm25 import BM25
 from memlab.stages.dense import Dense
+from memlab.stages.graph import Graph
 
 if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
     sys.path.insert(0, str(Path(__file__).parent))
-from _explore_fixtures import DAY, T0, small_dataset  # noqa: E402
+from _explore_fixtures import DAY, T0, Drop, small_dataset  # noqa: E402
 
 
 def test_tuning_pipeline_defaults_are_the_seed_constants():
@@ -43,6 +44,14 @@ def test_tuning_pipeline_passes_every_constant_through():
             p["dense__top_k"], p["bm25__top_k"], p["graph__top_k"]) == (
         10.0, 0.9, 0.5, 0.2, 4, 300, 7, 7, 7
     )
+
+
+def test_app_metrics_hold_the_curves_and_the_summary_once():
+    got = tune.app_metrics()
+    families = ("R_all", "Success", "nDCG")
+    assert got[: 3 * 8] == [f"{f}@{k}" for f in families for k in (1, 2, 3, 5, 7, 10, 15, 20)]
+    # R_all@10, Success@10 and nDCG@10 are curve points already: only the rest follow.
+    assert got[3 * 8 :] == ["MRR", "stale@10", "leak@10", "dup@10", "tokens@10"]
 
 
 def test_cutoff_metrics_family_by_family():
@@ -161,20 +170,123 @@ def test_session_scores_like_eval_and_reuses_the_retrievers():
     assert sess.pipeline.get_params()["lifecycle__decay_factor"] == 0.98  # defaults untouched
 
 
-def test_memo_returns_the_stage_output_and_restores_the_query_vector():
+class _Rewrite(Stage):
+    """A cacheable stage that sets the query vector (as HyDE does) and passes its input on."""
+
+    cacheable = True
+
+    def __init__(self, scale: float = 2.0) -> None:
+        self.scale = scale
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        ctx.query_vector = ctx.vector() * self.scale
+        return frame
+
+
+def test_memo_keyed_on_the_visible_rows_restores_the_query_vector():
     ds = small_dataset()
     state = session.replay_to_query(session.make_replayer(ds, HashingEmbedder(dim=16)), "q2")
     cache: dict = {}
-    memo = tune.Memo(Dense(top_k=3), cache)
+    memo = tune.Memo(_Rewrite(), cache)
     first = memo.transform(empty_candidates(), state.ctx)
-    assert first.equals(Dense(top_k=3).transform(empty_candidates(), state.ctx))
-    assert len(cache) == 1
     vec = state.ctx.query_vector
+    assert vec is not None and len(cache) == 1
     state.ctx.query_vector = None
     assert memo.transform(empty_candidates(), state.ctx) is first
     assert state.ctx.query_vector is vec
-    tune.Memo(Dense(top_k=2), cache).transform(empty_candidates(), state.ctx)
+    assert (memo.calls_, memo.hits_) == (2, 1)
+    tune.Memo(_Rewrite(scale=3.0), cache).transform(empty_candidates(), state.ctx)
     assert len(cache) == 2  # other parameters, other entry
+
+
+def test_memo_fuse_reuses_a_fusion_of_the_same_lists():
+    from memlab.stages.rrf import RRF
+
+    ds = _expiring_dataset()
+    state = session.replay_to_query(session.make_replayer(ds, HashingEmbedder(dim=16)), "q1")
+    ctx = state.ctx
+    lists = [BM25(top_k=3).transform(empty_candidates(), ctx),
+             Dense(top_k=3).transform(empty_candidates(), ctx)]
+    memo = tune.MemoFuse(RRF(k=1.0), {})
+    first = memo.fuse(lists, ctx)
+    assert first.equals(RRF(k=1.0).fuse(lists, ctx))
+    assert memo.fuse(lists, ctx) is first
+    shorter = [lists[0].head(1), lists[1]]
+    assert memo.fuse(shorter, ctx).equals(RRF(k=1.0).fuse(shorter, ctx))
+    assert (memo.calls_, memo.hits_) == (3, 1)
+
+
+def _expiring_dataset() -> Dataset:
+    """Two old events about Bob's boiler among four facts; whichever event nobody retrieved by
+    day 40 has expired (TTL 30 days)."""
+    ops = [
+        MemoryOp.store("e1", T0, "Heroku support serviced the boiler", "event", client_id="acme",
+                       source_agent="a"),
+        MemoryOp.store("e2", T0, "Heroku support found the boiler pressure low", "event",
+                       client_id="acme", source_agent="a"),
+    ] + [
+        MemoryOp.store(f"f{i}", T0, text, "fact", key=f"k{i}", client_id="acme",
+                       source_agent="a")
+        for i, text in enumerate(["Invoices go out on Mondays", "The shop runs on Heroku",
+                                  "Stripe handles billing", "Coffee beans come from Lima"])
+    ]
+    queries = [
+        Query(0, "q1", T0 + DAY, "Heroku boiler", client_id="acme", relevant={"e1": 1},
+              tags=("x",)),
+        Query(0, "q2", T0 + 40 * DAY, "Heroku boiler", client_id="acme", relevant={"e1": 1},
+              tags=("x",)),
+    ]
+    return Dataset(None, {"name": "expiring"}, ops, queries)
+
+
+@pytest.mark.parametrize("stage", [Dense(top_k=2), BM25(top_k=1), Graph(top_k=2)],
+                         ids=["dense", "bm25", "graph"])
+def test_memo_of_a_separable_retriever_follows_visibility(stage):
+    ds = _expiring_dataset()
+    state = session.replay_to_query(session.make_replayer(ds, HashingEmbedder(dim=16)), "q1")
+    ctx = state.ctx
+    cache: dict = {}
+    memo = tune.Memo(stage, cache)
+    direct = stage.clone().transform(empty_candidates(), ctx)
+    assert direct.height >= 1
+    assert memo.transform(empty_candidates(), ctx).equals(direct)
+    # Hide the top hit: same store size, other visible rows, same cache entry.
+    top = direct["mem_id"][0]
+    ctx.store.retire(top, "expired", now=ctx.now)
+    hidden = stage.clone().transform(empty_candidates(), ctx)
+    assert top not in hidden["mem_id"].to_list()
+    got = memo.transform(empty_candidates(), ctx)
+    if hidden.height:
+        assert got.equals(hidden)
+    assert len(cache) == 1 + (hidden.height == 0)  # an empty result runs the stage itself
+    # top_k is not part of the key: a wider cut reuses the ranking of every row.
+    wider = tune.Memo(stage.clone().set_params(top_k=None), cache)
+    out = wider.transform(empty_candidates(), ctx)
+    assert out.equals(stage.clone().set_params(top_k=None).transform(empty_candidates(), ctx))
+    assert wider.hits_ == (1 if hidden.height else 0)
+
+
+def test_a_change_that_changes_visibility_scores_like_a_fresh_replay():
+    from memlab.eval.experiment import run_experiment, score_rankings
+
+    ds = _expiring_dataset()
+    pipe = Pipeline([("bm25", BM25()), ("drop", Drop(mem_id="e1"))], name="p")
+    replayer = session.make_replayer(ds, HashingEmbedder(dim=16), ttl_days=30.0, touch_k=1)
+    sess = tune.TuningSession(replayer, pipe, ["R_all@1"], exclude_tags=())
+    base = sess.baseline()
+    # Defaults: q1 touches e2, so e1 has expired by q2; changed: q1 touches e1, e2 expires.
+    got = sess.evaluate({"drop__mem_id": "e2"})
+    assert sess.last_reuse_ == 1.0  # q2's BM25 ranking is the cached one, filtered
+    assert dict(base.select("qid", "value").rows()) == {"q1": 0.0, "q2": 0.0}
+    assert dict(got.select("qid", "value").rows()) == {"q1": 1.0, "q2": 1.0}
+    fresh = session.make_replayer(ds, HashingEmbedder(dim=16), ttl_days=30.0, touch_k=1)
+    plain = fresh.run(pipe.clone().set_params(drop__mem_id="e2"))
+    assert got.equals(score_rankings(ds, plain, ["R_all@1"]))
+    # and what `memlab eval` reports for the pipeline with that constant
+    exp = run_experiment(ds, [pipe.clone().set_params(drop__mem_id="e2")], metrics=["R_all@1"],
+                         embedder=HashingEmbedder(dim=16), exclude_tags=(), tests=("t",),
+                         replay=replayer.config, progress=False, write_report=False)
+    assert got.equals(exp.per_query.select("qid", "metric", "value").sort("metric", "qid"))
 
 
 def test_memoized_wraps_cacheable_stages_only():
@@ -183,7 +295,7 @@ def test_memoized_wraps_cacheable_stages_only():
     memo = tune.memoized(tune.tuning_pipeline(), {})
     kinds = {n: type(s).__name__ for n, s in memo.named_stages()}
     assert kinds == {"retrieve": "Parallel", "dense": "Memo", "bm25": "Memo", "graph": "Memo",
-                     "rrf": "RRF", "lifecycle": "Lifecycle", "mmr": "Memo",
+                     "rrf": "MemoFuse", "lifecycle": "Lifecycle", "mmr": "Memo",
                      "entropy_gate": "EntropyGate"}
     assert isinstance(Lifecycle(), type(memo.stage("lifecycle")))
 

@@ -79,14 +79,15 @@ def test_app_runs_as_a_script(app):
 
 
 def export_html(
-    app: str, tmp_path: Path, env: dict[str, str], timeout: int
+    app: str, tmp_path: Path, env: dict[str, str], timeout: int, *, cwd: Path = ROOT
 ) -> tuple[subprocess.CompletedProcess[str], str]:
-    """``marimo export html`` of one app: the finished process and the HTML it wrote."""
+    """``marimo export html`` of one app, run in ``cwd``: the finished process and the HTML
+    it wrote."""
     out = tmp_path / f"{app}.html"
     res = subprocess.run(
         [str(MARIMO), "export", "html", "--no-include-code", str(NOTEBOOKS / f"{app}.py"),
          "-o", str(out)],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -227,9 +228,10 @@ def user_env() -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("app", list(APPS))
 def test_app_exports_in_the_mode_users_run(app, tmp_path):
-    """``marimo export html`` as a user runs it: the real embedder, the runs under
-    ``reports/`` (trimmed copies such as ``reports/baseline`` included)."""
-    res, html = export_html(app, tmp_path, user_env(), timeout=600)
+    """``marimo export html`` as a user runs it: from another directory (a temporary one),
+    with the real embedder and every query, the runs under ``reports/`` (trimmed copies such
+    as ``reports/baseline``, which has no per-query files, included)."""
+    res, html = export_html(app, tmp_path, user_env(), timeout=600, cwd=tmp_path)
     assert "some cells failed" not in res.stdout + res.stderr, (res.stdout + res.stderr)[-4000:]
     # A section that says what is missing stops its dependants with mo.stop; marimo records
     # those as "ancestor-stopped" outputs, which are not errors.
@@ -238,6 +240,9 @@ def test_app_exports_in_the_mode_users_run(app, tmp_path):
     for marker in ERROR_MARKERS[1:]:
         assert marker not in html, f"{app}: the export holds {marker}"
     assert APPS[app][0] in html
+    if app == "runs" and not (ROOT / "reports" / "baseline" / "per_query.parquet").exists():
+        # The trimmed baseline run: the app names the files it lacks instead of failing.
+        assert "lacks" in html and "per_query.parquet" in html
 
 
 @pytest.mark.browser
@@ -322,6 +327,7 @@ def test_tuning_app_runs_a_change_and_saves_it_in_headless_chromium(tmp_path):
                 page.get_by_role("button", name="Run").click()
                 page.get_by_text("Tuned: rrf__k = 30").first.wait_for(timeout=240_000)
                 table_text = page.locator("body").inner_text()
+                assert "Replayed and scored in" in table_text
                 save_as = page.get_by_role("textbox", name="save as")
                 save_as.fill(str(target))
                 save_as.press("Tab")
@@ -397,3 +403,31 @@ def test_activation_app_takes_free_text_and_constants_in_headless_chromium():
     assert "Cannot run these constants" not in body
     assert "Traceback" not in log, log[-3000:]
     assert shot.stat().st_size > 10_000
+
+
+def test_tuning_app_shows_a_failing_stage_where_the_results_go(tmp_path):
+    """A pipeline whose stage raises: the app names the stage, the query and the error in a
+    callout instead of a blank panel (the export holds no cell error)."""
+    config = tmp_path / "broken.toml"
+    config.write_text(
+        'name = "broken"\nsteps = ["bm25", "broken"]\n\n[bm25]\nstage = "bm25"\n\n'
+        '[broken]\nstage = "_failing_stage:Broken"\n',
+        encoding="utf-8",
+    )
+    env = app_env()
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path(__file__).parent), env.get("PYTHONPATH", "")) if p
+    )
+    out = tmp_path / "tuning.html"
+    res = subprocess.run(
+        [str(MARIMO), "export", "html", "--no-include-code", str(NOTEBOOKS / "tuning.py"),
+         "-o", str(out), "--", "--pipeline", str(config)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    html = out.read_text(encoding="utf-8")
+    assert "broken failed with its defaults" in html
+    assert "StageError: stage" in html and "(Broken) failed on query" in html
+    assert "memory m-404 is not in the store" in html
+    errors = html.count('"type": "error"') - html.count('"ename": "ancestor-stopped"')
+    assert errors == 0, f"the export holds {errors} cell error(s)"

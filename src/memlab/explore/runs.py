@@ -162,13 +162,16 @@ def metrics_wide(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> p
 def significance_table(run: Run, *, metric: str | None = None) -> pl.DataFrame:
     """The run's paired comparison with its baseline (``comparison.parquet``).
 
-    Keeps ``pipeline, metric, baseline_mean, mean, delta, wins, losses``, the adjusted p-values
-    (``*_adj``) and ``significant`` where present; optionally one metric only.
+    Keeps ``pipeline, metric, n`` (paired queries), ``baseline_mean, mean, delta, wins,
+    losses``, the adjusted p-values (``*_adj``) and ``significant`` where present; optionally
+    one metric only.
     """
     comp = run.tables.get("comparison", pl.DataFrame())
     if comp.height == 0:
         return comp
-    out = comparison_view(comp, COMPARISON_KEYS)
+    keys = list(COMPARISON_KEYS)
+    keys.insert(keys.index("metric") + 1, "n")
+    out = comparison_view(comp, keys)
     if metric is not None:
         out = out.filter(pl.col("metric") == metric)
     return out
@@ -190,7 +193,8 @@ def tag_significance_table(run: Run, *, metric: str | None = None) -> pl.DataFra
 
 
 def tag_table(run: Run, metric: str) -> pl.DataFrame:
-    """Mean of ``metric`` per query tag (rows) and pipeline (columns), from ``per_tag``."""
+    """Mean of ``metric`` per query tag (rows) and pipeline (columns), from ``per_tag``, after
+    ``n``: how many queries of the tag were scored (the most any pipeline scored)."""
     table = run.tables.get("per_tag", pl.DataFrame())
     if table.height == 0:
         return pl.DataFrame(schema={"tag": pl.String})
@@ -198,7 +202,11 @@ def tag_table(run: Run, metric: str) -> pl.DataFrame:
     if sub.height == 0:
         return pl.DataFrame(schema={"tag": pl.String})
     wide = sub.pivot(on="pipeline", index="tag", values="mean").sort("tag")
-    return wide.select("tag", *[p for p in run.pipelines if p in wide.columns])
+    wide = wide.select("tag", *[p for p in run.pipelines if p in wide.columns])
+    if "n" not in sub.columns:
+        return wide
+    counts = sub.group_by("tag").agg(pl.col("n").max().cast(pl.Int64))
+    return wide.join(counts, on="tag", how="left").select("tag", "n", *wide.columns[1:])
 
 
 def query_table(run: Run, metric: str, *, pipeline: str | None = None) -> pl.DataFrame:
@@ -492,7 +500,8 @@ def rank_path_chart(long: pl.DataFrame, *, k: int = 10) -> alt.LayerChart:
     ``k`` as a dashed rule; stages are in execution order."""
     data = long.filter(pl.col("rank").is_not_null())
     order = long.select("order", "stage").unique().sort("order")["stage"].to_list()
-    x = alt.X("stage:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30))
+    x = alt.X("stage:N", sort=order, title="stage (in execution order)",
+              axis=alt.Axis(labelAngle=-30))
     lines = (
         alt.Chart(data)
         .mark_line(point=alt.OverlayMarkDef(size=70))
@@ -521,10 +530,10 @@ def comparison_chart(wide: pl.DataFrame, metrics: Sequence[str]) -> alt.Chart:
         alt.Chart(long)
         .mark_bar()
         .encode(
-            x=alt.X("config:N", title=None, axis=alt.Axis(labelAngle=-35)),
-            y=alt.Y("value:Q", title=None),
+            x=alt.X("config:N", title="run · pipeline", axis=alt.Axis(labelAngle=-35)),
+            y=alt.Y("value:Q", title="mean over the run's queries"),
             color=alt.Color("config:N", legend=None),
-            column=alt.Column("metric:N", title=None),
+            column=alt.Column("metric:N", title="metric"),
             tooltip=["config:N", "metric:N", alt.Tooltip("value:Q", format=".4f")],
         )
         .properties(width=max(60, 22 * wide.height), height=180)

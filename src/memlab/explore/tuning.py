@@ -2,12 +2,15 @@
 test against the defaults, and the chosen settings saved as a configuration.
 
 :class:`TuningSession` holds a prepared :class:`~memlab.eval.replay.Replayer` (every text is
-embedded once) and a cache of the retrievers' outputs: a stage that declares itself
-``cacheable`` (its output depends only on the query, the memories written and their visibility)
-is computed once per query, store state, parameters and input, and reused by every later
-evaluation (:class:`Memo`). A change to a re-ranker's constant (RRF k, decay, boost, MMR λ)
-therefore replays the writes and re-runs only the stages after the retrievers; a change to a
-retriever's own constant re-runs that retriever. Scoring is eval's own
+embedded once) and a cache of the retrievers' outputs (:class:`Memo`). Accesses make the
+visible rows differ between replays with different constants (an event nobody retrieved expires
+after its TTL), so a retriever whose ranking does not depend on visibility (BM25, the graph,
+exact dense search) ranks every row once per query and store size; each replay keeps the rows
+visible to it and cuts at ``top_k``, which is what the retriever computes. Other ``cacheable``
+stages are computed once per query, store state, visible rows, parameters and input. A change to
+a re-ranker's constant (RRF k, decay, boost, MMR λ) therefore replays the writes and re-runs
+only the stages after the retrievers; a change to a retriever's own constant re-ranks with that
+retriever once. Scoring is eval's own
 (:func:`memlab.eval.experiment.score_rankings`), the split eval's
 (:func:`memlab.eval.experiment.split_queries`) and the test eval's
 (:func:`memlab.eval.stats.paired_test`).
@@ -20,10 +23,12 @@ hybrid-retrieval pipeline with re-rankers the app offered first. :func:`metric_c
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import re
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -38,8 +43,15 @@ from memlab.datasets.format import Query
 from memlab.eval.experiment import fit_learned_stages, score_rankings, split_queries
 from memlab.eval.replay import Replayer
 from memlab.eval.stats import paired_test, per_tag
+from memlab.memory.store import MemoryStore
 from memlab.pipeline import Parallel, Pipeline
-from memlab.stages.base import QueryContext, Stage, stage_reference
+from memlab.stages.base import (
+    ROW_COLUMN,
+    QueryContext,
+    Stage,
+    empty_candidates,
+    stage_reference,
+)
 from memlab.stages.bm25 import BM25
 from memlab.stages.constraints import Interval
 from memlab.stages.dense import Dense
@@ -114,9 +126,15 @@ SUMMARY_METRICS = (
 better)."""
 
 
+CURVE_CUTOFFS = (1, 2, 3, 5, 7, 10, 15, 20)
+"""The cut-offs the app's curves are drawn at (scoring is per metric: every cut-off drawn costs
+one more trec_eval pass per family after each change)."""
+
+
 def app_metrics() -> list[str]:
-    """What the app scores per query: :func:`cutoff_metrics` and :data:`SUMMARY_METRICS`."""
-    return list(dict.fromkeys([*cutoff_metrics(), *SUMMARY_METRICS]))
+    """What the app scores per query: :func:`cutoff_metrics` at :data:`CURVE_CUTOFFS` and
+    :data:`SUMMARY_METRICS`."""
+    return list(dict.fromkeys([*cutoff_metrics(ks=CURVE_CUTOFFS), *SUMMARY_METRICS]))
 
 
 # ---------------------------------------------------------------------- tunable constants
@@ -206,43 +224,177 @@ def changed_params(specs: Sequence[ParamSpec], values: Mapping[str, Any]) -> dic
 
 
 # ---------------------------------------------------------------------- cached evaluation
-class Memo(Stage):
-    """Runs a ``cacheable`` stage once per query, store state, parameters and input frame.
+def _separable(stage: Stage, store_rows: int) -> tuple[str, ...] | None:
+    """The parameters that do not change ``stage``'s ranking of every row, when it is
+    *separable*; else ``None``.
 
-    The key is the stage's configuration, the query, the store's size, the rows visible to the
-    query and the input frame's row hashes (the key of the replay's own prefix cache, plus the
-    input), so a hit returns what the stage would compute. ``ctx.query_vector`` is restored
-    with the frame.
+    A separable stage ranks every visible row by a score that does not depend on which rows
+    are visible, keeping those that pass a per-row test, ties by ``mem_id``, cut at ``top_k``.
+    Its output under any visibility is then its output with every row visible, restricted to
+    the visible rows and cut at ``top_k`` (:class:`Memo` relies on this). True for
+    :class:`~memlab.stages.bm25.BM25` (corpus statistics cover every memory written, active
+    or not), :class:`~memlab.stages.graph.Graph` (activation spreads over the entity graph;
+    visibility is applied afterwards) and :class:`~memlab.stages.dense.Dense` when it searches
+    exactly (``backend`` and ``ann_min_rows`` then change nothing; a usearch search
+    over-fetches in proportion to the visible share, so its result depends on it).
+    """
+    if isinstance(stage, (BM25, Graph)):
+        return ("top_k",)
+    if isinstance(stage, Dense) and (
+        stage.backend == "exact" or (stage.backend == "auto" and store_rows < stage.ann_min_rows)
+    ):
+        return ("top_k", "backend", "ann_min_rows")
+    return None
+
+
+@dataclass
+class _EveryRowVisible(QueryContext):
+    """A query context in which every store row is visible (what :class:`Memo` ranks once)."""
+
+    def visible_mask(self, *, relaxed: bool = False) -> np.ndarray:
+        mask = np.ones(len(self.store), dtype=bool)
+        mask.flags.writeable = False
+        return mask
+
+
+def _every_row_visible(ctx: QueryContext) -> _EveryRowVisible:
+    """``ctx`` with every row visible; the cache and the trace are shared with ``ctx``."""
+    return _EveryRowVisible(
+        **{f.name: getattr(ctx, f.name) for f in dataclasses.fields(QueryContext) if f.init}
+    )
+
+
+_STATES: weakref.WeakKeyDictionary[MemoryStore, tuple[int, str]] = weakref.WeakKeyDictionary()
+
+
+def store_state(store: MemoryStore) -> tuple[int, str]:
+    """The store's size and a digest of its memory ids in row order (rows are only appended,
+    so the digest is extended with the ids written since the last call)."""
+    n = len(store)
+    seen, digest = _STATES.get(store, (0, ""))
+    if seen != n:
+        if seen > n:  # not the store this digest was computed on
+            seen, digest = 0, ""
+        ids = [store.record_at(i).id for i in range(seen, n)]
+        start = digest
+        digest = hashlib.blake2b(
+            (start + "\0" + "\0".join(ids)).encode(), digest_size=16
+        ).hexdigest()
+        _STATES[store] = (n, digest)
+    return n, digest
+
+
+class Memo(Stage):
+    """Runs a ``cacheable`` stage once per query and store state, and reuses its output.
+
+    Nothing is reused when the replay merges or resolves conflicts (its rows then differ from
+    one replay to the next); :class:`TuningSession` does not wrap stages then.
+
+    Two keys, both exact:
+
+    * a *separable* retriever (:func:`_separable`: BM25, the graph, exact dense search) ranks
+      every row of the store once per query, store size and configuration (``top_k`` aside);
+      each call then keeps the rows visible to it and cuts at ``top_k``. Accesses make
+      visibility differ between replays (an event nobody retrieved expires after its TTL), so
+      a key on the visible rows would miss; this one does not depend on them. When no visible
+      row is left the stage itself runs (its empty frame may differ from a filtered one);
+    * any other stage is computed once per query, store size, visible rows and input frame
+      (the key of the replay's own prefix cache, plus the input).
+
+    The store state is its size and a digest of its memory ids (writes happen in the same
+    order in every replay; a write deduplicated in one replay and not in another changes
+    them). ``ctx.query_vector`` is restored with the output.
 
     Args:
         inner: The stage (its declared columns are this stage's).
         cache: Where outputs are kept (shared between evaluations).
+
+    Attributes:
+        calls_: Calls so far.
+        hits_: Calls answered from the cache.
     """
 
     def __init__(self, inner: Stage | None = None, cache: dict[Any, Any] | None = None) -> None:
         self.inner = inner
         self.cache = cache
+        self.calls_ = 0
+        self.hits_ = 0
 
     def declared_columns(self) -> dict[str, pl.DataType] | None:
         return None if self.inner is None else self.inner.declared_columns()
 
-    def _key(self, frame: pl.DataFrame, ctx: QueryContext) -> tuple[Any, ...]:
+    def _config(self, *, drop: tuple[str, ...] = ()) -> str:
+        """The stage and its parameters (but ``drop``) as text, computed once per Memo (a
+        replay does not change a stage's parameters)."""
         assert self.inner is not None
-        params = json.dumps(self.inner.get_params(deep=False), sort_keys=True, default=repr)
+        memo: dict[tuple[str, ...], str] = self.__dict__.setdefault("_configs", {})
+        if drop not in memo:
+            params = {k: v for k, v in self.inner.get_params(deep=False).items()
+                      if k not in drop}
+            memo[drop] = stage_reference(self.inner) + json.dumps(params, sort_keys=True,
+                                                                  default=repr)
+        return memo[drop]
+
+    def _query_key(self, ctx: QueryContext) -> tuple[Any, ...]:
+        return (ctx.qid, ctx.text, ctx.client_id, repr(ctx.principal), *store_state(ctx.store))
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        if self.inner is None or self.cache is None:
+            raise ValueError("Memo needs a stage and a cache")
+        self.calls_ += 1
+        free = _separable(self.inner, len(ctx.store)) if frame.height == 0 else None
+        if free is not None:
+            out = self._separable(ctx, free)
+            if out is not None:
+                return out
+        return self._keyed(frame, ctx)
+
+    def _separable(self, ctx: QueryContext, free: tuple[str, ...]) -> pl.DataFrame | None:
+        assert self.inner is not None and self.cache is not None
+        key = ("every-row", self._config(drop=free), *self._query_key(ctx))
+        hit = self.cache.get(key)
+        if hit is None:
+            wide = getattr(self, "_wide", None)
+            if wide is None:  # one copy per Memo: fitted state (BM25's index) is kept
+                wide = self._wide = self.inner.clone().set_params(top_k=None)
+                if isinstance(wide, Dense):
+                    wide.set_params(backend="exact")
+            every = _every_row_visible(ctx)
+            full = wide.transform(empty_candidates(), every)
+            rows = full.get_column(ROW_COLUMN).to_numpy() if ROW_COLUMN in full.columns else None
+            hit = self.cache[key] = (full, rows, every.query_vector, False)
+        full, rows, qvec, reused = hit
+        if not reused:  # the next call with this key is a reuse
+            self.cache[key] = (full, rows, qvec, True)
+        if rows is None:
+            return None
+        keep = np.flatnonzero(ctx.visible_mask()[rows])
+        top_k = getattr(self.inner, "top_k", None)
+        if top_k is not None:
+            keep = keep[:top_k]
+        out = full[keep]
+        if out.height == 0:
+            return None
+        out.replace_column(out.get_column_index("rank"),
+                           pl.Series("rank", np.arange(1, out.height + 1, dtype=np.int64)))
+        if qvec is not None:
+            ctx.query_vector = qvec
+        self.hits_ += reused
+        return out
+
+    def _keyed(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        assert self.inner is not None and self.cache is not None
         mask = np.packbits(ctx.visible_mask()).tobytes()
         if frame.height:
             rows = frame.hash_rows(seed=0).to_numpy().tobytes() + ",".join(frame.columns).encode()
         else:
             rows = b""
         digest = hashlib.blake2b(mask + b"|" + rows, digest_size=16).hexdigest()
-        return (stage_reference(self.inner), params, ctx.qid, ctx.text, len(ctx.store), digest)
-
-    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
-        if self.inner is None or self.cache is None:
-            raise ValueError("Memo needs a stage and a cache")
-        key = self._key(frame, ctx)
+        key = ("visible", self._config(), *self._query_key(ctx),
+               digest)
         hit = self.cache.get(key)
         if hit is not None:
+            self.hits_ += 1
             out, qvec = hit
             if qvec is not None:
                 ctx.query_vector = qvec
@@ -252,13 +404,50 @@ class Memo(Stage):
         return out
 
 
+class MemoFuse(Memo):
+    """A ``cacheable`` fusion stage run once per query, store state and input lists (a change
+    after the retrievers, e.g. to the lifecycle's decay, finds every fusion in the cache).
+
+    Args:
+        inner: The fusion stage (it has ``fuse(frames, ctx)``).
+        cache: Where outputs are kept (shared between evaluations).
+    """
+
+    def fuse(self, frames: list[pl.DataFrame], ctx: QueryContext) -> pl.DataFrame:
+        if self.inner is None or self.cache is None:
+            raise ValueError("MemoFuse needs a fusion stage and a cache")
+        self.calls_ += 1
+        lists = b"|".join(
+            f.hash_rows(seed=0).to_numpy().tobytes() + ",".join(f.columns).encode()
+            for f in frames
+        )
+        digest = hashlib.blake2b(lists, digest_size=16).hexdigest()
+        key = ("fused", self._config(), *self._query_key(ctx), len(frames), digest)
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.hits_ += 1
+            return hit
+        out = self.inner.fuse(frames, ctx)  # type: ignore[attr-defined]
+        self.cache[key] = out
+        return out
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        raise TypeError("MemoFuse fuses the lists of a parallel step: call fuse(frames, ctx)")
+
+
 def memoized(pipeline: Pipeline, cache: dict[Any, Any]) -> Pipeline:
-    """A copy of ``pipeline`` whose ``cacheable`` stages (fusion stages aside) go through
-    :class:`Memo` with ``cache``; same names, same order."""
+    """A copy of ``pipeline`` whose ``cacheable`` stages go through :class:`Memo` (fusion
+    stages through :class:`MemoFuse`) with ``cache``; same names, same order."""
+
+    def cached_fuse(fuse: tuple[str, Any] | None) -> tuple[str, Any] | None:
+        if fuse is None or not getattr(fuse[1], "cacheable", False):
+            return fuse
+        return (fuse[0], MemoFuse(fuse[1], cache))
 
     def wrap(stage: Stage) -> Stage:
         if isinstance(stage, Parallel):
-            return Parallel([(n, wrap(s)) for n, s in stage.branches], fuse=stage.fuse)
+            return Parallel([(n, wrap(s)) for n, s in stage.branches],
+                            fuse=cached_fuse(stage.fuse))
         if isinstance(stage, Pipeline):
             return memoized(stage, cache)
         if getattr(stage, "cacheable", False) and not getattr(stage, "requires_fit", False):
@@ -289,7 +478,8 @@ class TuningSession:
         train: The queries constants are chosen on.
         test: The held-out queries.
         specs: :func:`tunable_params` of ``pipeline``.
-        last_reuse_: Share of the cached stages' outputs the last replay took from the cache
+        last_reuse_: Share of the cached stages' outputs (retrievers, fusions and other
+            ``cacheable`` stages) the last replay took from the cache
             (``None`` before the first, or when no stage is cached).
     """
 
@@ -341,12 +531,15 @@ class TuningSession:
         pipe = self.configured(params)
         if any(getattr(s, "requires_fit", False) for _, s in pipe.named_stages()):
             fit_learned_stages(self.replayer, pipe, self.train)
-        memo = memoized(pipe, self.cache)
-        n_memo = sum(isinstance(s, Memo) for _, s in memo.named_stages())
-        before = len(self.cache)
+        cfg = self.replayer.config
+        if cfg.consolidation.enabled or cfg.conflict_policy is not None:
+            memo = pipe  # merges and conflict resolutions write rows that differ per replay
+        else:
+            memo = memoized(pipe, self.cache)
+        memos = [s for _, s in memo.named_stages() if isinstance(s, Memo)]
         res = self.replayer.run(memo, queries=self.queries, on_query=on_query)
-        calls = n_memo * len(self.queries)
-        self.last_reuse_ = 1.0 - (len(self.cache) - before) / calls if calls else None
+        calls = sum(m.calls_ for m in memos)
+        self.last_reuse_ = sum(m.hits_ for m in memos) / calls if calls else None
         pq = score_rankings(
             self.replayer.dataset,
             res,
