@@ -27,8 +27,10 @@ eval: $(STAMP)
 	$(VENV)/bin/memlab eval datasets/agent-memories --out reports/latest
 	$(VENV)/bin/memlab eval datasets/agent-lifecycle --out reports/latest/agent-lifecycle
 
+# Two pytest workers (pytest-xdist); TEST_JOBS=0 runs the suite in one process.
+TEST_JOBS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS)
 
 # Re-record the metrics the test suite compares with (commit them with the reason).
 baseline: $(STAMP)
