@@ -548,7 +548,7 @@ def rerank(
     if store is not None and rows is not None and rows.null_count() == 0:
         values = frame.get_column("score").to_numpy()
         order = np.lexsort((store.id_sort_keys(rows.to_numpy()), -values))
-        out = frame[order if top_k is None else order[:top_k]]
+        out = frame[pl.Series(order if top_k is None else order[:top_k])]
     else:
         out = frame.sort(["score", "mem_id"], descending=[True, False], nulls_last=True)
         if top_k is not None:
