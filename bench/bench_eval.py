@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -27,15 +28,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+CPU: list[float] = [0.0]
+"""CPU seconds (user + system) of the last :func:`_memlab` command and the workers it waited
+for."""
+
+
 def _memlab(*args: str) -> float:
-    """Wall seconds of one ``memlab`` command (a fresh process, as a user runs it)."""
+    """Wall seconds of one ``memlab`` command (a fresh process, as a user runs it); its CPU
+    seconds go to :data:`CPU`."""
     env = dict(os.environ, CI="true")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "memlab.cli", *args], check=True, env=env, cwd=ROOT,
         stdout=subprocess.DEVNULL,
     )
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[0] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall
+
+
+def _load() -> str:
+    return "load average " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -52,26 +67,29 @@ def main() -> None:
                    "--touch-k", "0", "--quiet", "--jobs", str(args.jobs)]
             _memlab(*cmd, "--out", str(t / "l1"))
             warm = _memlab(*cmd, "--out", str(t / "l2"))
-            print(f"LoCoMo conversational, warm: {warm:.1f} s wall (goal ≤ 5 s)  "
-                  f"[memlab {' '.join(cmd)} --out DIR]")
+            print(f"LoCoMo conversational, warm: {warm:.1f} s wall, {CPU[0]:.1f} s CPU "
+                  f"(goal ≤ 5 s wall; {_load()})  [memlab {' '.join(cmd)} --out DIR]",
+                  flush=True)
         cmd = ["eval", "datasets/agent-memories", "--quiet", "--jobs", str(args.jobs)]
         _memlab(*cmd, "--out", str(t / "e1"))
         warm = _memlab(*cmd, "--out", str(t / "e2"))
-        print(f"make eval, warm: {warm:.1f} s wall (goal ≤ 30 s)  [memlab {' '.join(cmd)} "
-              "--out DIR]")
+        print(f"make eval, warm: {warm:.1f} s wall, {CPU[0]:.1f} s CPU (goal ≤ 30 s wall; "
+              f"{_load()})  [memlab {' '.join(cmd)} --out DIR]", flush=True)
         sweep = ["sweep", "datasets/agent-memories", "--pipeline", "hybrid",
                  "--grid", "rrf__k=10,30,60", "--grid", "lifecycle__decay_factor=0.98,1.0",
                  "--grid", "lifecycle__boost_weight=0,0.3", "--quiet", "--repeats", "5"]
         serial = _memlab(*sweep, "--executor", "serial", "--out", str(t / "s1"))
+        serial_cpu = CPU[0]
         par = _memlab(*sweep, "--executor", "joblib", "--jobs", str(args.jobs),
                       "--out", str(t / "s2"))
         same = all(
             (t / "s1" / n).read_bytes() == (t / "s2" / n).read_bytes()
             for n in ("results.parquet", "per_query.parquet", "sweep.json")
         )
-        print(f"12-point sweep: serial {serial:.1f} s, joblib --jobs {args.jobs} {par:.1f} s, "
-              f"speed-up {serial / par:.2f}× (goal ≥ 1.7× on 2 cores), identical outputs: "
-              f"{same}  [memlab {' '.join(sweep)} --executor serial|joblib]")
+        print(f"12-point sweep: serial {serial:.1f} s wall ({serial_cpu:.1f} s CPU), joblib "
+              f"--jobs {args.jobs} {par:.1f} s wall ({CPU[0]:.1f} s CPU), speed-up "
+              f"{serial / par:.2f}× (goal ≥ 1.7× on 2 cores), identical outputs: {same} "
+              f"({_load()})  [memlab {' '.join(sweep)} --executor serial|joblib]", flush=True)
 
 
 if __name__ == "__main__":

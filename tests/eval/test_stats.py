@@ -41,6 +41,29 @@ def test_wilcoxon_exact() -> None:
     assert paired_test(a, b, test="wilcoxon") == pytest.approx(2 / 16)
 
 
+def test_wilcoxon_with_ties_and_a_zero_enumerates_sign_flips() -> None:
+    # d = 2, 2, 1, 0: ranks of |d| without the zero are 2.5, 2.5, 1; all positive, so the
+    # observed rank sum is 6. Over the 2**4 sign patterns (the zero's sign changes nothing)
+    # the positive rank sums are the subset sums of {2.5, 2.5, 1}: only 1 in 8 reaches 6,
+    # all 8 are <= 6, so p = 2 * min(1, 1/8).
+    a = np.array([3.0, 3.0, 2.0, 1.0])
+    b = np.array([1.0, 1.0, 1.0, 1.0])
+    assert paired_test(a, b, test="wilcoxon") == 2 * (1 / 8)
+    assert paired_test(a, b, test="wilcoxon") == sps.wilcoxon(a, b, zero_method="wilcox").pvalue
+
+
+def test_wilcoxon_matches_scipy_on_tied_small_samples() -> None:
+    rng = np.random.default_rng(7)
+    for n in (2, 5, 9, 13):
+        for _ in range(3):
+            a = rng.integers(0, 3, n) / 2
+            b = rng.integers(0, 3, n) / 2
+            if np.array_equal(a, b):
+                continue
+            expected = sps.wilcoxon(a, b, zero_method="wilcox").pvalue
+            assert paired_test(a, b, test="wilcoxon") == expected
+
+
 @pytest.mark.parametrize("test", ["t", "wilcoxon", "permutation"])
 def test_identical_arrays_give_one(test: str) -> None:
     a = np.array([0.1, 0.5, 0.5, 1.0])

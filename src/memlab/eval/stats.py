@@ -86,9 +86,45 @@ def _t_test(a: np.ndarray, b: np.ndarray, *, n_resamples: int, seed: int) -> flo
 @register_test("wilcoxon")
 def _wilcoxon(a: np.ndarray, b: np.ndarray, *, n_resamples: int, seed: int) -> float:
     """Wilcoxon signed-rank test, ``zero_method="wilcox"``, scipy's default method choice."""
+    exact = _wilcoxon_sign_flips(a - b)
+    if exact is not None:
+        return exact
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return float(sps.wilcoxon(a, b, zero_method="wilcox").pvalue)
+
+
+WILCOXON_FLIP_LIMIT = 13
+"""scipy's ``wilcoxon(method="auto")`` enumerates every sign pattern for up to this many pairs
+when there are ties or zeros (2**13 < its 9,999 resamples)."""
+
+
+def _wilcoxon_sign_flips(d: np.ndarray) -> float | None:
+    """The p-value scipy's ``wilcoxon(method="auto")`` gets from its exhaustive permutation
+    test (ties or zero differences, at most :data:`WILCOXON_FLIP_LIMIT` pairs), computed on
+    all ``2**n`` sign patterns at once; ``None`` when scipy would use another method.
+
+    Flipping signs leaves ``|d|`` and so the ranks unchanged: the null statistic of a pattern
+    is the sum of the ranks it makes positive. Ranks are multiples of 1/2, so every sum is
+    exact and the counts, and the p-value, are scipy's (its two-sided rule and tolerance
+    ``100 eps |observed|`` included).
+    """
+    n = d.size
+    nonzero = d != 0
+    magnitude = np.abs(d[nonzero])
+    ties = np.unique(magnitude).size < magnitude.size
+    if n > WILCOXON_FLIP_LIMIT or not (ties or not nonzero.all()):
+        return None
+    ranks = np.zeros(n)
+    ranks[nonzero] = sps.rankdata(magnitude)
+    positive = d > 0
+    observed = float(ranks[positive].sum())
+    flips = ((np.arange(2**n, dtype=np.int64)[:, None] >> np.arange(n, dtype=np.int64)) & 1) == 1
+    null = ((positive[None, :] ^ flips) & nonzero[None, :]).astype(np.float64) @ ranks
+    gamma = abs(np.finfo(np.float64).eps * 100 * observed)
+    less = np.count_nonzero(null <= observed + gamma) / 2**n
+    greater = np.count_nonzero(null >= observed - gamma) / 2**n
+    return float(np.clip(min(less, greater) * 2, 0.0, 1.0))
 
 
 @register_test("permutation")

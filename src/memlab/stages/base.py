@@ -548,7 +548,7 @@ def rerank(
     if store is not None and rows is not None and rows.null_count() == 0:
         values = frame.get_column("score").to_numpy()
         order = np.lexsort((store.id_sort_keys(rows.to_numpy()), -values))
-        out = frame[order if top_k is None else order[:top_k]]
+        out = frame[pl.Series(order if top_k is None else order[:top_k])]
     else:
         out = frame.sort(["score", "mem_id"], descending=[True, False], nulls_last=True)
         if top_k is not None:
@@ -596,23 +596,47 @@ def ranked_frame(
     """
     scores = np.asarray(scores, dtype=np.float64)
     n = len(scores)
-    if ids is None:
-        if rows is None:
+    if rows is None:
+        if ids is None:
             raise ValueError("ranked_frame: give rows or ids")
-        rows = np.asarray(rows, dtype=np.int64)
-        ids = ctx.store.id_frame()[rows].get_column("mem_id")
+        series = [
+            constant_column("qid", ctx.qid, n),
+            ids.alias("mem_id"),
+            pl.Series("score", scores, dtype=pl.Float64),
+            pl.Series("rank", np.zeros(n, dtype=np.int64)),
+        ]
+        for name, values in (columns or {}).items():
+            series.append(values.alias(name) if isinstance(values, pl.Series)
+                          else pl.Series(name, np.asarray(values)))
+        return rerank(pl.DataFrame(series), top_k=top_k)
+    # rerank's order (score descending, NaN last, ties by id) computed on arrays first, so
+    # every column is built in its final order: no frame sort or gather.
+    rows = np.asarray(rows, dtype=np.int64)
+    order = np.lexsort((ctx.store.id_sort_keys(rows), -scores))
+    if top_k is not None:
+        order = order[:top_k]
+    m = len(order)
+    at = pl.Series(order)
+    rows = rows[order]
+    ids = (ctx.store.id_frame()[pl.Series(rows)].get_column("mem_id") if ids is None
+           else ids.gather(at))
     series = [
-        pl.Series("qid", np.full(n, ctx.qid, dtype=object), dtype=pl.String),
+        constant_column("qid", ctx.qid, m),
         ids.alias("mem_id"),
-        pl.Series("score", scores, dtype=pl.Float64),
-        pl.Series("rank", np.zeros(n, dtype=np.int64)),
+        pl.Series("score", scores[order], dtype=pl.Float64),
+        pl.Series("rank", np.arange(1, m + 1, dtype=np.int64)),
+        pl.Series(ROW_COLUMN, rows),
     ]
-    if rows is not None:
-        series.append(pl.Series(ROW_COLUMN, np.asarray(rows, dtype=np.int64)))
     for name, values in (columns or {}).items():
-        series.append(values.alias(name) if isinstance(values, pl.Series)
-                      else pl.Series(name, np.asarray(values)))
-    return rerank(pl.DataFrame(series), top_k=top_k, store=ctx.store if rows is not None else None)
+        series.append(values.gather(at).alias(name) if isinstance(values, pl.Series)
+                      else pl.Series(name, np.asarray(values)[order]))
+    return pl.DataFrame(series)
+
+
+def constant_column(name: str, value: str, n: int) -> pl.Series:
+    """A ``String`` column of ``n`` copies of ``value`` (the ``qid`` of a candidate frame)."""
+    one = pl.Series(name, [value], dtype=pl.String)
+    return one.new_from_index(0, n) if n else one.clear()
 
 
 def candidates_from_rows(
@@ -679,7 +703,8 @@ class FusedLists:
     """The ranked lists one query's fusion merges, aligned on their union (ranx's runs).
 
     Attributes:
-        ids: Memory ids of the union, one per candidate found by any list.
+        union_ids: Memory ids of the union, one per candidate found by any list (``None``
+            until :attr:`ids` looks them up from ``rows``).
         rows: Their store rows (``None`` when an input frame has no ``row`` column and names
             memories the store does not know, e.g. a frame built by hand).
         scores: ``(n_lists, n)`` incoming ``score`` of each candidate in each list (NaN where
@@ -687,14 +712,25 @@ class FusedLists:
         ranks: ``(n_lists, n)`` incoming ``rank`` (NaN where absent).
         present: ``(n_lists, n)``: which list contains which candidate.
         positions: Per list, the union position of each of its rows (frame order).
+        store: The store ``rows`` index.
     """
 
-    ids: pl.Series
+    union_ids: pl.Series | None
     rows: np.ndarray | None
     scores: np.ndarray
     ranks: np.ndarray
     present: np.ndarray
     positions: list[np.ndarray]
+    store: MemoryStore | None = None
+
+    @property
+    def ids(self) -> pl.Series:
+        """Memory ids of the union (looked up from the store rows on first use)."""
+        if self.union_ids is None:
+            if self.store is None or self.rows is None:
+                raise ValueError("FusedLists: neither ids nor store rows are known")
+            self.union_ids = self.store.id_frame()[pl.Series(self.rows)].get_column("mem_id")
+        return self.union_ids
 
     @property
     def n_lists(self) -> int:
@@ -704,7 +740,7 @@ class FusedLists:
     @property
     def size(self) -> int:
         """How many candidates the union has."""
-        return len(self.ids)
+        return self.scores.shape[1]
 
     @property
     def counts(self) -> np.ndarray:
@@ -754,8 +790,8 @@ class FusedLists:
             ids, rows = pl.Series("mem_id", union_ids.tolist(), dtype=pl.String), None
         else:
             rows, inverse = np.unique(np.concatenate(row_lists), return_inverse=True)
-            ids = ctx.store.id_frame()[rows].get_column("mem_id")
-        n, n_lists = len(ids), len(frames)
+            ids = None
+        n, n_lists = len(rows) if ids is None else len(ids), len(frames)
         scores = np.full((n_lists, n), np.nan)
         ranks = np.full((n_lists, n), np.nan)
         present = np.zeros((n_lists, n), dtype=bool)
@@ -769,7 +805,7 @@ class FusedLists:
                 scores[i, pos] = f["score"].to_numpy()
                 ranks[i, pos] = f["rank"].to_numpy()
                 present[i, pos] = True
-        return cls(ids, rows, scores, ranks, present, positions)
+        return cls(ids, rows, scores, ranks, present, positions, ctx.store)
 
     def carried(self, frames: Sequence[pl.DataFrame], skip: Sequence[str]) -> dict[str, pl.Series]:
         """The stage columns of the input frames on the union: each candidate takes the first
@@ -841,7 +877,8 @@ class FusionStage(Stage):
         columns: dict[str, pl.Series | np.ndarray] = {name: fused}
         columns.update(lists.carried(frames, skip=(name,)))
         return ranked_frame(
-            ctx, lists.rows, fused, columns, top_k=getattr(self, "top_k", None), ids=lists.ids
+            ctx, lists.rows, fused, columns, top_k=getattr(self, "top_k", None),
+            ids=lists.union_ids,
         )
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:

@@ -65,6 +65,7 @@ from memlab.stages.base import (
 )
 from memlab.stages.constraints import Integral, Interval, Real
 from memlab.stages.features import word_tokens
+from memlab.stages.graph import cached
 from memlab.tokens import count_tokens
 
 
@@ -100,11 +101,106 @@ def _jaccard_matrix(token_lists: list[list[str]]) -> np.ndarray:
     x = sp.csr_matrix(
         (np.ones(len(rows)), (rows, cols)), shape=(n, max(len(vocab), 1)), dtype=np.float64
     )
+    return _jaccard_of_sets(x)
+
+
+def _jaccard_of_sets(x: sp.csr_matrix) -> np.ndarray:
+    """Pairwise Jaccard of the rows of a 0/1 word-set matrix (``n × vocabulary``)."""
+    if x.shape[0] == 0:
+        return np.zeros((0, 0))
     inter = (x @ x.T).toarray()
     size = np.asarray(x.sum(axis=1)).reshape(-1)
     union = size[:, None] + size[None, :] - inter
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(union > 0, inter / union, 0.0)
+
+
+class TextFeatures:
+    """Per store row: the word set (ids into one vocabulary), entropy and token count.
+
+    Computed once per memory text and grown as the store grows (memory texts never change
+    once written; a purged memory is forgotten and never visible, so it never reaches the
+    gate), so that a query gathers its candidates' features with array indexing instead of
+    tokenising their texts again.
+    """
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.indptr: list[int] = [0]
+        self.indices: list[int] = []
+        self.entropy: list[float] = []
+        self.cost: list[int] = []
+        self._arrays: tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.entropy)
+
+    def word_ids(self, text: str) -> tuple[list[int], float, int]:
+        """Word-set ids (vocabulary grown), entropy and token count of one text."""
+        toks = word_tokens(text)
+        ids = sorted({self.vocab.setdefault(t, len(self.vocab)) for t in toks})
+        return ids, shannon_entropy(toks), count_tokens(text)
+
+    def add(self, text: str) -> None:
+        """Compute the features of the next store row."""
+        ids, entropy, cost = self.word_ids(text)
+        self.indices.extend(ids)
+        self.indptr.append(len(self.indices))
+        self.entropy.append(entropy)
+        self.cost.append(cost)
+        self._arrays = None
+
+    def arrays(self) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+        """``(word-set matrix, entropy, tokens)`` over every row seen so far."""
+        if self._arrays is None:
+            n = len(self.entropy)
+            words = sp.csr_matrix(
+                (np.ones(len(self.indices)), np.asarray(self.indices, dtype=np.int64),
+                 np.asarray(self.indptr, dtype=np.int64)),
+                shape=(n, max(len(self.vocab), 1)),
+            )
+            self._arrays = (words, np.asarray(self.entropy, dtype=np.float64),
+                            np.asarray(self.cost, dtype=np.int64))
+        return self._arrays
+
+
+def text_features(ctx: QueryContext) -> TextFeatures:
+    """The store's :class:`TextFeatures` (kept in ``ctx.cache``, grown with the store)."""
+    store = ctx.store
+    feats = cached(ctx, ("entropy_gate", "text"), store, "grown in place", TextFeatures)
+    for row in range(len(feats), len(store)):
+        feats.add(store.record_at(row).text)
+    return feats
+
+
+def _candidate_features(
+    frame: pl.DataFrame, rows: np.ndarray, ctx: QueryContext
+) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """Word-set matrix, entropy and tokens of the candidates: the store's cached features,
+    recomputed only for the candidates whose ``text`` column overrides the memory text."""
+    feats = text_features(ctx)
+    words, entropy, cost = feats.arrays()
+    words, entropy, cost = words[rows], entropy[rows], cost[rows]
+    if "text" not in frame.columns or frame["text"].null_count() == frame.height:
+        return words, entropy, cost
+    texts = frame["text"]
+    own = np.flatnonzero(texts.is_null().to_numpy())
+    given = np.flatnonzero(texts.is_not_null().to_numpy())
+    indptr, indices = [0], []
+    entropy, cost = entropy.copy(), cost.copy()
+    for i, text in zip(given, texts.gather(given).to_list(), strict=True):
+        ids, entropy[i], cost[i] = feats.word_ids(text)
+        indices.extend(ids)
+        indptr.append(len(indices))
+    width = max(len(feats.vocab), 1)
+    new = sp.csr_matrix(
+        (np.ones(len(indices)), np.asarray(indices, dtype=np.int64),
+         np.asarray(indptr, dtype=np.int64)), shape=(len(given), width),
+    )
+    old = words[own]
+    old.resize((len(own), width))
+    order = np.argsort(np.concatenate([own, given]), kind="stable")
+    return sp.vstack([old, new], format="csr")[order], entropy, cost
 
 
 def _number(value: Any, name: str, *, low: float | None = None) -> float:
@@ -168,13 +264,6 @@ class EntropyGate(Stage):
         self.relevance_floor = relevance_floor
         self.min_entropy = min_entropy
 
-    def _texts(self, frame: pl.DataFrame, ctx: QueryContext) -> list[str]:
-        own = [ctx.store.get(m).text for m in frame["mem_id"].to_list()]
-        if "text" not in frame.columns:
-            return own
-        return [t if t is not None else o for t, o in zip(frame["text"].to_list(), own,
-                                                           strict=True)]
-
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         budget = _number(self.token_budget, "token_budget", low=0)
         w_red = _number(self.redundancy_weight, "redundancy_weight", low=0)
@@ -185,16 +274,16 @@ class EntropyGate(Stage):
         min_entropy = _number(self.min_entropy, "min_entropy")
 
         frame = frame.sort("rank")
+        rows = np.zeros(0, dtype=np.int64)
         if frame.height:
             visible = ctx.visible_mask()
             rows = frame_rows(frame, ctx)
-            frame = frame.filter(pl.Series(visible[rows]))
-        ids = frame["mem_id"].to_list()
-        texts = self._texts(frame, ctx)
-        toks = [word_tokens(t) for t in texts]
-        entropy = np.asarray([shannon_entropy(t) for t in toks], dtype=np.float64)
-        cost = np.asarray([count_tokens(t) for t in texts], dtype=np.int64)
-        n = len(ids)
+            seen = visible[rows]
+            if not seen.all():
+                frame, rows = frame.filter(pl.Series(seen)), rows[seen]
+        ids = frame["mem_id"]
+        words, entropy, cost = _candidate_features(frame, rows, ctx)
+        n = frame.height
         score = frame["score"].cast(pl.Float64).fill_null(float("-inf")).to_numpy()
         finite = np.isfinite(score)
         lo = score[finite].min() if finite.any() else 0.0
@@ -205,42 +294,46 @@ class EntropyGate(Stage):
             relevance = np.where(finite, 1.0, 0.0)
         protected = (score >= floor) if floor is not None else np.zeros(n, dtype=bool)
         # lower[i, j] = Jaccard(i, j) for j < i (0 elsewhere): redundancy looks up the ranking.
-        lower = np.tril(_jaccard_matrix(toks), k=-1)
-        report: list[dict[str, Any]] = []
+        lower = np.tril(_jaccard_of_sets(words), k=-1)
         alive = (entropy >= min_entropy) | protected
-
-        def redundancy_of(alive: np.ndarray) -> np.ndarray:
-            if n == 0:
-                return np.zeros(0)
-            return np.where(alive[None, :], lower, 0.0).max(axis=1)
-
-        redundancy = redundancy_of(alive)
-        for i in np.flatnonzero(~alive):
-            report.append(self._entry(ids[i], "low_information", float(entropy[i]),
-                                      float(redundancy[i]), int(cost[i])))
+        # redundancy[i] = max(0, max over kept j of lower[i, j]); kept up to date as
+        # candidates leave: only the rows whose maximum was the evicted one are recomputed.
+        redundancy = (np.where(alive[None, :], lower, 0.0).max(axis=1) if n
+                      else np.zeros(0))
+        victims: list[int] = [int(i) for i in np.flatnonzero(~alive)]
+        reasons = ["low_information"] * len(victims)
+        noted = [float(redundancy[i]) for i in victims]
         top = float(entropy[alive].max()) if alive.any() else 0.0
         norm = entropy / top if top > 0 else np.zeros(n)
-        reasons = np.asarray(["redundant", "low_information", "low_relevance"])
-
-        while alive.any() and int(cost[alive].sum()) > budget:
-            redundancy = redundancy_of(alive)
-            priority = w_rel * relevance + w_ent * norm - w_red * redundancy
-            open_ = alive & ~protected
+        names = ("redundant", "low_information", "low_relevance")
+        base = w_rel * relevance + w_ent * norm
+        total = int(cost[alive].sum())
+        open_ = alive & ~protected
+        while total > budget and alive.any():
+            priority = base - w_red * redundancy
             live = np.flatnonzero(open_ if open_.any() else alive)
             best = priority[live].min()
             victim = int(live[priority[live] == best].max())  # ties: the lowest-ranked goes
-            deficits = np.asarray([w_red * redundancy[victim], w_ent * (1.0 - norm[victim]),
-                                   w_rel * (1.0 - relevance[victim])])
-            reason = "over_budget" if not (deficits > 0).any() else str(
-                reasons[int(np.argmax(deficits))])
-            report.append(self._entry(ids[victim], reason, float(entropy[victim]),
-                                      float(redundancy[victim]), int(cost[victim])))
-            alive[victim] = False
-        redundancy = redundancy_of(alive)
-        kept = [int(i) for i in np.flatnonzero(alive)]
+            deficits = (w_red * redundancy[victim], w_ent * (1.0 - norm[victim]),
+                        w_rel * (1.0 - relevance[victim]))
+            reasons.append("over_budget" if not any(d > 0 for d in deficits)
+                           else names[int(np.argmax(deficits))])
+            victims.append(victim)
+            noted.append(float(redundancy[victim]))
+            alive[victim] = open_[victim] = False
+            total -= int(cost[victim])
+            column = lower[:, victim]
+            stale = np.flatnonzero(alive & (column == redundancy) & (redundancy > 0))
+            if len(stale):
+                redundancy[stale] = np.where(alive[None, :], lower[stale], 0.0).max(axis=1)
+        kept = np.flatnonzero(alive)
 
-        ctx.trace["eviction_report"] = report
-        out = frame[kept] if kept else frame.head(0)
+        victim_ids = ids.gather(victims).to_list() if victims else []
+        ctx.trace["eviction_report"] = [
+            self._entry(m, r, float(entropy[i]), red, int(cost[i]))
+            for m, r, i, red in zip(victim_ids, reasons, victims, noted, strict=True)
+        ]
+        out = frame[kept] if len(kept) else frame.head(0)
         return out.drop(["entropy", "redundancy", "tokens"], strict=False).with_columns(
             pl.Series("entropy", entropy[kept], dtype=pl.Float64),
             pl.Series("redundancy", redundancy[kept], dtype=pl.Float64),

@@ -26,6 +26,7 @@ from memlab.stages.base import (
     ROW_COLUMN,
     QueryContext,
     Stage,
+    constant_column,
     frame_rows,
     register_stage,
     rerank,
@@ -146,11 +147,11 @@ class Neighbors(Stage):
             else:
                 out.insert_column(out.width, col)
         if len(new_rows):
-            ids = store.id_frame()[new_rows]
+            ids = store.id_frame()[pl.Series(new_rows)]
             m = len(new_rows)
             added = pl.DataFrame(
                 [
-                    pl.Series("qid", np.full(m, ctx.qid, dtype=object), dtype=pl.String),
+                    constant_column("qid", ctx.qid, m),
                     ids.get_column("mem_id"),
                     pl.Series("score", self.weight * inherited[new_rows], dtype=pl.Float64),
                     pl.Series("rank", np.zeros(m, dtype=np.int64)),
