@@ -526,6 +526,52 @@ def empty_candidates(extra: dict[str, pl.DataType] | None = None) -> pl.DataFram
     return pl.DataFrame(schema={**CANDIDATE_SCHEMA, **(extra or {})})
 
 
+def rescore_head(
+    frame: pl.DataFrame,
+    ctx: QueryContext,
+    rows: np.ndarray,
+    head_scores: np.ndarray,
+    head_columns: dict[str, np.ndarray] | None = None,
+) -> pl.DataFrame:
+    """Give the head of a ranked ``frame`` new scores; the tail keeps its order, below the head.
+
+    The shared ending of the re-ranking stages that re-score their ``top_n`` leading candidates
+    (``maxsim``, ``cluster_smoothing``, ``score_regularization``, ``rocchio``).
+
+    Args:
+        frame: Candidates in rank order (as :func:`rerank` leaves them).
+        ctx: The query's context (its store breaks ties).
+        rows: Store row of every candidate of ``frame``, in its order.
+        head_scores: New score of each of the first ``len(head_scores)`` candidates.
+        head_columns: Further columns, one value per head candidate; the tail gets nulls.
+
+    Returns:
+        The frame with ``score``, ``row`` and the ``head_columns`` set, re-ranked. A tail
+        candidate scores ``min(head) - 1 - (first tail score - its score)``, so the tail stays
+        below the head in its incoming order.
+    """
+    n = len(head_scores)
+    new = np.empty(frame.height, dtype=np.float64)
+    new[:n] = head_scores
+    if frame.height > n:
+        tail = frame["score"].to_numpy().astype(np.float64)[n:]
+        new[n:] = new[:n].min() - 1.0 - (tail[0] - tail)
+    pad = np.full(frame.height - n, np.nan)
+    out = frame.clone()
+    cols = [pl.Series("score", new, dtype=pl.Float64), pl.Series(ROW_COLUMN, rows, dtype=pl.Int64)]
+    cols += [
+        pl.Series(name, np.concatenate([np.asarray(v, dtype=np.float64), pad]),
+                  dtype=pl.Float64, nan_to_null=True)
+        for name, v in (head_columns or {}).items()
+    ]
+    for col in cols:
+        if col.name in out.columns:
+            out.replace_column(out.get_column_index(col.name), col)
+        else:
+            out.insert_column(out.width, col)
+    return rerank(out, store=ctx.store)
+
+
 def rerank(
     frame: pl.DataFrame,
     by: str = "score",

@@ -35,12 +35,12 @@ import scipy.sparse as sp
 
 from memlab.memory.records import ENTITY_ROLES
 from memlab.stages.base import (
-    ROW_COLUMN,
     QueryContext,
     Stage,
     frame_rows,
     register_stage,
     rerank,
+    rescore_head,
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Real, SequenceOf
@@ -168,23 +168,7 @@ class ClusterSmoothing(Stage):
         n = min(self.top_n, frame.height)
         scaled = minmax(incoming[:n])
         session, entity = self.evidence(rows[:n], scaled, ctx)
-        new = np.empty(frame.height, dtype=np.float64)
-        new[:n] = scaled + self.session_weight * session + self.entity_weight * entity
-        if frame.height > n:  # the tail keeps its order, below the head
-            tail = incoming[n:]
-            new[n:] = new[:n].min() - 1.0 - (tail[0] - tail)
-        pad = np.full(frame.height - n, np.nan)
-        out = frame.clone()
-        for col in (
-            pl.Series("score", new, dtype=pl.Float64),
-            pl.Series(ROW_COLUMN, rows, dtype=pl.Int64),
-            pl.Series("session_evidence", np.concatenate([session, pad]), dtype=pl.Float64,
-                      nan_to_null=True),
-            pl.Series("entity_evidence", np.concatenate([entity, pad]), dtype=pl.Float64,
-                      nan_to_null=True),
-        ):
-            if col.name in out.columns:
-                out.replace_column(out.get_column_index(col.name), col)
-            else:
-                out.insert_column(out.width, col)
-        return rerank(out, store=ctx.store)
+        new = scaled + self.session_weight * session + self.entity_weight * entity
+        return rescore_head(
+            frame, ctx, rows, new, {"session_evidence": session, "entity_evidence": entity}
+        )

@@ -37,12 +37,12 @@ import polars as pl
 
 from memlab.embed.tokens import token_embeddings
 from memlab.stages.base import (
-    ROW_COLUMN,
     QueryContext,
     Stage,
     frame_rows,
     register_stage,
     rerank,
+    rescore_head,
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Predicate, Real, SequenceOf
@@ -180,21 +180,5 @@ class MaxSim(Stage):
         n = min(self.top_n, frame.height)
         head = rows[:n]
         sim = self.scores(head, ctx)
-        new = np.empty(frame.height, dtype=np.float64)
-        new[:n] = zscore(incoming[:n]) + self.weight * zscore(sim)
-        if frame.height > n:  # the tail keeps its order, below the head
-            tail = incoming[n:]
-            new[n:] = new[:n].min() - 1.0 - (tail[0] - tail)
-        maxsim = np.full(frame.height, np.nan)
-        maxsim[:n] = sim
-        out = frame.clone()
-        for col in (
-            pl.Series("score", new, dtype=pl.Float64),
-            pl.Series(ROW_COLUMN, rows, dtype=pl.Int64),
-            pl.Series("maxsim_score", maxsim, dtype=pl.Float64, nan_to_null=True),
-        ):
-            if col.name in out.columns:
-                out.replace_column(out.get_column_index(col.name), col)
-            else:
-                out.insert_column(out.width, col)
-        return rerank(out, store=ctx.store)
+        new = zscore(incoming[:n]) + self.weight * zscore(sim)
+        return rescore_head(frame, ctx, rows, new, {"maxsim_score": sim})

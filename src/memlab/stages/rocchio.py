@@ -24,12 +24,12 @@ import numpy as np
 import polars as pl
 
 from memlab.stages.base import (
-    ROW_COLUMN,
     QueryContext,
     Stage,
     frame_rows,
     register_stage,
     rerank,
+    rescore_head,
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Predicate, Real, SequenceOf
@@ -100,20 +100,5 @@ class Rocchio(Stage):
         q = expanded_query(ctx.vector(mask_entity_types=self.mask_entity_types),
                            vecs[: self.feedback], self.beta)
         cos = vecs @ q
-        new = np.empty(frame.height, dtype=np.float64)
-        new[:n] = zscore(incoming[:n]) + self.weight * zscore(cos)
-        if frame.height > n:  # the tail keeps its order, below the head
-            tail = incoming[n:]
-            new[n:] = new[:n].min() - 1.0 - (tail[0] - tail)
-        out = frame.clone()
-        for col in (
-            pl.Series("score", new, dtype=pl.Float64),
-            pl.Series(ROW_COLUMN, rows, dtype=pl.Int64),
-            pl.Series("rocchio_score", np.concatenate([cos, np.full(frame.height - n, np.nan)]),
-                      dtype=pl.Float64, nan_to_null=True),
-        ):
-            if col.name in out.columns:
-                out.replace_column(out.get_column_index(col.name), col)
-            else:
-                out.insert_column(out.width, col)
-        return rerank(out, store=ctx.store)
+        new = zscore(incoming[:n]) + self.weight * zscore(cos)
+        return rescore_head(frame, ctx, rows, new, {"rocchio_score": cos})

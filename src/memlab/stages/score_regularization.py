@@ -29,12 +29,12 @@ import polars as pl
 
 from memlab.memory.records import ENTITY_ROLES
 from memlab.stages.base import (
-    ROW_COLUMN,
     QueryContext,
     Stage,
     frame_rows,
     register_stage,
     rerank,
+    rescore_head,
     score_column,
 )
 from memlab.stages.cluster_smoothing import minmax, session_ids
@@ -124,20 +124,4 @@ class ScoreRegularization(Stage):
         incoming = frame["score"].to_numpy().astype(np.float64)
         n = min(self.top_n, frame.height)
         f = regularize(minmax(incoming[:n]), self.affinity(rows[:n], ctx), self.alpha)
-        new = np.empty(frame.height, dtype=np.float64)
-        new[:n] = f
-        if frame.height > n:  # the tail keeps its order, below the head
-            tail = incoming[n:]
-            new[n:] = new[:n].min() - 1.0 - (tail[0] - tail)
-        reg = np.concatenate([f, np.full(frame.height - n, np.nan)])
-        out = frame.clone()
-        for col in (
-            pl.Series("score", new, dtype=pl.Float64),
-            pl.Series(ROW_COLUMN, rows, dtype=pl.Int64),
-            pl.Series("regularized_score", reg, dtype=pl.Float64, nan_to_null=True),
-        ):
-            if col.name in out.columns:
-                out.replace_column(out.get_column_index(col.name), col)
-            else:
-                out.insert_column(out.width, col)
-        return rerank(out, store=ctx.store)
+        return rescore_head(frame, ctx, rows, f, {"regularized_score": f})
