@@ -235,6 +235,7 @@ def test_missing_session_date_names_file_and_field(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not LOCOMO.is_dir(), reason="LoCoMo is not available at /work/shared")
 def test_real_locomo_totals(tmp_path: Path) -> None:
     out = tmp_path / "locomo10"

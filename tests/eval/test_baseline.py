@@ -8,11 +8,14 @@ baseline``) and says why in the commit message.
 
 from pathlib import Path
 
+import pytest
+
 from memlab.eval.experiment import DEFAULT_PIPELINES, metrics_json, run_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_default_experiment_matches_the_committed_baseline():
     committed = (ROOT / "reports" / "baseline" / "metrics.json").read_text(encoding="utf-8")
     result = run_experiment(
@@ -21,6 +24,7 @@ def test_default_experiment_matches_the_committed_baseline():
     assert metrics_json(result.metrics) == committed
 
 
+@pytest.mark.slow
 def test_lifecycle_experiment_matches_the_committed_baseline():
     committed = (ROOT / "reports" / "baseline" / "agent-lifecycle" / "metrics.json").read_text(
         encoding="utf-8"

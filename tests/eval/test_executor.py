@@ -85,6 +85,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen, seconds: float) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_sweep_on_a_ray_head_started_on_loopback(tmp_path):
     ray_cli = Path(sys.executable).with_name("ray")
     if not ray_cli.exists():
