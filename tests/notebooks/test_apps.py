@@ -9,13 +9,16 @@ rendered cells against the cells of the file and reads the server's log for trac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,55 +163,62 @@ def _screenshot(page, app: str) -> Path:
     return final
 
 
-@pytest.mark.browser
-@pytest.mark.parametrize("app", list(APPS))
-def test_app_renders_in_headless_chromium(app):
+@contextlib.contextmanager
+def _app_page(notebook: str, *app_args: str) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """Serve ``notebooks/{notebook}.py`` with ``marimo run`` on loopback and open it in headless
+    Chromium; yields ``(page, served)``. ``served["errors"]`` collects the page's errors and
+    console errors while it is open; ``served["log"]`` is the server's output once it stopped."""
     if not CHROMIUM.is_file():
         pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium')")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    heading, charts = APPS[app]
     port = _free_port()
+    extra = ["--", *app_args] if app_args else []
     proc = subprocess.Popen(
-        [str(MARIMO), "run", str(NOTEBOOKS / f"{app}.py"), "--headless", "--port", str(port),
-         "--no-token"],
-        cwd=ROOT,
-        env=app_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        [str(MARIMO), "run", str(NOTEBOOKS / f"{notebook}.py"), "--headless", "--port",
+         str(port), "--no-token", *extra],
+        cwd=ROOT, env=app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+    served: dict[str, Any] = {"errors": [], "log": ""}
     try:
         _wait_for_server(port, proc)
         with sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page_errors: list[str] = []
-                page.on("pageerror", lambda exc: page_errors.append(str(exc)))
+                page.on("pageerror", lambda exc: served["errors"].append(str(exc)))
                 page.on(
                     "console",
-                    lambda msg: page_errors.append(msg.text) if msg.type == "error" else None,
+                    lambda msg: served["errors"].append(msg.text) if msg.type == "error" else None,
                 )
                 page.goto(f"http://127.0.0.1:{port}/")
-                expected = n_cells(app)
-                page.wait_for_function(
-                    f"document.querySelectorAll('.marimo-cell').length >= {expected}",
-                    timeout=120_000,
-                )
-                _settle(page, charts)
-                text = page.locator("body").inner_text()
-                rendered = page.locator(".marimo-cell").count()
-                shot = _screenshot(page, app)
-                final_text = page.locator("body").inner_text()
+                yield page, served
             finally:
                 browser.close()
     finally:
         proc.terminate()
         try:
-            log = proc.communicate(timeout=20)[0]
+            served["log"] = proc.communicate(timeout=20)[0]
         except subprocess.TimeoutExpired:
             proc.kill()
-            log = proc.communicate()[0]
+            served["log"] = proc.communicate()[0]
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("app", list(APPS))
+def test_app_renders_in_headless_chromium(app):
+    heading, charts = APPS[app]
+    with _app_page(app) as (page, served):
+        expected = n_cells(app)
+        page.wait_for_function(
+            f"document.querySelectorAll('.marimo-cell').length >= {expected}",
+            timeout=120_000,
+        )
+        _settle(page, charts)
+        text = page.locator("body").inner_text()
+        rendered = page.locator(".marimo-cell").count()
+        shot = _screenshot(page, app)
+        final_text = page.locator("body").inner_text()
+    log, page_errors = served["log"], served["errors"]
     assert rendered == expected, f"{app}: {rendered} of {expected} cells rendered\n{log}"
     assert heading in text
     for marker in ("Traceback", "An internal error", "MarimoExceptionRaisedError"):
@@ -249,42 +259,19 @@ def test_app_exports_in_the_mode_users_run(app, tmp_path):
 def test_judge_app_saves_a_judgment_per_key_in_headless_chromium(tmp_path):
     import shutil
 
-    if not CHROMIUM.is_file():
-        pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium')")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     dataset = tmp_path / "recording"
     shutil.copytree(ROOT / "tests" / "fixtures" / "recording", dataset)
-    port = _free_port()
-    proc = subprocess.Popen(
-        [str(MARIMO), "run", str(NOTEBOOKS / "judge.py"), "--headless", "--port", str(port),
-         "--no-token", "--", "--dataset", str(dataset), "--judge", "ann"],
-        cwd=ROOT, env=app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        _wait_for_server(port, proc)
-        with sync_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page.goto(f"http://127.0.0.1:{port}/")
-                page.get_by_text("judged 0 of 12").wait_for(timeout=120_000)
-                page.get_by_text("Query r1").first.wait_for(timeout=30_000)
-                page.locator("body").click(position={"x": 5, "y": 5})
-                page.keyboard.press("2")
-                page.get_by_text("judged 1 of 12").wait_for(timeout=30_000)
-                page.keyboard.press("s")
-                page.keyboard.press("0")
-                page.get_by_text("judged 2 of 12").wait_for(timeout=30_000)
-                shot = _screenshot(page, "judge")
-            finally:
-                browser.close()
-    finally:
-        proc.terminate()
-        try:
-            log = proc.communicate(timeout=20)[0]
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            log = proc.communicate()[0]
+    with _app_page("judge", "--dataset", str(dataset), "--judge", "ann") as (page, served):
+        page.get_by_text("judged 0 of 12").wait_for(timeout=120_000)
+        page.get_by_text("Query r1").first.wait_for(timeout=30_000)
+        page.locator("body").click(position={"x": 5, "y": 5})
+        page.keyboard.press("2")
+        page.get_by_text("judged 1 of 12").wait_for(timeout=30_000)
+        page.keyboard.press("s")
+        page.keyboard.press("0")
+        page.get_by_text("judged 2 of 12").wait_for(timeout=30_000)
+        shot = _screenshot(page, "judge")
+    log = served["log"]
     from memlab.judge.judgments import read_judgments
 
     got = [(j.qid, j.mem_id, j.grade, j.judge) for j in read_judgments(dataset)]
@@ -303,46 +290,23 @@ def test_judge_app_runs_as_a_script():
 @pytest.mark.browser
 def test_tuning_app_runs_a_change_and_saves_it_in_headless_chromium(tmp_path):
     """Set RRF k in the constants form, press Run, see the tuned scores, save them as TOML."""
-    if not CHROMIUM.is_file():
-        pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium')")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     target = tmp_path / "hybrid-tuned.toml"
-    port = _free_port()
-    proc = subprocess.Popen(
-        [str(MARIMO), "run", str(NOTEBOOKS / "tuning.py"), "--headless", "--port", str(port),
-         "--no-token"],
-        cwd=ROOT, env=app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        _wait_for_server(port, proc)
-        with sync_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page.goto(f"http://127.0.0.1:{port}/")
-                page.get_by_text("Tuned: the defaults").first.wait_for(timeout=240_000)
-                rrf = page.get_by_role("textbox", name="rrf__k")
-                rrf.fill("30")
-                rrf.press("Tab")
-                page.get_by_role("button", name="Run").click()
-                page.get_by_text("Tuned: rrf__k = 30").first.wait_for(timeout=240_000)
-                table_text = page.locator("body").inner_text()
-                assert "Replayed and scored in" in table_text
-                save_as = page.get_by_role("textbox", name="save as")
-                save_as.fill(str(target))
-                save_as.press("Tab")
-                page.get_by_role("button", name="Save settings as TOML").click()
-                page.get_by_text("Saved").first.wait_for(timeout=60_000)
-                _screenshot(page, "tuning-run")
-            finally:
-                browser.close()
-    finally:
-        proc.terminate()
-        try:
-            log = proc.communicate(timeout=20)[0]
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            log = proc.communicate()[0]
+    with _app_page("tuning") as (page, served):
+        page.get_by_text("Tuned: the defaults").first.wait_for(timeout=240_000)
+        rrf = page.get_by_role("textbox", name="rrf__k")
+        rrf.fill("30")
+        rrf.press("Tab")
+        page.get_by_role("button", name="Run").click()
+        page.get_by_text("Tuned: rrf__k = 30").first.wait_for(timeout=240_000)
+        table_text = page.locator("body").inner_text()
+        assert "Replayed and scored in" in table_text
+        save_as = page.get_by_role("textbox", name="save as")
+        save_as.fill(str(target))
+        save_as.press("Tab")
+        page.get_by_role("button", name="Save settings as TOML").click()
+        page.get_by_text("Saved").first.wait_for(timeout=60_000)
+        _screenshot(page, "tuning-run")
+    log = served["log"]
     from memlab.pipeline import load_pipeline
 
     saved = load_pipeline(target)
@@ -355,49 +319,26 @@ def test_tuning_app_runs_a_change_and_saves_it_in_headless_chromium(tmp_path):
 def test_activation_app_takes_free_text_and_constants_in_headless_chromium():
     """Type a query, set the BFS hop decay and the LIF threshold, Apply: both charts redraw
     with the new constants, side by side, with colour scales to their real maxima."""
-    if not CHROMIUM.is_file():
-        pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium')")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [str(MARIMO), "run", str(NOTEBOOKS / "activation.py"), "--headless", "--port",
-         str(port), "--no-token"],
-        cwd=ROOT, env=app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        _wait_for_server(port, proc)
-        with sync_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page.goto(f"http://127.0.0.1:{port}/")
-                page.get_by_text("How propagation moved the relevant memories").first.wait_for(
-                    timeout=240_000
-                )
-                text = page.get_by_role("textbox", name="query text")
-                text.fill("who runs the storefront for acme")
-                text.press("Enter")
-                page.get_by_text("free text at the time of").first.wait_for(timeout=120_000)
-                for name, value in (("graph__hop_decay", "0.5"), ("lif__threshold", "2")):
-                    box = page.get_by_role("textbox", name=name)
-                    box.fill(value)
-                    box.press("Tab")
-                page.get_by_role("button", name="Apply").click()
-                page.get_by_text("graph__hop_decay = 0.5, lif__threshold = 2").first.wait_for(
-                    timeout=120_000
-                )
-                _settle(page, 1)
-                body = page.locator("body").inner_text()
-                shot = _screenshot(page, "activation-free-text")
-            finally:
-                browser.close()
-    finally:
-        proc.terminate()
-        try:
-            log = proc.communicate(timeout=20)[0]
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            log = proc.communicate()[0]
+    with _app_page("activation") as (page, served):
+        page.get_by_text("How propagation moved the relevant memories").first.wait_for(
+            timeout=240_000
+        )
+        text = page.get_by_role("textbox", name="query text")
+        text.fill("who runs the storefront for acme")
+        text.press("Enter")
+        page.get_by_text("free text at the time of").first.wait_for(timeout=120_000)
+        for name, value in (("graph__hop_decay", "0.5"), ("lif__threshold", "2")):
+            box = page.get_by_role("textbox", name=name)
+            box.fill(value)
+            box.press("Tab")
+        page.get_by_role("button", name="Apply").click()
+        page.get_by_text("graph__hop_decay = 0.5, lif__threshold = 2").first.wait_for(
+            timeout=120_000
+        )
+        _settle(page, 1)
+        body = page.locator("body").inner_text()
+        shot = _screenshot(page, "activation-free-text")
+    log = served["log"]
     assert "free text at the time of" in body and "who runs the storefront for acme" in body
     assert "No relevant memories for this query" in body
     assert "Cannot run these constants" not in body
