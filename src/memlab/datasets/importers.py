@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memlab.datasets.format import Dataset
+from memlab.datasets.format import Dataset, MemoryOp, Query, write_dataset
 from memlab.registry import Registry
 
 
@@ -79,6 +79,35 @@ class Importer(Protocol):
     def run(self, src: str | os.PathLike[str], out: str | os.PathLike[str]) -> ImportReport:
         """Convert ``src`` into a dataset directory ``out``."""
         ...
+
+
+class BuildingImporter:
+    """Base of the importers that build the whole dataset in memory, then write it at once.
+
+    A subclass writes :meth:`build`; :meth:`run` writes its dataset atomically.
+    """
+
+    def build(self, src: str | os.PathLike[str]) -> tuple[Dataset, ImportReport]:
+        """The converted dataset and the import's report (override)."""
+        raise NotImplementedError
+
+    def run(self, src: str | os.PathLike[str], out: str | os.PathLike[str]) -> ImportReport:
+        """Import ``src`` and write the dataset to ``out`` atomically."""
+        dataset, report = self.build(src)
+        report.dataset = write_dataset(dataset, out)
+        report.out = str(out)
+        return report
+
+
+def time_ordered_dataset(
+    meta: dict[str, Any],
+    stores: list[tuple[float, int, MemoryOp]],
+    queries: list[tuple[float, int, Query]],
+) -> Dataset:
+    """A dataset of ``(time, sequence, item)`` triples, each list in time then sequence order."""
+    stores = sorted(stores, key=lambda item: (item[0], item[1]))
+    queries = sorted(queries, key=lambda item: (item[0], item[1]))
+    return Dataset(None, meta, [s[2] for s in stores], [q[2] for q in queries])
 
 
 IMPORTERS: Registry[Callable[..., Importer]] = Registry("importer")

@@ -31,8 +31,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from memlab.datasets.format import Dataset, MemoryOp, Query, write_dataset
-from memlab.datasets.importers import ImportReport, register_importer, run_importer
+from memlab.datasets.format import Dataset, MemoryOp, Query
+from memlab.datasets.importers import (
+    BuildingImporter,
+    ImportReport,
+    register_importer,
+    run_importer,
+    time_ordered_dataset,
+)
 
 CATEGORY_NAMES: dict[int, str] = {
     1: "multi-hop",
@@ -143,7 +149,7 @@ def _conversation_files(src: Path) -> list[Path]:
 
 
 @register_importer("locomo")
-class LocomoImporter:
+class LocomoImporter(BuildingImporter):
     """LoCoMo → format v1 (Maharana et al., ACL 2024; data licensed CC BY-NC 4.0).
 
     Args:
@@ -339,18 +345,9 @@ class LocomoImporter:
             # about a conversation it was trained on.
             "evaluation": {"group_by": "client"},
         }
-        stores.sort(key=lambda item: (item[0], item[1]))
-        queries.sort(key=lambda item: (item[0], item[1]))
-        dataset = Dataset(None, meta, [s[2] for s in stores], [q[2] for q in queries])
+        dataset = time_ordered_dataset(meta, stores, queries)
         report.dataset = dataset
         return dataset, report
-
-    def run(self, src: str | os.PathLike[str], out: str | os.PathLike[str]) -> ImportReport:
-        """Import ``src`` and write the dataset to ``out`` atomically."""
-        dataset, report = self.build(src)
-        report.dataset = write_dataset(dataset, out)
-        report.out = str(out)
-        return report
 
 
 def main_import_locomo(

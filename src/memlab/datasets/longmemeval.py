@@ -33,8 +33,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memlab.datasets.format import Dataset, MemoryOp, Query, write_dataset
-from memlab.datasets.importers import ImportReport, register_importer
+from memlab.datasets.format import Dataset, MemoryOp, Query
+from memlab.datasets.importers import (
+    BuildingImporter,
+    ImportReport,
+    register_importer,
+    time_ordered_dataset,
+)
 
 __all__ = ["LongMemEvalImporter", "parse_longmemeval_date"]
 
@@ -73,7 +78,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 
 @register_importer("longmemeval")
-class LongMemEvalImporter:
+class LongMemEvalImporter(BuildingImporter):
     """LongMemEval → format v1 (Wu et al., ICLR 2025; data licensed MIT).
 
     Args:
@@ -232,15 +237,6 @@ class LongMemEvalImporter:
             # Turns are events of chats months apart: no TTL expiry, no access feedback.
             "replay": {"expire": False, "touch_k": 0},
         }
-        stores.sort(key=lambda s: (s[0], s[1]))
-        queries.sort(key=lambda q: (q[0], q[1]))
-        dataset = Dataset(None, meta, [s[2] for s in stores], [q[2] for q in queries])
+        dataset = time_ordered_dataset(meta, stores, queries)
         report.dataset = dataset
         return dataset, report
-
-    def run(self, src: str | os.PathLike[str], out: str | os.PathLike[str]) -> ImportReport:
-        """Import ``src`` and write the dataset to ``out`` atomically."""
-        dataset, report = self.build(src)
-        report.dataset = write_dataset(dataset, out)
-        report.out = str(out)
-        return report
