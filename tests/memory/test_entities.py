@@ -349,3 +349,16 @@ def test_accented_capitalised_phrases() -> None:
         ("École Polytechnique", "concept", "mentioned"),
         ("Hélène Dubois", "concept", "mentioned"),
     ]
+
+
+def test_extraction_is_remembered_only_while_the_alias_cache_is_unchanged() -> None:
+    text = 'We moved "Billing Core" from postgres to Kafka'
+    a, b = EntityExtractor(), EntityExtractor()
+    names = ["Billing Core", "PostgreSQL", "Kafka"]
+    assert [m.entity.name for m in a.extract(text)] == names
+    assert [m.entity.name for m in b.extract(text)] == names  # same answer from the memo
+    # An alias learnt by one extractor's cache changes its answers and no other's.
+    b.aliases_.add("Billing Core", Entity("billing-service", "system"))
+    assert [m.entity.name for m in b.extract(text)] == ["billing-service", "PostgreSQL", "Kafka"]
+    assert [m.entity.name for m in a.extract(text)] == names
+    assert [m.entity.name for m in EntityExtractor().extract(text)] == names

@@ -316,3 +316,21 @@ def test_version_counts_changes() -> None:
     assert g.version == v + 2
     g.unlink_memory(0)
     assert g.version == v + 3
+
+
+def test_links_frame_is_by_entity_then_link_order_before_and_after_an_unlink() -> None:
+    g = EntityGraph()
+    a = g.add_entity(Entity("A", "concept"))
+    b = g.add_entity(Entity("B", "concept"))
+    g.link(b, 0, "about")
+    g.link(a, 1, "mentioned")
+    g.link(b, 2, "source")
+    g.link(a, 0, "about")
+    g.link(a, 1, "about")  # first role wins: no new link
+    assert g.links_frame().rows() == [
+        (0, 1, "mentioned"), (0, 0, "about"), (1, 0, "about"), (1, 2, "source")
+    ]
+    g.unlink_memory(1)
+    g.link(a, 3, "source")
+    assert g.links_frame().rows() == [(0, 0, "about"), (0, 3, "source"), (1, 0, "about"),
+                                      (1, 2, "source")]

@@ -12,6 +12,7 @@ import pytest
 from memlab.memory.scrub import (
     DEFAULT_PATTERNS,
     Scrubber,
+    default_scrubber,
     scrub,
     scrub_message,
     scrub_text,
@@ -373,3 +374,26 @@ def test_adversarial_inputs_finish_and_keep_their_shape(unit: str) -> None:
     out, n = scrub_text(text)
     assert scrub_text(out)[1] == 0
     assert n <= len(text)
+
+
+def test_spans_are_remembered_and_forgotten_when_a_parameter_changes() -> None:
+    text = "token ghp_abcdefghijklmnopqrstuvwxyz0123456789 and AKIAIOSFODNN7EXAMPLE"
+    s = Scrubber()
+    first = s.spans(text)
+    first.append((0, 1, "mutated"))  # the caller's list is a copy
+    assert s.spans(text) == first[:-1]
+    assert s.scrub(text)[1] == 2
+    # Reassigning a parameter drops what was remembered: a pattern list without the GitHub
+    # and AWS rules finds nothing in that text.
+    s.patterns = ()
+    s.plugins = ()
+    s.entropy = False
+    del s.patterns_
+    assert s.spans(text) == []
+
+
+def test_stores_without_a_scrubber_share_the_default() -> None:
+    from memlab.memory.store import MemoryStore
+
+    a, b = MemoryStore(), MemoryStore()
+    assert a.scrubber is b.scrubber is default_scrubber()

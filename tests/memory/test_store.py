@@ -390,3 +390,19 @@ def test_metadata_nesting_is_bounded(store):
     with pytest.raises(MemoryInputError, match="deeper than 32"):
         store.store("deep", metadata=deep)
     assert len(store) == 0
+
+
+def test_id_sort_keys_follow_the_ids_order_as_the_store_grows(store):
+    # Keys are extended batch by batch (merged into the sorted ids, not re-sorted); after each
+    # batch they must order the rows exactly as sorting the id strings does.
+    written = 0
+    for batch in (1, 4, 9, 2, 17):
+        for i in range(batch):
+            store.store(f"note number {written + i}", source_agent="a", now=T0 + written + i)
+        written += batch
+        ids = store.ids
+        keys = store.id_sort_keys(np.arange(len(ids)))
+        assert sorted(range(len(ids)), key=lambda r: keys[r]) == sorted(
+            range(len(ids)), key=lambda r: ids[r]
+        )
+        assert sorted(keys.tolist()) == list(range(len(ids)))

@@ -362,21 +362,28 @@ class Memo(Stage):
             every = _every_row_visible(ctx)
             full = wide.transform(empty_candidates(), every)
             rows = full.get_column(ROW_COLUMN).to_numpy() if ROW_COLUMN in full.columns else None
-            hit = self.cache[key] = (full, rows, every.query_vector, False)
-        full, rows, qvec, reused = hit
+            hit = self.cache[key] = (full, rows, every.query_vector, False, {})
+        full, rows, qvec, reused, cuts = hit
         if not reused:  # the next call with this key is a reuse
-            self.cache[key] = (full, rows, qvec, True)
+            self.cache[key] = (full, rows, qvec, True, cuts)
         if rows is None:
             return None
         keep = np.flatnonzero(ctx.visible_mask()[rows])
         top_k = getattr(self.inner, "top_k", None)
         if top_k is not None:
             keep = keep[:top_k]
-        out = full[keep]
+        # The same visible rows in another replay give the same frame (the very object, which
+        # lets MemoFuse key its input lists without hashing them again).
+        cut = (top_k, keep.tobytes())
+        out = cuts.get(cut)
+        if out is None:
+            out = full[keep]
+            out.replace_column(out.get_column_index("rank"),
+                               pl.Series("rank", np.arange(1, out.height + 1, dtype=np.int64)))
+            cuts[cut] = out
+            self.cache[("fingerprint", id(out))] = (out, None)
         if out.height == 0:
             return None
-        out.replace_column(out.get_column_index("rank"),
-                           pl.Series("rank", np.arange(1, out.height + 1, dtype=np.int64)))
         if qvec is not None:
             ctx.query_vector = qvec
         self.hits_ += reused
@@ -404,6 +411,21 @@ class Memo(Stage):
         return out
 
 
+def _fingerprint(frame: pl.DataFrame, cache: dict[Any, Any]) -> bytes:
+    """A digest of ``frame``'s rows and column names; remembered in ``cache`` for the frames
+    :class:`Memo` keeps there (the same object comes back from the cache in every replay)."""
+    entry = cache.get(("fingerprint", id(frame)))
+    if entry is not None and entry[0] is frame and entry[1] is not None:
+        return entry[1]
+    digest = hashlib.blake2b(
+        frame.hash_rows(seed=0).to_numpy().tobytes() + ",".join(frame.columns).encode(),
+        digest_size=16,
+    ).digest()
+    if entry is not None and entry[0] is frame:
+        cache[("fingerprint", id(frame))] = (frame, digest)
+    return digest
+
+
 class MemoFuse(Memo):
     """A ``cacheable`` fusion stage run once per query, store state and input lists (a change
     after the retrievers, e.g. to the lifecycle's decay, finds every fusion in the cache).
@@ -417,11 +439,9 @@ class MemoFuse(Memo):
         if self.inner is None or self.cache is None:
             raise ValueError("MemoFuse needs a fusion stage and a cache")
         self.calls_ += 1
-        lists = b"|".join(
-            f.hash_rows(seed=0).to_numpy().tobytes() + ",".join(f.columns).encode()
-            for f in frames
-        )
-        digest = hashlib.blake2b(lists, digest_size=16).hexdigest()
+        digest = hashlib.blake2b(
+            b"|".join(_fingerprint(f, self.cache) for f in frames), digest_size=16
+        ).hexdigest()
         key = ("fused", self._config(), *self._query_key(ctx), len(frames), digest)
         hit = self.cache.get(key)
         if hit is not None:

@@ -177,9 +177,11 @@ class BM25Engine(Protocol):
 def _idf(doc_freq: np.ndarray, n_docs: int, epsilon: float) -> np.ndarray:
     """rank_bm25's idf with its negative-idf floor, computed in its order of operations."""
     log = math.log
+    # Few distinct document frequencies: compute each once (same floats, fewer logs).
+    freqs, where = np.unique(doc_freq, return_inverse=True)
     idf = np.array(
-        [log(n_docs - n + 0.5) - log(n + 0.5) for n in doc_freq.tolist()], dtype=np.float64
-    )
+        [log(n_docs - n + 0.5) - log(n + 0.5) for n in freqs.tolist()], dtype=np.float64
+    )[where.reshape(-1)]
     if len(idf) == 0:
         return idf
     # cumsum adds left to right like rank_bm25's loop (np.sum would add pairwise).

@@ -116,7 +116,12 @@ class ColumnIndex:
                 raise IndexError(
                     f"field 'rows' holds a row outside 0..{len(self._records) - 1}"
                 )
-        return self.id_frame()[np.asarray(rows, dtype=np.int64)].get_column("mem_id").to_list()
+        return self.ids_at(np.asarray(rows, dtype=np.int64)).to_list()
+
+    def ids_at(self, rows: np.ndarray) -> pl.Series:
+        """Memory ids of store rows (``int64``, each ``0 <= row < len(store)``; not checked) as
+        a ``String`` Series named ``mem_id``: one gather from :meth:`id_column`."""
+        return self.id_column()[np.asarray(rows, dtype=np.int64)]
 
     def id_column(self) -> pl.Series:
         """Every memory id in row order as a polars ``String`` Series named ``mem_id``.
@@ -150,11 +155,26 @@ class ColumnIndex:
         ``np.lexsort`` on integers instead of a string sort per query.
         """
         n = len(self._records)
-        if len(self._id_rank) != n:
-            ids = np.asarray(self.ids, dtype=str)
-            rank = np.empty(n, dtype=np.int64)
-            rank[np.argsort(ids, kind="stable")] = np.arange(n, dtype=np.int64)
-            self._id_rank = rank
+        done = len(self._id_rank)
+        if done != n:
+            order = getattr(self, "_id_sorted", None)
+            if done > n or order is None or len(order) != done:  # rebuilt store: start over
+                done, order, rank = 0, np.zeros(0, dtype=str), np.zeros(0, dtype=np.int64)
+            else:
+                rank = self._id_rank
+            # Merge the new ids into the sorted ids: an old id moves up by the number of new
+            # ids inserted at or before its place; the i-th new id (sorted) lands at its
+            # insertion point + i.
+            new = np.asarray([r.id for r in self._records[done:]], dtype=str)
+            new_order = np.argsort(new, kind="stable")
+            new = new[new_order]
+            at = np.searchsorted(order, new)
+            grown = np.empty(n, dtype=np.int64)
+            grown[:done] = rank + np.searchsorted(at, rank, side="right")
+            grown[done + new_order] = at + np.arange(len(new), dtype=np.int64)
+            wide = np.promote_types(order.dtype, new.dtype)  # np.insert would truncate
+            self._id_sorted = np.insert(order.astype(wide, copy=False), at, new)
+            self._id_rank = grown
         return self._id_rank[np.asarray(rows, dtype=np.int64)]
 
     def rows_of(self, memory_ids: Sequence[str] | pl.Series) -> np.ndarray:

@@ -66,6 +66,8 @@ def expire_events(
         & (store.column("created_at") < t_now - event_ttl_days * SECONDS_PER_DAY)
     )
     expired: list[str] = []
+    if len(candidates) == 0:
+        return expired
     with store.batch():
         for idx in candidates:
             rec = store.record_at(int(idx))

@@ -348,6 +348,9 @@ class AliasCache:
     Args:
         tech_names: Canonical technology name -> aliases. ``None`` means :data:`TECH_NAMES`;
             pass ``{}`` for an empty cache.
+
+    Attributes:
+        added_: How many aliases :meth:`add` has mapped (absent before the first).
     """
 
     def __init__(self, tech_names: Mapping[str, Iterable[str]] | None = None) -> None:
@@ -387,6 +390,7 @@ class AliasCache:
         if not key:
             raise ValueError("entities.py: field 'alias' must not be blank")
         self._table()[key] = entity
+        self.added_ = getattr(self, "added_", 0) + 1
 
     def resolve(self, name: str) -> Entity | None:
         """The canonical entity for ``name`` (case- and whitespace-insensitive), or ``None``."""
@@ -405,6 +409,13 @@ class AliasCache:
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.resolve(name) is not None
+
+
+_MEMO_MAX_TEXTS = 65_536
+"""Most texts whose candidates are remembered (see :meth:`EntityExtractor._candidates`)."""
+_MEMO_MAX_CHARS = 4_096
+"""Longest text whose candidates are remembered."""
+_CANDIDATES_MEMO: dict[tuple[int, int, float, str], tuple[tuple[int, int, Entity], ...]] = {}
 
 
 class EntityExtractor:
@@ -557,7 +568,36 @@ class EntityExtractor:
 
     # ------------------------------------------------------------------ extraction
     def _candidates(self, text: str) -> list[tuple[int, int, Entity]]:
-        """``(start, rule, entity)`` for every name found in ``text`` (before dedup)."""
+        """``(start, rule, entity)`` for every name found in ``text`` (before dedup).
+
+        With the default dictionaries and an alias cache nothing was added to, the result is a
+        pure function of the text and the three numeric parameters: it is remembered for every
+        extractor in the process (each store has its own extractor, and a replay extracts the
+        same texts again).
+        """
+        aliases = self.aliases_
+        shared = (
+            self.tech_names is None
+            and self.system_names is None
+            and self.given_names is None
+            and getattr(aliases, "tech_names", None) is TECH_NAMES
+            and not getattr(aliases, "added_", 0)
+            and type(aliases) is AliasCache
+            and len(text) <= _MEMO_MAX_CHARS
+        )
+        if not shared:
+            return self._find_candidates(text)
+        key = (self.min_quoted, self.max_quoted, self.prose_ratio, text)
+        hit = _CANDIDATES_MEMO.get(key)
+        if hit is None:
+            hit = tuple(self._find_candidates(text))
+            if len(_CANDIDATES_MEMO) >= _MEMO_MAX_TEXTS:
+                del _CANDIDATES_MEMO[next(iter(_CANDIDATES_MEMO))]
+            _CANDIDATES_MEMO[key] = hit
+        return list(hit)
+
+    def _find_candidates(self, text: str) -> list[tuple[int, int, Entity]]:
+        """:meth:`_candidates` computed (no memo)."""
         found: list[tuple[int, int, Entity]] = []
         resolve = self.aliases_.resolve
         if self.tech_regex_ is not None:

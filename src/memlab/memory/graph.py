@@ -60,6 +60,10 @@ _REL_CODE = {name: i for i, name in enumerate(RELATION_TYPES)}
 _WEIGHTS = ("strength", "binary")
 
 
+_ROLE_CODE = {role: i for i, role in enumerate(ENTITY_ROLES)}
+_ROLE_NAMES = np.asarray(ENTITY_ROLES, dtype=object)
+
+
 def _key(name: str) -> str:
     return " ".join(name.split()).lower()
 
@@ -90,6 +94,12 @@ class EntityGraph:
         self._by_name: dict[str, list[int]] = {}
         self._ent_mems: list[dict[int, str]] = []
         self._mem_ents: dict[int, dict[int, str]] = {}
+        # Every link in the order made (entity, memory, role code), for array exports; exact
+        # until a memory is unlinked (then exports read the dicts).
+        self._log_e: list[int] = []
+        self._log_m: list[int] = []
+        self._log_r: list[int] = []
+        self._unlinked = False
         self._eid: dict[tuple[int, int, int], int] = {}
         self._src: list[int] = []
         self._dst: list[int] = []
@@ -205,6 +215,9 @@ class EntityGraph:
         if m not in self._ent_mems[e]:
             self._ent_mems[e][m] = role
             self._mem_ents.setdefault(m, {})[e] = role
+            self._log_e.append(e)
+            self._log_m.append(m)
+            self._log_r.append(_ROLE_CODE[role])
             self._version += 1
 
     def unlink_memory(self, mem_idx: int) -> int:
@@ -215,6 +228,7 @@ class EntityGraph:
             del self._ent_mems[e][m]
         if ents:
             self._version += 1
+            self._unlinked = True
         return len(ents)
 
     def memories_of(self, entity_idx: int) -> list[int]:
@@ -588,10 +602,23 @@ class EntityGraph:
         )
 
     def links_frame(self) -> pl.DataFrame:
-        """One row per entity-memory link: entity_idx, mem_idx, role."""
-        rows = [(e, m, r) for e, mems in enumerate(self._ent_mems) for m, r in mems.items()]
+        """One row per entity-memory link: entity_idx, mem_idx, role (by entity, then in the
+        order the entity's links were made)."""
+        ent, mem, role = self.link_arrays()
+        order = np.argsort(ent, kind="stable")
         return pl.DataFrame(
-            rows,
+            {"entity_idx": ent[order], "mem_idx": mem[order], "role": _ROLE_NAMES[role[order]]},
             schema={"entity_idx": pl.Int64, "mem_idx": pl.Int64, "role": pl.String},
-            orient="row",
         )
+
+    def link_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every entity-memory link as three aligned ``int64`` arrays: entity index, memory
+        index and role (its position in :data:`~memlab.memory.records.ENTITY_ROLES`), in the
+        order the links were made (by entity after a memory was unlinked)."""
+        if self._unlinked:
+            rows = [(e, m, _ROLE_CODE[r]) for e, mems in enumerate(self._ent_mems)
+                    for m, r in mems.items()]
+            arr = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+            return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
+        return (np.asarray(self._log_e, dtype=np.int64), np.asarray(self._log_m, dtype=np.int64),
+                np.asarray(self._log_r, dtype=np.int64))

@@ -890,6 +890,12 @@ def _percent_pieces(text: str) -> Iterable[tuple[int, int, str]]:
 
 
 # ----------------------------------------------------------------------------- the scrubber
+_MEMO_MAX_TEXTS = 65_536
+"""Most texts whose spans a :class:`Scrubber` remembers (the oldest is dropped first)."""
+_MEMO_MAX_CHARS = 4_096
+"""Longest text whose spans are remembered."""
+
+
 class Scrubber:
     """Replace credentials in text with typed placeholders.
 
@@ -1155,6 +1161,27 @@ class Scrubber:
         """
         if not isinstance(text, str):
             raise TypeError(f"scrub.py: field 'text' must be a str, got {type(text).__name__}")
+        # Spans are a pure function of the text and the parameters: memoised per instance
+        # (replays scrub the same texts again), dropped when a parameter is reassigned.
+        config = (self.patterns, self.plugins, self.plugin_budget, self.window, self.entropy,
+                  self.normalize, self.private_keys)
+        memo = self.__dict__.get("_spans_memo")
+        if memo is None or memo[0] != config:
+            memo = (config, {})
+            self._spans_memo = memo
+        cached = memo[1].get(text)
+        if cached is not None:
+            return list(cached)
+        found = self._merged_spans(text)
+        if len(text) <= _MEMO_MAX_CHARS:
+            table = memo[1]
+            if len(table) >= _MEMO_MAX_TEXTS:
+                del table[next(iter(table))]
+            table[text] = tuple(found)
+        return found
+
+    def _merged_spans(self, text: str) -> list[Span]:
+        """:meth:`spans` computed (no memo)."""
         raw = self._rule_spans(text)
         if self.normalize:
             for pieces in (_percent_pieces, _break_pieces):
@@ -1256,6 +1283,12 @@ class Scrubber:
 
 
 _DEFAULT_SCRUBBER = Scrubber()
+
+
+def default_scrubber() -> Scrubber:
+    """The shared scrubber with default parameters (stores without their own use it, so the
+    spans of a text scrubbed once are remembered for every store in the process)."""
+    return _DEFAULT_SCRUBBER
 
 
 def scrub_text(text: str) -> tuple[str, int]:

@@ -10,6 +10,7 @@ a rollback followed by a rebuild of the in-memory state from SQLite (``_reload``
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -68,6 +69,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _RECORD_FIELDS = tuple(f.name for f in fields(MemoryRecord))
+_RECORD_VALUES = operator.attrgetter(*_RECORD_FIELDS)
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(…, ensure_ascii=False)
 _TABLES = ("memories", "versions", "entities", "entity_memory_links", "entity_relationships")
 DB_NAME = "memlab.sqlite3"
 LOCK_NAME = "memlab.lock"
@@ -197,9 +200,7 @@ class SQLiteIO:
 
     @staticmethod
     def _payload(rec: MemoryRecord) -> str:
-        return json.dumps(
-            {name: getattr(rec, name) for name in _RECORD_FIELDS}, ensure_ascii=False
-        )
+        return _ENCODE(dict(zip(_RECORD_FIELDS, _RECORD_VALUES(rec), strict=True)))
 
     def _version(
         self, rec: MemoryRecord, change: str, at: float, payload: str | None = None

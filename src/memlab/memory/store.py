@@ -67,7 +67,7 @@ from memlab.memory.records import (
     StoreWriteError,
     UnknownMemoryError,
 )
-from memlab.memory.scrub import Scrubber
+from memlab.memory.scrub import Scrubber, default_scrubber
 from memlab.memory.sqlite_io import _RECORD_FIELDS, _SCHEMA, DB_NAME, LOCK_NAME, SQLiteIO
 from memlab.memory.vectors import ChromaIndex, ExactIndex
 from memlab.memory.write_policy import WritePolicy, WriteResult, _check_k, _check_time, content_hash
@@ -107,7 +107,8 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         chroma: Keep a chromadb collection in step with the store. ``None`` means yes for a
             persisted store and no in memory (an in-memory store builds an ephemeral collection on
             first use of :meth:`chroma_index`).
-        scrubber: Credential scrubber; ``None`` uses :class:`~memlab.memory.scrub.Scrubber`.
+        scrubber: Credential scrubber; ``None`` uses the shared default
+            (:func:`~memlab.memory.scrub.default_scrubber`).
         extractor: Entity extractor; ``None`` uses
             :class:`~memlab.memory.entities.EntityExtractor`.
         repair: On opening a persisted store, bring chromadb in line with SQLite (missing ids,
@@ -154,7 +155,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self.embedder = embedder
         self.max_observed_by = max_observed_by
         self.max_text_chars = max_text_chars
-        self.scrubber = scrubber if scrubber is not None else Scrubber()
+        self.scrubber = scrubber if scrubber is not None else default_scrubber()
         self.extractor = extractor if extractor is not None else EntityExtractor()
         self.graph = EntityGraph()
         self.vectors = ExactIndex()

@@ -696,7 +696,15 @@ class WritePolicy:
                 rec = self._records[idx]
                 rec.access_count += 1
                 rec.last_accessed_at = t_now
-                self._save(idx, None, t_now)
+                self._sync_columns(idx)
+            # One statement for all of them (a row touched twice is written once, as it ends).
+            last = {idx: None for idx in rows}
+            self._exec_many(
+                "UPDATE memories SET active = ?, payload = ? WHERE idx = ?",
+                [(int(self._records[i].active), self._payload(self._records[i]), i)
+                 for i in last],
+            )
+            self.version += len(rows)
 
     def _register_active(self, idx: int) -> None:
         """Enter an active record in the dedup and supersession lookups (per client and scope)."""

@@ -662,10 +662,8 @@ def ranked_frame(
     if top_k is not None:
         order = order[:top_k]
     m = len(order)
-    at = pl.Series(order)
     rows = rows[order]
-    ids = (ctx.store.id_frame()[pl.Series(rows)].get_column("mem_id") if ids is None
-           else ids.gather(at))
+    ids = ctx.store.ids_at(rows) if ids is None else ids[order]
     series = [
         constant_column("qid", ctx.qid, m),
         ids.alias("mem_id"),
@@ -674,7 +672,7 @@ def ranked_frame(
         pl.Series(ROW_COLUMN, rows),
     ]
     for name, values in (columns or {}).items():
-        series.append(values.gather(at).alias(name) if isinstance(values, pl.Series)
+        series.append(values[order].alias(name) if isinstance(values, pl.Series)
                       else pl.Series(name, np.asarray(values)[order]))
     return pl.DataFrame(series)
 
@@ -775,7 +773,7 @@ class FusedLists:
         if self.union_ids is None:
             if self.store is None or self.rows is None:
                 raise ValueError("FusedLists: neither ids nor store rows are known")
-            self.union_ids = self.store.id_frame()[pl.Series(self.rows)].get_column("mem_id")
+            self.union_ids = self.store.ids_at(self.rows)
         return self.union_ids
 
     @property
@@ -893,7 +891,7 @@ class FusedLists:
                 offset += f.height
             pieces.append(pl.Series(name, [None], dtype=dtype))
             values = pl.concat(pieces, rechunk=True)
-            out[name] = values.gather(np.where(src < 0, offset, src)).alias(name)
+            out[name] = values[np.where(src < 0, offset, src)].alias(name)
         return out
 
 

@@ -83,7 +83,7 @@ def memory_incidence(
     """The entity × memory incidence of links whose role is in ``roles``, and its transpose.
 
     Entry ``[e, m]`` is 1.0 when entity ``e`` is linked to memory row ``m`` with one of
-    ``roles``. Built from :meth:`EntityGraph.links_frame` and cached in ``ctx.cache`` until the
+    ``roles``. Built from :meth:`EntityGraph.link_arrays` and cached in ``ctx.cache`` until the
     store gains a row or the graph changes (links are written with new rows; accesses and
     supersessions, which bump the store's version, leave them as they are).
 
@@ -96,11 +96,9 @@ def memory_incidence(
     stamp = (len(store), graph.version, graph.n_entities)
 
     def build() -> tuple[sp.csr_matrix, sp.csr_matrix]:
-        links = graph.links_frame().filter(pl.col("role").is_in(list(roles)))
+        ent, mem, code = graph.link_arrays()
         shape = (graph.n_entities, len(store))
-        ent = links["entity_idx"].to_numpy()
-        mem = links["mem_idx"].to_numpy()
-        keep = mem < shape[1]
+        keep = np.isin(code, [ENTITY_ROLES.index(r) for r in roles]) & (mem < shape[1])
         ent, mem = ent[keep], mem[keep]
         inc = sp.csr_matrix((np.ones(len(ent), dtype=np.float64), (ent, mem)), shape=shape)
         inc.sum_duplicates()

@@ -138,7 +138,10 @@ class Lifecycle(Stage):
         # rerank's order (effective score descending, NaN last, ties by id) with one gather
         order = np.lexsort((store.id_sort_keys(rows), -effective))
         effective, factor = effective[order], factor[order]
-        out = frame[pl.Series(kept[order])].drop(list(added), strict=False)
+        out = frame[pl.Series(kept[order])]
+        stale = [name for name in added if name in out.columns]
+        if stale:
+            out = out.drop(stale)
         score = pl.Series("score", effective, dtype=pl.Float64, nan_to_null=True)
         out = out.hstack(
             [

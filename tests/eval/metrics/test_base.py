@@ -300,3 +300,16 @@ def test_register_metric_checks_direction_and_kind():
 
 
 
+
+
+def test_trec_eval_measures_asked_together_equal_each_asked_alone() -> None:
+    # evaluate() hands trec_eval every declared measure of a cut in one pass; the values must
+    # be those of one pass per measure.
+    names = ["nDCG@3", "nDCG", "MRR", "MRR@2", "MAP", "MAP@3", "Success@1", "Success@3",
+             "Recall@1", "Recall@3", "R_all@3"]
+    rankings, qrels = make_rankings(HAND_RANKINGS), make_qrels(HAND_QRELS)
+    together = evaluate(rankings, qrels, names)
+    alone = pl.concat([evaluate(rankings, qrels, [name]) for name in names]).sort("metric", "qid")
+    assert together.equals(alone)
+    assert [METRICS[f].trec is not None for f in ("nDCG", "MRR", "MAP", "Success", "Recall",
+                                                 "R_all")] == [True] * 5 + [False]

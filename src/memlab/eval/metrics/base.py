@@ -63,6 +63,9 @@ class MetricFamily:
             ``stale@k``), read by sweeps, comparisons, wins/losses, reports and apps.
         kind: One of :data:`KINDS`.
         aliases: Other family names accepted for this one (``R_any`` for ``Success``).
+        trec: For a family computed by trec_eval, ``spec -> (ir_measures measure, cut)``: what
+            :func:`trec_eval` is asked for, declared so that :func:`evaluate` hands trec_eval
+            every such measure of a call at once (one pass over the run per cut).
     """
 
     name: str
@@ -72,6 +75,7 @@ class MetricFamily:
     higher_is_better: bool = True
     kind: Kind = "relevance"
     aliases: tuple[str, ...] = ()
+    trec: Callable[[MetricSpec], tuple[object, int | None]] | None = None
 
     @property
     def pattern(self) -> str:
@@ -123,6 +127,7 @@ def register_metric(
     higher_is_better: bool = True,
     kind: Kind = "relevance",
     aliases: Sequence[str] = (),
+    trec: Callable[[MetricSpec], tuple[object, int | None]] | None = None,
 ) -> Callable[[MetricFunction], MetricFunction]:
     """Register a metric family under ``name`` (decorator).
 
@@ -138,6 +143,8 @@ def register_metric(
         kind: One of :data:`KINDS`.
         aliases: Other names accepted for the family wherever a user names a metric; results
             carry the canonical ``name``.
+        trec: ``spec -> (measure, cut)`` for a family whose function returns
+            ``trec_eval(data, name, measure, cut=cut)`` (see :attr:`MetricFamily.trec`).
 
     Raises:
         ValueError: If the name or an alias is malformed or already registered, or ``cutoff``
@@ -166,7 +173,8 @@ def register_metric(
             raise ValueError(f"register_metric: metric family {taken[0]!r} is already registered")
         METRICS.register(name)(
             MetricFamily(
-                name, function, cutoff, description, higher_is_better, kind, tuple(aliases)
+                name, function, cutoff, description, higher_is_better, kind, tuple(aliases),
+                trec,
             )
         )
         for alias in aliases:
@@ -396,6 +404,13 @@ class EvalData:
     _runs: dict[int | None, dict[str, dict[str, float]]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    trec_plan: dict[int | None, list[object]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """The trec_eval measures the call will ask for, per cut (filled by :func:`evaluate`)."""
+    _trec: dict[tuple[str, int | None], pl.DataFrame] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def top(self, k: int | None) -> pl.DataFrame:
         """The rankings cut to the first ``k`` positions of each query (all when ``None``)."""
@@ -512,8 +527,18 @@ def trec_eval(data: EvalData, metric: str, measure: object, *, cut: int | None) 
     data.require_qrels(metric)
     if data.relevant_qids.is_empty():
         return pl.DataFrame(schema=VALUE_SCHEMA)
-    results = ir_measures.pytrec_eval.iter_calc([measure], data.qrels_dict, data.run_dict(cut))
-    return measure_values(results, data.relevant_qids)
+    key = (str(measure), cut)
+    if key not in data._trec:
+        # Every measure planned for this cut in one trec_eval pass.
+        batch = list({str(m): m for m in [*data.trec_plan.get(cut, ()), measure]}.values())
+        values: dict[str, list[tuple[str, float]]] = {str(m): [] for m in batch}
+        results = ir_measures.pytrec_eval.iter_calc(batch, data.qrels_dict, data.run_dict(cut))
+        for r in results:
+            values[str(r.measure)].append((r.query_id, float(r.value)))
+        for name, pairs in values.items():
+            frame = pl.DataFrame(pairs, schema=VALUE_SCHEMA, orient="row")
+            data._trec[(name, cut)] = per_query(data.relevant_qids, frame, 0.0)
+    return data._trec[key]
 
 
 def trec_eval_judged(
@@ -577,6 +602,11 @@ def evaluate(
         global_client=global_client,
         judgments=judgments,
     )
+    for spec in specs:
+        trec = METRICS[spec.family].trec
+        if trec is not None:
+            measure, cut = trec(spec)
+            data.trec_plan.setdefault(cut, []).append(measure)
     frames = [pl.DataFrame(schema=_RESULT_SCHEMA)]
     for spec in specs:
         values = METRICS[spec.family].function(data, spec)

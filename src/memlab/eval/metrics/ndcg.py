@@ -9,12 +9,17 @@ import polars as pl
 from memlab.eval.metrics.base import EvalData, MetricSpec, register_metric, trec_eval
 
 
-@register_metric("nDCG", cutoff="optional", description="graded nDCG, gain = relevance")
+def _measure(spec: MetricSpec) -> tuple[object, int | None]:
+    """trec_eval ``ndcg`` / ``ndcg_cut_k``, on the whole run."""
+    return (ir_measures.nDCG if spec.k is None else ir_measures.nDCG @ spec.k), None
+
+
+@register_metric("nDCG", cutoff="optional", description="graded nDCG, gain = relevance",
+                 trec=_measure)
 def ndcg(data: EvalData, spec: MetricSpec) -> pl.DataFrame:
     """nDCG (Järvelin and Kekäläinen 2002) as trec_eval ``ndcg`` / ``ndcg_cut_k``.
 
     Gain = relevance, discount ``log2(position + 1)``; the ideal ranking uses every judged id.
     """
-    k = spec.k
-    measure = ir_measures.nDCG if k is None else ir_measures.nDCG @ k
-    return trec_eval(data, "nDCG", measure, cut=None)
+    measure, cut = _measure(spec)
+    return trec_eval(data, "nDCG", measure, cut=cut)

@@ -12,9 +12,16 @@ import polars as pl
 from memlab.eval.metrics.base import EvalData, MetricSpec, register_metric, trec_eval
 
 
+def _measure(spec: MetricSpec) -> tuple[object, int | None]:
+    """trec_eval ``success_k``, on the whole run."""
+    return ir_measures.Success @ spec.k, None
+
+
 @register_metric(
-    "Success", description="1 if any relevant id is in the top k", aliases=("R_any",)
+    "Success", description="1 if any relevant id is in the top k", aliases=("R_any",),
+    trec=_measure,
 )
 def success(data: EvalData, spec: MetricSpec) -> pl.DataFrame:
     """Success@k: 1 if at least one relevant id is among the first k, else 0."""
-    return trec_eval(data, "Success", ir_measures.Success @ spec.k, cut=None)
+    measure, cut = _measure(spec)
+    return trec_eval(data, "Success", measure, cut=cut)
