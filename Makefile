@@ -51,8 +51,8 @@ locomo: $(STAMP)
 	$(VENV)/bin/memlab eval .cache/locomo --pipelines rrf,bm25,dense,hybrid,conversational \
 	    --baseline rrf --no-expire --touch-k 0 --out .cache/locomo-run --quiet
 	mkdir -p reports/locomo
-	cp .cache/locomo-run/metrics.json .cache/locomo-run/report.md \
-	   .cache/locomo-run/*.png .cache/locomo-run/*.svg reports/locomo/
+	cp .cache/locomo-run/metrics.json .cache/locomo-run/report.md .cache/locomo-run/appendix.md \
+	   .cache/locomo-run/manifest.json .cache/locomo-run/*.png .cache/locomo-run/*.svg reports/locomo/
 	$(PY) -c "import polars as pl; d = '.cache/locomo-run/'; \
 	    [pl.read_parquet(d + n + '.parquet').write_csv('reports/locomo/' + n + '.csv') \
 	     for n in ('comparison', 'comparison_by_tag', 'per_tag')]"
