@@ -334,3 +334,23 @@ def test_links_frame_is_by_entity_then_link_order_before_and_after_an_unlink() -
     g.link(a, 3, "source")
     assert g.links_frame().rows() == [(0, 0, "about"), (0, 3, "source"), (1, 0, "about"),
                                       (1, 2, "source")]
+
+
+def test_names_of_entity_indices_and_a_bad_index() -> None:
+    g = EntityGraph()
+    a = g.add_entity(Entity("Kafka", "technology"))
+    b = g.add_entity(Entity("Billing Core", "system"))
+    assert g.names([b, a, b]) == ["Billing Core", "Kafka", "Billing Core"]
+    assert g.names([]) == []
+    with pytest.raises(IndexError, match="entity index 2 is not in 0..1"):
+        g.names([a, 2])
+
+
+def test_many_links_grow_the_link_log() -> None:
+    g = EntityGraph()
+    e = g.add_entity(Entity("Kafka", "technology"))
+    for m in range(200):  # past the first capacity of the log
+        g.link(e, m, "mentioned")
+    ent, mem, role = g.link_arrays()
+    assert ent.tolist() == [e] * 200 and mem.tolist() == list(range(200))
+    assert role.tolist() == [2] * 200  # ENTITY_ROLES.index("mentioned")

@@ -96,9 +96,8 @@ class EntityGraph:
         self._mem_ents: dict[int, dict[int, str]] = {}
         # Every link in the order made (entity, memory, role code), for array exports; exact
         # until a memory is unlinked (then exports read the dicts).
-        self._log_e: list[int] = []
-        self._log_m: list[int] = []
-        self._log_r: list[int] = []
+        self._log = np.zeros((64, 3), dtype=np.int64)
+        self._n_log = 0
         self._unlinked = False
         self._eid: dict[tuple[int, int, int], int] = {}
         self._src: list[int] = []
@@ -201,6 +200,18 @@ class EntityGraph:
         hits = self._by_name.get(key)
         return hits[0] if hits else None
 
+    def names(self, idxs: Sequence[int]) -> list[str]:
+        """The names of the entities at ``idxs`` (each ``0 <= idx < n_entities``)."""
+        ents = self._entities
+        n = len(ents)
+        out = []
+        for i in idxs:
+            i = int(i)
+            if not 0 <= i < n:
+                raise IndexError(f"graph.py: entity index {i} is not in 0..{n - 1}")
+            out.append(ents[i].name)
+        return out
+
     def entity(self, idx: int) -> Entity:
         """The entity at index ``idx``."""
         return self._entities[self._check_entity(idx, "idx")]
@@ -215,9 +226,10 @@ class EntityGraph:
         if m not in self._ent_mems[e]:
             self._ent_mems[e][m] = role
             self._mem_ents.setdefault(m, {})[e] = role
-            self._log_e.append(e)
-            self._log_m.append(m)
-            self._log_r.append(_ROLE_CODE[role])
+            if self._n_log == len(self._log):
+                self._log = np.concatenate([self._log, np.zeros_like(self._log)])
+            self._log[self._n_log] = (e, m, _ROLE_CODE[role])
+            self._n_log += 1
             self._version += 1
 
     def unlink_memory(self, mem_idx: int) -> int:
@@ -620,5 +632,5 @@ class EntityGraph:
                     for m, r in mems.items()]
             arr = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
             return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
-        return (np.asarray(self._log_e, dtype=np.int64), np.asarray(self._log_m, dtype=np.int64),
-                np.asarray(self._log_r, dtype=np.int64))
+        log = self._log[: self._n_log]
+        return log[:, 0].copy(), log[:, 1].copy(), log[:, 2].copy()

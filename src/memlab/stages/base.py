@@ -428,12 +428,18 @@ class Stage:
 
     @classmethod
     def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [
-            p.name
-            for p in sig.parameters.values()
-            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
+        init = cls.__init__
+        cached = cls.__dict__.get("_param_names_of")
+        if cached is None or cached[0] is not init:  # read once per class and __init__
+            sig = inspect.signature(init)
+            names = tuple(
+                p.name
+                for p in sig.parameters.values()
+                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            )
+            cached = (init, names)
+            cls._param_names_of = cached
+        return list(cached[1])
 
     @classmethod
     def param_hints(cls) -> dict[str, Any]:
@@ -521,9 +527,23 @@ def _same(a: Any, b: Any) -> bool:
 
 
 
+_EMPTY: dict[tuple[tuple[str, Any], ...], pl.DataFrame] = {}
+
+
 def empty_candidates(extra: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
-    """An empty candidate frame (with optional extra stage columns)."""
-    return pl.DataFrame(schema={**CANDIDATE_SCHEMA, **(extra or {})})
+    """An empty candidate frame (with optional extra stage columns).
+
+    A copy of a frame built once per set of columns (building one from a schema costs a
+    retriever that finds nothing more than its search).
+    """
+    key = tuple((extra or {}).items())
+    try:
+        template = _EMPTY.get(key)
+    except TypeError:  # an unhashable dtype: build it every time
+        return pl.DataFrame(schema={**CANDIDATE_SCHEMA, **(extra or {})})
+    if template is None:
+        template = _EMPTY[key] = pl.DataFrame(schema={**CANDIDATE_SCHEMA, **(extra or {})})
+    return template.clone()
 
 
 def rescore_head(
@@ -626,6 +646,7 @@ def ranked_frame(
     *,
     top_k: int | None = None,
     ids: pl.Series | None = None,
+    ordered: bool = False,
 ) -> pl.DataFrame:
     """A ranked candidate frame built from arrays: ``qid, mem_id, score, rank, row`` + columns.
 
@@ -639,6 +660,8 @@ def ranked_frame(
         columns: Extra columns, aligned with the candidates.
         top_k: Keep the best ``top_k`` only.
         ids: The candidates' memory ids (default: looked up from ``rows``).
+        ordered: Everything given is already in rank order and cut (:func:`rank_order`):
+            nothing is sorted or gathered (``top_k`` must then be ``None``).
     """
     scores = np.asarray(scores, dtype=np.float64)
     n = len(scores)
@@ -658,23 +681,41 @@ def ranked_frame(
     # rerank's order (score descending, NaN last, ties by id) computed on arrays first, so
     # every column is built in its final order: no frame sort or gather.
     rows = np.asarray(rows, dtype=np.int64)
-    order = np.lexsort((ctx.store.id_sort_keys(rows), -scores))
-    if top_k is not None:
-        order = order[:top_k]
-    m = len(order)
-    rows = rows[order]
-    ids = ctx.store.ids_at(rows) if ids is None else ids[order]
+    if ordered:
+        order = None
+        if top_k is not None:
+            raise ValueError("ranked_frame: candidates given in rank order are already cut")
+    else:
+        order = rank_order(ctx, rows, scores, top_k)
+        rows, scores = rows[order], scores[order]
+    m = len(rows)
+    if ids is None:
+        ids = ctx.store.ids_at(rows)
+    elif order is not None:
+        ids = ids[order]
     series = [
         constant_column("qid", ctx.qid, m),
         ids.alias("mem_id"),
-        pl.Series("score", scores[order], dtype=pl.Float64),
+        pl.Series("score", scores, dtype=pl.Float64),
         pl.Series("rank", np.arange(1, m + 1, dtype=np.int64)),
         pl.Series(ROW_COLUMN, rows),
     ]
     for name, values in (columns or {}).items():
-        series.append(values[order].alias(name) if isinstance(values, pl.Series)
-                      else pl.Series(name, np.asarray(values)[order]))
+        if isinstance(values, pl.Series):
+            series.append((values if order is None else values[order]).alias(name))
+        else:
+            arr = np.asarray(values)
+            series.append(pl.Series(name, arr if order is None else arr[order]))
     return pl.DataFrame(series)
+
+
+def rank_order(
+    ctx: QueryContext, rows: np.ndarray, scores: np.ndarray, top_k: int | None = None
+) -> np.ndarray:
+    """Positions of the candidates in rank order: ``scores`` descending, NaN last, ties by
+    memory id (as :func:`rerank`), the first ``top_k`` only."""
+    order = np.lexsort((ctx.store.id_sort_keys(rows), -np.asarray(scores, dtype=np.float64)))
+    return order if top_k is None else order[:top_k]
 
 
 def constant_column(name: str, value: str, n: int) -> pl.Series:
@@ -851,9 +892,16 @@ class FusedLists:
                 present[i, pos] = True
         return cls(ids, rows, scores, ranks, present, positions, ctx.store)
 
-    def carried(self, frames: Sequence[pl.DataFrame], skip: Sequence[str]) -> dict[str, pl.Series]:
+    def carried(
+        self,
+        frames: Sequence[pl.DataFrame],
+        skip: Sequence[str],
+        order: np.ndarray | None = None,
+    ) -> dict[str, pl.Series]:
         """The stage columns of the input frames on the union: each candidate takes the first
-        non-null value in list order."""
+        non-null value in list order; with ``order``, only the candidates at those positions
+        of the union, in that order."""
+        take = slice(None) if order is None else order
         names: dict[str, None] = {}
         for f in frames:
             for c in f.columns:
@@ -874,7 +922,7 @@ class FusedLists:
                         col = f.get_column(name).to_numpy().astype(np.float64, copy=False)
                         ok = ~np.isnan(col)
                         values[pos[ok]] = col[ok]
-                out[name] = pl.Series(name, values, dtype=pl.Float64, nan_to_null=True)
+                out[name] = pl.Series(name, values[take], dtype=pl.Float64, nan_to_null=True)
                 continue
             src = np.full(self.size, -1, dtype=np.int64)
             pieces, offset = [], 0
@@ -891,7 +939,7 @@ class FusedLists:
                 offset += f.height
             pieces.append(pl.Series(name, [None], dtype=dtype))
             values = pl.concat(pieces, rechunk=True)
-            out[name] = values[np.where(src < 0, offset, src)].alias(name)
+            out[name] = values[np.where(src < 0, offset, src)[take]].alias(name)
         return out
 
 
@@ -918,12 +966,17 @@ class FusionStage(Stage):
         fused = np.asarray(self.combine(lists), dtype=np.float64)
         if lists.size == 0:
             return empty_candidates({ROW_COLUMN: pl.Int64(), name: pl.Float64()})
-        columns: dict[str, pl.Series | np.ndarray] = {name: fused}
-        columns.update(lists.carried(frames, skip=(name,)))
-        return ranked_frame(
-            ctx, lists.rows, fused, columns, top_k=getattr(self, "top_k", None),
-            ids=lists.union_ids,
-        )
+        top_k = getattr(self, "top_k", None)
+        if lists.rows is None:
+            columns: dict[str, pl.Series | np.ndarray] = {name: fused}
+            columns.update(lists.carried(frames, skip=(name,)))
+            return ranked_frame(ctx, None, fused, columns, top_k=top_k, ids=lists.union_ids)
+        # The order first, so every column is built once, in it.
+        order = rank_order(ctx, lists.rows, fused, top_k)
+        columns = {name: fused[order]}
+        columns.update(lists.carried(frames, skip=(name,), order=order))
+        ids = None if lists.union_ids is None else lists.union_ids[order]
+        return ranked_frame(ctx, lists.rows[order], fused[order], columns, ids=ids, ordered=True)
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         return self.fuse([frame], ctx)

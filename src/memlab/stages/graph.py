@@ -98,7 +98,9 @@ def memory_incidence(
     def build() -> tuple[sp.csr_matrix, sp.csr_matrix]:
         ent, mem, code = graph.link_arrays()
         shape = (graph.n_entities, len(store))
-        keep = np.isin(code, [ENTITY_ROLES.index(r) for r in roles]) & (mem < shape[1])
+        allowed = np.zeros(len(ENTITY_ROLES), dtype=bool)
+        allowed[[ENTITY_ROLES.index(r) for r in roles]] = True
+        keep = allowed[code] & (mem < shape[1])
         ent, mem = ent[keep], mem[keep]
         inc = sp.csr_matrix((np.ones(len(ent), dtype=np.float64), (ent, mem)), shape=shape)
         inc.sum_duplicates()
@@ -110,7 +112,8 @@ def memory_incidence(
 
 def entity_names(store: MemoryStore, idxs: Sequence[int]) -> dict[int, str]:
     """``{entity index: name}`` for notebooks and traces."""
-    return {int(i): store.graph.entity(int(i)).name for i in idxs}
+    keys = [int(i) for i in idxs]
+    return dict(zip(keys, store.graph.names(keys), strict=True))
 
 
 @register_stage("graph")

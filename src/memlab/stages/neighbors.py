@@ -28,8 +28,8 @@ from memlab.stages.base import (
     Stage,
     constant_column,
     frame_rows,
+    rank_order,
     register_stage,
-    rerank,
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Real
@@ -136,28 +136,25 @@ class Neighbors(Stage):
                     reach[hop[hop >= 0]] = True
             targets |= reach & ctx.visible_mask()
         new_rows = np.flatnonzero(targets & ~present)
-        out = frame.clone()
+        # Candidates, then the neighbours added, ranked on arrays; the output is one gather of
+        # the input (an added neighbour's index is past its end: nulls), new columns set.
+        every = np.concatenate([rows, new_rows])
+        final = np.concatenate([score[rows] + self.weight * inherited[rows],
+                                self.weight * inherited[new_rows]])
+        order = rank_order(ctx, every, final, self.top_k)
+        out = frame.gather(pl.Series(order), null_on_oob=True)  # added rows: past the end
+        ranked = every[order]
+        m = len(order)
         for col in (
-            pl.Series("score", score[rows] + self.weight * inherited[rows], dtype=pl.Float64),
-            pl.Series(ROW_COLUMN, rows, dtype=pl.Int64),
-            pl.Series("neighbor_score", inherited[rows], dtype=pl.Float64),
+            constant_column("qid", ctx.qid, m),
+            store.ids_at(ranked),
+            pl.Series("score", final[order], dtype=pl.Float64),
+            pl.Series("rank", np.arange(1, m + 1, dtype=np.int64)),
+            pl.Series(ROW_COLUMN, ranked, dtype=pl.Int64),
+            pl.Series("neighbor_score", inherited[ranked], dtype=pl.Float64),
         ):
             if col.name in out.columns:
                 out.replace_column(out.get_column_index(col.name), col)
             else:
                 out.insert_column(out.width, col)
-        if len(new_rows):
-            ids = store.id_frame()[pl.Series(new_rows)]
-            m = len(new_rows)
-            added = pl.DataFrame(
-                [
-                    constant_column("qid", ctx.qid, m),
-                    ids.get_column("mem_id"),
-                    pl.Series("score", self.weight * inherited[new_rows], dtype=pl.Float64),
-                    pl.Series("rank", np.zeros(m, dtype=np.int64)),
-                    ids.get_column(ROW_COLUMN),
-                    pl.Series("neighbor_score", inherited[new_rows], dtype=pl.Float64),
-                ]
-            )
-            out = pl.concat([out, added], how="diagonal_relaxed")
-        return rerank(out, top_k=self.top_k, store=store)
+        return out
