@@ -181,3 +181,20 @@ def test_protocol_and_passthrough_attributes(tmp_path: Path) -> None:
 def test_invalid_chunk_size(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
         CachedEmbedder(CountingEmbedder(), tmp_path, chunk_size=0).embed(["a"])
+
+
+def test_recent_vectors_are_kept_in_memory_up_to_memo_size(tmp_path: Path) -> None:
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner, tmp_path, memo_size=2)
+    cached.embed(TEXTS)  # the memory keeps the last two: TEXTS[1], TEXTS[2]
+    cached.db_path.unlink()  # what is not in memory must now be embedded again
+    again = cached.embed(TEXTS[1:])
+    assert inner.calls == [TEXTS] and (cached.misses_, cached.hits_) == (3, 2)
+    assert again.tobytes() == inner.inner.embed(TEXTS[1:]).tobytes()
+    cached.embed(TEXTS[:1])
+    assert inner.calls == [TEXTS, TEXTS[:1]] and cached.misses_ == 4
+    with pytest.raises(ValueError, match="memo_size must be an int >= 0"):
+        CachedEmbedder(inner, tmp_path, memo_size=-1).embed(TEXTS)
+    none_kept = CachedEmbedder(CountingEmbedder(), tmp_path / "b", memo_size=0)
+    none_kept.embed(TEXTS)
+    assert none_kept.memo_ == {}

@@ -53,6 +53,10 @@ def test_recorded_vectors_freeze_into_a_model_free_embedder():
     with_fallback = rec.freeze()
     assert np.array_equal(with_fallback.embed(["zzz"]), HashingEmbedder(dim=8).embed(["zzz"]))
     assert with_fallback.misses_ == 1
+    # The fallback's vector is kept: asked again (with a new text), only the new one misses.
+    again = with_fallback.embed(["zzz", "yy"])
+    assert np.array_equal(again, HashingEmbedder(dim=8).embed(["zzz", "yy"]))
+    assert with_fallback.misses_ == 2
     model = HashingEmbedder(dim=8)
     model.model_ = object()  # a loaded model is not shipped
     assert not hasattr(unloaded(model), "model_")

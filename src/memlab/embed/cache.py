@@ -71,11 +71,15 @@ class CachedEmbedder:
         chunk_size: Number of new texts embedded and committed per transaction, so an
             interrupted run keeps the chunks already done.
         lock_timeout: Seconds to wait for another process's write lock on the database.
+        memo_size: Vectors also kept in memory (the most recently read or embedded), so that a
+            text asked for again (a query embedded by every retriever, a sentence of a memory
+            that many queries retrieve) costs no database read; 0 keeps none.
 
     Attributes:
         hits_: Number of requested texts served without embedding (from disk, or as a duplicate
             of a text embedded in the same call).
         misses_: Number of distinct texts passed to the wrapped embedder.
+        memo_: The vectors kept in memory, by text digest.
     """
 
     def __init__(
@@ -85,12 +89,14 @@ class CachedEmbedder:
         namespace: str | None = None,
         chunk_size: int = 1024,
         lock_timeout: float = 30.0,
+        memo_size: int = 32_768,
     ) -> None:
         self.embedder = embedder
         self.cache_dir = cache_dir
         self.namespace = namespace
         self.chunk_size = chunk_size
         self.lock_timeout = lock_timeout
+        self.memo_size = memo_size
         self.hits_ = 0
         self.misses_ = 0
 
@@ -121,12 +127,24 @@ class CachedEmbedder:
             raise ValueError(f"CachedEmbedder.chunk_size must be >= 1, got {self.chunk_size}")
         if self.lock_timeout <= 0:
             raise ValueError(f"CachedEmbedder.lock_timeout must be > 0, got {self.lock_timeout}")
+        size = self.memo_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"CachedEmbedder.memo_size must be an int >= 0, got {size!r}")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         path = self.db_path
         path.parent.mkdir(parents=True, exist_ok=True)
+        ready = self.__dict__.get("ready_") == str(path) and path.exists()
         conn = sqlite3.connect(path, timeout=self.lock_timeout, isolation_level=None)
+        if ready:
+            # Tables and model checked by an earlier connection of this embedder.
+            try:
+                conn.execute("PRAGMA synchronous=NORMAL")
+                yield conn
+            finally:
+                conn.close()
+            return
         try:
             conn.execute(f"PRAGMA page_size={_PAGE_SIZE}")  # only applies to a new file
             conn.execute("PRAGMA journal_mode=WAL")
@@ -148,6 +166,7 @@ class CachedEmbedder:
                         f"{path}: meta field {field!r} is {stored.get(field)!r}, expected "
                         f"{value!r}; this cache belongs to another model or format"
                     )
+            self.ready_ = str(path)
             yield conn
         finally:
             conn.close()
@@ -193,9 +212,34 @@ class CachedEmbedder:
         first: dict[bytes, int] = {}
         for i, key in enumerate(keys):
             first.setdefault(key, i)
+        memo: dict[bytes, np.ndarray] = self.__dict__.setdefault("memo_", {})
+        found = {k: memo[k] for k in first if k in memo}
+        missing: list[bytes] = []
+        if len(found) < len(first):
+            found.update(self._read_or_embed([k for k in first if k not in found], first, items))
+            missing = self.last_embedded_
+            for k in (k for k in first if k not in memo):
+                if self.memo_size == 0:
+                    break
+                if len(memo) >= self.memo_size:
+                    del memo[next(iter(memo))]
+                memo[k] = found[k]
+        self.misses_ += len(missing)
+        self.hits_ += len(items) - len(missing)
+        out = np.empty((len(items), dim), dtype=np.float32)
+        for i, key in enumerate(keys):
+            out[i] = found[key]
+        return out
+
+    def _read_or_embed(
+        self, keys: list[bytes], first: dict[bytes, int], items: list[str]
+    ) -> dict[bytes, np.ndarray]:
+        """The vectors of ``keys`` from the database, embedding (and storing) those it lacks;
+        the keys embedded are left in ``last_embedded_``."""
+        dim = self.dim
         with self._connect() as conn:
-            found = self._lookup(conn, list(first))
-            missing = [key for key in first if key not in found]
+            found = self._lookup(conn, keys)
+            missing = [key for key in keys if key not in found]
             for start in range(0, len(missing), self.chunk_size):
                 part = missing[start : start + self.chunk_size]
                 vectors = np.asarray(self.embedder.embed([items[first[k]] for k in part]))
@@ -217,12 +261,8 @@ class CachedEmbedder:
                     raise
                 for j, k in enumerate(part):
                     found[k] = vectors[j]
-        self.misses_ += len(missing)
-        self.hits_ += len(items) - len(missing)
-        out = np.empty((len(items), dim), dtype=np.float32)
-        for i, key in enumerate(keys):
-            out[i] = found[key]
-        return out
+        self.last_embedded_ = missing
+        return found
 
     def size(self) -> int:
         """Return the number of vectors stored for this model and namespace."""

@@ -50,7 +50,7 @@ class FrozenEmbedder:
         fallback: Embedder asked for texts not in the table; ``None`` makes them an error.
 
     Attributes:
-        misses_: Texts served by the fallback.
+        misses_: Texts served by the fallback (each distinct text once: its vector is kept).
     """
 
     def __init__(
@@ -80,11 +80,16 @@ class FrozenEmbedder:
         """
         items = check_texts(texts)
         out = np.empty((len(items), self.dim), dtype=np.float32)
-        missing = [i for i, t in enumerate(items) if t not in self._rows]
+        extra: dict[str, np.ndarray] = self.__dict__.setdefault("_extra", {})
+        missing = []
         for i, t in enumerate(items):
             row = self._rows.get(t)
             if row is not None:
                 out[i] = self.vectors[row]
+            elif t in extra:
+                out[i] = extra[t]
+            else:
+                missing.append(i)
         if missing:
             if self.fallback is None:
                 raise ValueError(
@@ -93,6 +98,10 @@ class FrozenEmbedder:
             vecs = np.asarray(self.fallback.embed([items[i] for i in missing]), dtype=np.float32)
             out[missing] = vecs
             self.misses_ += len(missing)
+            # A text the fallback embedded is asked for again (a sentence of a memory that is
+            # a candidate of many queries): keep its vector beside the table.
+            for i, vec in zip(missing, vecs, strict=True):
+                extra[items[i]] = vec
         return out
 
 

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.cluster import AgglomerativeClustering
 
 DEFAULT_MERGE_PROMPT = (
     "These notes from an agent's memory describe the same thing:\n"
@@ -103,6 +102,8 @@ class ClusterMerger:
             return []
         vecs = np.asarray(self.embedder.embed(list(texts)), dtype=np.float64)
         vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+        from sklearn.cluster import AgglomerativeClustering  # 1.4 s to import: on first use
+
         labels = AgglomerativeClustering(
             n_clusters=None,
             metric="cosine",

@@ -527,6 +527,31 @@ def _same(a: Any, b: Any) -> bool:
 
 
 
+def append_rows(buffer: np.ndarray | None, used: int, block: np.ndarray) -> np.ndarray:
+    """``block``'s rows written after the first ``used`` rows of ``buffer``; returns the buffer
+    (the same one, or a new one of twice the size, at least 1,024 rows, holding the first
+    ``used`` rows), whose first ``used + len(block)`` rows are the result.
+
+    Fitted state that grows with the store between queries (sentence or token vectors) is
+    appended this way: stacking the old rows and the new ones each time would copy every row
+    again on every write, a cost in the square of the store's size.
+    """
+    end = used + len(block)
+    if buffer is None or buffer.shape[1:] != block.shape[1:] or buffer.dtype != block.dtype:
+        grown = np.empty((max(end, 1024), *block.shape[1:]), dtype=block.dtype)
+        if used:
+            if buffer is None:
+                raise ValueError("append_rows: rows are in use but there is no buffer")
+            grown[:used] = buffer[:used]
+        buffer = grown
+    elif end > len(buffer):
+        grown = np.empty((max(end, 2 * len(buffer)), *buffer.shape[1:]), dtype=buffer.dtype)
+        grown[:used] = buffer[:used]
+        buffer = grown
+    buffer[used:end] = block
+    return buffer
+
+
 _EMPTY: dict[tuple[tuple[str, Any], ...], pl.DataFrame] = {}
 
 

@@ -31,6 +31,7 @@ import polars as pl
 from memlab.stages.base import (
     QueryContext,
     Stage,
+    append_rows,
     candidates_from_rows,
     empty_candidates,
     register_stage,
@@ -65,6 +66,7 @@ class MaxP(Stage):
     Attributes:
         passages_: Unit-length sentence vectors of every store row seen, row by row (float32).
         starts_: Index in ``passages_`` of each store row's first sentence.
+        buffer_: The memory ``passages_`` is a view of (it doubles when full).
         n_rows_: Store rows whose sentences are embedded.
     """
 
@@ -124,7 +126,9 @@ class MaxP(Stage):
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
             offset = len(self.passages_)
             starts = offset + np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-            self.passages_ = vectors if offset == 0 else np.vstack([self.passages_, vectors])
+            buf = getattr(self, "buffer_", None) if offset else None
+            self.buffer_ = append_rows(buf, offset, vectors)
+            self.passages_ = self.buffer_[: offset + len(vectors)]
             self.starts_ = np.concatenate([self.starts_, starts])
             self.n_rows_ = n
         return self.passages_, self.starts_

@@ -39,6 +39,7 @@ from memlab.embed.tokens import token_embeddings
 from memlab.stages.base import (
     QueryContext,
     Stage,
+    append_rows,
     frame_rows,
     register_stage,
     rerank,
@@ -92,6 +93,7 @@ class MaxSim(Stage):
 
     Attributes:
         tokens_: Token vectors of every store row seen, row after row (float16).
+        buffer_: The memory ``tokens_`` is a view of (it doubles when full).
         starts_: Index in ``tokens_`` of each store row's first token.
         lengths_: Number of tokens of each store row.
         n_rows_: Store rows whose tokens are embedded.
@@ -144,7 +146,9 @@ class MaxSim(Stage):
             block = np.concatenate(mats).astype(np.float16)
             offset = len(self.tokens_)
             starts = offset + np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-            self.tokens_ = block if offset == 0 else np.vstack([self.tokens_, block])
+            buf = getattr(self, "buffer_", None) if offset else None
+            self.buffer_ = append_rows(buf, offset, block)
+            self.tokens_ = self.buffer_[: offset + len(block)]
             self.starts_ = np.concatenate([self.starts_, starts])
             self.lengths_ = np.concatenate([self.lengths_, lengths])
             self.n_rows_ = n
