@@ -25,6 +25,7 @@ import hashlib
 import os
 import re
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,6 +81,7 @@ class CachedEmbedder:
             of a text embedded in the same call).
         misses_: Number of distinct texts passed to the wrapped embedder.
         memo_: The vectors kept in memory, by text digest.
+        conns_: Each thread's open connection to the database.
     """
 
     def __init__(
@@ -133,18 +135,21 @@ class CachedEmbedder:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection to :attr:`db_path`, opened (tables created, model checked)
+        on first use and kept: opening one per call cost a millisecond per query embedded."""
         path = self.db_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        ready = self.__dict__.get("ready_") == str(path) and path.exists()
-        conn = sqlite3.connect(path, timeout=self.lock_timeout, isolation_level=None)
-        if ready:
-            # Tables and model checked by an earlier connection of this embedder.
-            try:
-                conn.execute("PRAGMA synchronous=NORMAL")
-                yield conn
-            finally:
-                conn.close()
+        local = self.__dict__.get("conns_")
+        if local is None:
+            local = self.conns_ = threading.local()
+        conn = getattr(local, "conn", None)
+        if conn is not None and local.path == str(path) and path.exists():
+            yield conn
             return
+        if conn is not None:  # another directory, or the file was removed
+            conn.close()
+            local.conn = None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=self.lock_timeout, isolation_level=None)
         try:
             conn.execute(f"PRAGMA page_size={_PAGE_SIZE}")  # only applies to a new file
             conn.execute("PRAGMA journal_mode=WAL")
@@ -166,10 +171,23 @@ class CachedEmbedder:
                         f"{path}: meta field {field!r} is {stored.get(field)!r}, expected "
                         f"{value!r}; this cache belongs to another model or format"
                     )
-            self.ready_ = str(path)
-            yield conn
-        finally:
+        except BaseException:
             conn.close()
+            raise
+        local.conn, local.path = conn, str(path)
+        yield conn
+
+    def close(self) -> None:
+        """Close this thread's connection (the next call opens a new one)."""
+        local = self.__dict__.get("conns_")
+        conn = getattr(local, "conn", None)
+        if conn is not None:
+            conn.close()
+            local.conn = None
+
+    def __getstate__(self) -> dict[str, object]:
+        # Connections stay with the process and thread that opened them.
+        return {k: v for k, v in self.__dict__.items() if k != "conns_"}
 
     def _lookup(self, conn: sqlite3.Connection, keys: list[bytes]) -> dict[bytes, np.ndarray]:
         found: dict[bytes, np.ndarray] = {}
