@@ -209,3 +209,13 @@ def test_auto_backend_switches_at_ann_min_rows(now) -> None:
     exact = Dense(top_k=5, backend="exact").transform(empty_candidates(), ctx)
     assert len(set(out["mem_id"]) & set(exact["mem_id"])) >= 4
 
+
+
+def test_fit_builds_the_usearch_graph_only_when_queries_will_use_it(now) -> None:
+    from memlab.stages import dense as dense_module
+
+    store, _ = _random_store(300, now, seed=2)
+    Dense().fit(store)  # auto, 300 < 200,000: exact search, nothing to build
+    assert store.vectors not in dense_module._ANN
+    Dense(ann_min_rows=300).fit(store)
+    assert len(dense_module._ANN[store.vectors]) == 300

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import polars as pl
@@ -42,6 +42,9 @@ from memlab.stages.base import (
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real, SequenceOf
+
+if TYPE_CHECKING:
+    from memlab.memory.store import MemoryStore
 
 DenseBackend = Callable[[QueryContext, np.ndarray, int | None], tuple[np.ndarray, np.ndarray]]
 """``(ctx, query vector, top_k) -> (store rows, cosine similarities)`` (at least the top_k)."""
@@ -213,10 +216,20 @@ class Dense(Stage):
         self.mask_entity_types = mask_entity_types
         self.ann_min_rows = ann_min_rows
 
+    def _backend(self, store: MemoryStore) -> str:
+        if self.backend == "auto":
+            return "usearch" if len(store) >= self.ann_min_rows else "exact"
+        return self.backend
+
+    def fit(self, store: MemoryStore, **kwargs: Any) -> Dense:
+        """Build the usearch graph now when queries on ``store`` will use it (otherwise the
+        first query builds it: minutes at a million memories)."""
+        if self._backend(store) == "usearch" and len(store) and store.vectors.dim is not None:
+            ann_index(store.vectors)
+        return self
+
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
-        backend = self.backend
-        if backend == "auto":
-            backend = "usearch" if len(ctx.store) >= self.ann_min_rows else "exact"
+        backend = self._backend(ctx.store)
         try:
             search = DENSE_BACKENDS.lookup(backend)
         except ValueError as error:
