@@ -234,14 +234,13 @@ class CachedEmbedder:
         found = {k: memo[k] for k in first if k in memo}
         missing: list[bytes] = []
         if len(found) < len(first):
-            found.update(self._read_or_embed([k for k in first if k not in found], first, items))
-            missing = self.last_embedded_
-            for k in (k for k in first if k not in memo):
-                if self.memo_size == 0:
-                    break
+            wanted = {k: items[i] for k, i in first.items() if k not in found}
+            read, missing = self._read_or_embed(wanted)
+            found.update(read)
+            for k in read if self.memo_size else ():
                 if len(memo) >= self.memo_size:
                     del memo[next(iter(memo))]
-                memo[k] = found[k]
+                memo[k] = read[k]
         self.misses_ += len(missing)
         self.hits_ += len(items) - len(missing)
         out = np.empty((len(items), dim), dtype=np.float32)
@@ -250,17 +249,17 @@ class CachedEmbedder:
         return out
 
     def _read_or_embed(
-        self, keys: list[bytes], first: dict[bytes, int], items: list[str]
-    ) -> dict[bytes, np.ndarray]:
-        """The vectors of ``keys`` from the database, embedding (and storing) those it lacks;
-        the keys embedded are left in ``last_embedded_``."""
+        self, wanted: dict[bytes, str]
+    ) -> tuple[dict[bytes, np.ndarray], list[bytes]]:
+        """The vectors of ``wanted`` (digest → text) from the database, embedding (and storing)
+        those it lacks; returns them and the digests that were embedded."""
         dim = self.dim
         with self._connect() as conn:
-            found = self._lookup(conn, keys)
-            missing = [key for key in keys if key not in found]
+            found = self._lookup(conn, list(wanted))
+            missing = [key for key in wanted if key not in found]
             for start in range(0, len(missing), self.chunk_size):
                 part = missing[start : start + self.chunk_size]
-                vectors = np.asarray(self.embedder.embed([items[first[k]] for k in part]))
+                vectors = np.asarray(self.embedder.embed([wanted[k] for k in part]))
                 if vectors.shape != (len(part), dim):
                     raise ValueError(
                         f"embedder {self.model_id!r} returned shape {vectors.shape}, "
@@ -279,8 +278,7 @@ class CachedEmbedder:
                     raise
                 for j, k in enumerate(part):
                     found[k] = vectors[j]
-        self.last_embedded_ = missing
-        return found
+        return found, missing
 
     def size(self) -> int:
         """Return the number of vectors stored for this model and namespace."""

@@ -562,13 +562,22 @@ def empty_candidates(extra: dict[str, pl.DataType] | None = None) -> pl.DataFram
     retriever that finds nothing more than its search).
     """
     key = tuple((extra or {}).items())
-    try:
-        template = _EMPTY.get(key)
-    except TypeError:  # an unhashable dtype: build it every time
-        return pl.DataFrame(schema={**CANDIDATE_SCHEMA, **(extra or {})})
+    template = _EMPTY.get(key)
     if template is None:
         template = _EMPTY[key] = pl.DataFrame(schema={**CANDIDATE_SCHEMA, **(extra or {})})
     return template.clone()
+
+
+def ranked_head(
+    frame: pl.DataFrame, ctx: QueryContext, top_n: int
+) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
+    """The start of a stage that re-scores its ``top_n`` leading candidates (and ends with
+    :func:`rescore_head`): ``frame`` in rank order (:func:`rerank`), the store row of each of
+    its candidates, and the incoming scores of the head (float64, at most ``top_n``)."""
+    frame = rerank(frame, store=ctx.store)
+    rows = frame_rows(frame, ctx)
+    head = frame["score"].to_numpy().astype(np.float64)[:top_n]
+    return frame, rows, head
 
 
 def rescore_head(
@@ -637,9 +646,8 @@ def rerank(
         frame.replace_column(frame.get_column_index("score"), score.cast(pl.Float64).alias("score"))
     rows = frame.get_column(ROW_COLUMN) if ROW_COLUMN in frame.columns else None
     if store is not None and rows is not None and rows.null_count() == 0:
-        values = frame.get_column("score").to_numpy()
-        order = np.lexsort((store.id_sort_keys(rows.to_numpy()), -values))
-        out = frame[pl.Series(order if top_k is None else order[:top_k])]
+        order = rank_order(store, rows.to_numpy(), frame.get_column("score").to_numpy(), top_k)
+        out = frame[pl.Series(order)]
     else:
         out = frame.sort(["score", "mem_id"], descending=[True, False], nulls_last=True)
         if top_k is not None:
@@ -711,7 +719,7 @@ def ranked_frame(
         if top_k is not None:
             raise ValueError("ranked_frame: candidates given in rank order are already cut")
     else:
-        order = rank_order(ctx, rows, scores, top_k)
+        order = rank_order(ctx.store, rows, scores, top_k)
         rows, scores = rows[order], scores[order]
     m = len(rows)
     if ids is None:
@@ -735,11 +743,12 @@ def ranked_frame(
 
 
 def rank_order(
-    ctx: QueryContext, rows: np.ndarray, scores: np.ndarray, top_k: int | None = None
+    store: MemoryStore, rows: np.ndarray, scores: np.ndarray, top_k: int | None = None
 ) -> np.ndarray:
-    """Positions of the candidates in rank order: ``scores`` descending, NaN last, ties by
-    memory id (as :func:`rerank`), the first ``top_k`` only."""
-    order = np.lexsort((ctx.store.id_sort_keys(rows), -np.asarray(scores, dtype=np.float64)))
+    """Positions of the candidates (store ``rows``) in rank order: ``scores`` descending, NaN
+    last, ties by memory id, the first ``top_k`` only. Every ranking of the package follows it
+    (:func:`rerank`, :func:`ranked_frame`, fusion, the re-ranking stages)."""
+    order = np.lexsort((store.id_sort_keys(rows), -np.asarray(scores, dtype=np.float64)))
     return order if top_k is None else order[:top_k]
 
 
@@ -997,7 +1006,7 @@ class FusionStage(Stage):
             columns.update(lists.carried(frames, skip=(name,)))
             return ranked_frame(ctx, None, fused, columns, top_k=top_k, ids=lists.union_ids)
         # The order first, so every column is built once, in it.
-        order = rank_order(ctx, lists.rows, fused, top_k)
+        order = rank_order(ctx.store, lists.rows, fused, top_k)
         columns = {name: fused[order]}
         columns.update(lists.carried(frames, skip=(name,), order=order))
         ids = None if lists.union_ids is None else lists.union_ids[order]

@@ -37,9 +37,8 @@ from memlab.memory.records import ENTITY_ROLES
 from memlab.stages.base import (
     QueryContext,
     Stage,
-    frame_rows,
+    ranked_head,
     register_stage,
-    rerank,
     rescore_head,
     score_column,
 )
@@ -162,11 +161,9 @@ class ClusterSmoothing(Stage):
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         if frame.height == 0:
             return frame
-        frame = rerank(frame, store=ctx.store)
-        rows = frame_rows(frame, ctx)
-        incoming = frame["score"].to_numpy().astype(np.float64)
-        n = min(self.top_n, frame.height)
-        scaled = minmax(incoming[:n])
+        frame, rows, head_scores = ranked_head(frame, ctx, self.top_n)
+        n = len(head_scores)
+        scaled = minmax(head_scores)
         session, entity = self.evidence(rows[:n], scaled, ctx)
         new = scaled + self.session_weight * session + self.entity_weight * entity
         return rescore_head(

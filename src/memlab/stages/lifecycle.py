@@ -33,6 +33,7 @@ from memlab.stages.base import (
     QueryContext,
     Stage,
     frame_rows,
+    rank_order,
     register_stage,
     rerank,
     score_column,
@@ -135,8 +136,8 @@ class Lifecycle(Stage):
                 ]
             )
             return rerank(out, by="effective_score", store=store)
-        # rerank's order (effective score descending, NaN last, ties by id) with one gather
-        order = np.lexsort((store.id_sort_keys(rows), -effective))
+        # the package's rank order (effective score descending, NaN last, ties by id), one gather
+        order = rank_order(store, rows, effective)
         effective, factor = effective[order], factor[order]
         out = frame[pl.Series(kept[order])]
         stale = [name for name in added if name in out.columns]

@@ -40,9 +40,8 @@ from memlab.stages.base import (
     QueryContext,
     Stage,
     append_rows,
-    frame_rows,
+    ranked_head,
     register_stage,
-    rerank,
     rescore_head,
     score_column,
 )
@@ -178,11 +177,9 @@ class MaxSim(Stage):
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         if frame.height == 0:
             return frame
-        frame = rerank(frame, store=ctx.store)
-        rows = frame_rows(frame, ctx)
-        incoming = frame["score"].to_numpy().astype(np.float64)
-        n = min(self.top_n, frame.height)
+        frame, rows, head_scores = ranked_head(frame, ctx, self.top_n)
+        n = len(head_scores)
         head = rows[:n]
         sim = self.scores(head, ctx)
-        new = zscore(incoming[:n]) + self.weight * zscore(sim)
+        new = zscore(head_scores) + self.weight * zscore(sim)
         return rescore_head(frame, ctx, rows, new, {"maxsim_score": sim})

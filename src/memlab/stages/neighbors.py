@@ -141,7 +141,7 @@ class Neighbors(Stage):
         every = np.concatenate([rows, new_rows])
         final = np.concatenate([score[rows] + self.weight * inherited[rows],
                                 self.weight * inherited[new_rows]])
-        order = rank_order(ctx, every, final, self.top_k)
+        order = rank_order(store, every, final, self.top_k)
         out = frame.gather(pl.Series(order), null_on_oob=True)  # added rows: past the end
         ranked = every[order]
         m = len(order)

@@ -26,9 +26,8 @@ import polars as pl
 from memlab.stages.base import (
     QueryContext,
     Stage,
-    frame_rows,
+    ranked_head,
     register_stage,
-    rerank,
     rescore_head,
     score_column,
 )
@@ -88,10 +87,8 @@ class Rocchio(Stage):
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         if frame.height == 0:
             return frame
-        frame = rerank(frame, store=ctx.store)
-        rows = frame_rows(frame, ctx)
-        incoming = frame["score"].to_numpy().astype(np.float64)
-        n = min(self.top_n, frame.height)
+        frame, rows, head_scores = ranked_head(frame, ctx, self.top_n)
+        n = len(head_scores)
         store = ctx.store
         vecs = store.vectors.matrix[rows[:n]].astype(np.float64)
         vecs *= store.vectors.present[rows[:n], None]
@@ -100,5 +97,5 @@ class Rocchio(Stage):
         q = expanded_query(ctx.vector(mask_entity_types=self.mask_entity_types),
                            vecs[: self.feedback], self.beta)
         cos = vecs @ q
-        new = zscore(incoming[:n]) + self.weight * zscore(cos)
+        new = zscore(head_scores) + self.weight * zscore(cos)
         return rescore_head(frame, ctx, rows, new, {"rocchio_score": cos})

@@ -31,9 +31,8 @@ from memlab.memory.records import ENTITY_ROLES
 from memlab.stages.base import (
     QueryContext,
     Stage,
-    frame_rows,
+    ranked_head,
     register_stage,
-    rerank,
     rescore_head,
     score_column,
 )
@@ -119,9 +118,7 @@ class ScoreRegularization(Stage):
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         if frame.height == 0:
             return frame
-        frame = rerank(frame, store=ctx.store)
-        rows = frame_rows(frame, ctx)
-        incoming = frame["score"].to_numpy().astype(np.float64)
-        n = min(self.top_n, frame.height)
-        f = regularize(minmax(incoming[:n]), self.affinity(rows[:n], ctx), self.alpha)
+        frame, rows, head_scores = ranked_head(frame, ctx, self.top_n)
+        n = len(head_scores)
+        f = regularize(minmax(head_scores), self.affinity(rows[:n], ctx), self.alpha)
         return rescore_head(frame, ctx, rows, f, {"regularized_score": f})
