@@ -43,6 +43,7 @@ from memlab.datasets.format import Query
 from memlab.eval.experiment import fit_learned_stages, score_rankings, split_queries
 from memlab.eval.replay import Replayer
 from memlab.eval.stats import paired_test, per_tag
+from memlab.fastframe import i64_series, take_rows
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Parallel, Pipeline
 from memlab.stages.base import (
@@ -377,9 +378,9 @@ class Memo(Stage):
         cut = (top_k, keep.tobytes())
         out = cuts.get(cut)
         if out is None:
-            out = full[keep]
+            out = take_rows(full, keep)
             out.replace_column(out.get_column_index("rank"),
-                               pl.Series("rank", np.arange(1, out.height + 1, dtype=np.int64)))
+                               i64_series("rank", np.arange(1, out.height + 1, dtype=np.int64)))
             cuts[cut] = out
             self.cache[("fingerprint", id(out))] = (out, None)
         if out.height == 0:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from memlab.fastframe import take
 from memlab.memory.records import (
     GLOBAL_CLIENT,
     MemoryRecord,
@@ -121,7 +122,7 @@ class ColumnIndex:
     def ids_at(self, rows: np.ndarray) -> pl.Series:
         """Memory ids of store rows (``int64``, each ``0 <= row < len(store)``; not checked) as
         a ``String`` Series named ``mem_id``: one gather from :meth:`id_column`."""
-        return self.id_column()[np.asarray(rows, dtype=np.int64)]
+        return take(self.id_column(), rows)
 
     def id_column(self) -> pl.Series:
         """Every memory id in row order as a polars ``String`` Series named ``mem_id``.

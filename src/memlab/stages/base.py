@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, Union
 import numpy as np
 import polars as pl
 
+from memlab.fastframe import f64_series, i64_series, take, take_rows
 from memlab.registry import Registry
 from memlab.stages.constraints import validate_params
 
@@ -647,14 +648,13 @@ def rerank(
     rows = frame.get_column(ROW_COLUMN) if ROW_COLUMN in frame.columns else None
     if store is not None and rows is not None and rows.null_count() == 0:
         order = rank_order(store, rows.to_numpy(), frame.get_column("score").to_numpy(), top_k)
-        out = frame[pl.Series(order)]
+        out = take_rows(frame, order)
     else:
         out = frame.sort(["score", "mem_id"], descending=[True, False], nulls_last=True)
         if top_k is not None:
             out = out.head(top_k)
-    out.replace_column(
-        out.get_column_index("rank"), pl.Series("rank", np.arange(1, out.height + 1))
-    )
+    rank = i64_series("rank", np.arange(1, out.height + 1))
+    out.replace_column(out.get_column_index("rank"), rank)
     return out
 
 
@@ -725,20 +725,22 @@ def ranked_frame(
     if ids is None:
         ids = ctx.store.ids_at(rows)
     elif order is not None:
-        ids = ids[order]
+        ids = take(ids, order)
     series = [
         constant_column("qid", ctx.qid, m),
         ids.alias("mem_id"),
-        pl.Series("score", scores, dtype=pl.Float64),
-        pl.Series("rank", np.arange(1, m + 1, dtype=np.int64)),
-        pl.Series(ROW_COLUMN, rows),
+        f64_series("score", scores),
+        i64_series("rank", np.arange(1, m + 1, dtype=np.int64)),
+        i64_series(ROW_COLUMN, rows),
     ]
     for name, values in (columns or {}).items():
         if isinstance(values, pl.Series):
-            series.append((values if order is None else values[order]).alias(name))
+            series.append((values if order is None else take(values, order)).alias(name))
         else:
             arr = np.asarray(values)
-            series.append(pl.Series(name, arr if order is None else arr[order]))
+            arr = arr if order is None else arr[order]
+            series.append(f64_series(name, arr) if arr.dtype == np.float64
+                          else pl.Series(name, arr))
     return pl.DataFrame(series)
 
 
@@ -777,9 +779,8 @@ def candidates_from_rows(
     """
     scores = np.asarray(scores, dtype=np.float64)
     dtype = STAGE_COLUMNS.get(column, pl.Float64())
-    return ranked_frame(
-        ctx, rows, scores, {column: pl.Series(column, scores, dtype=dtype)}, top_k=top_k
-    )
+    values = (scores if dtype == pl.Float64() else pl.Series(column, scores, dtype=dtype))
+    return ranked_frame(ctx, rows, scores, {column: values}, top_k=top_k)
 
 
 def check_frame(
@@ -935,7 +936,7 @@ class FusedLists:
         """The stage columns of the input frames on the union: each candidate takes the first
         non-null value in list order; with ``order``, only the candidates at those positions
         of the union, in that order."""
-        take = slice(None) if order is None else order
+        at_order = slice(None) if order is None else order
         names: dict[str, None] = {}
         for f in frames:
             for c in f.columns:
@@ -956,7 +957,7 @@ class FusedLists:
                         col = f.get_column(name).to_numpy().astype(np.float64, copy=False)
                         ok = ~np.isnan(col)
                         values[pos[ok]] = col[ok]
-                out[name] = pl.Series(name, values[take], dtype=pl.Float64, nan_to_null=True)
+                out[name] = pl.Series(name, values[at_order], dtype=pl.Float64, nan_to_null=True)
                 continue
             src = np.full(self.size, -1, dtype=np.int64)
             pieces, offset = [], 0
@@ -973,7 +974,7 @@ class FusedLists:
                 offset += f.height
             pieces.append(pl.Series(name, [None], dtype=dtype))
             values = pl.concat(pieces, rechunk=True)
-            out[name] = values[np.where(src < 0, offset, src)[take]].alias(name)
+            out[name] = take(values, np.where(src < 0, offset, src)[at_order]).alias(name)
         return out
 
 
