@@ -701,7 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_generations_record)
 
-    from memlab.eval.tune import add_commands as add_tune
+    from memlab.eval.commands import add_tune_command as add_tune
 
     add_tune(sub)
 

@@ -126,3 +126,23 @@ def test_killed_writer_loses_no_acknowledged_write(tmp_path):
         for i in range(acked):
             assert f"m{i:06d}" in store
         assert store.check() == []
+
+
+def test_payloads_read_back_equal_including_what_orjson_refuses(tmp_path):
+    """Payloads are written by orjson, or by the standard library for what orjson refuses
+    (an integer past 64 bits); every record reopens field for field as it was."""
+    with MemoryStore(tmp_path / "s", chroma=False) as store:
+        plain = store.store("Zoë deploys to eu-west-1 at 0.5 ms p50", "fact", key="deploy",
+                            metadata={"ratio": 1e-05, "big": 1e16, "nested": {"a": [1, None]}},
+                            now=T0 + 0.125, confidence=0.3, embedding=unit(0))
+        huge = store.store("a counter past 64 bits", metadata={"n": 2**70}, now=T0,
+                           embedding=unit(1))
+        store.touch([plain.id], now=T0 + 7.25)
+        before = [store.get(i).to_payload() for i in (plain.id, huge.id)]
+        history = store.history(huge.id)["payload"].to_list()
+    assert '"n": 1180591620717411303424' in history[0]  # the standard library's layout
+    with MemoryStore(tmp_path / "s", chroma=False) as again:
+        assert [again.get(i).to_payload() for i in (plain.id, huge.id)] == before
+        assert again.get(huge.id).metadata["n"] == 2**70
+        assert again.get(plain.id).metadata["ratio"] == 1e-05
+        assert again.get(plain.id).last_accessed_at == T0 + 7.25

@@ -1,10 +1,17 @@
-"""The ``export`` and ``compare`` subcommands of the ``memlab`` command line."""
+"""The ``export``, ``compare`` and ``tune`` subcommands of the ``memlab`` command line.
+
+Light to import: each command loads what it runs when it runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+
+#: Optuna samplers ``memlab tune`` offers.
+SAMPLERS = ("tpe", "random")
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -91,3 +98,60 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--show", type=nonnegative_int, default=20, help="changed queries to list")
     p.add_argument("--out", help="also write the tables as CSV into this directory")
     p.set_defaults(func=cmd_compare)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """``memlab tune``: run or continue a study; print the best trial and its held-out score."""
+    from memlab.cli import CLIError, _embedder, _generator, _load_dataset, _replay_config
+    from memlab.eval.tune import parse_space, run_tune
+
+    space = parse_space(args.space or [])
+    if not space:
+        raise CLIError("give at least one --space stage__param=int:lo:hi")
+    ds = _load_dataset(args.dataset)
+    out = args.out or f"reports/tune-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    res = run_tune(
+        ds, args.pipeline, space, trials=args.trials, metric=args.metric, seed=args.seed,
+        split_by=args.split_by, sampler=args.sampler, storage=args.storage,
+        study_name=args.study_name, out=out,
+        embedder=_embedder(args.embedder, not args.no_cache),
+        generator=_generator(args.generator, ds), replay=_replay_config(args, ds),
+        progress="lines" if args.quiet else None,
+    )
+    row = res.tests.row(0, named=True) if res.tests.height else {}
+    print(f"best on train ({res.trials.height} trials): {res.best_params}")
+    print(
+        f"{res.metric}: train {res.best_train:.4f}, held-out {res.best_test:.4f} "
+        f"(defaults held-out {res.defaults_test:.4f}, p_t {row.get('p_t', float('nan')):.3g})"
+    )
+    print(f"wrote {res.out}")
+    return 0
+
+
+def add_tune_command(sub: argparse._SubParsersAction) -> None:
+    """Register ``memlab tune`` on the CLI's subparsers (the study's modules load when it runs)."""
+    p = sub.add_parser("tune", help="Optuna study over pipeline constants (TPE)")
+    p.add_argument("dataset")
+    p.add_argument("--pipeline", required=True)
+    p.add_argument(
+        "--space", action="append",
+        help="stage__param=int:lo:hi[:log] | float:lo:hi[:log] | cat:a,b (repeatable)",
+    )
+    p.add_argument("--trials", type=int, default=100, help="trials to add (default: 100)")
+    p.add_argument("--metric", default="R_all@10")
+    p.add_argument("--sampler", choices=SAMPLERS, default="tpe")
+    p.add_argument("--storage", help="Optuna RDB URL (default: sqlite:///OUT/study.db)")
+    p.add_argument("--study-name", help="study name in the storage (default: PIPELINE-METRIC)")
+    p.add_argument("--split-by", choices=("query", "client"), default="query")
+    p.add_argument("--out", help="output directory (default: reports/tune-<timestamp>)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split and the sampler")
+    p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
+    p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+    p.add_argument("--generator", default=None, help="generator for HyDE")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bars; one line per step on stderr"
+    )
+    from memlab.cli import add_replay_options
+
+    add_replay_options(p)
+    p.set_defaults(func=cmd_tune)

@@ -30,6 +30,7 @@ import altair as alt
 import polars as pl
 
 from memlab.datasets.format import Dataset, load_dataset
+from memlab.eval.commands import SAMPLERS
 from memlab.eval.experiment import (
     DEFAULT_METRICS,
     check_metrics,
@@ -47,8 +48,6 @@ from memlab.eval.stats import compare
 from memlab.eval.sweep import _parse_value, dataset_entry, higher_is_better
 from memlab.io import atomic_write_text
 from memlab.pipeline import Pipeline, load_pipeline
-
-SAMPLERS = ("tpe", "random")
 
 
 def parse_space(expressions: Sequence[str]) -> dict[str, Any]:
@@ -403,59 +402,3 @@ def write_tune(res: TuneResult, study: Any, out: Path) -> Path:
     if clean:
         save_chart(importance_chart(clean), out / "importance")
     return out.resolve()
-
-
-def cmd_tune(args: Any) -> int:
-    """``memlab tune``: run or continue a study; print the best trial and its held-out score."""
-    from memlab.cli import CLIError, _embedder, _generator, _load_dataset, _replay_config
-
-    space = parse_space(args.space or [])
-    if not space:
-        raise CLIError("give at least one --space stage__param=int:lo:hi")
-    ds = _load_dataset(args.dataset)
-    out = args.out or f"reports/tune-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
-    res = run_tune(
-        ds, args.pipeline, space, trials=args.trials, metric=args.metric, seed=args.seed,
-        split_by=args.split_by, sampler=args.sampler, storage=args.storage,
-        study_name=args.study_name, out=out,
-        embedder=_embedder(args.embedder, not args.no_cache),
-        generator=_generator(args.generator, ds), replay=_replay_config(args, ds),
-        progress="lines" if args.quiet else None,
-    )
-    row = res.tests.row(0, named=True) if res.tests.height else {}
-    print(f"best on train ({res.trials.height} trials): {res.best_params}")
-    print(
-        f"{res.metric}: train {res.best_train:.4f}, held-out {res.best_test:.4f} "
-        f"(defaults held-out {res.defaults_test:.4f}, p_t {row.get('p_t', float('nan')):.3g})"
-    )
-    print(f"wrote {res.out}")
-    return 0
-
-
-def add_commands(sub: Any) -> None:
-    """Register ``memlab tune`` on the CLI's subparsers."""
-    p = sub.add_parser("tune", help="Optuna study over pipeline constants (TPE)")
-    p.add_argument("dataset")
-    p.add_argument("--pipeline", required=True)
-    p.add_argument(
-        "--space", action="append",
-        help="stage__param=int:lo:hi[:log] | float:lo:hi[:log] | cat:a,b (repeatable)",
-    )
-    p.add_argument("--trials", type=int, default=100, help="trials to add (default: 100)")
-    p.add_argument("--metric", default="R_all@10")
-    p.add_argument("--sampler", choices=SAMPLERS, default="tpe")
-    p.add_argument("--storage", help="Optuna RDB URL (default: sqlite:///OUT/study.db)")
-    p.add_argument("--study-name", help="study name in the storage (default: PIPELINE-METRIC)")
-    p.add_argument("--split-by", choices=("query", "client"), default="query")
-    p.add_argument("--out", help="output directory (default: reports/tune-<timestamp>)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the split and the sampler")
-    p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
-    p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
-    p.add_argument("--generator", default=None, help="generator for HyDE")
-    p.add_argument(
-        "--quiet", action="store_true", help="no progress bars; one line per step on stderr"
-    )
-    from memlab.cli import add_replay_options
-
-    add_replay_options(p)
-    p.set_defaults(func=cmd_tune)
