@@ -333,3 +333,29 @@ def test_wins_and_losses_flip_for_a_lower_is_better_metric() -> None:
     assert (row["wins"], row["losses"]) == (1, 1)
     got = wins_losses(frame, "base", "tokens@10")
     assert got.get_column("outcome").to_list() == ["win", "loss"]
+
+
+def test_permutation_draws_its_signs_once_per_query_count(monkeypatch):
+    """The sign matrices depend on (n, resamples, seed) only: kept, they give the very p-value
+    a fresh draw gives, for any pair of systems; too large to keep, they are drawn anew."""
+    from memlab.eval import stats
+
+    rng = np.random.default_rng(3)
+    a, b, c = (rng.random(80) for _ in range(3))
+    stats._SIGN_CACHE.clear()
+    first = [paired_test(x, y, test="permutation", n_resamples=2_000, seed=5)
+             for x, y in ((a, b), (a, c))]
+    assert list(stats._SIGN_CACHE) == [(80, 2_000, 5)]
+    again = [paired_test(x, y, test="permutation", n_resamples=2_000, seed=5)
+             for x, y in ((a, b), (a, c))]
+    monkeypatch.setattr(stats, "_SIGN_CACHE_BYTES", 0)
+    stats._SIGN_CACHE.clear()
+    fresh = [paired_test(x, y, test="permutation", n_resamples=2_000, seed=5)
+             for x, y in ((a, b), (a, c))]
+    assert stats._SIGN_CACHE == {}
+    assert first == again == fresh
+    # the p-value by hand: (1 + hits) / (1 + resamples) over the same draws
+    d = a - b
+    signs = np.where(np.random.default_rng(5).random((2_000, 80)) < 0.5, -1.0, 1.0)
+    hits = np.count_nonzero(np.abs(signs @ d) >= abs(d.sum()) * (1 - 1e-9))
+    assert first[0] == (1 + hits) / (1 + 2_000)

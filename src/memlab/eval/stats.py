@@ -20,9 +20,10 @@ and Hochberg 1995) and ``none``.
 
 from __future__ import annotations
 
+import collections
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -127,6 +128,47 @@ def _wilcoxon_sign_flips(d: np.ndarray) -> float | None:
     return float(np.clip(min(less, greater) * 2, 0.0, 1.0))
 
 
+def _sign_chunks(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """The random sign matrices of the sign-flip test, in chunks of about a million signs.
+
+    They depend on ``(n, n_resamples, seed)`` only, so every test on the same number of
+    queries draws the same ones: the last few sets (up to :data:`_SIGN_CACHE_BYTES` each) are
+    kept, so a report's hundreds of tests (pipelines × metrics × tags) draw them once.
+    """
+    key = (n, n_resamples, seed)
+    hit = _SIGN_CACHE.get(key)
+    if hit is not None:
+        _SIGN_CACHE.move_to_end(key)
+        yield from hit
+        return
+    keep = n * n_resamples * 8 <= _SIGN_CACHE_BYTES
+    chunks: list[np.ndarray] = []
+    rng = np.random.default_rng(seed)
+    chunk = max(1, 1_000_000 // n)
+    done = 0
+    while done < n_resamples:
+        size = min(chunk, n_resamples - done)
+        signs = np.where(rng.random((size, n)) < 0.5, -1.0, 1.0)
+        if keep:
+            signs.flags.writeable = False
+            chunks.append(signs)
+        yield signs
+        done += size
+    if keep:
+        _SIGN_CACHE[key] = tuple(chunks)
+        while len(_SIGN_CACHE) > _SIGN_CACHE_SIZE:
+            _SIGN_CACHE.popitem(last=False)
+
+
+#: Sign matrices kept by :func:`_sign_chunks` (most recent last), at most this many sets of
+#: at most this many bytes each.
+_SIGN_CACHE: collections.OrderedDict[tuple[int, int, int], tuple[np.ndarray, ...]] = (
+    collections.OrderedDict()
+)
+_SIGN_CACHE_SIZE = 4
+_SIGN_CACHE_BYTES = 128 * 2**20
+
+
 @register_test("permutation")
 def _permutation(a: np.ndarray, b: np.ndarray, *, n_resamples: int, seed: int) -> float:
     """Sign-flip randomisation test on the sum of differences (two-sided)."""
@@ -138,15 +180,9 @@ def _permutation(a: np.ndarray, b: np.ndarray, *, n_resamples: int, seed: int) -
         bits = (np.arange(2**n, dtype=np.int64)[:, None] >> np.arange(n, dtype=np.int64)) & 1
         sums = (1.0 - 2.0 * bits) @ d
         return float(np.count_nonzero(np.abs(sums) >= threshold) / 2**n)
-    rng = np.random.default_rng(seed)
-    chunk = max(1, 1_000_000 // n)
     hits = 0
-    done = 0
-    while done < n_resamples:
-        size = min(chunk, n_resamples - done)
-        signs = np.where(rng.random((size, n)) < 0.5, -1.0, 1.0)
+    for signs in _sign_chunks(n, n_resamples, seed):
         hits += int(np.count_nonzero(np.abs(signs @ d) >= threshold))
-        done += size
     return (1.0 + hits) / (1.0 + n_resamples)
 
 
