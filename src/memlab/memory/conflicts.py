@@ -276,7 +276,7 @@ def contradiction_candidates(
     rows = np.flatnonzero(mask)
     if len(rows) == 0:
         return []
-    sims = store.vectors.similarities(np.asarray(vec))[rows]
+    sims = store.vectors.similarities(np.asarray(vec), wanted=mask)[rows]
     keep = sims >= threshold
     rows, sims = rows[keep], sims[keep]
     scope = getattr(rec, "scope", None)

@@ -268,7 +268,7 @@ class Consolidator:
         if vec is None and store.embedder is not None:
             vec = store.embedder.embed([scrubbed])[0]
         if vec is not None and len(rows):
-            sims = store.vectors.similarities(np.asarray(vec))[rows]
+            sims = store.vectors.similarities(np.asarray(vec), wanted=mask)[rows]
             if np.any(sims >= self.semantic_dedup_threshold):
                 return None
         result = store.store(

@@ -41,6 +41,45 @@ def single_thread_blas() -> Iterator[None]:
             yield
 
 
+BLOCK_ROWS = 512
+"""Rows per product in :func:`block_products` (blocks start at multiples of it)."""
+
+
+def block_products(
+    matrix: np.ndarray, vector: np.ndarray, wanted: np.ndarray | None = None
+) -> np.ndarray:
+    """``matrix @ vector`` (float32) in blocks of :data:`BLOCK_ROWS` rows, skipping every block
+    that holds no ``wanted`` row (its entries are ``-inf``).
+
+    A query sees a fraction of the store (its client's rows, written together, so a few
+    blocks): the product over the visible blocks reads that fraction of the matrix, where the
+    whole product is a memory-bound pass over all of it. Blocks are fixed (rows ``k*B`` to
+    ``(k+1)*B``), so a row's value never depends on which other rows are wanted: BLAS may round
+    a row differently in products of other shapes, never in the same one. One BLAS thread
+    (:func:`single_thread_blas`).
+
+    Args:
+        matrix: ``(n, d)`` float32.
+        vector: ``(d,)`` float32.
+        wanted: Boolean mask of ``n`` rows (default: every row).
+    """
+    n = matrix.shape[0]
+    out = np.full(n, -np.inf, dtype=np.float32)
+    n_blocks = -(-n // BLOCK_ROWS)
+    if wanted is None:
+        blocks = np.arange(n_blocks)
+    else:
+        blocks = np.flatnonzero(
+            np.bincount(np.flatnonzero(wanted) // BLOCK_ROWS, minlength=n_blocks)
+        )
+    with single_thread_blas():
+        for k in blocks.tolist():
+            lo = k * BLOCK_ROWS
+            hi = min(lo + BLOCK_ROWS, n)
+            np.matmul(matrix[lo:hi], vector, out=out[lo:hi])
+    return out
+
+
 class ExactIndex:
     """A growable float32 matrix of unit vectors addressed by the store's row index.
 
@@ -111,14 +150,19 @@ class ExactIndex:
             return None
         return self._matrix[row].copy()
 
-    def similarities(self, query: np.ndarray) -> np.ndarray:
-        """Cosine similarity of ``query`` with every row (``-inf`` where a row has no vector)."""
+    def similarities(self, query: np.ndarray, wanted: np.ndarray | None = None) -> np.ndarray:
+        """Cosine similarity of ``query`` with every row (``-inf`` where a row has no vector).
+
+        Args:
+            query: The query vector (normalised here).
+            wanted: Boolean mask of the rows whose similarity is needed (default: all); the
+                others may be left at ``-inf`` (:func:`block_products`).
+        """
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         norm = float(np.linalg.norm(q))
         if norm > 0:
             q = q / norm
-        with single_thread_blas():
-            sims = self.matrix @ q
+        sims = block_products(self.matrix, q, wanted)
         return np.where(self.present, sims.astype(np.float64), -np.inf)
 
 

@@ -198,7 +198,7 @@ def _llm(stage: CRAG, ctx: QueryContext, batch: EvalBatch) -> np.ndarray:
 @register_fallback("relax")
 def _relax(stage: CRAG, ctx: QueryContext, exclude: set[str]) -> pl.DataFrame:
     mask = ctx.visible_mask() & True  # a writable copy: every validity constraint applies
-    sims = ctx.store.vectors.similarities(ctx.vector())
+    sims = ctx.store.vectors.similarities(ctx.vector(), wanted=mask)
     mask &= np.isfinite(sims)
     for mid in exclude:
         mask[ctx.store.idx(mid)] = False
@@ -459,8 +459,9 @@ class CRAG(Stage):
         return self
 
     def _dense_candidates(self, ctx: QueryContext) -> pl.DataFrame:
-        sims = ctx.store.vectors.similarities(ctx.vector())
-        rows = np.flatnonzero(ctx.visible_mask() & np.isfinite(sims))
+        visible = ctx.visible_mask()
+        sims = ctx.store.vectors.similarities(ctx.vector(), wanted=visible)
+        rows = np.flatnonzero(visible & np.isfinite(sims))
         if len(rows) == 0:
             return empty_candidates({"dense_score": pl.Float64()})
         return candidates_from_rows(ctx, rows, sims[rows], "dense_score",

@@ -86,8 +86,9 @@ def exact_search(
     ctx: QueryContext, vector: np.ndarray, top_k: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact cosine against every row of ``store.vectors``, masked by the query's visibility."""
-    sims = ctx.store.vectors.similarities(vector)
-    mask = ctx.visible_mask() & np.isfinite(sims)
+    visible = ctx.visible_mask()
+    sims = ctx.store.vectors.similarities(vector, wanted=visible)
+    mask = visible & np.isfinite(sims)
     rows = top_rows(sims, mask, top_k)
     return rows, sims[rows]
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import polars as pl
 
+from memlab.memory.vectors import block_products
 from memlab.stages.base import (
     QueryContext,
     Stage,
@@ -139,7 +140,10 @@ class MaxP(Stage):
         passages, starts = self._passages(ctx)
         vector = ctx.vector(mask_entity_types=self.mask_entity_types)
         q = np.asarray(vector, dtype=np.float32)
-        sims = passages @ (q / max(float(np.linalg.norm(q)), 1e-12))
+        visible = ctx.visible_mask()
+        per_row = np.diff(np.append(starts, len(passages)))  # sentences of each row
+        sims = block_products(passages, q / max(float(np.linalg.norm(q)), 1e-12),
+                              np.repeat(visible[: len(starts)], per_row))
         best = np.maximum.reduceat(sims, starts).astype(np.float64)
-        rows = top_rows(best, ctx.visible_mask(), self.top_k)
+        rows = top_rows(best, visible, self.top_k)
         return candidates_from_rows(ctx, rows, best[rows], "maxp_score", top_k=self.top_k)
