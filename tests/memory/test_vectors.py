@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from memlab.memory.vectors import AnnIndex, ExactIndex
+from memlab.memory.vectors import AnnIndex, ExactIndex, append_rows
 
 
 def test_ann_index_follows_appends_and_rebuilds_after_a_rewrite() -> None:
@@ -82,3 +83,35 @@ def test_similarities_of_wanted_rows_equal_the_full_ones():
     assert np.array_equal(some[:BLOCK_ROWS], every[:BLOCK_ROWS])
     assert np.isneginf(some[BLOCK_ROWS:]).all()
     assert np.isfinite(every).all()
+
+
+def test_append_rows_doubles_the_buffer_and_keeps_what_was_written() -> None:
+    a = np.arange(6, dtype=np.float32).reshape(3, 2)
+    buf = append_rows(None, 0, a)
+    assert buf.shape == (1024, 2) and buf[:3].tolist() == a.tolist()
+    same = append_rows(buf, 3, a[:1])
+    assert same is buf and same[:4].tolist() == [*a.tolist(), [0.0, 1.0]]
+    big = np.ones((1500, 2), dtype=np.float32)
+    grown = append_rows(same, 4, big)
+    assert grown.shape == (2048, 2)  # max(4 + 1500, 2 · 1024)
+    assert grown[:4].tolist() == same[:4].tolist() and grown[4:1504].sum() == 3000.0
+    with pytest.raises(ValueError, match="rows are in use but there is no buffer"):
+        append_rows(None, 2, a)
+
+
+def test_row_groups_give_each_row_its_best_vector_within_the_wanted_groups():
+    from memlab.memory.vectors import RowGroups
+
+    v = np.array([[1, 0], [0, 1], [0.6, 0.8], [-1, 0], [0.8, 0.6]], dtype=np.float32)
+    groups = RowGroups()
+    # rows 0..3: codes 7, 9, 7, 9; vectors per row 2, 0, 1, 2 (row 1 has none)
+    groups.append(np.array([7, 9, 7, 9]), np.array([2, 0, 1, 2]), v)
+    q = np.array([1.0, 0.0], dtype=np.float32)
+    f = np.float32  # row 0: max(1, 0); row 2: 0.6; row 3: max(-1, 0.8)
+    assert groups.best(q, [7, 9], 4).tolist() == [1.0, -np.inf, f(0.6), f(0.8)]
+    assert groups.best(q, [9], 4).tolist() == [-np.inf, -np.inf, -np.inf, f(0.8)]
+    assert groups.best(q, [5], 4).tolist() == [-np.inf] * 4
+    groups.append(np.array([9]), np.array([1]), v[:1])  # row 4
+    assert groups.best(q, [9], 5).tolist() == [-np.inf, -np.inf, -np.inf, f(0.8), 1.0]
+    assert groups.same_codes(np.array([7, 9, 7, 9, 9, 3]))
+    assert not groups.same_codes(np.array([7, 7, 7, 9, 9]))

@@ -8,7 +8,7 @@ filters. Both index L2-normalised vectors, so the inner product is the cosine si
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,98 @@ def block_products(
             hi = min(lo + BLOCK_ROWS, n)
             np.matmul(matrix[lo:hi], vector, out=out[lo:hi])
     return out
+
+
+def append_rows(buffer: np.ndarray | None, used: int, block: np.ndarray) -> np.ndarray:
+    """``block``'s rows written after the first ``used`` rows of ``buffer``; returns the buffer
+    (the same one, or a new one of twice the size, at least 1,024 rows, holding the first
+    ``used`` rows), whose first ``used + len(block)`` rows are the result.
+
+    Fitted state that grows with the store between queries (sentence or token vectors) is
+    appended this way: stacking the old rows and the new ones each time would copy every row
+    again on every write, a cost in the square of the store's size.
+    """
+    end = used + len(block)
+    if buffer is None or buffer.shape[1:] != block.shape[1:] or buffer.dtype != block.dtype:
+        grown = np.empty((max(end, 1024), *block.shape[1:]), dtype=block.dtype)
+        if used:
+            if buffer is None:
+                raise ValueError("append_rows: rows are in use but there is no buffer")
+            grown[:used] = buffer[:used]
+        buffer = grown
+    elif end > len(buffer):
+        grown = np.empty((max(end, 2 * len(buffer)), *buffer.shape[1:]), dtype=buffer.dtype)
+        grown[:used] = buffer[:used]
+        buffer = grown
+    buffer[used:end] = block
+    return buffer
+
+
+class RowGroups:
+    """Vectors of store rows kept in groups by a code of each row (its client), so that a query
+    reads only the groups it can see: a client's rows are scattered over the store (clients
+    write at the same time), while its group is one contiguous matrix.
+
+    A row owns zero or more consecutive vectors (one for a memory's vector, one per sentence
+    for MaxP); :meth:`best` gives each row the largest product of its vectors with the query.
+    Rows are appended in order; :attr:`codes_` remembers each row's code, so a caller can check
+    that the codes still hold (:meth:`same_codes`) and rebuild otherwise.
+
+    Attributes:
+        codes_: The code of each row appended so far.
+        groups_: Per code: ``[vectors buffer, vectors used, store rows, first vector of each]``.
+    """
+
+    def __init__(self) -> None:
+        self.codes_ = np.zeros(0, dtype=np.int64)
+        self.groups_: dict[int, list[Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self.codes_)
+
+    def same_codes(self, codes: np.ndarray) -> bool:
+        """Whether the rows appended so far still have these codes (``codes[:len(self)]``)."""
+        n = len(self.codes_)
+        return len(codes) >= n and bool(np.array_equal(codes[:n], self.codes_))
+
+    def append(self, codes: np.ndarray, counts: np.ndarray, vectors: np.ndarray) -> None:
+        """Append rows ``len(self)`` onwards: each row's code, its number of vectors, and the
+        vectors of all of them in row order (``counts.sum()`` rows of float32)."""
+        codes = np.asarray(codes, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        first = len(self.codes_)
+        offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        for code in np.unique(codes).tolist():
+            sel = np.flatnonzero((codes == code) & (counts > 0))
+            if not len(sel):
+                continue
+            c = counts[sel]
+            total = int(c.sum())
+            within = np.arange(total) - np.repeat(np.cumsum(c) - c, c)
+            block = vectors[np.repeat(offsets[sel], c) + within]
+            group = self.groups_.get(code)
+            if group is None:
+                group = self.groups_[code] = [None, 0, np.zeros(0, np.int64), np.zeros(0, np.int64)]
+            buffer, used, rows, starts = group
+            group[0] = append_rows(buffer, used, block)
+            group[1] = used + total
+            group[2] = np.concatenate([rows, first + sel])
+            group[3] = np.concatenate([starts, used + np.cumsum(c) - c])
+        self.codes_ = np.concatenate([self.codes_, codes])
+
+    def best(self, query: np.ndarray, codes: Iterable[int], n: int) -> np.ndarray:
+        """Per store row (``n`` of them, float32): the largest product of its vectors with
+        ``query``, for the rows of the groups ``codes``; ``-inf`` for every other row."""
+        out = np.full(n, -np.inf, dtype=np.float32)
+        with single_thread_blas():
+            for code in codes:
+                group = self.groups_.get(int(code))
+                if group is None:
+                    continue
+                buffer, used, rows, starts = group
+                sims = buffer[:used] @ query
+                out[rows] = sims if len(starts) == used else np.maximum.reduceat(sims, starts)
+        return out
 
 
 class ExactIndex:

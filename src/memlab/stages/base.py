@@ -528,31 +528,6 @@ def _same(a: Any, b: Any) -> bool:
 
 
 
-def append_rows(buffer: np.ndarray | None, used: int, block: np.ndarray) -> np.ndarray:
-    """``block``'s rows written after the first ``used`` rows of ``buffer``; returns the buffer
-    (the same one, or a new one of twice the size, at least 1,024 rows, holding the first
-    ``used`` rows), whose first ``used + len(block)`` rows are the result.
-
-    Fitted state that grows with the store between queries (sentence or token vectors) is
-    appended this way: stacking the old rows and the new ones each time would copy every row
-    again on every write, a cost in the square of the store's size.
-    """
-    end = used + len(block)
-    if buffer is None or buffer.shape[1:] != block.shape[1:] or buffer.dtype != block.dtype:
-        grown = np.empty((max(end, 1024), *block.shape[1:]), dtype=block.dtype)
-        if used:
-            if buffer is None:
-                raise ValueError("append_rows: rows are in use but there is no buffer")
-            grown[:used] = buffer[:used]
-        buffer = grown
-    elif end > len(buffer):
-        grown = np.empty((max(end, 2 * len(buffer)), *buffer.shape[1:]), dtype=buffer.dtype)
-        grown[:used] = buffer[:used]
-        buffer = grown
-    buffer[used:end] = block
-    return buffer
-
-
 _EMPTY: dict[tuple[tuple[str, Any], ...], pl.DataFrame] = {}
 
 
@@ -756,8 +731,14 @@ def rank_order(
 
 def constant_column(name: str, value: str, n: int) -> pl.Series:
     """A ``String`` column of ``n`` copies of ``value`` (the ``qid`` of a candidate frame)."""
-    one = pl.Series(name, [value], dtype=pl.String)
+    one = _one_string(name, value)
     return one.new_from_index(0, n) if n else one.clear()
+
+
+@functools.lru_cache(maxsize=256)
+def _one_string(name: str, value: str) -> pl.Series:
+    """A one-value ``String`` Series, built once per query for its frames' ``qid`` columns."""
+    return pl.Series(name, [value], dtype=pl.String)
 
 
 def candidates_from_rows(

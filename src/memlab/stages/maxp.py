@@ -28,11 +28,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import polars as pl
 
-from memlab.memory.vectors import block_products
+from memlab.memory.vectors import RowGroups, append_rows
 from memlab.stages.base import (
     QueryContext,
     Stage,
-    append_rows,
     candidates_from_rows,
     empty_candidates,
     register_stage,
@@ -68,6 +67,8 @@ class MaxP(Stage):
         passages_: Unit-length sentence vectors of every store row seen, row by row (float32).
         starts_: Index in ``passages_`` of each store row's first sentence.
         buffer_: The memory ``passages_`` is a view of (it doubles when full).
+        groups_: The same vectors grouped by the client of their row (:class:`RowGroups`): a
+            query multiplies only the groups of the clients it can see.
         n_rows_: Store rows whose sentences are embedded.
     """
 
@@ -115,6 +116,7 @@ class MaxP(Stage):
             self.n_rows_ = 0
             self.passages_ = np.zeros((0, 0), dtype=np.float32)
             self.starts_ = np.zeros(0, dtype=np.int64)
+            self.groups_ = RowGroups()
         n = len(store)
         if self.n_rows_ < n:
             pieces: list[str] = []
@@ -131,6 +133,8 @@ class MaxP(Stage):
             self.buffer_ = append_rows(buf, offset, vectors)
             self.passages_ = self.buffer_[: offset + len(vectors)]
             self.starts_ = np.concatenate([self.starts_, starts])
+            self.groups_.append(store.column("client")[self.n_rows_ : n], np.asarray(counts),
+                                vectors)
             self.n_rows_ = n
         return self.passages_, self.starts_
 
@@ -140,10 +144,15 @@ class MaxP(Stage):
         passages, starts = self._passages(ctx)
         vector = ctx.vector(mask_entity_types=self.mask_entity_types)
         q = np.asarray(vector, dtype=np.float32)
+        q = q / max(float(np.linalg.norm(q)), 1e-12)
         visible = ctx.visible_mask()
-        per_row = np.diff(np.append(starts, len(passages)))  # sentences of each row
-        sims = block_products(passages, q / max(float(np.linalg.norm(q)), 1e-12),
-                              np.repeat(visible[: len(starts)], per_row))
-        best = np.maximum.reduceat(sims, starts).astype(np.float64)
+        codes = ctx.store.column("client")
+        groups = self.groups_  # by client: a query reads the sentences of the clients it sees
+        if len(groups) != len(starts) or not groups.same_codes(codes):  # a row changed client
+            groups = self.groups_ = RowGroups()
+            groups.append(codes[: len(starts)], np.diff(np.append(starts, len(passages))),
+                          passages)
+        wanted = np.unique(codes[: len(starts)][visible[: len(starts)]]).tolist()
+        best = groups.best(q, wanted, len(starts)).astype(np.float64)
         rows = top_rows(best, visible, self.top_k)
         return candidates_from_rows(ctx, rows, best[rows], "maxp_score", top_k=self.top_k)

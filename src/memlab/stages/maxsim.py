@@ -36,10 +36,10 @@ import numpy as np
 import polars as pl
 
 from memlab.embed.tokens import token_embeddings
+from memlab.memory.vectors import append_rows
 from memlab.stages.base import (
     QueryContext,
     Stage,
-    append_rows,
     ranked_head,
     register_stage,
     rescore_head,
