@@ -577,3 +577,38 @@ def test_evaluation_table_is_checked_with_its_line(tmp_path: Path) -> None:
         Problem("dataset.toml", line, "evaluation",
                 "[evaluation]: field 'folds' must be at least 2, got 1")
     ]
+
+
+def test_write_check_verdicts_are_kept_per_file_and_source(tmp_path: Path, monkeypatch) -> None:
+    """A large write log's check is kept in the cache: read again, the same problems come back
+    without writing the log once more; a changed file is checked anew."""
+    from memlab.datasets import validate, writes
+
+    monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(validate, "WRITE_CHECK_CACHE_MIN_OPS", 1)
+    calls = []
+    real = writes.write_problems
+    monkeypatch.setattr(writes, "write_problems",
+                        lambda ops, skip_ids=None: calls.append(len(ops)) or real(ops, skip_ids))
+    memories = _live_memories()
+    memories[7]["target"] = "m1"  # refused by the store (already in the team scope)
+    root = make(tmp_path, memories=memories)
+    refused = "memories.jsonl:8: memory m1 is already in the team scope"
+    first = [str(p) for p in validate_dataset(root)]
+    assert refused in first and len(calls) == 1
+    assert len(list((tmp_path / "cache" / "write-checks").glob("*.json"))) == 1
+    assert [str(p) for p in validate_dataset(root)] == first and len(calls) == 1  # kept
+    memories[7]["target"] = "m3"
+    (root / "memories.jsonl").write_bytes(_encode(memories))
+    assert refused not in [str(p) for p in validate_dataset(root)] and len(calls) == 2
+    # an entry that is not ours is ignored and checked again
+    for entry in (tmp_path / "cache" / "write-checks").glob("*.json"):
+        entry.write_text("{not json")
+    assert refused not in [str(p) for p in validate_dataset(root)] and len(calls) == 3
+
+
+def test_small_write_logs_are_checked_every_time(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path / "cache"))
+    root = make(tmp_path)
+    assert validate_dataset(root) == [] and validate_dataset(root) == []
+    assert not (tmp_path / "cache").exists()

@@ -538,14 +538,91 @@ def _check_memories(
     return written, forgotten
 
 
-def _check_writes(result: ReadResult, written: dict[str, _Written]) -> None:
-    """Apply the readable, problem-free operations to a scratch store, as the replay will."""
+WRITE_CHECK_CACHE_MIN_OPS = 1_000
+"""Write logs of at least this many operations keep the verdict of their write check in the
+cache (:func:`_check_writes`); smaller ones are checked in well under a second."""
+
+
+def _check_writes(root: Path, result: ReadResult, written: dict[str, _Written]) -> None:
+    """Apply the readable, problem-free operations to a scratch store, as the replay will.
+
+    The verdict (the problems found, usually none) depends only on ``memories.jsonl`` and on
+    memlab's code: for a large log it is kept under ``$MEMLAB_CACHE_DIR/write-checks`` (the
+    embedding cache's root), keyed by a digest of both, so a warm run reads it instead of
+    writing every memory once more. Any change to the file or to memlab's source is a new key.
+    """
     from memlab.datasets.writes import write_problems
 
     bad_lines = {p.line for p in result.problems if p.file == MEMORIES_FILE}
     ops = [op for op in result.ops if op.line not in bad_lines]
     skip = {ident for ident, w in written.items() if w.line in bad_lines}
-    result.problems += write_problems(ops, skip_ids=skip)
+    entry = None
+    if len(ops) >= WRITE_CHECK_CACHE_MIN_OPS:
+        entry = _write_check_entry(root / MEMORIES_FILE, bad_lines)
+        cached = _read_write_check(entry)
+        if cached is not None:
+            result.problems += cached
+            return
+    problems = write_problems(ops, skip_ids=skip)
+    if entry is not None:
+        _save_write_check(entry, problems)
+    result.problems += problems
+
+
+def _write_check_entry(memories: Path, bad_lines: set[int | None]) -> Path | None:
+    """The cache file of the write check of ``memories`` (``None`` if it cannot be read)."""
+    from memlab.embed.cache import default_cache_dir
+
+    try:
+        data = memories.read_bytes()
+    except OSError:
+        return None
+    digest = hashlib.sha256(_source_digest().encode())
+    digest.update(data)
+    digest.update(repr(sorted(line for line in bad_lines if line is not None)).encode())
+    return default_cache_dir() / "write-checks" / f"{digest.hexdigest()[:32]}.json"
+
+
+def _source_digest() -> str:
+    """A digest of every source file of the installed memlab (computed once per process)."""
+    global _SOURCE_DIGEST
+    if _SOURCE_DIGEST is None:
+        package = Path(__file__).resolve().parent.parent
+        digest = hashlib.sha256()
+        for path in sorted(package.rglob("*.py")):
+            digest.update(str(path.relative_to(package)).encode() + b"\0")
+            digest.update(path.read_bytes())
+        _SOURCE_DIGEST = digest.hexdigest()
+    return _SOURCE_DIGEST
+
+
+_SOURCE_DIGEST: str | None = None
+
+
+def _read_write_check(entry: Path | None) -> list[Problem] | None:
+    """The problems kept in ``entry``, or ``None`` when there is no usable entry."""
+    if entry is None:
+        return None
+    try:
+        rows = json.loads(entry.read_text(encoding="utf-8"))["problems"]
+        return [Problem(str(f), None if line is None else int(line),
+                        None if name is None else str(name), str(message))
+                for f, line, name, message in rows]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # missing, unreadable or not ours: check again
+
+
+def _save_write_check(entry: Path | None, problems: list[Problem]) -> None:
+    """Keep the verdict (atomically; a cache that cannot be written is left alone)."""
+    from memlab.io import atomic_write_text
+
+    if entry is None:
+        return
+    rows = [[p.file, p.line, p.field, p.message] for p in problems]
+    try:
+        atomic_write_text(entry, json.dumps({"problems": rows}, ensure_ascii=False))
+    except OSError:
+        pass
 
 
 def _check_reference(
@@ -752,7 +829,7 @@ def read_dataset(path: str | os.PathLike[str]) -> ReadResult:
     forgotten: dict[str, tuple[int, float | None]] = {}
     if mem_lines is not None:
         written, forgotten = _check_memories(mem_lines, result)
-        _check_writes(result, written)
+        _check_writes(root, result, written)
     query_lines = _read_lines(root, QUERIES_FILE, result)
     if query_lines is not None:
         _check_queries(query_lines, result, written, forgotten)
