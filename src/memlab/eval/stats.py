@@ -24,14 +24,21 @@ import collections
 import math
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
-from scipy import stats as sps
 
 from memlab.eval.metrics import higher_is_better
 from memlab.registry import Registry
+
+
+def _scipy_stats() -> Any:
+    """``scipy.stats``, imported on the first test (it costs a second to import, and a run of
+    one pipeline tests nothing)."""
+    from scipy import stats
+
+    return stats
 
 _PER_QUERY_KEYS = ("pipeline", "qid", "metric")
 
@@ -81,7 +88,7 @@ def _t_test(a: np.ndarray, b: np.ndarray, *, n_resamples: int, seed: int) -> flo
     """Paired t-test; NaN with a single pair, 0.0 when all differences are equal and non-zero."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        return float(sps.ttest_rel(a, b).pvalue)
+        return float(_scipy_stats().ttest_rel(a, b).pvalue)
 
 
 @register_test("wilcoxon")
@@ -92,7 +99,7 @@ def _wilcoxon(a: np.ndarray, b: np.ndarray, *, n_resamples: int, seed: int) -> f
         return exact
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        return float(sps.wilcoxon(a, b, zero_method="wilcox").pvalue)
+        return float(_scipy_stats().wilcoxon(a, b, zero_method="wilcox").pvalue)
 
 
 WILCOXON_FLIP_LIMIT = 13
@@ -117,7 +124,7 @@ def _wilcoxon_sign_flips(d: np.ndarray) -> float | None:
     if n > WILCOXON_FLIP_LIMIT or not (ties or not nonzero.all()):
         return None
     ranks = np.zeros(n)
-    ranks[nonzero] = sps.rankdata(magnitude)
+    ranks[nonzero] = _scipy_stats().rankdata(magnitude)
     positive = d > 0
     observed = float(ranks[positive].sum())
     flips = ((np.arange(2**n, dtype=np.int64)[:, None] >> np.arange(n, dtype=np.int64)) & 1) == 1
