@@ -14,7 +14,7 @@ from memlab.memory.consolidate import Consolidator
 from memlab.memory.records import MemoryInputError, StoreWriteError
 from memlab.memory.store import MemoryStore
 
-from .conftest import FaultyConnection, memory_state, state
+from .conftest import FaultyConnection, memory_state, sql_state, state
 
 T0 = 1_767_225_600.0
 DAY = 86_400.0
@@ -384,3 +384,48 @@ def test_random_writes_with_random_faults_keep_memory_equal_to_sqlite(ops):
         now = memory_state(store)
         store._reload()  # the state a reopen builds from SQLite
         assert memory_state(store) == now, op
+
+
+# --------------------------------------------------------------------------- deferred SQLite
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(st.tuples(OP, st.integers(0, 6)), min_size=1, max_size=12))
+def test_a_store_deferring_sqlite_behaves_as_one_that_does_not(ops):
+    """Step for step, a store that queues its SQLite writes holds what a store that runs them
+    holds — after failed batches too — and SQLite, once read, agrees with both."""
+    plain, deferred = MemoryStore(chroma=False), MemoryStore(chroma=False, defer_sqlite=True)
+    for step, (op, _) in enumerate(ops):
+        outcomes = []
+        for store in (plain, deferred):
+            try:
+                _apply(store, op, T0 + step)
+                outcomes.append(None)
+            except (ValueError, TypeError, RuntimeError) as exc:
+                outcomes.append(type(exc))
+        assert outcomes[0] == outcomes[1], op
+        assert memory_state(deferred) == memory_state(plain), op
+    deferred._exec("SELECT 1")  # a read applies the queue
+    assert deferred._deferred == []
+    assert sql_state(deferred) == sql_state(plain)
+    for mid in plain.ids:
+        assert deferred.history(mid).equals(plain.history(mid))
+    now = memory_state(deferred)
+    deferred._reload()
+    assert memory_state(deferred) == now
+
+
+def test_a_deferred_read_inside_a_batch_sees_its_writes_and_keeps_them_pending():
+    store = MemoryStore(chroma=False, defer_sqlite=True)
+    first = store.store("Acme runs PostgreSQL", now=T0, embedding=unit(0)).id
+    with pytest.raises(RuntimeError), store.batch():
+        second = store.store("Globex runs Redis", now=T0 + 1, embedding=unit(1)).id
+        assert store.history(second)["change"].to_list() == ["created"]  # read in the batch
+        assert len(store._deferred) > 0  # still pending: the batch may fail
+        raise RuntimeError("the batch fails after the read")
+    assert store.ids == [first]
+    assert store._exec("SELECT count(*) FROM memories").fetchall() == [(1,)]
+    assert store.history(first)["change"].to_list() == ["created"]
+
+
+def test_defer_sqlite_is_for_stores_in_memory(tmp_path):
+    with pytest.raises(MemoryInputError, match="defer_sqlite=True is for a store in memory"):
+        MemoryStore(tmp_path / "s", defer_sqlite=True)

@@ -125,7 +125,8 @@ def write_problems(ops: Sequence[MemoryOp], skip_ids: set[str] | None = None) ->
     from memlab.datasets.validate import Problem
     from memlab.memory.store import MemoryStore
 
-    store = MemoryStore(chroma=False, extractor=_NoEntities())  # type: ignore[arg-type]
+    store = MemoryStore(chroma=False, extractor=_NoEntities(),  # type: ignore[arg-type]
+                        defer_sqlite=True)
     id_map: dict[str, str] = {}
     skip = set(skip_ids or ())
     problems: list[Problem] = []

@@ -431,7 +431,8 @@ class _Run:
         self.replayer = replayer
         self.config = config
         embed = _CachedEmbed(replayer.embedder, replayer.cache)
-        self.store = MemoryStore(embedder=embed)
+        # A replay never reads SQLite back: its statements wait until something does.
+        self.store = MemoryStore(embedder=embed, defer_sqlite=True)
         self.id_map: dict[str, str] = {}
         self.pos = 0
         self.ops = replayer.dataset.ops

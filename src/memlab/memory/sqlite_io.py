@@ -85,6 +85,16 @@ def _encode(value: dict[str, Any]) -> str:
         return _JSON_ENCODE(value)
 
 
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLAC")
+
+
+class _Rows(list):  # type: ignore[type-arg]
+    """Rows read through a deferred store: a list that answers ``fetchall()`` as a cursor."""
+
+    def fetchall(self) -> list[Any]:
+        return list(self)
+
+
 _TABLES = ("memories", "versions", "entities", "entity_memory_links", "entity_relationships")
 DB_NAME = "memlab.sqlite3"
 LOCK_NAME = "memlab.lock"
@@ -250,11 +260,18 @@ class SQLiteIO:
         with self._transaction():
             yield
 
-    def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement; SQLite and OS errors become one :class:`StoreError` naming the
-        file (never quoting memory text)."""
+        file (never quoting memory text). A store that defers SQLite queues a write and runs a
+        read on SQLite brought up to date (:meth:`_deferred_read`)."""
         if self._db is None:
             raise StoreError(f"{self._db_file}: the store is closed")
+        deferred = self._deferred
+        if deferred is not None and not self._applying:
+            if sql.lstrip()[:6].upper() in _WRITES:
+                deferred.append((sql, tuple(params), False))
+                return None
+            return self._deferred_read(sql, params)
         try:
             return self._db.execute(sql, params)
         except (sqlite3.Error, OSError) as exc:
@@ -263,10 +280,60 @@ class SQLiteIO:
     def _exec_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if self._db is None:
             raise StoreError(f"{self._db_file}: the store is closed")
+        if self._deferred is not None and not self._applying:
+            self._deferred.append((sql, list(rows), True))
+            return
         try:
             self._db.executemany(sql, rows)
         except (sqlite3.Error, OSError) as exc:
             raise self._store_error(exc) from exc
+
+    # ------------------------------------------------------------------ deferred SQLite
+    # An in-memory store opened with ``defer_sqlite=True`` (a replay's scratch store) keeps its
+    # write statements in ``_deferred`` instead of running them: a replay reads nothing back,
+    # and SQLite was a third of its writes. Whatever reads SQLite (a rollback's rebuild,
+    # ``history``, ``check``) first applies the queue in a transaction; committed writes then
+    # leave the queue, the pending ones of an open batch are rolled back in SQLite and stay
+    # queued. A unit of writes that fails drops its own statements from the queue, so the
+    # rebuilt state is the one before the unit, as with SQLite's own rollback.
+    _deferred: list[tuple[str, Any, bool]] | None = None
+    _applying = False
+
+    @contextmanager
+    def _deferred_applied(self) -> Iterator[sqlite3.Connection]:
+        """SQLite with the queued statements applied (kept when no batch is open)."""
+        db, queue = self._db, self._deferred
+        assert db is not None and queue is not None
+        self._applying = True
+        try:
+            db.execute("BEGIN")
+            try:
+                for sql, params, many in queue:
+                    (db.executemany if many else db.execute)(sql, params)
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            if self._batch_depth == 0:
+                db.execute("COMMIT")
+                queue.clear()
+            else:
+                db.execute("ROLLBACK")
+        except (sqlite3.Error, OSError) as exc:
+            raise self._store_error(exc) from exc
+        finally:
+            self._applying = False
+
+    def _deferred_read(self, sql: str, params: Sequence[Any]) -> _Rows:
+        with self._deferred_applied() as db:
+            return _Rows(db.execute(sql, params).fetchall())
+
+    def _deferred_rollback(self, mark: int) -> None:
+        """Drop the failed unit's statements and rebuild the in-memory state without them."""
+        assert self._deferred is not None
+        del self._deferred[mark:]
+        with self._deferred_applied():
+            self._reload()
 
     def _store_error(self, exc: BaseException) -> StoreError:
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -289,6 +356,19 @@ class SQLiteIO:
                 "leave the batch before writing again"
             )
         depth = self._batch_depth
+        if self._deferred is not None:
+            mark = len(self._deferred)
+            self._batch_depth += 1
+            try:
+                yield
+            except BaseException:
+                self._batch_depth -= 1
+                self._deferred_rollback(mark)
+                raise
+            self._batch_depth -= 1
+            if depth == 0 and self.chroma_sync == "commit":
+                self._flush_chroma()
+            return
         savepoint = f"memlab_{depth}"
         self._exec("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT {savepoint}")
         self._batch_depth += 1

@@ -127,6 +127,10 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             (``memlab serve``). Either way chromadb is never on the acknowledgement path: SQLite
             and the exact index are the truth, and opening a store re-sends whatever chromadb
             missed.
+        defer_sqlite: An in-memory store only: queue SQLite's write statements instead of
+            running them, and apply them when something reads SQLite (a failed write's
+            rollback, :meth:`history`, :meth:`check`). Writes stay all or nothing; a replay,
+            which never reads SQLite back, skips a third of its write cost.
 
     Raises:
         StoreCorruptError: ``memlab.sqlite3`` is empty, corrupt or not a memlab store.
@@ -149,6 +153,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         read_only: bool = False,
         lock_timeout: float = 10.0,
         chroma_sync: str = "commit",
+        defer_sqlite: bool = False,
     ) -> None:
         self.path = None if path is None else Path(path)
         self.chroma_sync = chroma_sync
@@ -200,6 +205,8 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             raise TypeError(f"field 'lock_timeout' must be a number, got {lock_timeout!r}")
         if read_only and self.path is None:
             raise MemoryInputError("read_only=True needs the path of a persisted store")
+        if defer_sqlite and self.path is not None:
+            raise MemoryInputError("defer_sqlite=True is for a store in memory (path=None)")
         try:
             if self.path is None:
                 self._db = self._connect(":memory:")
@@ -216,6 +223,8 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             if self._use_chroma:
                 self._chroma = self._open_chroma()
             self._load()
+            if defer_sqlite:
+                self._deferred = []
             if self.path is not None and self._chroma is not None and repair and not read_only:
                 self._reconcile()
         except BaseException:

@@ -575,10 +575,8 @@ class WritePolicy:
             rec.metadata = {}
             rec.purged_at = t_now
             self.vectors.set(idx, None)
-            self._db.execute("UPDATE memories SET vector = NULL WHERE idx = ?", (idx,))
-            self._db.execute(
-                "UPDATE versions SET payload = '{}' WHERE memory_id = ?", (memory_id,)
-            )
+            self._exec("UPDATE memories SET vector = NULL WHERE idx = ?", (idx,))
+            self._exec("UPDATE versions SET payload = '{}' WHERE memory_id = ?", (memory_id,))
             self._chroma_pending.pop(memory_id, None)
             if self._chroma is not None:
                 self._chroma.delete([memory_id])
