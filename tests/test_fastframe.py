@@ -71,3 +71,9 @@ def test_i64_series(path):
     out = fastframe.i64_series("row", np.array([2**40, -3, 0], dtype=np.int64))
     assert out.dtype == pl.Int64
     assert out.to_list() == [2**40, -3, 0]
+
+
+def test_f64_series_turns_nan_into_null_when_asked(path):
+    out = fastframe.f64_series("s", np.array([1.0, np.nan, 2.0]), nan_to_null=True)
+    assert out.to_list() == [1.0, None, 2.0]
+    assert out.is_nan().to_list() == [False, None, False]

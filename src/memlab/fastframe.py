@@ -43,9 +43,9 @@ def _fast_take_rows(frame: pl.DataFrame, idx: np.ndarray) -> pl.DataFrame:
     return pl.DataFrame._from_pydf(_PyDataFrame(columns))
 
 
-def _fast_f64(name: str, values: np.ndarray) -> pl.Series:
+def _fast_f64(name: str, values: np.ndarray, nan_to_null: bool = False) -> pl.Series:
     arr = np.ascontiguousarray(values, dtype=np.float64)
-    return pl.Series._from_pyseries(_PySeries.new_f64(name, arr, False))
+    return pl.Series._from_pyseries(_PySeries.new_f64(name, arr, nan_to_null))
 
 
 def _fast_i64(name: str, values: np.ndarray) -> pl.Series:
@@ -61,8 +61,9 @@ def _public_take_rows(frame: pl.DataFrame, idx: np.ndarray) -> pl.DataFrame:
     return frame.gather(pl.Series(np.asarray(idx, dtype=np.int64)))
 
 
-def _public_f64(name: str, values: np.ndarray) -> pl.Series:
-    return pl.Series(name, np.asarray(values, dtype=np.float64), dtype=pl.Float64)
+def _public_f64(name: str, values: np.ndarray, nan_to_null: bool = False) -> pl.Series:
+    return pl.Series(name, np.asarray(values, dtype=np.float64), dtype=pl.Float64,
+                     nan_to_null=nan_to_null)
 
 
 def _public_i64(name: str, values: np.ndarray) -> pl.Series:
@@ -84,6 +85,8 @@ def _fast_paths_agree() -> bool:
             and _fast_take_rows(frame, idx[:0]).schema == frame.schema
             and _fast_f64("score", values).equals(_public_f64("score", values))
             and _fast_f64("score", values).is_nan().to_list() == [False, True, False, False]
+            and _fast_f64("score", values, True).equals(_public_f64("score", values, True))
+            and _fast_f64("score", values, True).null_count() == 1
             and _fast_i64("row", ints).equals(_public_i64("row", ints))
         )
     except Exception:  # noqa: BLE001 - any difference in polars' internals: public calls
@@ -106,9 +109,12 @@ def take_rows(frame: pl.DataFrame, idx: np.ndarray) -> pl.DataFrame:
     return _fast_take_rows(frame, idx) if FAST else _public_take_rows(frame, idx)
 
 
-def f64_series(name: str, values: np.ndarray) -> pl.Series:
-    """A ``Float64`` Series of ``values`` (NaN stays NaN, never null)."""
-    return _fast_f64(name, values) if FAST else _public_f64(name, values)
+def f64_series(name: str, values: np.ndarray, *, nan_to_null: bool = False) -> pl.Series:
+    """A ``Float64`` Series of ``values``: NaN stays NaN, or becomes null with
+    ``nan_to_null``."""
+    if FAST:
+        return _fast_f64(name, values, nan_to_null)
+    return _public_f64(name, values, nan_to_null)
 
 
 def i64_series(name: str, values: np.ndarray) -> pl.Series:

@@ -938,7 +938,7 @@ class FusedLists:
                         col = f.get_column(name).to_numpy().astype(np.float64, copy=False)
                         ok = ~np.isnan(col)
                         values[pos[ok]] = col[ok]
-                out[name] = pl.Series(name, values[at_order], dtype=pl.Float64, nan_to_null=True)
+                out[name] = f64_series(name, values[at_order], nan_to_null=True)
                 continue
             src = np.full(self.size, -1, dtype=np.int64)
             pieces, offset = [], 0

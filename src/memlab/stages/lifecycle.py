@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 import polars as pl
 
+from memlab.fastframe import f64_series, i64_series, take_rows
 from memlab.memory.lifecycle import days_since, lifecycle_factor
 from memlab.memory.records import MEMORY_TYPES
 from memlab.stages.base import (
@@ -139,19 +140,14 @@ class Lifecycle(Stage):
         # the package's rank order (effective score descending, NaN last, ties by id), one gather
         order = rank_order(store, rows, effective)
         effective, factor = effective[order], factor[order]
-        out = frame[pl.Series(kept[order])]
+        out = take_rows(frame, kept[order])
         stale = [name for name in added if name in out.columns]
         if stale:
             out = out.drop(stale)
-        score = pl.Series("score", effective, dtype=pl.Float64, nan_to_null=True)
-        out = out.hstack(
-            [
-                pl.Series("lifecycle_factor", factor, dtype=pl.Float64),
-                score.alias("effective_score"),
-            ]
-        )
+        score = f64_series("score", effective, nan_to_null=True)
+        out = out.hstack([f64_series("lifecycle_factor", factor), score.alias("effective_score")])
         out.replace_column(out.get_column_index("score"), score)
         out.replace_column(
-            out.get_column_index("rank"), pl.Series("rank", np.arange(1, out.height + 1))
+            out.get_column_index("rank"), i64_series("rank", np.arange(1, out.height + 1))
         )
         return out

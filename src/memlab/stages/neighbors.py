@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 import polars as pl
 
+from memlab.fastframe import f64_series, i64_series
 from memlab.stages.base import (
     ROW_COLUMN,
     QueryContext,
@@ -148,10 +149,10 @@ class Neighbors(Stage):
         for col in (
             constant_column("qid", ctx.qid, m),
             store.ids_at(ranked),
-            pl.Series("score", final[order], dtype=pl.Float64),
-            pl.Series("rank", np.arange(1, m + 1, dtype=np.int64)),
-            pl.Series(ROW_COLUMN, ranked, dtype=pl.Int64),
-            pl.Series("neighbor_score", inherited[ranked], dtype=pl.Float64),
+            f64_series("score", final[order]),
+            i64_series("rank", np.arange(1, m + 1, dtype=np.int64)),
+            i64_series(ROW_COLUMN, ranked),
+            f64_series("neighbor_score", inherited[ranked]),
         ):
             if col.name in out.columns:
                 out.replace_column(out.get_column_index(col.name), col)
