@@ -128,3 +128,42 @@ def test_bad_role_names_field() -> None:
     store = build_graph_store()
     with pytest.raises(ValueError, match="'roles'"):
         Graph(roles=("owner",)).transform(pl.DataFrame(), graph_ctx(store, QUERY))
+
+
+def test_memory_activation_is_the_incidence_product_bit_for_bit():
+    """The sorted-links sums equal ``incidence.T @ activation`` exactly: after the store grows,
+    after a link to an earlier memory, with a role left out, and after an unlink."""
+    import numpy as np
+
+    from memlab.stages.graph import memory_activation
+
+    rng = np.random.default_rng(4)
+    store = build_graph_store()
+    graph = store.graph
+
+    def check(roles):
+        ctx = graph_ctx(store, "anything")
+        act = {e: float(rng.random()) / 3 for e in range(graph.n_entities)
+               if rng.random() < 0.7}
+        inc, _ = memory_incidence(ctx, roles)
+        vec = np.zeros(graph.n_entities)
+        vec[list(act)] = list(act.values())
+        want = np.asarray(inc.T @ vec).reshape(-1)
+        got = memory_activation(ctx, roles, act)
+        assert got.tolist() == want.tolist()  # same sums, same order: equal, not close
+        return got
+
+    every = ("about", "source", "mentioned")
+    check(every)
+    store.store("Redis and Next.js and Stripe and Kubernetes at Acme", "event",
+                source_agent="bot", now=T0 + 9 * DAY)
+    check(every)
+    check(("about",))
+    loose = next(e for e in range(graph.n_entities) if 0 not in graph.memories_of(e))
+    links = len(graph.link_arrays()[0])
+    graph.link(loose, 0, "mentioned")  # a link to the first memory, after later ones
+    assert len(graph.link_arrays()[0]) == links + 1
+    check(every)
+    graph.unlink_memory(1)
+    assert graph.has_unlinked
+    assert check(every)[1] == 0.0

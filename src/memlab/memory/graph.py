@@ -623,6 +623,11 @@ class EntityGraph:
             schema={"entity_idx": pl.Int64, "mem_idx": pl.Int64, "role": pl.String},
         )
 
+    @property
+    def has_unlinked(self) -> bool:
+        """Whether a memory was unlinked (links are then no longer in the order made)."""
+        return self._unlinked
+
     def link_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every entity-memory link as three aligned ``int64`` arrays: entity index, memory
         index and role (its position in :data:`~memlab.memory.records.ENTITY_ROLES`), in the

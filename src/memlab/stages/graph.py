@@ -19,6 +19,7 @@ stages (``lif``, ``crag``).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -38,6 +39,7 @@ from memlab.stages.base import (
 from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real, SequenceOf
 
 if TYPE_CHECKING:
+    from memlab.memory.graph import EntityGraph
     from memlab.memory.store import MemoryStore
 
 T = TypeVar("T")
@@ -108,6 +110,65 @@ def memory_incidence(
         return inc, inc.T.tocsr()
 
     return cached(ctx, ("incidence", roles), store, stamp, build)
+
+
+class _SortedLinks:
+    """A graph's entity-memory links sorted by memory row, then entity (the order in which the
+    incidence's sparse product sums a memory's entities), extended as links are added."""
+
+    def __init__(self) -> None:
+        self.n_log = 0
+        self.mem = np.zeros(0, dtype=np.int64)
+        self.ent = np.zeros(0, dtype=np.int64)
+        self.role = np.zeros(0, dtype=np.int64)
+
+    def update(self, graph: EntityGraph) -> None:
+        ent, mem, role = graph.link_arrays()  # distinct pairs while nothing was unlinked
+        if len(ent) == self.n_log:
+            return
+        if len(ent) > self.n_log and (self.n_log == 0 or mem[self.n_log:].min() > self.mem[-1]):
+            ent, mem, role = ent[self.n_log:], mem[self.n_log:], role[self.n_log:]
+            keep = (self.mem, self.ent, self.role)
+        else:  # links to earlier memories (or fewer links): sort them all again
+            keep = (self.mem[:0], self.ent[:0], self.role[:0])
+        order = np.lexsort((ent, mem))
+        self.mem = np.concatenate([keep[0], mem[order]])
+        self.ent = np.concatenate([keep[1], ent[order]])
+        self.role = np.concatenate([keep[2], role[order]])
+        self.n_log = len(self.mem)
+
+
+_SORTED_LINKS: weakref.WeakKeyDictionary[EntityGraph, _SortedLinks] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def memory_activation(
+    ctx: QueryContext, roles: Sequence[str], activation: dict[int, float]
+) -> np.ndarray:
+    """Per store row, the summed activation of its entities linked with a role in ``roles``:
+    ``incidence.T @ activation`` (:func:`memory_incidence`), the same sums in the same order,
+    computed from the links sorted once and extended as the store grows, instead of a sparse
+    matrix rebuilt at every store size."""
+    store = ctx.store
+    graph = store.graph
+    n = len(store)
+    vec = np.zeros(graph.n_entities, dtype=np.float64)
+    vec[np.fromiter(activation.keys(), dtype=np.int64)] = np.fromiter(
+        activation.values(), dtype=np.float64
+    )
+    if graph.has_unlinked:
+        inc, _ = memory_incidence(ctx, roles)
+        return np.asarray(inc.T @ vec, dtype=np.float64).reshape(-1)
+    links = _SORTED_LINKS.get(graph)
+    if links is None:
+        links = _SORTED_LINKS[graph] = _SortedLinks()
+    links.update(graph)
+    allowed = np.zeros(len(ENTITY_ROLES), dtype=bool)
+    allowed[[ENTITY_ROLES.index(r) for r in roles]] = True
+    weights = vec[links.ent]
+    keep = allowed[links.role] & (links.mem < n) & (weights != 0.0)
+    return np.bincount(links.mem[keep], weights=weights[keep], minlength=n)[:n]
 
 
 def entity_names(store: MemoryStore, idxs: Sequence[int]) -> dict[int, str]:
@@ -204,12 +265,7 @@ class Graph(Stage):
         trace["activation"] = dict(act)
         trace["names"] = entity_names(store, list(act))
         if act:
-            inc, _ = memory_incidence(ctx, roles)
-            vec = np.zeros(inc.shape[0], dtype=np.float64)
-            vec[np.fromiter(act.keys(), dtype=np.int64)] = np.fromiter(
-                act.values(), dtype=np.float64
-            )
-            mem_act = np.asarray(inc.T @ vec, dtype=np.float64).reshape(-1)
+            mem_act = memory_activation(ctx, roles, act)
         return mem_act, trace
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
