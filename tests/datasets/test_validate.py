@@ -612,3 +612,20 @@ def test_small_write_logs_are_checked_every_time(tmp_path: Path, monkeypatch) ->
     root = make(tmp_path)
     assert validate_dataset(root) == [] and validate_dataset(root) == []
     assert not (tmp_path / "cache").exists()
+
+
+def test_no_cache_directory_means_the_write_check_runs(tmp_path: Path, monkeypatch) -> None:
+    from memlab.datasets import validate
+    from memlab.embed import cache
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(validate, "WRITE_CHECK_CACHE_MIN_OPS", 1)
+    monkeypatch.setattr(cache, "default_cache_dir", no_home)
+    memories = _live_memories()
+    memories[7]["target"] = "m1"
+    root = make(tmp_path, memories=memories)
+    assert "memories.jsonl:8: memory m1 is already in the team scope" in [
+        str(p) for p in validate_dataset(root)
+    ]

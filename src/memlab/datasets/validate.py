@@ -575,12 +575,14 @@ def _write_check_entry(memories: Path, bad_lines: set[int | None]) -> Path | Non
 
     try:
         data = memories.read_bytes()
-    except OSError:
-        return None
-    digest = hashlib.sha256(_source_digest().encode())
+        root = default_cache_dir()  # Path.home() raises RuntimeError where there is no home
+        source = _source_digest()
+    except (OSError, RuntimeError):
+        return None  # no cache: the check runs
+    digest = hashlib.sha256(source.encode())
     digest.update(data)
     digest.update(repr(sorted(line for line in bad_lines if line is not None)).encode())
-    return default_cache_dir() / "write-checks" / f"{digest.hexdigest()[:32]}.json"
+    return root / "write-checks" / f"{digest.hexdigest()[:32]}.json"
 
 
 def _source_digest() -> str:
