@@ -495,15 +495,9 @@ class _Run:
         self._purges(t)
 
     def _writes(self, t: float) -> None:
-        if not (self.pos < len(self.ops) and self.ops[self.pos].ts <= t):
-            return
-        # The writes between two queries are one SQLite transaction (each write a savepoint
-        # in it): a transaction per write cost more than the write's own statements. A write
-        # that fails ends the replay, and the batch is rolled back with it.
-        with self.store.batch():
-            while self.pos < len(self.ops) and self.ops[self.pos].ts <= t:
-                self._apply(self.ops[self.pos])
-                self.pos += 1
+        while self.pos < len(self.ops) and self.ops[self.pos].ts <= t:
+            self._apply(self.ops[self.pos])
+            self.pos += 1
 
     def _purges(self, t: float) -> None:
         while self.purge_queue and self.purge_queue[0][0] <= t:

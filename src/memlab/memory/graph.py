@@ -628,14 +628,15 @@ class EntityGraph:
         """Whether a memory was unlinked (links are then no longer in the order made)."""
         return self._unlinked
 
-    def link_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def link_arrays(self, start: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every entity-memory link as three aligned ``int64`` arrays: entity index, memory
         index and role (its position in :data:`~memlab.memory.records.ENTITY_ROLES`), in the
-        order the links were made (by entity after a memory was unlinked)."""
+        order the links were made (by entity after a memory was unlinked); from the
+        ``start``-th link on (a reader that has the first ``start`` asks for the rest)."""
         if self._unlinked:
             rows = [(e, m, _ROLE_CODE[r]) for e, mems in enumerate(self._ent_mems)
                     for m, r in mems.items()]
-            arr = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
-            return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
-        log = self._log[: self._n_log]
+            log = np.asarray(rows, dtype=np.int64).reshape(-1, 3)[start:]
+        else:
+            log = self._log[start : self._n_log]
         return log[:, 0].copy(), log[:, 1].copy(), log[:, 2].copy()

@@ -79,6 +79,13 @@ def check_roles(roles: Sequence[str], where: str) -> tuple[str, ...]:
     return tuple(roles)
 
 
+def _role_mask(roles: Sequence[str]) -> np.ndarray:
+    """Which role codes (positions in ``ENTITY_ROLES``) are among ``roles``."""
+    allowed = np.zeros(len(ENTITY_ROLES), dtype=bool)
+    allowed[[ENTITY_ROLES.index(r) for r in roles]] = True
+    return allowed
+
+
 def memory_incidence(
     ctx: QueryContext, roles: Sequence[str]
 ) -> tuple[sp.csr_matrix, sp.csr_matrix]:
@@ -100,9 +107,7 @@ def memory_incidence(
     def build() -> tuple[sp.csr_matrix, sp.csr_matrix]:
         ent, mem, code = graph.link_arrays()
         shape = (graph.n_entities, len(store))
-        allowed = np.zeros(len(ENTITY_ROLES), dtype=bool)
-        allowed[[ENTITY_ROLES.index(r) for r in roles]] = True
-        keep = allowed[code] & (mem < shape[1])
+        keep = _role_mask(roles)[code] & (mem < shape[1])
         ent, mem = ent[keep], mem[keep]
         inc = sp.csr_matrix((np.ones(len(ent), dtype=np.float64), (ent, mem)), shape=shape)
         inc.sum_duplicates()
@@ -123,13 +128,14 @@ class _SortedLinks:
         self.role = np.zeros(0, dtype=np.int64)
 
     def update(self, graph: EntityGraph) -> None:
-        ent, mem, role = graph.link_arrays()  # distinct pairs while nothing was unlinked
-        if len(ent) == self.n_log:
+        """Take the links made since the last update (distinct pairs: nothing was unlinked)."""
+        ent, mem, role = graph.link_arrays(start=self.n_log)
+        if len(ent) == 0:
             return
-        if len(ent) > self.n_log and (self.n_log == 0 or mem[self.n_log:].min() > self.mem[-1]):
-            ent, mem, role = ent[self.n_log:], mem[self.n_log:], role[self.n_log:]
+        if self.n_log == 0 or mem.min() > self.mem[-1]:  # links of new memories: appended
             keep = (self.mem, self.ent, self.role)
-        else:  # links to earlier memories (or fewer links): sort them all again
+        else:  # a link to an earlier memory: sort them all again
+            ent, mem, role = graph.link_arrays()
             keep = (self.mem[:0], self.ent[:0], self.role[:0])
         order = np.lexsort((ent, mem))
         self.mem = np.concatenate([keep[0], mem[order]])
@@ -164,10 +170,8 @@ def memory_activation(
     if links is None:
         links = _SORTED_LINKS[graph] = _SortedLinks()
     links.update(graph)
-    allowed = np.zeros(len(ENTITY_ROLES), dtype=bool)
-    allowed[[ENTITY_ROLES.index(r) for r in roles]] = True
     weights = vec[links.ent]
-    keep = allowed[links.role] & (links.mem < n) & (weights != 0.0)
+    keep = _role_mask(roles)[links.role] & (links.mem < n) & (weights != 0.0)
     return np.bincount(links.mem[keep], weights=weights[keep], minlength=n)[:n]
 
 

@@ -148,7 +148,7 @@ class MaxP(Stage):
         visible = ctx.visible_mask()
         codes = ctx.store.column("client")
         groups = self.groups_  # by client: a query reads the sentences of the clients it sees
-        if len(groups) != len(starts) or not groups.same_codes(codes):  # a row changed client
+        if not groups.same_codes(codes):  # a row changed client: group them again
             groups = self.groups_ = RowGroups()
             groups.append(codes[: len(starts)], np.diff(np.append(starts, len(passages))),
                           passages)
