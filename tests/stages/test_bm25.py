@@ -143,6 +143,39 @@ def test_top_kernel_gives_the_same_floats_and_cut_as_numpy() -> None:
     assert not jit.buffers_.score.any() and not jit.buffers_.seen.any()
 
 
+def test_scanning_the_counts_gives_the_floats_of_the_contribution_matrix() -> None:
+    rng = np.random.default_rng(7)
+    words = [f"w{i}" for i in range(60)]
+    docs = [" ".join(rng.choice(words, size=rng.integers(1, 25))) for _ in range(300)]
+    corpus = TokenizedCorpus()
+    corpus.extend(docs)
+    built = SparseBM25Engine(scan_queries=0).fit(corpus)
+    assert built.weights_ is not None
+    scan = SparseBM25Engine(scan_queries=10**9).fit(corpus)
+    for _ in range(50):
+        # repeated tokens and a token outside the vocabulary included
+        tokens = [*rng.choice(words, size=rng.integers(1, 8)).tolist(), "w3", "w3", "unseen"]
+        assert scan.get_scores(tokens).tolist() == built.get_scores(tokens).tolist()
+        a_docs, a_scores = scan.top(tokens, 10)
+        b_docs, b_scores = built.top(tokens, 10)
+        assert sorted(zip(a_docs.tolist(), a_scores.tolist(), strict=True)) == sorted(
+            zip(b_docs.tolist(), b_scores.tolist(), strict=True)
+        )
+    assert scan.weights_ is None and scan.scanned_ == 100
+
+
+def test_the_contribution_matrix_is_built_after_scan_queries() -> None:
+    corpus = TokenizedCorpus()
+    corpus.extend(["the cat sat", "the dog sat down", "a bird"])
+    engine = SparseBM25Engine(scan_queries=2).fit(corpus)
+    first = [engine.get_scores(["sat", "dog"]).tolist() for _ in range(2)]
+    assert engine.weights_ is None
+    third = engine.get_scores(["sat", "dog"]).tolist()
+    assert engine.weights_ is not None and first == [third, third]
+    big = SparseBM25Engine(scan_max_entries=5).fit(corpus)  # 9 entries: built at the fit
+    assert big.weights_ is not None and big.weights_.shape == (3, 7)
+
+
 def test_top_keeps_every_tie_at_the_cut() -> None:
     corpus = TokenizedCorpus()
     corpus.extend(["cat", "cat", "cat", "dog", "bird"])

@@ -40,7 +40,12 @@ import numpy as np
 import polars as pl
 
 from memlab.datasets.format import Query
-from memlab.eval.experiment import fit_learned_stages, score_rankings, split_queries
+from memlab.eval.experiment import (
+    fit_learned_stages,
+    memories_frame,
+    score_rankings,
+    split_queries,
+)
 from memlab.eval.replay import Replayer
 from memlab.eval.stats import paired_test, per_tag
 from memlab.fastframe import i64_series, take_rows
@@ -525,6 +530,7 @@ class TuningSession:
         self.specs = tunable_params(pipeline)
         self.cache: dict[Any, Any] = {}
         self._scores: dict[str, pl.DataFrame] = {}
+        self._memories: dict[tuple[Any, ...], pl.DataFrame] = {}
         self.last_reuse_: float | None = None
 
     def configured(self, params: Mapping[str, Any]) -> Pipeline:
@@ -565,11 +571,27 @@ class TuningSession:
             self.replayer.dataset,
             res,
             self.metrics,
+            memories=self._memories_of(res) if memo is not pipe else None,
             exclude_tags=self.exclude_tags,
             qids={q.qid for q in self.queries},
         )
         self._scores[key] = pq
         return pq
+
+    def _memories_of(self, res: Any) -> pl.DataFrame:
+        """:func:`memories_frame` of a replay, kept per store state and id map (without
+        merges or conflict resolutions, every row of a store is its write's, so the same ids
+        in the same order and the same id map give the same frame)."""
+        id_map = hashlib.blake2b(
+            "\0".join(f"{k}\0{v}" for k, v in res.id_map.items()).encode(), digest_size=16
+        ).hexdigest()
+        key = (*store_state(res.store), id_map)
+        frame = self._memories.get(key)
+        if frame is None:
+            while len(self._memories) >= 4:
+                del self._memories[next(iter(self._memories))]
+            frame = self._memories[key] = memories_frame(res)
+        return frame
 
     def baseline(self, **kwargs: Any) -> pl.DataFrame:
         """:meth:`evaluate` of the defaults."""
