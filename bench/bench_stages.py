@@ -18,7 +18,7 @@ replayed agent's would be. Target on a 2-core machine: hybrid p50 < 20 ms at 100
 Usage::
 
     .venv/bin/python bench/bench_stages.py [--sizes 10000 100000] [--queries 200] [--seed 0]
-        [--blas-threads 1]
+        [--blas-threads 1] [--only hybrid --sizes 1000000 --ann-threads 0]
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ import polars as pl
 
 from memlab.embed.hashing import HashingEmbedder
 from memlab.memory.store import MemoryStore
+from memlab.memory.vectors import AnnIndex
 from memlab.pipeline import Parallel, Pipeline
 from memlab.stages import STAGES
 from memlab.stages.base import QueryContext, candidates_from_rows, empty_candidates
 from memlab.stages.bm25 import BM25
-from memlab.stages.dense import Dense
+from memlab.stages.dense import _ANN, Dense
 from memlab.stages.lifecycle import Lifecycle
 from memlab.stages.maxp import MaxP
 from memlab.stages.rrf import RRF
@@ -436,6 +437,14 @@ def main() -> None:
         help="latency: the per-stage and pipeline latencies; reference: the six array stages "
         "beside numpy references; hybrid: only the hybrid pipelines (for 1M memories)",
     )
+    parser.add_argument(
+        "--ann-threads",
+        type=int,
+        default=1,
+        help="threads adding vectors to the usearch graph (the stage's default, 1, adds them "
+        "in row order; 0 = every core, faster, in an order that varies between runs; query "
+        "latency is measured the same way)",
+    )
     parser.add_argument("--candidates", type=int, default=1_000)
     parser.add_argument("--reference-size", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=30)
@@ -457,6 +466,8 @@ def main() -> None:
         print(f"\n{n} memories ({active} active), written {where} at {rate:,.0f}/s "
               f"(load average {', '.join(f'{x:.2f}' for x in os.getloadavg())})", flush=True)
         ctxs = contexts(store, vocab, args.queries, args.seed)
+        if args.ann_threads != 1:
+            _ANN[store.vectors] = AnnIndex(threads=args.ann_threads)
         if args.only == "hybrid":
             hybrid_report(store, ctxs)
             continue

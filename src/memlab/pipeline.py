@@ -142,7 +142,11 @@ def _declared(stages: Iterator[tuple[str, Stage]]) -> dict[str, pl.DataType] | N
 
 def _extra_columns(frame: pl.DataFrame) -> dict[str, pl.DataType]:
     """The stage columns of ``frame`` with their types."""
-    return {c: t for c, t in frame.schema.items() if c not in CANDIDATE_SCHEMA}
+    return {
+        c: t
+        for c, t in zip(frame.columns, frame.dtypes, strict=True)
+        if c not in CANDIDATE_SCHEMA
+    }
 
 
 def _record_time(ctx: QueryContext, name: str, start: float) -> None:

@@ -236,6 +236,19 @@ def test_alias_cache_resolves_found_names() -> None:
     ]
 
 
+def test_query_entities_are_remembered_until_an_alias_is_added() -> None:
+    cache = AliasCache()
+    ex = EntityExtractor(aliases=cache)
+    text = 'does billing run on "zorblax"'
+    assert ex.extract_query_entities(text) == [Entity("zorblax", "concept")]
+    assert ex.extract_query_entities(text) == [Entity("zorblax", "concept")]
+    cache.add("zorblax", Entity("Zorblax", "technology"))
+    assert ex.extract_query_entities(text) == [Entity("Zorblax", "technology")]
+    first = ex.extract_query_entities(text)
+    first.clear()  # the caller's list: the remembered entities are not touched
+    assert ex.extract_query_entities(text) == [Entity("Zorblax", "technology")]
+
+
 def test_dedup_is_case_insensitive_and_keeps_first() -> None:
     assert names("Postgres, then POSTGRESQL, then `psql`", client_id="acme") == [
         ("acme", "client", "about"),

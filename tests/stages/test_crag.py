@@ -291,6 +291,33 @@ def test_fit_on_given_candidates(store, make_ctx) -> None:
     assert (crag.n_train_, crag.n_positive_) == (4, 2)
 
 
+def test_cross_fitted_copies_share_each_querys_features(store, make_ctx, monkeypatch) -> None:
+    from memlab.eval.protocol import CrossFitted
+    from memlab.stages import crag as crag_module
+
+    now = make_ctx("").now
+    queries = [{**q, "now": now} for q in TRAIN]
+    folds = {"t1": 0, "t2": 0, "t3": 1, "t4": 1}
+    computed: list[str] = []
+    features = crag_module.candidate_features
+
+    def counting(ctx, *args, **kwargs):
+        computed.append(ctx.qid)
+        return features(ctx, *args, **kwargs)
+
+    monkeypatch.setattr(crag_module, "candidate_features", counting)
+    crossed = CrossFitted(CRAG(), folds).fit(
+        store, queries=queries, relevant=RELEVANT, embedder=store.embedder
+    )
+    assert sorted(computed) == ["t1", "t2", "t3", "t4"]  # once each, not once per fold
+    # each copy as if fitted alone on the queries outside its fold
+    for fold, copy in enumerate(crossed.fitted_):
+        alone = CRAG().fit(store, queries=[q for q in queries if folds[q["qid"]] != fold],
+                           relevant=RELEVANT, embedder=store.embedder)
+        assert copy.model_.coef_.tobytes() == alone.model_.coef_.tobytes()
+        assert (copy.n_train_, copy.n_positive_) == (2 * 12, 2)
+
+
 def test_unfitted_learned_evaluator_raises(make_ctx) -> None:
     with pytest.raises(ValueError, match="not fitted"):
         CRAG().transform(_frame(GLOBEX), make_ctx("cms", client_id="globex"))

@@ -276,6 +276,13 @@ def learnable_stages(pipeline: Pipeline) -> list[tuple[str, Any]]:
     return [(n, s) for n, s in pipeline.named_stages() if getattr(s, "requires_fit", False)]
 
 
+def replay_cost(pipeline: Pipeline) -> int:
+    """A rough cost of evaluating ``pipeline``: its stages, times the replays it needs (one,
+    plus one per learned step, whose prefix is replayed to fit it). Only orders work."""
+    stages = sum(1 for _ in pipeline.named_stages())
+    return stages * (1 + len(learnable_stages(pipeline)))
+
+
 class _Collector:
     """Keeps each replayed query's context and candidates (an ``on_query`` callback)."""
 
@@ -632,12 +639,16 @@ def run_experiment(
 
     replayer.embedder = RecordingEmbedder(embedder)
     ex = make_executor(executor, n_jobs=n_jobs) if isinstance(executor, str) else executor
-    tasks = list(enumerate(pipes))
+    # Longest first (a learned stage's fitting replays are the long pole): the other
+    # pipelines then fill the other workers while it runs. Results come back in pipeline order.
+    tasks = sorted(enumerate(pipes), key=lambda t: (-replay_cost(t[1]), t[0]))
     job = _PipelineJob(replayer, fold_of, keep_store=isinstance(ex, SerialExecutor))
     mode = "auto" if progress is None else progress
     with Progress(f"eval {ds.meta.get('name', 'dataset')}", len(tasks), unit="pipelines",
                   mode=mode) as bar:
-        done = run_tasks(job, _pipeline_task, tasks, ex, probe=False, progress=bar)
+        ran = run_tasks(job, _pipeline_task, tasks, ex, probe=False, progress=bar)
+    done = [out for _, out in sorted(zip((i for i, _ in tasks), ran, strict=True),
+                                     key=lambda t: t[0])]
     replayer.embedder = embedder
     replays: dict[str, ReplayResult] = {p.name: r for p, (r, _) in zip(pipes, done, strict=True)}
     first = replays[names[0]]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -257,6 +258,11 @@ class CrossFitted(Stage):
         candidates = kwargs.pop("candidates", None)
         fitted = []
         name = self.stage.stage_name or type(self.stage).__name__
+        # A stage that takes fit_cache= computes what does not depend on the fold (e.g. a
+        # query's features) once for all the copies.
+        shared: dict[Any, Any] | None = (
+            {} if "fit_cache" in inspect.signature(self.stage.fit).parameters else None
+        )
         for f in track(range(n), f"cross-fit {name}", unit="folds"):
             def keep(qid: str, f: int = f) -> bool:
                 return folds.get(qid, -1) != f
@@ -272,6 +278,8 @@ class CrossFitted(Stage):
                 )
             elif candidates is not None:
                 part["candidates"] = {k: v for k, v in candidates.items() if keep(k)}
+            if shared is not None:
+                part["fit_cache"] = shared
             copy = self.stage.clone()
             copy.fit(store, **part)
             fitted.append(copy)

@@ -565,7 +565,7 @@ class _Run:
         store = self.store
         ids = top["mem_id"].to_list()
         if ids:
-            rows = np.fromiter((store.idx(m) for m in ids), dtype=np.int64, count=len(ids))
+            rows = store.rows_of(ids)
             cold = store.column("archived")[rows]
             if cold.any():
                 self.result.archived[q.qid] = [ids[i] for i in np.flatnonzero(cold)]

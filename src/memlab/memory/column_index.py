@@ -184,7 +184,9 @@ class ColumnIndex:
         try:
             return np.fromiter(map(self._index.__getitem__, ids), dtype=np.int64, count=len(ids))
         except KeyError as error:
-            raise UnknownMemoryError(f"unknown memory id {error.args[0]!r}") from None
+            raise UnknownMemoryError(
+                scrub_message(f"unknown memory id {error.args[0]!r}")
+            ) from None
 
     @property
     def texts(self) -> list[str]:

@@ -711,8 +711,30 @@ class EntityExtractor:
         return self.aliases_.resolve(name)
 
     def extract_query_entities(self, text: str) -> list[Entity]:
-        """Entities named in a query (content rules only: no client, no agent)."""
-        return [m.entity for m in self.extract(text)]
+        """Entities named in a query (content rules only: no client, no agent).
+
+        Remembered per text (the last :data:`_MEMO_MAX_TEXTS` texts of up to
+        :data:`_MEMO_MAX_CHARS` characters) until the alias cache changes: feature extractors
+        ask for the entities of the same memory texts at every query.
+        """
+        if not isinstance(text, str) or len(text) > _MEMO_MAX_CHARS:
+            return [m.entity for m in self.extract(text)]
+        if not hasattr(self, "aliases_"):
+            self._fit()
+        aliases = self.aliases_
+        stamp = (id(aliases), getattr(aliases, "added_", 0), self.min_quoted, self.max_quoted,
+                 self.prose_ratio)
+        memo = getattr(self, "query_memo_", None)
+        if memo is None or memo[0] != stamp:
+            memo = self.query_memo_ = (stamp, {})
+        table: dict[str, tuple[Entity, ...]] = memo[1]
+        hit = table.get(text)
+        if hit is None:
+            hit = tuple(m.entity for m in self.extract(text))
+            if len(table) >= _MEMO_MAX_TEXTS:
+                del table[next(iter(table))]
+            table[text] = hit
+        return list(hit)
 
 
 def _as_names(values: object, field: str, owner: str | None) -> list[str]:

@@ -386,6 +386,7 @@ class CRAG(Stage):
         relevant: Mapping[str, Collection[str]] | None = None,
         embedder: Any | None = None,
         candidates: Mapping[str, pl.DataFrame] | pl.DataFrame | None = None,
+        fit_cache: dict[Any, Any] | None = None,
         **kwargs: Any,
     ) -> CRAG:
         """Train the learned evaluator (other evaluators need no training: returns at once).
@@ -400,6 +401,9 @@ class CRAG(Stage):
             candidates: Each query's incoming candidate frame (``qid → frame`` or one frame
                 with a ``qid`` column), e.g. the upstream pipeline's output. ``None``: the top
                 ``fallback_top_k`` memories by dense similarity among the visible rows.
+            fit_cache: A dict shared by fits on the same queries and candidates (the copies
+                of one cross-fit, :class:`~memlab.eval.protocol.CrossFitted`): a query's
+                feature matrix is computed once, by the first fit that meets the query.
             **kwargs: Ignored (a pipeline passes the same arguments to every stage).
 
         Positives are the relevant memories among a query's candidates, negatives the others.
@@ -430,17 +434,23 @@ class CRAG(Stage):
                 frame = self._dense_candidates(ctx)
             if frame.height == 0:
                 continue
-            frame = frame.sort("rank")
-            rows = np.asarray([store.idx(m) for m in frame["mem_id"].to_list()], dtype=np.int64)
-            x = candidate_features(
-                ctx,
-                rows,
-                ranks=frame["rank"].to_numpy(),
-                scores=max_normalise(frame["score"].to_numpy()),
-            )
+            hit = None if fit_cache is None else fit_cache.get(("crag features", ctx.qid))
+            if hit is None:
+                frame = frame.sort("rank")
+                ids = frame["mem_id"].to_list()
+                x = candidate_features(
+                    ctx,
+                    store.rows_of(ids),
+                    ranks=frame["rank"].to_numpy(),
+                    scores=max_normalise(frame["score"].to_numpy()),
+                )
+                hit = (x, ids)
+                if fit_cache is not None:
+                    fit_cache[("crag features", ctx.qid)] = hit
+            x, ids = hit
             wanted = set(relevant.get(ctx.qid, ()))
             xs.append(x)
-            ys.append(np.asarray([m in wanted for m in frame["mem_id"].to_list()], dtype=int))
+            ys.append(np.asarray([m in wanted for m in ids], dtype=int))
         if not xs:
             raise ValueError("crag.py: CRAG.fit found no training candidates for the queries")
         x_all, y_all = np.vstack(xs), np.concatenate(ys)

@@ -24,6 +24,7 @@ Tokens are lowercase ``\\w+`` words (:func:`word_tokens`), as in the entropy gat
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -60,6 +61,14 @@ def max_normalise(values: np.ndarray | Sequence[float]) -> np.ndarray:
 def word_tokens(text: str) -> list[str]:
     """Lowercase word tokens (``\\w+``) of ``text``."""
     return _WORD.findall(text.lower())
+
+
+@functools.lru_cache(maxsize=65_536)
+def _term_counts(text: str) -> tuple[dict[str, int], int]:
+    """Each word token's count in ``text``, and the number of tokens (read only; a text's
+    are computed once: the same memories are candidates of many queries)."""
+    toks = word_tokens(text)
+    return dict(Counter(toks)), len(toks)
 
 
 class TermIndex:
@@ -111,9 +120,8 @@ def bm25_scores(
         idf[t] = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
     bound = sum(idf.values()) * (k1 + 1.0)
     for i, text in enumerate(texts):
-        toks = word_tokens(text)
-        counts = Counter(toks)
-        norm = k1 * (1.0 - b + b * len(toks) / avgdl)
+        counts, length = _term_counts(text)
+        norm = k1 * (1.0 - b + b * length / avgdl)
         score = 0.0
         for t in terms:
             tf = counts.get(t, 0)
