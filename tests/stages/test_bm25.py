@@ -147,6 +147,7 @@ def test_scanning_the_counts_gives_the_floats_of_the_contribution_matrix() -> No
     rng = np.random.default_rng(7)
     words = [f"w{i}" for i in range(60)]
     docs = [" ".join(rng.choice(words, size=rng.integers(1, 25))) for _ in range(300)]
+    docs[0:0], docs[150:150], docs[-1:-1] = ["!!"], ["", "..."], ["?"]  # documents without terms
     corpus = TokenizedCorpus()
     corpus.extend(docs)
     built = SparseBM25Engine(scan_queries=0).fit(corpus)

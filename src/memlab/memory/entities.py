@@ -713,9 +713,10 @@ class EntityExtractor:
     def extract_query_entities(self, text: str) -> list[Entity]:
         """Entities named in a query (content rules only: no client, no agent).
 
-        Remembered per text (the last :data:`_MEMO_MAX_TEXTS` texts of up to
-        :data:`_MEMO_MAX_CHARS` characters) until the alias cache changes: feature extractors
-        ask for the entities of the same memory texts at every query.
+        Remembered per text (up to :data:`_MEMO_MAX_TEXTS` texts of up to
+        :data:`_MEMO_MAX_CHARS` characters, then forgotten at once) until the alias cache
+        changes: feature extractors ask for the entities of the same memory texts at every
+        query.
         """
         if not isinstance(text, str) or len(text) > _MEMO_MAX_CHARS:
             return [m.entity for m in self.extract(text)]
@@ -732,7 +733,7 @@ class EntityExtractor:
         if hit is None:
             hit = tuple(m.entity for m in self.extract(text))
             if len(table) >= _MEMO_MAX_TEXTS:
-                del table[next(iter(table))]
+                table.clear()  # one call: safe beside a server's other threads
             table[text] = hit
         return list(hit)
 
