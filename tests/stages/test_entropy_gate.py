@@ -202,3 +202,23 @@ def test_protected_candidates_go_last_and_only_over_budget() -> None:
     out = EntropyGate(token_budget=1, relevance_floor=0.9).transform(frame, ctx)
     assert out["mem_id"].to_list() == []
     assert [r["mem_id"] for r in ctx.trace["eviction_report"]] == ["off", "hit"]
+
+
+def test_text_features_take_gives_the_rows_of_the_whole_matrix() -> None:
+    import numpy as np
+
+    from memlab.stages.entropy_gate import TextFeatures
+
+    feats = TextFeatures()
+    texts = ["the cat sat on the mat", "", "dogs bark", "the dog and the cat", "!!", "mat mat"]
+    for i, text in enumerate(texts):
+        feats.add(text)
+        if i in (2, 4):  # taken between additions: the arrays grow with the store
+            feats.take(np.array([0, i]))
+    rows = np.array([3, 0, 1, 3, 5, 4])  # any order, repeats, rows without words
+    words, entropy, cost = feats.take(rows)
+    every, all_entropy, all_cost = feats.arrays()
+    assert (words != every[rows]).nnz == 0 and words.shape == (6, len(feats.vocab))
+    assert words.getnnz(axis=1).tolist() == [4, 5, 0, 4, 1, 0]  # distinct words per row
+    assert entropy.tolist() == all_entropy[rows].tolist()
+    assert cost.tolist() == [count_tokens(texts[r]) for r in rows.tolist()]

@@ -131,6 +131,11 @@ class TextFeatures:
         self.entropy: list[float] = []
         self.cost: list[int] = []
         self._arrays: tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None = None
+        # The lists as arrays, extended with the rows added since the last take().
+        self._np: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (
+            np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64),
+        )
 
     def __len__(self) -> int:
         return len(self.entropy)
@@ -164,6 +169,33 @@ class TextFeatures:
         return self._arrays
 
 
+    def take(self, rows: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+        """``(word-set matrix, entropy, tokens)`` of ``rows`` only (each seen already): the
+        rows of :meth:`arrays`, without building the matrix of every row."""
+        indptr, indices, entropy, cost = self._np
+        n = len(self.entropy)
+        if len(entropy) < n:
+            done = len(entropy)
+            indptr = np.concatenate([indptr, np.asarray(self.indptr[done + 1 :], np.int64)])
+            indices = np.concatenate(
+                [indices, np.asarray(self.indices[len(indices) :], np.int64)]
+            )
+            entropy = np.concatenate([entropy, np.asarray(self.entropy[done:], np.float64)])
+            cost = np.concatenate([cost, np.asarray(self.cost[done:], np.int64)])
+            self._np = (indptr, indices, entropy, cost)
+        rows = np.asarray(rows, dtype=np.int64)
+        start, length = indptr[rows], indptr[rows + 1] - indptr[rows]
+        sub_ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(length, out=sub_ptr[1:])
+        # position j of the gathered row i reads indices[start[i] + j]
+        gather = np.repeat(start - sub_ptr[:-1], length) + np.arange(sub_ptr[-1])
+        words = sp.csr_matrix(
+            (np.ones(len(gather)), indices[gather], sub_ptr),
+            shape=(len(rows), max(len(self.vocab), 1)),
+        )
+        return words, entropy[rows], cost[rows]
+
+
 def text_features(ctx: QueryContext) -> TextFeatures:
     """The store's :class:`TextFeatures` (kept in ``ctx.cache``, grown with the store)."""
     store = ctx.store
@@ -179,8 +211,7 @@ def _candidate_features(
     """Word-set matrix, entropy and tokens of the candidates: the store's cached features,
     recomputed only for the candidates whose ``text`` column overrides the memory text."""
     feats = text_features(ctx)
-    words, entropy, cost = feats.arrays()
-    words, entropy, cost = words[rows], entropy[rows], cost[rows]
+    words, entropy, cost = feats.take(rows)
     if "text" not in frame.columns or frame["text"].null_count() == frame.height:
         return words, entropy, cost
     texts = frame["text"]
