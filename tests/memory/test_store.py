@@ -104,13 +104,15 @@ def test_supersession_is_scoped_by_client(store):
     assert store.get(a.id).active
 
 
-def test_missing_key_or_subject_warns(store, caplog):
+def test_missing_key_or_subject_warns_once_per_store(store, caplog):
     with caplog.at_level(logging.WARNING, logger="memlab.store"):
         store.store("A fact", "fact", source_agent="a", now=T0)
         store.store("A status", "status", source_agent="a", now=T0)
-    assert [r.message for r in caplog.records] == [
-        "fact stored without a key: it can never be superseded",
-        "status stored without a subject: it can never be superseded",
+        store.store("Another fact", "fact", source_agent="a", now=T0 + 1)
+        store.store("Another status", "status", source_agent="a", now=T0 + 1)
+    assert [r.getMessage() for r in caplog.records] == [
+        "fact stored without a key: it can never be superseded (said once per store)",
+        "status stored without a subject: it can never be superseded (said once per store)",
     ]
 
 

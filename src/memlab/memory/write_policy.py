@@ -187,6 +187,14 @@ class WritePolicy:
             total += done[1]
         return tuple(out), total
 
+    def _warn_once(self, message: str) -> None:
+        """Log ``message`` as a warning the first time this store meets it (a replayed log
+        of keyless facts would otherwise repeat it at every write)."""
+        said: set[str] = self.__dict__.setdefault("_warned", set())
+        if message not in said:
+            said.add(message)
+            log.warning("%s (said once per store)", message)
+
     def store(
         self,
         text: str,
@@ -299,12 +307,12 @@ class WritePolicy:
         old_idx: int | None = None
         if type == "fact":
             if key is None:
-                log.warning("fact stored without a key: it can never be superseded")
+                self._warn_once("fact stored without a key: it can never be superseded")
             else:
                 old_idx = self._by_key.get((client_id, scope, key))
         elif type == "status":
             if subject is None:
-                log.warning("status stored without a subject: it can never be superseded")
+                self._warn_once("status stored without a subject: it can never be superseded")
             else:
                 old_idx = self._by_subject.get((client_id, scope, subject))
         elif type == "decision" and key is not None:
