@@ -160,11 +160,12 @@ def test_a_small_eval_reports_every_step_in_lines_without_carriage_returns(monke
     raw = stream.getvalue()
     assert "\r" not in raw
     lines = texts(stream)
-    # one end line per step, in the order the steps end
+    # one end line per step, in the order the steps end (the pipeline with a learned stage
+    # replays first: pipelines run longest first)
     steps = [d for d, t in lines if t.startswith("done")]
     assert re.fullmatch(r"embedding \d+ texts", steps[0])
     assert steps[1:] == [
-        "replay bm25", "replay crag[:crag]", "cross-fit crag", "replay crag", "eval handmade",
+        "replay crag[:crag]", "cross-fit crag", "replay crag", "replay bm25", "eval handmade",
         "scoring", "paired tests",
     ]
     assert re.match(r"done, 10 queries in \d+ s$", dict(lines)["replay bm25"])

@@ -120,3 +120,14 @@ def test_split_by_client_keeps_each_client_on_one_side():
             assert (q in test) == held_out and (q in train) != held_out
     with pytest.raises(ValueError, match="split by must be one of query, client"):
         split_queries(qs, by="tenant")
+
+
+def test_replay_cost_counts_stages_times_replays() -> None:
+    from memlab.eval.experiment import replay_cost
+
+    assert replay_cost(load_pipeline("bm25")) == 1
+    # hybrid's named steps: the parallel step, its dense, bm25 and graph, rrf, lifecycle
+    assert replay_cost(load_pipeline("hybrid")) == 6
+    # dense and a learned CRAG: two stages, replayed twice (the prefix to fit CRAG, then all)
+    crag = load_pipeline(str(Path(__file__).parent / "crag_pipeline.toml"))
+    assert replay_cost(crag) == 2 * 2
