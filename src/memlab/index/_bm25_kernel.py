@@ -80,22 +80,26 @@ def top_k(
         postings += indptr[t + 1] - indptr[t]
     m = 0
     filled = 0
+    # A score is kept when it is above 0 and, once the heap holds k scores, at least its root:
+    # ``bar`` is 0 until then and the root after, so the test that fails for nearly every
+    # document comes first and is one comparison.
+    bar = 0.0
     if postings * 4 >= n_docs:
-        # many postings: add without bookkeeping, then scan every document once
+        # many postings: add without bookkeeping, scan every document once, clear the buffer
         for t in terms:
             for j in range(indptr[t], indptr[t + 1]):
                 score[indices[j]] += data[j]
         for d in range(n_docs):
             s = score[d]
-            if s == 0.0:
-                continue
-            score[d] = 0.0
-            if s > 0.0 and (k <= 0 or filled < k or s >= heap[0]) and visible[rows[d]]:
+            if s >= bar and s > 0.0 and visible[rows[d]]:
                 if k > 0:
                     filled = _offer(heap, filled, k, s)
+                    if filled == k:
+                        bar = heap[0]
                 docs[m] = d
                 out[m] = s
                 m += 1
+        score[:] = 0.0
     else:
         # few postings: remember the touched documents and visit only those
         n = 0
@@ -112,9 +116,11 @@ def top_k(
             s = score[d]
             score[d] = 0.0
             seen[d] = False
-            if s > 0.0 and (k <= 0 or filled < k or s >= heap[0]) and visible[rows[d]]:
+            if s >= bar and s > 0.0 and visible[rows[d]]:
                 if k > 0:
                     filled = _offer(heap, filled, k, s)
+                    if filled == k:
+                        bar = heap[0]
                 docs[m] = d  # m <= i: never overwrites a document still to visit
                 out[m] = s
                 m += 1
