@@ -177,6 +177,32 @@ def test_the_contribution_matrix_is_built_after_scan_queries() -> None:
     assert big.weights_ is not None and big.weights_.shape == (3, 7)
 
 
+def test_kernel_dense_and_sparse_paths_keep_the_numpy_cut() -> None:
+    from memlab.index.bm25 import select_top
+
+    rng = np.random.default_rng(3)
+    docs = [" ".join(["common", *rng.choice(["a", "b", "c", "d"], size=rng.integers(0, 6))])
+            + (f" rare{i % 7}" if i % 5 == 0 else "") for i in range(400)]
+    corpus = TokenizedCorpus()
+    corpus.extend(docs)
+    jit = SparseBM25Engine(jit_min_docs=0).fit(corpus)
+    ref = SparseBM25Engine(scan_queries=0).fit(corpus)
+    rows = np.arange(400, dtype=np.int64)[::-1].copy()  # document d sits at row 399 - d
+    hidden = np.ones(400, dtype=bool)
+    hidden[::3] = False
+    # "common a" posts to every document (dense path), "rare3" to a few (sparse path)
+    for tokens in (["common", "a"], ["rare3"], ["rare3", "b", "rare3"], ["zzz"]):
+        for k in (None, 1, 5, 50):
+            for visible in (None, hidden):
+                got = jit.top(tokens, k, rows if visible is not None else None, visible)
+                want = select_top(ref.get_scores(tokens), k,
+                                  rows if visible is not None else None, visible)
+                assert sorted(zip(*map(np.ndarray.tolist, got), strict=True)) == sorted(
+                    zip(*map(np.ndarray.tolist, want), strict=True)
+                ), (tokens, k)
+    assert not jit.buffers_.score.any() and not jit.buffers_.seen.any()
+
+
 def test_top_keeps_every_tie_at_the_cut() -> None:
     corpus = TokenizedCorpus()
     corpus.extend(["cat", "cat", "cat", "dog", "bird"])
