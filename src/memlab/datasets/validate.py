@@ -13,6 +13,7 @@ source, judge, ts).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -585,20 +586,15 @@ def _write_check_entry(memories: Path, bad_lines: set[int | None]) -> Path | Non
     return root / "write-checks" / f"{digest.hexdigest()[:32]}.json"
 
 
+@functools.cache
 def _source_digest() -> str:
     """A digest of every source file of the installed memlab (computed once per process)."""
-    global _SOURCE_DIGEST
-    if _SOURCE_DIGEST is None:
-        package = Path(__file__).resolve().parent.parent
-        digest = hashlib.sha256()
-        for path in sorted(package.rglob("*.py")):
-            digest.update(str(path.relative_to(package)).encode() + b"\0")
-            digest.update(path.read_bytes())
-        _SOURCE_DIGEST = digest.hexdigest()
-    return _SOURCE_DIGEST
-
-
-_SOURCE_DIGEST: str | None = None
+    package = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def _read_write_check(entry: Path | None) -> list[Problem] | None:

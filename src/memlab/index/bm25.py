@@ -278,9 +278,14 @@ class SparseBM25Engine:
             if tf.nnz:
                 f = tf.data
                 term = np.repeat(np.arange(n_terms), np.diff(tf.indptr))
-                tf.data = self.idf_[term] * (f * (self.k1 + 1) / (f + self.norm_[tf.indices]))
+                tf.data = self._contribution(self.idf_[term], f, self.norm_[tf.indices])
             self.weights_ = tf
         return self.weights_
+
+    def _contribution(self, idf: Any, f: np.ndarray, norm: np.ndarray) -> np.ndarray:
+        """``idf · f · (k1 + 1) / (f + K(d))`` in rank_bm25's order of operations (both the
+        matrix and the scan compute a contribution here, so they give the same floats)."""
+        return idf * (f * (self.k1 + 1) / (f + norm))
 
     def _term_ids(self, query_tokens: Sequence[str]) -> np.ndarray:
         """Column of each query token known to the fitted matrix, in query order."""
@@ -311,13 +316,12 @@ class SparseBM25Engine:
         hit = np.flatnonzero(np.isin(all_terms, wanted))
         docs = np.searchsorted(indptr, hit, side="right") - 1
         term_of = all_terms[hit]
-        k1 = self.k1
         per_term: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for t in terms:
             if t not in per_term:
                 sel = term_of == t
                 d, f = docs[sel], counts[hit[sel]]
-                per_term[t] = (d, self.idf_[t] * (f * (k1 + 1) / (f + self.norm_[d])))
+                per_term[t] = (d, self._contribution(self.idf_[t], f, self.norm_[d]))
             d, w = per_term[t]
             score[d] += w
 

@@ -130,7 +130,6 @@ class TextFeatures:
         self.indices: list[int] = []
         self.entropy: list[float] = []
         self.cost: list[int] = []
-        self._arrays: tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None = None
         # The lists as arrays, extended with the rows added since the last take().
         self._np: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (
             np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64),
@@ -153,25 +152,14 @@ class TextFeatures:
         self.indptr.append(len(self.indices))
         self.entropy.append(entropy)
         self.cost.append(cost)
-        self._arrays = None
 
     def arrays(self) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
         """``(word-set matrix, entropy, tokens)`` over every row seen so far."""
-        if self._arrays is None:
-            n = len(self.entropy)
-            words = sp.csr_matrix(
-                (np.ones(len(self.indices)), np.asarray(self.indices, dtype=np.int64),
-                 np.asarray(self.indptr, dtype=np.int64)),
-                shape=(n, max(len(self.vocab), 1)),
-            )
-            self._arrays = (words, np.asarray(self.entropy, dtype=np.float64),
-                            np.asarray(self.cost, dtype=np.int64))
-        return self._arrays
-
+        return self.take(np.arange(len(self), dtype=np.int64))
 
     def take(self, rows: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-        """``(word-set matrix, entropy, tokens)`` of ``rows`` only (each seen already): the
-        rows of :meth:`arrays`, without building the matrix of every row."""
+        """``(word-set matrix, entropy, tokens)`` of ``rows`` only (each seen already), without
+        building the matrix of every row."""
         indptr, indices, entropy, cost = self._np
         n = len(self.entropy)
         if len(entropy) < n:
