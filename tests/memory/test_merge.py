@@ -114,3 +114,44 @@ def test_consolidation_stores_the_merged_fact_and_supersedes_its_sources() -> No
     for sid in ids[:2]:
         assert store.get(sid).superseded_by == first.id and not store.get(sid).active
     assert store.get(ids[4]).active
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_clusters_equal_sklearns_agglomerative_clustering(seed: int) -> None:
+    """The partition is sklearn's average-linkage cosine clustering cut at the same threshold
+    (memlab builds the tree with scipy, which sklearn itself calls)."""
+    import numpy as np
+    from sklearn.cluster import AgglomerativeClustering
+
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(4, 16))
+    vecs = centres[rng.integers(0, 4, size=40)] + rng.normal(scale=0.6, size=(40, 16))
+
+    class Fixed:
+        def embed(self, texts: list[str]) -> np.ndarray:
+            return vecs[[int(t) for t in texts]]
+
+    texts = [str(i) for i in range(40)]
+    for threshold in (0.3, 0.6, 0.8):
+        labels = AgglomerativeClustering(
+            n_clusters=None, metric="cosine", linkage="average", distance_threshold=1 - threshold
+        ).fit_predict(vecs)
+        groups: dict[int, list[int]] = {}
+        for i, label in enumerate(labels):
+            groups.setdefault(int(label), []).append(i)
+        expected = sorted((g for g in groups.values() if len(g) >= 2), key=lambda g: g[0])
+        merger = ClusterMerger(ScriptedGenerator([]), Fixed(), similarity_threshold=threshold)
+        assert merger.clusters(texts) == expected
+
+
+def test_a_zero_vector_joins_no_cluster() -> None:
+    import numpy as np
+
+    vecs = np.array([[1.0, 0.0], [0.99, 0.1], [0.0, 0.0], [0.0, 1.0]])
+
+    class Fixed:
+        def embed(self, texts: list[str]) -> np.ndarray:
+            return vecs[[int(t) for t in texts]]
+
+    merger = ClusterMerger(ScriptedGenerator([]), Fixed(), similarity_threshold=0.5)
+    assert merger.clusters(["0", "1", "2", "3"]) == [[0, 1]]

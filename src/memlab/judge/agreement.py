@@ -12,7 +12,6 @@ import warnings
 from collections.abc import Iterable
 
 import polars as pl
-from sklearn.metrics import cohen_kappa_score
 
 from memlab.judge.judgments import Judgment, latest
 
@@ -37,6 +36,8 @@ def agreement(judgments: Iterable[Judgment], *, source: str = "human") -> pl.Dat
         observed = sum(u == v for u, v in zip(x, y, strict=True)) / len(x) if x else math.nan
         kappa = math.nan
         if len(x) >= 2 and len(set(x) | set(y)) > 1:
+            from sklearn.metrics import cohen_kappa_score  # 1 s to import: only when needed
+
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 kappa = float(cohen_kappa_score(x, y))

@@ -1,0 +1,57 @@
+"""Tests for memlab.eval.report's charts: each validates against the Vega-Lite schema (the
+writer skips validation), and the PNG is the one vl-convert renders from the spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import vl_convert as vlc
+
+from memlab.embed import HashingEmbedder
+from memlab.eval.report import metrics_chart, save_chart, tag_chart
+from memlab.eval.sweep import heatmap_chart, run_sweep, sweep_chart
+from memlab.eval.tune import history_chart, importance_chart
+
+HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
+
+PER_QUERY = pl.DataFrame({
+    "pipeline": ["a", "a", "b", "b"],
+    "qid": ["q1", "q2", "q1", "q2"],
+    "metric": ["R_all@10"] * 4,
+    "value": [1.0, 0.0, 0.5, 0.5],
+})
+PER_TAG = pl.DataFrame({
+    "pipeline": ["a", "b"], "metric": ["R_all@10"] * 2, "tag": ["temporal"] * 2,
+    "mean": [0.5, 0.5], "n": [2, 2],
+})
+TRIALS = pl.DataFrame({
+    "number": [0, 1, 2], "value": [0.2, 0.5, 0.4], "state": ["COMPLETE"] * 3,
+})
+
+
+def test_the_report_and_tuning_charts_are_valid_vega_lite() -> None:
+    for chart in (
+        metrics_chart(PER_QUERY, ["R_all@10"]),
+        tag_chart(PER_TAG, "R_all@10"),
+        history_chart(TRIALS, "R_all@10", True),
+        importance_chart({"rrf__k": 0.75, "lifecycle__decay_factor": 0.25}),
+    ):
+        chart.to_dict(validate=True)  # raises on a spec the schema refuses
+
+
+def test_the_sweep_charts_are_valid_vega_lite(tmp_path: Path) -> None:
+    res = run_sweep(
+        HANDMADE, "hybrid", {"rrf__k": [1, 60], "lifecycle__boost_weight": [0.0, 0.5]},
+        embedder=HashingEmbedder(dim=64), out=None, progress=False,
+    )
+    sweep_chart(res, "rrf__k").to_dict(validate=True)
+    heatmap_chart(res, "rrf__k", "lifecycle__boost_weight").to_dict(validate=True)
+
+
+def test_save_chart_writes_the_svg_and_the_png_vl_convert_renders(tmp_path: Path) -> None:
+    chart = metrics_chart(PER_QUERY, ["R_all@10"])
+    assert save_chart(chart, tmp_path / "m") == ["m.png", "m.svg"]
+    spec = chart.to_json()
+    assert (tmp_path / "m.svg").read_text(encoding="utf-8") == vlc.vegalite_to_svg(spec)
+    assert (tmp_path / "m.png").read_bytes() == vlc.vegalite_to_png(spec, scale=2)
