@@ -52,3 +52,31 @@ def test_close_sends_the_backlog_and_a_killed_writer_is_repaired_on_open(tmp_pat
 def test_chroma_sync_is_checked():
     with pytest.raises(MemoryInputError, match="field 'chroma_sync'"):
         MemoryStore(chroma_sync="later")
+
+
+def test_a_purge_waits_for_the_upsert_in_flight(tmp_path, monkeypatch):
+    """The memory's vector is on its way to chromadb when the purge deletes it: the upsert
+    lands first, then the delete, so chromadb never holds a purged vector again."""
+    import threading
+
+    from memlab.memory.vectors import ChromaIndex
+
+    release = threading.Event()
+    upsert = ChromaIndex.upsert
+
+    def slow_upsert(self, *args, **kwargs):
+        release.wait(timeout=10)  # held until the purge has started
+        return upsert(self, *args, **kwargs)
+
+    with MemoryStore(tmp_path / "s", chroma_sync="deferred") as store:
+        mid = store.store("Acme's card ends 4242", source_agent="a", now=T0,
+                          embedding=unit(0)).id
+        store.forget(mid, "asked to", now=T0 + 1)
+        monkeypatch.setattr(ChromaIndex, "upsert", slow_upsert)
+        store.flush_chroma()  # the upsert is in flight, blocked
+        assert store.chroma_backlog == 1
+        threading.Timer(0.2, release.set).start()
+        store.purge(mid, now=T0 + 2)
+        assert store.chroma_backlog == 0
+        assert store._chroma.ids() == []
+        assert store.check() == []

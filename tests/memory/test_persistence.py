@@ -146,3 +146,29 @@ def test_payloads_read_back_equal_including_what_orjson_refuses(tmp_path):
         assert again.get(huge.id).metadata["n"] == 2**70
         assert again.get(plain.id).metadata["ratio"] == 1e-05
         assert again.get(plain.id).last_accessed_at == T0 + 7.25
+
+
+def test_a_purge_unlinks_the_memorys_entities_for_good(tmp_path):
+    """A purge erases the text and the entity links, in memory and on disk, and bumps
+    ``content_version`` (the signal indexes grown from the texts rebuild on)."""
+    with MemoryStore(tmp_path / "s") as store:
+        gone = store.store("Acme migrated billing to Stripe", "event", source_agent="a",
+                           client_id="acme", now=T0, embedding=unit(0))
+        kept = store.store("Globex chose Stripe too", "event", source_agent="a",
+                           client_id="globex", now=T0 + 1, embedding=unit(1))
+        row_gone, row_kept = store.idx(gone.id), store.idx(kept.id)
+        assert store.graph.entities_of(row_gone)  # linked when written
+        kept_links = store.graph.entities_of(row_kept)
+        before = store.content_version
+        store.forget(gone.id, "asked to", now=T0 + 2)
+        assert store.content_version == before  # forgetting keeps the text (undo window)
+        store.purge(gone.id, now=T0 + 3)
+        assert store.content_version == before + 1
+        assert store.get(gone.id).text == ""
+        assert store.graph.entities_of(row_gone) == []
+        assert store.graph.entities_of(row_kept) == kept_links
+        assert store.check() == []
+    with MemoryStore(tmp_path / "s") as again:
+        assert again.graph.entities_of(row_gone) == []
+        assert again.graph.entities_of(row_kept) == kept_links
+        assert again.check() == []

@@ -400,3 +400,23 @@ def test_unknown_statistics_is_rejected(now: float) -> None:
         stage.transform(empty_candidates(), QueryContext("q", "x", store, now))
     with pytest.raises(ValueError, match=r"'statistics' must be a str among \{'scope', 'store'\}"):
         BM25(statistics="tenant")
+
+
+def test_a_purged_text_leaves_the_statistics(now: float) -> None:
+    """A purge erases a memory's text in place: the index rebuilds, and the erased terms no
+    longer count in idf or the average length (the scores are those of a fresh index)."""
+    store = _tiny_store(["the cat sat", "the dog sat down", "a bird"], now)
+    stage = BM25(top_k=None)
+    ctx = QueryContext(qid="q", text="cat sat", store=store, now=now)
+    stage.transform(empty_candidates(), ctx)
+    store.forget("d0", "asked to", now=now)
+    store.purge("d0", now=now)
+    out = stage.transform(empty_candidates(), ctx)
+    # Documents now: "" (0 tokens), "the dog sat down" (4), "a bird" (2): N = 3, avgdl = 2;
+    # "sat" in 1 document: idf = log(3 - 1 + 0.5) - log(1 + 0.5) = log(5/3); "cat" is gone.
+    idf_sat = math.log(2.5) - math.log(1.5)
+    d1 = idf_sat * (1 * 2.5 / (1 + 1.5 * (1 - 0.75 + 0.75 * 4 / 2)))
+    assert out["mem_id"].to_list() == ["d1"]  # d0 is forgotten: not visible
+    assert out["bm25_score"].to_list() == pytest.approx([d1], rel=1e-12)
+    fresh = BM25(top_k=None).transform(empty_candidates(), ctx)
+    assert out.equals(fresh)

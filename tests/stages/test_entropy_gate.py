@@ -222,3 +222,18 @@ def test_text_features_take_gives_the_rows_of_the_whole_matrix() -> None:
     assert words.getnnz(axis=1).tolist() == [4, 5, 0, 4, 1, 0]  # distinct words per row
     assert entropy.tolist() == all_entropy[rows].tolist()
     assert cost.tolist() == [count_tokens(texts[r]) for r in rows.tolist()]
+
+
+def test_a_purged_text_leaves_the_kept_word_sets() -> None:
+    from memlab.stages.entropy_gate import text_features
+
+    _, ctx = _setup()
+    before = text_features(ctx)
+    assert before.take([0])[2].tolist() == [count_tokens(TEXTS["a"])]
+    ctx.store.forget("a", "asked to", now=50.0)
+    ctx.store.purge("a", now=60.0)
+    after = text_features(ctx)
+    assert after is not before  # rebuilt from the texts as they are now
+    words, entropy, cost = after.take([0, 2])
+    assert words[0].nnz == 0 and entropy[0] == 0.0 and cost[0] == count_tokens("")
+    assert words[1].nnz == 4 and entropy[1] == pytest.approx(2.0)  # zeta eta theta iota

@@ -89,3 +89,24 @@ def test_empty_store(now: float) -> None:
     out = MaxP().transform(empty_candidates(), QueryContext("q", "x", MemoryStore(), now))
     assert out.height == 0
     check_frame(out, "maxp")
+
+
+def test_a_purge_drops_the_erased_sentences(now: float) -> None:
+    emb = HashingEmbedder(dim=64, seed=0)
+    store = MemoryStore(embedder=emb)
+    store.store("Hello friend. The Rome trip was great.", "event", source_agent="t", now=now,
+                id="m0")
+    store.store("Billing moved to Stripe", "event", source_agent="t", now=now, id="m1")
+    ctx = QueryContext("q", "Rome trip", store, now, embedder=emb)
+    stage = MaxP(top_k=None)
+    stage.transform(empty_candidates(), ctx)
+    assert stage.passages_.shape[0] == 3  # two sentences of m0, one of m1
+    store.forget("m0", "asked to", now=now)
+    store.purge("m0", now=now)
+    out = stage.transform(empty_candidates(), ctx)
+    # m0's two sentences are gone: its empty text is one (empty) passage
+    assert stage.passages_.shape[0] == 2
+    np.testing.assert_array_equal(stage.passages_[0], _unit(emb.embed([""])[0]))
+    fresh = MaxP(top_k=None)
+    assert out.equals(fresh.transform(empty_candidates(), ctx))
+    np.testing.assert_array_equal(stage.passages_, fresh.passages_)

@@ -176,6 +176,10 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self._by_subject: dict[tuple[str, str, str], int] = {}
         self._scopes: dict[str, int] = {}
         self.scope_version = 0
+        # Bumped when an existing row's content (text, entities) is rewritten in place (a purge):
+        # indexes grown row by row from the text (BM25, MaxP, the entropy gate's word sets)
+        # are rebuilt, so no statistic keeps what was erased.
+        self.content_version = 0
         self._batch_depth = 0
         self._known_patterns: dict[tuple[str, ...], Any] = {}
         self._prepared: dict[str, tuple[str, int, np.ndarray | None]] = {}

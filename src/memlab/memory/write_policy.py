@@ -570,7 +570,9 @@ class WritePolicy:
         """Erase a forgotten memory's content for good (design §D3.7: purged after the undo window).
 
         The row stays (ids and row numbers are stable) with an empty text, no entities, no
-        metadata and no vector; the payloads of its earlier versions are erased too.
+        metadata and no vector; the payloads of its earlier versions are erased too, its links
+        to entities are removed, and ``content_version`` is bumped (indexes grown from the
+        texts rebuild without it).
         """
         idx = self.idx(memory_id)
         rec = self._records[idx]
@@ -580,11 +582,19 @@ class WritePolicy:
         with self.batch():
             rec.text = ""
             rec.entities = []
+            self.content_version += 1
+            if self.graph.unlink_memory(idx):
+                self._exec("DELETE FROM entity_memory_links WHERE memory_idx = ?", (idx,))
             rec.metadata = {}
             rec.purged_at = t_now
             self.vectors.set(idx, None)
             self._exec("UPDATE memories SET vector = NULL WHERE idx = ?", (idx,))
             self._exec("UPDATE versions SET payload = '{}' WHERE memory_id = ?", (memory_id,))
+            if self._chroma is not None:
+                # An upsert in flight may still carry this memory: let it land first (inside
+                # the batch nothing new is sent), or it would put the vector back after the
+                # delete.
+                self._flush_chroma(wait=True)
             self._chroma_pending.pop(memory_id, None)
             if self._chroma is not None:
                 self._chroma.delete([memory_id])

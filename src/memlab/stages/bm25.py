@@ -65,6 +65,8 @@ class ScopedIndex:
         principal: The agent whose namespaces the index covers (``None`` = every namespace).
         scope_version: ``store.scope_version`` when the index was built (a promotion moves a
             memory between namespaces and rebuilds it).
+        content_version: ``store.content_version`` when the index was built (a purge erases a
+            text and rebuilds it: the statistics never keep an erased text's terms).
         corpus: Tokenised texts of ``rows``, in row order.
         rows: Store rows covered (document ``i`` of the corpus is store row ``rows[i]``).
         seen: Store rows examined so far (rows ``>= seen`` are not yet considered).
@@ -76,6 +78,7 @@ class ScopedIndex:
     corpus: TokenizedCorpus
     principal: Principal | None = None
     scope_version: int = 0
+    content_version: int = 0
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     seen: int = 0
     engine: BM25Engine | None = None
@@ -184,6 +187,7 @@ class BM25(Stage):
             or index.corpus.lowercase != self.lowercase
             or index.seen > len(store)
             or (index.principal is not None and index.scope_version != store.scope_version)
+            or index.content_version != store.content_version
         ):
             corpus = TokenizedCorpus(token_pattern=self.token_pattern, lowercase=self.lowercase)
             index = indexes[key] = ScopedIndex(
@@ -191,6 +195,7 @@ class BM25(Stage):
                 corpus=corpus,
                 principal=principal if scoped else None,
                 scope_version=store.scope_version,
+                content_version=store.content_version,
             )
         n = len(store)
         if index.seen < n:

@@ -185,9 +185,11 @@ class TextFeatures:
 
 
 def text_features(ctx: QueryContext) -> TextFeatures:
-    """The store's :class:`TextFeatures` (kept in ``ctx.cache``, grown with the store)."""
+    """The store's :class:`TextFeatures` (kept in ``ctx.cache``, grown with the store; rebuilt
+    when a purge erases a text)."""
     store = ctx.store
-    feats = cached(ctx, ("entropy_gate", "text"), store, "grown in place", TextFeatures)
+    stamp = ("grown in place", store.content_version)
+    feats = cached(ctx, ("entropy_gate", "text"), store, stamp, TextFeatures)
     for row in range(len(feats), len(store)):
         feats.add(store.record_at(row).text)
     return feats

@@ -94,7 +94,7 @@ class TermIndex:
 def term_index(ctx: QueryContext) -> TermIndex:
     """The store's term index (kept in ``ctx.cache``, extended when the store grows)."""
     store = ctx.store
-    index = cached(ctx, ("terms",), store, "grown in place", TermIndex)
+    index = cached(ctx, ("terms",), store, ("grown in place", store.content_version), TermIndex)
     for row in range(len(index.lengths), len(store)):
         index.add(store.record_at(row).text)
     return index

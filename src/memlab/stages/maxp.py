@@ -70,6 +70,7 @@ class MaxP(Stage):
         groups_: The same vectors grouped by the client of their row (:class:`RowGroups`): a
             query multiplies only the groups of the clients it can see.
         n_rows_: Store rows whose sentences are embedded.
+        content_version_: ``store.content_version`` they were embedded at.
     """
 
     cacheable = True
@@ -110,8 +111,10 @@ class MaxP(Stage):
             or ref() is not store
             or getattr(self, "pattern_", None) != self.sentence_pattern
             or self.n_rows_ > len(store)
+            or self.content_version_ != store.content_version  # a purge erased a text
         ):
             self.store_ = weakref.ref(store)
+            self.content_version_ = store.content_version
             self.pattern_ = self.sentence_pattern
             self.n_rows_ = 0
             self.passages_ = np.zeros((0, 0), dtype=np.float32)

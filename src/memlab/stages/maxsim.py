@@ -96,6 +96,7 @@ class MaxSim(Stage):
         starts_: Index in ``tokens_`` of each store row's first token.
         lengths_: Number of tokens of each store row.
         n_rows_: Store rows whose tokens are embedded.
+        content_version_: ``store.content_version`` they were embedded at.
     """
 
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
@@ -129,8 +130,14 @@ class MaxSim(Stage):
         """Token vectors of every store row, each row's first index and its token count."""
         store = ctx.store
         ref = getattr(self, "store_", None)
-        if ref is None or ref() is not store or self.n_rows_ > len(store):
+        if (
+            ref is None
+            or ref() is not store
+            or self.n_rows_ > len(store)
+            or self.content_version_ != store.content_version  # a purge erased a text
+        ):
             self.store_ = weakref.ref(store)
+            self.content_version_ = store.content_version
             self.n_rows_ = 0
             self.tokens_ = np.zeros((0, 0), dtype=np.float16)
             self.starts_ = np.zeros(0, dtype=np.int64)
