@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -49,7 +50,7 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
-from memlab.eval.executor import Executor, SerialExecutor, make_executor
+from memlab.eval.executor import Executor, JoblibExecutor, SerialExecutor, make_executor
 from memlab.eval.metrics import aggregate as aggregate_metrics
 from memlab.eval.metrics import evaluate, main_metric_of, parse_metric
 from memlab.eval.protocol import EvalProtocol
@@ -57,8 +58,11 @@ from memlab.eval.replay import (
     ReplayConfig,
     Replayer,
     ReplayResult,
+    merge_shards,
     qrels_frame,
+    queries_are_read_only,
     queries_frame,
+    query_shards,
 )
 from memlab.eval.stats import (
     available_corrections,
@@ -557,6 +561,8 @@ def run_experiment(
     write_report: bool = True,
     executor: str | Executor = "serial",
     n_jobs: int | None = None,
+    shards: int | None = None,
+    min_shard_queries: int = 250,
 ) -> ExperimentResult:
     """Compare pipelines on a dataset (see the module docstring for the output contract).
 
@@ -596,8 +602,25 @@ def run_experiment(
             ``"ray"`` or an executor object (see :mod:`memlab.eval.executor`); the metrics are
             the same whichever runs them.
         n_jobs: Worker processes of the joblib executor (default: every core).
+        shards: Split each pipeline's queries into this many contiguous runs of the replay
+            order, replayed by separate tasks and joined (:func:`~memlab.eval.replay.merge_shards`;
+            the metrics are those of one replay). Only where the queries leave the replay's
+            state alone (:func:`~memlab.eval.replay.queries_are_read_only`: ``touch_k = 0``,
+            no expiry) and for pipelines without learned stages; elsewhere 1. Default: on the
+            joblib executor, as many shards as leave no worker idle (workers // pipelines),
+            each of at least ``min_shard_queries`` queries; otherwise 1.
+        min_shard_queries: Fewest queries worth a shard of their own when ``shards`` is
+            chosen automatically (a shard replays the writes before its queries again, and a
+            worker starts up for it).
     """
     started = time.time()
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
+                               or shards < 1):
+        raise ValueError(f"shards must be a positive int or None, got {shards!r}")
+    if isinstance(min_shard_queries, bool) or not isinstance(min_shard_queries, int) or (
+        min_shard_queries < 1
+    ):
+        raise ValueError(f"min_shard_queries must be a positive int, got {min_shard_queries!r}")
     if out is not None:
         check_output_dir(out)  # refuse before the expensive part
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
@@ -639,16 +662,29 @@ def run_experiment(
 
     replayer.embedder = RecordingEmbedder(embedder)
     ex = make_executor(executor, n_jobs=n_jobs) if isinstance(executor, str) else executor
+    n_shards = _shard_count(
+        shards, ex, len(pipes), len(ds.queries), min_shard_queries, queries_are_read_only(config)
+    )
     # Longest first (a learned stage's fitting replays are the long pole): the other
     # pipelines then fill the other workers while it runs. Results come back in pipeline order.
-    tasks = sorted(enumerate(pipes), key=lambda t: (-replay_cost(t[1]), t[0]))
+    tasks: list[_Task] = []
+    for i, p in sorted(enumerate(pipes), key=lambda t: (-replay_cost(t[1]), t[0])):
+        if n_shards > 1 and not learnable_stages(p):
+            cut = query_shards(ds.queries, n_shards)
+            tasks.extend((i, p, part, k == n_shards - 1) for k, part in enumerate(cut))
+        else:
+            tasks.append((i, p, None, True))
     job = _PipelineJob(replayer, fold_of, keep_store=isinstance(ex, SerialExecutor))
     mode = "auto" if progress is None else progress
-    with Progress(f"eval {ds.meta.get('name', 'dataset')}", len(tasks), unit="pipelines",
+    with Progress(f"eval {ds.meta.get('name', 'dataset')}", len(tasks), unit="replays",
                   mode=mode) as bar:
         ran = run_tasks(job, _pipeline_task, tasks, ex, probe=False, progress=bar)
-    done = [out for _, out in sorted(zip((i for i, _ in tasks), ran, strict=True),
-                                     key=lambda t: t[0])]
+    parts: dict[int, list[tuple[ReplayResult, pl.DataFrame | None]]] = {}
+    for (i, *_), out_ in sorted(zip(tasks, ran, strict=True), key=lambda t: t[0][0]):
+        parts.setdefault(i, []).append(out_)  # shards stay in replay order (a stable sort)
+    done = [
+        (merge_shards([r for r, _ in parts[i]]), parts[i][-1][1]) for i in range(len(pipes))
+    ]
     replayer.embedder = embedder
     replays: dict[str, ReplayResult] = {p.name: r for p, (r, _) in zip(pipes, done, strict=True)}
     first = replays[names[0]]
@@ -777,18 +813,39 @@ class _PipelineJob:
     keep_store: bool = True
 
 
+def _shard_count(
+    shards: int | None, executor: Executor, n_pipelines: int, n_queries: int,
+    min_shard_queries: int, read_only: bool,
+) -> int:
+    """How many query shards each pipeline's replay is split into (see ``run_experiment``)."""
+    if not read_only or n_queries == 0:
+        return 1
+    if shards is not None:
+        return min(shards, n_queries)  # no shard without queries
+    if not isinstance(executor, JoblibExecutor):
+        return 1
+    workers = executor.n_jobs or os.cpu_count() or 1
+    return max(1, min(workers // max(n_pipelines, 1), n_queries // min_shard_queries))
+
+
+_Task = tuple[int, Pipeline, "list[Query] | None", bool]
+"""A replay task: pipeline index, pipeline, its queries (a shard, or ``None`` for all), and
+whether it is the last shard (whose store is the whole replay's)."""
+
+
 def _pipeline_task(
-    job: _PipelineJob, task: tuple[int, Pipeline]
-) -> tuple[ReplayResult, pl.DataFrame]:
-    """Cross-fit the pipeline's learned stages over the folds (if any), replay it, and return the
-    replay with the memories frame of its store (stores differ between pipelines once
-    consolidation follows what each retrieved). A worker process returns the replay without
-    its store (``keep_store=False``), which does not cross process boundaries."""
-    _, pipeline = task
+    job: _PipelineJob, task: _Task
+) -> tuple[ReplayResult, pl.DataFrame | None]:
+    """Cross-fit the pipeline's learned stages over the folds (if any), replay it (on the
+    task's queries: a shard, or all), and return the replay with the memories frame of its
+    store (stores differ between pipelines once consolidation follows what each retrieved).
+    A worker process returns the replay without its store (``keep_store=False``), which does
+    not cross process boundaries. A shard that is not the last returns no memories frame."""
+    _, pipeline, queries, last = task
     if job.folds is not None and learnable_stages(pipeline):
         pipeline = cross_fit_learned_stages(job.replayer, pipeline, job.folds)
-    result = job.replayer.run(pipeline)
-    memories = memories_frame(result)
+    result = job.replayer.run(pipeline, queries=queries)
+    memories = memories_frame(result) if last else None
     if not job.keep_store:
         result.store = None
     return result, memories

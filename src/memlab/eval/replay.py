@@ -378,6 +378,61 @@ class ReplayResult:
         return sid
 
 
+def queries_are_read_only(config: ReplayConfig) -> bool:
+    """Whether a replay under ``config`` can answer its queries in any subset.
+
+    A query changes the replay's state only by touching its hits (``touch_k > 0``: accesses,
+    Hebbian links, clarifications, the consolidation's activated set) and by the TTL cleanup
+    run at its time (``expire``). Without either, a store at time ``t`` holds the same rows
+    whichever earlier queries were asked: writes, purges and consolidation cycles follow the
+    clock alone (:meth:`_Run.advance` runs each cycle after the writes up to its tick).
+    """
+    return config.touch_k <= 0 and not config.expire
+
+
+def replay_order(queries: Sequence[Query]) -> list[Query]:
+    """``queries`` in the order a replay asks them: by time, then as listed."""
+    return [queries[i] for i in sorted(range(len(queries)), key=lambda i: (queries[i].ts, i))]
+
+
+def query_shards(queries: Sequence[Query], n: int) -> list[list[Query]]:
+    """``n`` contiguous runs of the replay order, as even as can be (none empty unless there
+    are fewer queries than ``n``). A shard's replay stops after its last query, so early
+    shards replay fewer writes."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"query_shards: n must be a positive int, got {n!r}")
+    ordered = replay_order(queries)
+    cuts = [len(ordered) * k // n for k in range(n + 1)]
+    return [ordered[cuts[k] : cuts[k + 1]] for k in range(n)]
+
+
+def merge_shards(parts: Sequence[ReplayResult]) -> ReplayResult:
+    """One replay from the replays of :func:`query_shards`' runs, in shard order.
+
+    Valid only when :func:`queries_are_read_only`: then every shard's store evolves as the
+    whole replay's does, and the last shard, which ran to the last query, holds the store, the
+    id map and the clock-driven logs (consolidation, conflicts, merges, purges) of the whole
+    replay. Rankings, timings and the per-query maps are joined in query order.
+    """
+    if not parts:
+        raise ValueError("merge_shards: no replays to merge")
+    last = parts[-1]
+    if len(parts) == 1:
+        return last
+    per_query: dict[str, dict[str, Any]] = {
+        name: {} for name in ("contexts", "flags", "archived", "clarifications")
+    }
+    for part in parts:
+        for name, merged in per_query.items():
+            merged.update(getattr(part, name))
+    return dataclasses.replace(
+        last,
+        rankings=pl.concat([p.rankings for p in parts]),
+        timings=pl.concat([p.timings for p in parts]),
+        **per_query,
+    )
+
+
 def _all_stages(stage: Stage) -> list[Stage]:
     if isinstance(stage, (Pipeline, Parallel)):
         return [s for _, s in stage.named_stages() if not isinstance(s, (Pipeline, Parallel))]
@@ -688,16 +743,14 @@ class Replayer:
         cfg = config if config is not None else self.config
         state = _Run(self, cfg, pipeline.name)
         store = state.store
-        qs = list(self.dataset.queries if queries is None else queries)
-        order = sorted(range(len(qs)), key=lambda i: (qs[i].ts, i))
+        qs = replay_order(self.dataset.queries if queries is None else queries)
         n_prefix = cacheable_prefix(pipeline)
         prefix_key = _prefix_key(pipeline, n_prefix) if n_prefix else ""
         rank_rows: dict[str, list[Any]] = {k: [] for k in ("qid", "rank", "mem_id", "score")}
         time_rows: dict[str, list[Any]] = {k: [] for k in ("qid", "stage", "seconds")}
         result = state.result
         mode = _mode(self.progress)
-        for i in track(order, f"replay {pipeline.name}", unit="queries", mode=mode):
-            q = qs[i]
+        for q in track(qs, f"replay {pipeline.name}", unit="queries", mode=mode):
             state.advance(q.ts)
             if cfg.expire:
                 expire_events(store, now=q.ts, event_ttl_days=cfg.ttl_days)
