@@ -24,6 +24,16 @@ def test_eval_writes_a_run(tmp_path, capsys):
     assert "\r" not in captured.err
 
 
+def test_eval_in_shards_writes_the_metrics_of_one_replay(tmp_path, capsys):
+    common = ["eval", HANDMADE, "--pipelines", "bm25,dense", "--embedder", "hashing",
+              "--no-cache", "--quiet", "--touch-k", "0", "--no-expire", "--executor", "serial"]
+    assert main([*common, "--out", str(tmp_path / "one")]) == 0
+    assert main([*common, "--shards", "3", "--out", str(tmp_path / "three")]) == 0
+    assert "eval handmade: done, 6 replays in" in capsys.readouterr().err  # 2 pipelines x 3
+    for name in ("metrics.json", "per_query.parquet", "rankings.parquet"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "three" / name).read_bytes()
+
+
 def test_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
     out = tmp_path / "run"
     cases = [
@@ -33,6 +43,7 @@ def test_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
         ["sweep", HANDMADE, "--pipeline", "hybrid", "--grid", "rrf_k=1", "--out", str(out)],
         ["sweep", HANDMADE, "--pipeline", "hybrid", "--out", str(out)],
         ["eval", HANDMADE, "--pipelines", "bm25", "--folds", "1", "--out", str(out)],
+        ["eval", HANDMADE, "--pipelines", "bm25", "--shards", "0", "--out", str(out)],
     ]
     for argv in cases:
         assert main(argv) == 2, argv

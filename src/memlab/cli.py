@@ -235,6 +235,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         else (_split(args.exclude_tags, "--exclude-tags") if args.exclude_tags.strip() else []),
         folds=args.folds,
         group_by=args.group_by,
+        shards=args.shards,
     )
     _print_metrics(result.metrics)
     print(f"wrote {result.out}")
@@ -607,6 +608,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(p)
     parallel_options(p)
+    p.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="split each pipeline's queries into N replays on separate workers, where queries "
+        "leave the state alone (--touch-k 0, --no-expire); default: fill idle workers",
+    )
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sweep", help="grid search over pipeline constants")

@@ -676,7 +676,8 @@ def run_experiment(
             tasks.append((i, p, None, True))
     job = _PipelineJob(replayer, fold_of, keep_store=isinstance(ex, SerialExecutor))
     mode = "auto" if progress is None else progress
-    with Progress(f"eval {ds.meta.get('name', 'dataset')}", len(tasks), unit="replays",
+    unit = "pipelines" if len(tasks) == len(pipes) else "replays"  # shards: several each
+    with Progress(f"eval {ds.meta.get('name', 'dataset')}", len(tasks), unit=unit,
                   mode=mode) as bar:
         ran = run_tasks(job, _pipeline_task, tasks, ex, probe=False, progress=bar)
     parts: dict[int, list[tuple[ReplayResult, pl.DataFrame | None]]] = {}
