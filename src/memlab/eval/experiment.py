@@ -671,7 +671,11 @@ def run_experiment(
     for i, p in sorted(enumerate(pipes), key=lambda t: (-replay_cost(t[1]), t[0])):
         if n_shards > 1 and not learnable_stages(p):
             cut = query_shards(ds.queries, n_shards)
-            tasks.extend((i, p, part, k == n_shards - 1) for k, part in enumerate(cut))
+            # each shard fits its own copy of the pipeline (no fitted state crosses shards)
+            tasks.extend(
+                (i, p if k == 0 else p.clone(), part, k == n_shards - 1)
+                for k, part in enumerate(cut)
+            )
         else:
             tasks.append((i, p, None, True))
     job = _PipelineJob(replayer, fold_of, keep_store=isinstance(ex, SerialExecutor))
