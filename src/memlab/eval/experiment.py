@@ -696,23 +696,22 @@ def run_experiment(
     memories = {p.name: m for p, (_, m) in zip(pipes, done, strict=True)}
     per_query_parts = []
     for name in track(names, "scoring", unit="pipelines", mode=mode):
+        # judged@10 goes into the manifest whether or not it is a reported metric: scored in
+        # the same pass, then left out of the per-query table if it was not asked for.
+        asked = "judged@10" in metric_names
         pq = score_rankings(
             ds,
             replays[name],
-            metric_names,
+            metric_names if asked else [*metric_names, "judged@10"],
             memories=memories[name],
             exclude_tags=exclude_tags,
             qrels_source=qrels_source,
             aggregate=aggregate,
         )
-        per_query_parts.append(pq.with_columns(pl.lit(name).alias("pipeline")))
         coverage = pq.filter(pl.col("metric") == "judged@10")
-        if coverage.is_empty():
-            coverage = score_rankings(
-                ds, replays[name], ["judged@10"], memories=memories[name],
-                exclude_tags=exclude_tags, qrels_source=qrels_source,
-                aggregate=aggregate,
-            )
+        if not asked:
+            pq = pq.filter(pl.col("metric") != "judged@10")
+        per_query_parts.append(pq.with_columns(pl.lit(name).alias("pipeline")))
         judging["judged@10"][name] = (
             None if coverage.is_empty() else round(float(coverage["value"].mean()), 6)
         )
