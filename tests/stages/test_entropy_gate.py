@@ -237,3 +237,67 @@ def test_a_purged_text_leaves_the_kept_word_sets() -> None:
     words, entropy, cost = after.take([0, 2])
     assert words[0].nnz == 0 and entropy[0] == 0.0 and cost[0] == count_tokens("")
     assert words[1].nnz == 4 and entropy[1] == pytest.approx(2.0)  # zeta eta theta iota
+
+
+def _numpy_evict(lower, redundancy, alive, open_, base, norm, relevance, cost,
+                 w_red, w_ent, w_rel, total, budget):
+    """The eviction loop in numpy, as the gate ran it before its kernel (the reference)."""
+    import numpy as np
+
+    names = ("redundant", "low_information", "low_relevance")
+    victims, reasons, noted = [], [], []
+    while total > budget and alive.any():
+        priority = base - w_red * redundancy
+        live = np.flatnonzero(open_ if open_.any() else alive)
+        best = priority[live].min()
+        victim = int(live[priority[live] == best].max())
+        deficits = (w_red * redundancy[victim], w_ent * (1.0 - norm[victim]),
+                    w_rel * (1.0 - relevance[victim]))
+        reasons.append("over_budget" if not any(d > 0 for d in deficits)
+                       else names[int(np.argmax(deficits))])
+        victims.append(victim)
+        noted.append(float(redundancy[victim]))
+        alive[victim] = open_[victim] = False
+        total -= int(cost[victim])
+        column = lower[:, victim]
+        stale = np.flatnonzero(alive & (column == redundancy) & (redundancy > 0))
+        if len(stale):
+            redundancy[stale] = np.where(alive[None, :], lower[stale], 0.0).max(axis=1)
+    return victims, reasons, noted
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_eviction_kernel_makes_the_numpy_loops_choices(seed: int) -> None:
+    import numpy as np
+
+    from memlab.stages._entropy_kernel import OVER_BUDGET, evict
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    lower = np.tril(np.round(rng.random((n, n)), 1), k=-1)  # rounded: ties everywhere
+    alive = rng.random(n) < 0.9
+    protected = rng.random(n) < 0.2
+    alive |= protected
+    open_ = alive & ~protected
+    redundancy = np.where(alive[None, :], lower, 0.0).max(axis=1)
+    norm = np.round(rng.random(n), 1)
+    relevance = np.round(rng.random(n), 1)
+    if seed % 3 == 0:
+        norm[:] = 1.0
+        relevance[:] = 1.0  # no deficit but redundancy: "over_budget" once it is 0
+    w_red, w_ent, w_rel = (1.0, 1.0, 1.0) if seed % 2 else (0.5, 2.0, 0.0)
+    base = w_rel * relevance + w_ent * norm
+    cost = rng.integers(1, 50, size=n)
+    budget = float(rng.integers(0, 200))
+    total = int(cost[alive].sum())
+    want = _numpy_evict(lower, redundancy.copy(), alive.copy(), open_.copy(), base, norm,
+                        relevance, cost, w_red, w_ent, w_rel, total, budget)
+    victims, reasons, noted = (np.zeros(n, np.int64), np.zeros(n, np.int64),
+                               np.zeros(n, np.float64))
+    red, alive_k, open_k = redundancy.copy(), alive.copy(), open_.copy()
+    count = evict(lower, red, alive_k, open_k, base, norm, relevance, cost, w_red, w_ent,
+                  w_rel, total, budget, victims, reasons, noted)
+    names = ("redundant", "low_information", "low_relevance")
+    assert victims[:count].tolist() == want[0]
+    assert [("over_budget" if r == OVER_BUDGET else names[r]) for r in reasons[:count]] == want[1]
+    assert noted[:count].tolist() == want[2]

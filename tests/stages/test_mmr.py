@@ -86,3 +86,41 @@ def test_empty_and_unknown_similarity(ctx: QueryContext) -> None:
     assert out.height == 0 and "mmr_score" in out.columns
     with pytest.raises(ValueError, match="MMR: parameter 'similarity' must be a str among"):
         MMR(similarity="jaccard")
+
+
+def _numpy_mmr(relevance, sim, lambda_, k):
+    """The greedy loop in numpy, as memlab wrote it before its kernel (the reference)."""
+    n = len(relevance)
+    k = min(k, n)
+    chosen = np.zeros(k, dtype=np.int64)
+    values = np.zeros(k, dtype=np.float64)
+    available = np.ones(n, dtype=bool)
+    penalty = np.zeros(n, dtype=np.float64)
+    for step in range(k):
+        mmr = lambda_ * relevance - (1.0 - lambda_) * penalty
+        mmr[~available] = -np.inf
+        i = int(np.argmax(mmr))
+        chosen[step] = i
+        values[step] = mmr[i]
+        available[i] = False
+        penalty = sim[:, i] if step == 0 else np.maximum(penalty, sim[:, i])
+    return chosen, values
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_kernel_makes_the_numpy_loops_choices_and_floats(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    vecs = rng.normal(size=(n, 8))
+    vecs[rng.random(n) < 0.2] = 0.0  # zero vectors: similarity 0 with everything
+    sim = cosine_matrix(vecs)
+    relevance = np.round(rng.random(n), 1)  # many ties
+    if seed % 2:
+        relevance[rng.integers(0, n)] = np.nan
+        sim[rng.integers(0, n), rng.integers(0, n)] = np.nan
+    for lambda_ in (0.0, 0.3, 0.7, 1.0):
+        for k in (1, n // 2 + 1, n + 3):
+            got = mmr_select(relevance, sim, lambda_, k)
+            want = _numpy_mmr(relevance, sim, lambda_, k)
+            np.testing.assert_array_equal(got[0], want[0])
+            assert got[1].tobytes() == want[1].tobytes()  # the same floats, NaN and -0.0

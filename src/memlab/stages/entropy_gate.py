@@ -118,10 +118,9 @@ def _jaccard_of_sets(x: sp.csr_matrix) -> np.ndarray:
 class TextFeatures:
     """Per store row: the word set (ids into one vocabulary), entropy and token count.
 
-    Computed once per memory text and grown as the store grows (memory texts never change
-    once written; a purged memory is forgotten and never visible, so it never reaches the
-    gate), so that a query gathers its candidates' features with array indexing instead of
-    tokenising their texts again.
+    Computed once per memory text and grown as the store grows (rebuilt when a purge erases a
+    text: see :func:`text_features`), so that a query gathers its candidates' features with
+    array indexing instead of tokenising their texts again.
     """
 
     def __init__(self) -> None:
@@ -330,23 +329,22 @@ class EntropyGate(Stage):
         base = w_rel * relevance + w_ent * norm
         total = int(cost[alive].sum())
         open_ = alive & ~protected
-        while total > budget and alive.any():
-            priority = base - w_red * redundancy
-            live = np.flatnonzero(open_ if open_.any() else alive)
-            best = priority[live].min()
-            victim = int(live[priority[live] == best].max())  # ties: the lowest-ranked goes
-            deficits = (w_red * redundancy[victim], w_ent * (1.0 - norm[victim]),
-                        w_rel * (1.0 - relevance[victim]))
-            reasons.append("over_budget" if not any(d > 0 for d in deficits)
-                           else names[int(np.argmax(deficits))])
-            victims.append(victim)
-            noted.append(float(redundancy[victim]))
-            alive[victim] = open_[victim] = False
-            total -= int(cost[victim])
-            column = lower[:, victim]
-            stale = np.flatnonzero(alive & (column == redundancy) & (redundancy > 0))
-            if len(stale):
-                redundancy[stale] = np.where(alive[None, :], lower[stale], 0.0).max(axis=1)
+        if total > budget and alive.any():
+            from memlab.stages._entropy_kernel import OVER_BUDGET, evict  # numba: on first use
+
+            got = np.zeros(n, dtype=np.int64)
+            why = np.zeros(n, dtype=np.int64)
+            red = np.zeros(n, dtype=np.float64)
+            count = evict(
+                np.ascontiguousarray(lower), redundancy, alive, open_,
+                np.ascontiguousarray(base, dtype=np.float64), norm.astype(np.float64),
+                relevance.astype(np.float64), cost.astype(np.int64),
+                w_red, w_ent, w_rel, total, float(budget), got, why, red,
+            )
+            victims += got[:count].tolist()
+            reasons += ["over_budget" if r == OVER_BUDGET else names[r]
+                        for r in why[:count].tolist()]
+            noted += red[:count].tolist()
         kept = np.flatnonzero(alive)
 
         victim_ids = ids.gather(victims).to_list() if victims else []

@@ -68,16 +68,15 @@ def mmr_select(
     k = min(k, n)
     chosen = np.zeros(k, dtype=np.int64)
     values = np.zeros(k, dtype=np.float64)
-    available = np.ones(n, dtype=bool)
-    penalty = np.zeros(n, dtype=np.float64)
-    for step in range(k):
-        mmr = lambda_ * relevance - (1.0 - lambda_) * penalty
-        mmr[~available] = -np.inf
-        i = int(np.argmax(mmr))
-        chosen[step] = i
-        values[step] = mmr[i]
-        available[i] = False
-        penalty = sim[:, i] if step == 0 else np.maximum(penalty, sim[:, i])
+    if k == 0:
+        return chosen, values
+    from memlab.stages._mmr_kernel import greedy  # numba: loaded on first use
+
+    greedy(
+        np.ascontiguousarray(relevance, dtype=np.float64),
+        np.ascontiguousarray(sim, dtype=np.float64),
+        float(lambda_), k, chosen, values,
+    )
     return chosen, values
 
 
