@@ -167,3 +167,39 @@ def test_memory_activation_is_the_incidence_product_bit_for_bit():
     graph.unlink_memory(1)
     assert graph.has_unlinked
     assert check(every)[1] == 0.0
+
+
+def test_entity_currents_are_the_incidence_product_bit_for_bit():
+    """``incidence[:, rows] @ weights`` from the sorted links, rows in any order (a ranking),
+    equal to the sparse product: after growth, a late link, a role left out, an unlink."""
+    import numpy as np
+
+    from memlab.stages.graph import entity_currents
+
+    rng = np.random.default_rng(5)
+    store = build_graph_store()
+    graph = store.graph
+
+    def check(roles):
+        ctx = graph_ctx(store, "anything")
+        rows = rng.permutation(len(store))[: max(1, len(store) - 1)]
+        weights = rng.random(len(rows)) / 3
+        _, inc_t = memory_incidence(ctx, roles)
+        want = np.zeros(graph.n_entities) + inc_t[rows].T @ weights
+        got = entity_currents(ctx, roles, rows, weights)
+        assert got.tolist() == want.tolist()  # same sums, same order: equal, not close
+        return got
+
+    every = ("about", "source", "mentioned")
+    assert check(every).any()
+    store.store("Redis and Next.js and Stripe and Kubernetes at Acme", "event",
+                source_agent="bot", now=T0 + 9 * DAY)
+    check(every)
+    check(("about",))
+    loose = next(e for e in range(graph.n_entities) if 0 not in graph.memories_of(e))
+    graph.link(loose, 0, "mentioned")
+    check(every)
+    graph.unlink_memory(1)
+    check(every)
+    assert entity_currents(graph_ctx(store, "x"), every, np.zeros(0, np.int64),
+                           np.zeros(0)).tolist() == [0.0] * graph.n_entities

@@ -166,13 +166,46 @@ def memory_activation(
     if graph.has_unlinked:
         inc, _ = memory_incidence(ctx, roles)
         return np.asarray(inc.T @ vec, dtype=np.float64).reshape(-1)
+    links = _sorted_links(graph)
+    weights = vec[links.ent]
+    keep = _role_mask(roles)[links.role] & (links.mem < n) & (weights != 0.0)
+    return np.bincount(links.mem[keep], weights=weights[keep], minlength=n)[:n]
+
+
+def _sorted_links(graph: EntityGraph) -> _SortedLinks:
     links = _SORTED_LINKS.get(graph)
     if links is None:
         links = _SORTED_LINKS[graph] = _SortedLinks()
     links.update(graph)
-    weights = vec[links.ent]
-    keep = _role_mask(roles)[links.role] & (links.mem < n) & (weights != 0.0)
-    return np.bincount(links.mem[keep], weights=weights[keep], minlength=n)[:n]
+    return links
+
+
+def entity_currents(
+    ctx: QueryContext, roles: Sequence[str], rows: np.ndarray, weights: np.ndarray
+) -> np.ndarray:
+    """Per entity, the summed ``weights`` of the memory ``rows`` it is linked to with a role in
+    ``roles``: ``incidence[:, rows] @ weights`` (:func:`memory_incidence`), the same sums in
+    the same order (row by row, as the sparse product adds them), read from the links sorted
+    by memory instead of a sparse matrix rebuilt at every store size."""
+    store = ctx.store
+    graph = store.graph
+    rows = np.asarray(rows, dtype=np.int64)
+    weights = np.asarray(weights, dtype=np.float64)
+    out = np.zeros(graph.n_entities, dtype=np.float64)
+    if graph.has_unlinked:
+        _, inc_t = memory_incidence(ctx, roles)
+        return out + inc_t[rows].T @ weights
+    links = _sorted_links(graph)
+    lo = np.searchsorted(links.mem, rows, side="left")
+    hi = np.searchsorted(links.mem, rows, side="right")
+    counts = hi - lo
+    # the links of rows[0], then of rows[1], …: positions lo[i] .. hi[i] of the sorted links
+    starts = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    at = starts + np.arange(int(counts.sum()))
+    keep = _role_mask(roles)[links.role[at]]
+    at = at[keep]
+    np.add.at(out, links.ent[at], np.repeat(weights, counts)[keep])
+    return out
 
 
 def entity_names(store: MemoryStore, idxs: Sequence[int]) -> dict[int, str]:

@@ -52,13 +52,14 @@ from memlab.memory.records import ENTITY_ROLES
 from memlab.stages.base import (
     QueryContext,
     Stage,
+    frame_rows,
     register_stage,
     rerank,
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Real, SequenceOf
 from memlab.stages.features import max_normalise
-from memlab.stages.graph import check_roles, memory_incidence
+from memlab.stages.graph import check_roles, entity_currents, memory_activation
 
 if TYPE_CHECKING:
     from memlab.memory.graph import EntityGraph
@@ -258,22 +259,24 @@ class LIF(Stage):
         roles = check_roles(self.roles, "lif.py: LIF")
         store = ctx.store
         visible = ctx.visible_mask()
-        inc, inc_t = memory_incidence(ctx, roles)
 
         frame = frame.sort("rank")
-        rows = np.asarray([store.idx(m) for m in frame["mem_id"].to_list()], dtype=np.int64)
+        rows = frame_rows(frame, ctx)
         if len(rows) and not visible[rows].all():
             frame = frame.filter(pl.Series(visible[rows]))
             rows = rows[visible[rows]]
         score_norm = max_normalise(frame["score"].to_numpy())
         seed_rows = rows[:n_seeds]
-        current = np.zeros(inc.shape[0], dtype=np.float64)
-        if len(seed_rows):
-            current += inc_t[seed_rows].T @ (gain * score_norm[: len(seed_rows)])
+        # incidence[:, seeds] @ (gain × score) and incidence.T @ spike counts, from the links
+        # sorted once (graph.py): the sums of the sparse products, without building them
+        current = entity_currents(ctx, roles, seed_rows, gain * score_norm[: len(seed_rows)])
         trace = self.simulate(store.graph, current)
 
         counts = trace.spike_counts.astype(np.float64)
-        mem_act = np.asarray(inc.T @ counts, dtype=np.float64).reshape(-1)
+        fired = np.flatnonzero(counts)
+        mem_act = memory_activation(
+            ctx, roles, dict(zip(fired.tolist(), counts[fired].tolist(), strict=True))
+        )
         cand_act = mem_act[rows] if len(rows) else np.zeros(0)
         in_frame = np.zeros(len(store), dtype=bool)
         in_frame[rows] = True
