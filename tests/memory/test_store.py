@@ -150,6 +150,33 @@ def test_forget_and_correct(store):
     assert [row["change"] for row in store.history(b.id).to_dicts()] == ["created", "corrected"]
 
 
+def test_restore_gives_back_the_slots_and_refuses_a_taken_one(store):
+    """A forgotten memory comes back with its key and dedup slots, unless a memory written
+    since holds one (the slots are per client and namespace, as the write path keys them)."""
+    a = store.store("Office is in Paris", "fact", source_agent="a", key="office",
+                    client_id="acme", now=T0)
+    store.forget(a.id, "asked to", now=T0 + 1)
+    store.restore(a.id, now=T0 + 2)
+    assert store.get(a.id).active and store.get(a.id).forgotten_reason is None
+    b = store.store("Office is in Lyon", "fact", source_agent="a", key="office",
+                    client_id="acme", now=T0 + 3)
+    assert b.superseded == a.id  # the restored memory held its key again
+    store.forget(b.id, "asked to", now=T0 + 4)
+    c = store.store("Office is in Lille", "fact", source_agent="a", key="office",
+                    client_id="acme", now=T0 + 5)
+    with pytest.raises(MemoryInputError, match=f"cannot be restored: {c.id} holds it"):
+        store.restore(b.id, now=T0 + 6)
+    assert not store.get(b.id).active and store.get(c.id).active
+    d = store.store("Release on Friday", "event", source_agent="a", client_id="acme",
+                    now=T0 + 7)
+    store.forget(d.id, "asked to", now=T0 + 8)
+    e = store.store("Release on Friday", "event", source_agent="a", client_id="acme",
+                    now=T0 + 9)
+    assert e.action == "created"  # a forgotten memory is no duplicate to corroborate
+    with pytest.raises(MemoryInputError, match=f"cannot be restored: {e.id} holds it"):
+        store.restore(d.id, now=T0 + 10)
+
+
 def test_visible_mask_scope_history_and_time(store):
     g = store.store("Global rule", "fact", source_agent="a", key="g", now=T0)
     x1 = store.store("X stack v1", "fact", source_agent="a", key="s", client_id="x", now=T0)

@@ -546,11 +546,13 @@ class WritePolicy:
             raise MemoryInputError(f"memory {memory_id} is not forgotten")
         if rec.purged_at is not None:
             raise MemoryInputError(f"memory {memory_id} was purged and cannot be restored")
-        slots = [(self._dedup, (rec.client_id, rec.type, rec.content_hash))]
+        # The slots as the write path keys them: client and namespace first (_deactivate).
+        cs = (rec.client_id, rec.scope)
+        slots = [(self._dedup, (*cs, rec.type, rec.content_hash))]
         if rec.type == "fact" and rec.key is not None:
-            slots.append((self._by_key, (rec.client_id, rec.key)))
+            slots.append((self._by_key, (*cs, rec.key)))
         if rec.type == "status" and rec.subject is not None:
-            slots.append((self._by_subject, (rec.client_id, rec.subject)))
+            slots.append((self._by_subject, (*cs, rec.subject)))
         for table, slot in slots:
             if slot in table:
                 other = self._records[table[slot]].id
