@@ -75,7 +75,9 @@ def memory_state(store: MemoryStore) -> dict[str, Any]:
         "records": [r.to_payload() for r in store._records],
         "index": dict(store._index),
         "cols": cols,
-        "vectors": (store.vectors.matrix.tobytes(), store.vectors.present.tolist()),
+        # the rows that hold a vector (a store reopened without any has no dimension yet)
+        "vectors": (store.vectors.matrix[store.vectors.present].tobytes(),
+                    store.vectors.present.tolist()),
         "clients": dict(store._clients),
         "dedup": dict(store._dedup),
         "by_key": dict(store._by_key),

@@ -165,6 +165,8 @@ def test_a_purge_unlinks_the_memorys_entities_for_good(tmp_path):
         store.purge(gone.id, now=T0 + 3)
         assert store.content_version == before + 1
         assert store.get(gone.id).text == ""
+        assert not store.vectors.present[row_gone]
+        assert not store.vectors.matrix[row_gone].any()  # no trace of the vector in memory
         assert store.graph.entities_of(row_gone) == []
         assert store.graph.entities_of(row_kept) == kept_links
         assert store.check() == []

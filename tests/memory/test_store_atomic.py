@@ -335,6 +335,8 @@ OP = st.one_of(
     st.tuples(st.just("correct"), st.integers(0, 30), st.integers(0, 7)),
     st.tuples(st.just("touch"), st.integers(0, 30)),
     st.tuples(st.just("batch"), st.integers(0, 7), st.booleans()),
+    st.tuples(st.just("restore"), st.integers(0, 30)),
+    st.tuples(st.just("purge"), st.integers(0, 30)),
 )
 
 
@@ -356,6 +358,10 @@ def _apply(store, op, clock):
                       embedding=unit(op[2]))
     elif kind == "touch" and ids:
         store.touch([ids[op[1] % len(ids)]], now=clock)
+    elif kind == "restore" and ids:
+        store.restore(ids[op[1] % len(ids)], now=clock)
+    elif kind == "purge" and ids:
+        store.purge(ids[op[1] % len(ids)], now=clock)
     elif kind == "batch":
         with store.batch():
             store.store(f"batched {WORDS[op[1]]}", source_agent="a", now=clock,
@@ -365,7 +371,7 @@ def _apply(store, op, clock):
                 raise RuntimeError("inside the batch")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(st.tuples(OP, st.integers(0, 6)), min_size=1, max_size=12))
 def test_random_writes_with_random_faults_keep_memory_equal_to_sqlite(ops):
     store = MemoryStore(chroma=False)
@@ -381,9 +387,28 @@ def test_random_writes_with_random_faults_keep_memory_equal_to_sqlite(ops):
         finally:
             store._db = real
         assert not real.in_transaction
+        _check_slots(store, op)
         now = memory_state(store)
         store._reload()  # the state a reopen builds from SQLite
         assert memory_state(store) == now, op
+
+
+def _check_slots(store, op):
+    """One active fact per key and one active status per subject (in a client's namespace),
+    and every slot held by the active memory it names."""
+    seen = set()
+    for rec in store._records:
+        if not rec.active:
+            continue
+        for kind, name in (("fact", rec.key), ("status", rec.subject)):
+            if rec.type == kind and name is not None:
+                slot = (kind, rec.client_id, rec.scope, name)
+                assert slot not in seen, (op, slot)
+                seen.add(slot)
+    for table in (store._dedup, store._by_key, store._by_subject):
+        for slot, idx in table.items():
+            rec = store._records[idx]
+            assert rec.active and slot[:2] == (rec.client_id, rec.scope), (op, slot)
 
 
 # --------------------------------------------------------------------------- deferred SQLite

@@ -233,6 +233,7 @@ class ExactIndex:
         self._n = max(self._n, row + 1)
         if vector is None:
             self._present[row] = False
+            self._matrix[row] = 0.0  # a removed (purged) vector leaves nothing behind
         else:
             self._matrix[row] = vec
             self._present[row] = True
