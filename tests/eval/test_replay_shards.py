@@ -88,6 +88,22 @@ def test_joined_shards_equal_the_whole_replay_with_consolidation_conflicts_and_p
     assert memories_frame(got).equals(memories_frame(expected))
 
 
+@pytest.mark.parametrize(
+    "name", ["bm25", "dense", "graph", "rrf", "hybrid", "conversational", "conversational-session"]
+)
+def test_every_shipped_pipeline_keeps_no_state_across_queries(name: str) -> None:
+    """A stage that carried state from one query to the next (beyond caches of the store)
+    would answer a shard's first query differently from the whole replay."""
+    ds = load_dataset(LIFECYCLE)
+    config = dataclasses.replace(ReplayConfig.from_dataset(ds), touch_k=0, expire=False)
+    pipe = load_pipeline(name)
+    expected = Replayer(ds, embedder=HashingEmbedder(dim=64), config=config,
+                        progress=False).run(pipe)
+    sharded = Replayer(ds, embedder=HashingEmbedder(dim=64), config=config, progress=False)
+    parts = [sharded.run(pipe.clone(), queries=s) for s in query_shards(ds.queries, 4)]
+    assert merge_shards(parts).rankings.equals(expected.rankings)
+
+
 def test_merge_shards_needs_a_replay() -> None:
     with pytest.raises(ValueError, match="no replays"):
         merge_shards([])
