@@ -405,6 +405,30 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_store_purge(args: argparse.Namespace) -> int:
+    from memlab.memory.store import MemoryStore
+    from memlab.timeutil import coerce_ts
+
+    path = Path(args.path)
+    if not (path / "memlab.sqlite3").is_file():
+        raise CLIError(f"{path}: not a memlab store (no memlab.sqlite3)")
+    try:
+        now = coerce_ts(args.now, field="--now") if args.now is not None else None
+    except (TypeError, ValueError) as exc:
+        raise CLIError(str(exc)) from None
+    store = MemoryStore(path, read_only=args.dry_run)
+    try:
+        ids = store.purge_forgotten(retention_days=args.retention_days, now=now,
+                                    dry_run=args.dry_run)
+    finally:
+        store.close()
+    for mid in ids:
+        print(mid)
+    verb = "would purge" if args.dry_run else "purged"
+    print(f"{verb} {len(ids)} forgotten memories (forgotten {args.retention_days:g}+ days ago)")
+    return 0
+
+
 def cmd_store_consolidate(args: argparse.Namespace) -> int:
     from memlab.memory.consolidate import Consolidator
     from memlab.memory.merge import ClusterMerger
@@ -679,6 +703,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = st.add_parser("check", help="report disagreements between SQLite and chromadb")
     p.add_argument("path")
     p.set_defaults(func=cmd_store_check)
+    p = st.add_parser(
+        "purge",
+        help="erase memories forgotten longer ago than the undo window (design §D3.7: 30 days)",
+    )
+    p.add_argument("path")
+    p.add_argument("--retention-days", type=_days, default=30.0,
+                   help="the undo window in days (default: 30)")
+    p.add_argument("--now", help="the clock (ISO 8601; default: now)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list what would be purged, change nothing")
+    p.set_defaults(func=cmd_store_purge)
     p = st.add_parser(
         "consolidate",
         help="one consolidation cycle: reclassify, merge (with --generator), Hebbian, expire",

@@ -6,6 +6,7 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 
 from memlab.memory.store import MemoryStore
 
@@ -75,6 +76,42 @@ def test_cli_store_check(tmp_path, capsys):
     assert main(["store", "check", str(tmp_path / "s")]) == 0
     assert capsys.readouterr().out.strip() == "1 memories, 0 problem(s)"
     assert main(["store", "check", str(tmp_path / "nothing")]) == 2
+
+
+def test_purge_forgotten_erases_after_the_undo_window(tmp_path, capsys):
+    """Design §D3.7 for a live store: a memory forgotten 30 days ago or more is purged; one
+    forgotten since stays restorable; ``--dry-run`` lists without changing anything."""
+    from memlab.cli import main
+    from memlab.memory.records import MemoryInputError
+
+    day = 86_400.0
+    with MemoryStore(tmp_path / "s") as store:
+        old = store.store("Card 4242 for Acme", source_agent="a", now=T0, embedding=unit(0)).id
+        new = store.store("Globex moved", source_agent="a", now=T0, embedding=unit(1)).id
+        kept = store.store("Kept note", source_agent="a", now=T0, embedding=unit(2)).id
+        store.forget(old, "asked to", now=T0 + day)
+        store.forget(new, "asked to", now=T0 + 20 * day)
+        assert store.purge_forgotten(now=T0 + 31 * day, dry_run=True) == [old]
+        assert store.get(old).text == "Card 4242 for Acme"  # a dry run changes nothing
+        with pytest.raises(MemoryInputError, match="retention_days"):
+            store.purge_forgotten(retention_days=-1.0, now=T0)
+    now = "2026-02-01T00:00:00Z"  # T0 + 31 days
+    assert main(["store", "purge", str(tmp_path / "s"), "--now", now, "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        old, "would purge 1 forgotten memories (forgotten 30+ days ago)",
+    ]
+    assert main(["store", "purge", str(tmp_path / "s"), "--now", now]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        old, "purged 1 forgotten memories (forgotten 30+ days ago)",
+    ]
+    with MemoryStore(tmp_path / "s") as again:
+        assert again.get(old).text == "" and again.get(old).purged_at is not None
+        assert again.get(new).text == "Globex moved"  # still in its undo window
+        again.restore(new, now=T0 + 32 * day)
+        assert again.get(kept).active
+        assert again.purge_forgotten(now=T0 + 400 * day) == []  # nothing forgotten is left
+        assert again.check() == []
+    assert main(["store", "purge", str(tmp_path / "nothing")]) == 2
 
 
 WRITER = textwrap.dedent(

@@ -603,6 +603,36 @@ class WritePolicy:
             self._save(idx, "purged", t_now)
         return rec
 
+    def purge_forgotten(
+        self, *, retention_days: float = 30.0, now: float | str | None = None,
+        dry_run: bool = False,
+    ) -> list[str]:
+        """Purge every memory forgotten at least ``retention_days`` before ``now`` (design §D3.7:
+        soft deletes are kept for undo, then purged); returns their ids, in row order.
+
+        Args:
+            retention_days: The undo window, in days (>= 0).
+            now: The clock (default: wall clock).
+            dry_run: Only list what would be purged.
+        """
+        if (isinstance(retention_days, bool) or not isinstance(retention_days, (int, float))
+                or not retention_days >= 0 or retention_days == float("inf")):
+            raise MemoryInputError(
+                f"field 'retention_days' must be a finite number >= 0, got {retention_days!r}"
+            )
+        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        cutoff = t_now - float(retention_days) * 86400.0
+        due = [
+            rec.id for rec in self._records
+            if rec.forgotten_reason is not None and rec.purged_at is None
+            and rec.expired_at is not None and rec.expired_at <= cutoff
+        ]
+        if not dry_run and due:
+            with self.batch():  # all or none
+                for mid in due:
+                    self.purge(mid, now=t_now)
+        return due
+
     def correct(
         self,
         memory_id: str,
