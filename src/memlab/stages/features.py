@@ -74,8 +74,8 @@ def _term_counts(text: str) -> tuple[dict[str, int], int]:
 class TermIndex:
     """Postings for BM25 statistics, grown row by row: term → rows containing it, row lengths.
 
-    Memory texts never change once written, so the index only appends the rows it has not
-    seen (:meth:`add`, called by :func:`term_index`).
+    The index appends the rows it has not seen (:meth:`add`, called by :func:`term_index`); a
+    purge, which rewrites a text in place, makes :func:`term_index` build a new one.
     """
 
     def __init__(self) -> None:
