@@ -17,8 +17,9 @@ count in the statistics (a documented approximation of a live index). A query wi
 namespaces that agent reads only, so private memories of other agents never shape its idf; a
 promotion (which moves a memory between namespaces) rebuilds those indexes.
 
-The stage keeps each fitted index (``indexes_``, by scope) between queries. Texts never change
-once written, so an index is refitted lazily only when the store has new rows in its scope (a
+The stage keeps each fitted index (``indexes_``, by scope) between queries. A text changes
+after it is written only when a purge erases it (``store.content_version``), which rebuilds the
+indexes; otherwise an index is refitted lazily only when the store has new rows in its scope (a
 version change without new rows — an access, a supersession — leaves the corpus as it was); a
 refit tokenises only the new rows and rebuilds the sparse matrix.
 
