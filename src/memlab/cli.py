@@ -388,12 +388,28 @@ def cmd_datasets_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_path(text: str) -> Path:
+    """A store directory given on the command line (one that holds ``memlab.sqlite3``)."""
+    path = Path(text)
+    if not (path / "memlab.sqlite3").is_file():
+        raise CLIError(f"{path}: not a memlab store (no memlab.sqlite3)")
+    return path
+
+
+def _clock(text: str | None) -> float | None:
+    """``--now`` as epoch seconds (``None``: the wall clock)."""
+    from memlab.timeutil import coerce_ts
+
+    try:
+        return coerce_ts(text, field="--now") if text is not None else None
+    except (TypeError, ValueError) as exc:
+        raise CLIError(str(exc)) from None
+
+
 def cmd_store_check(args: argparse.Namespace) -> int:
     from memlab.memory.store import MemoryStore
 
-    path = Path(args.path)
-    if not (path / "memlab.sqlite3").is_file():
-        raise CLIError(f"{path}: not a memlab store (no memlab.sqlite3)")
+    path = _store_path(args.path)
     store = MemoryStore(path, read_only=True)
     try:
         problems = store.check()
@@ -407,15 +423,9 @@ def cmd_store_check(args: argparse.Namespace) -> int:
 
 def cmd_store_purge(args: argparse.Namespace) -> int:
     from memlab.memory.store import MemoryStore
-    from memlab.timeutil import coerce_ts
 
-    path = Path(args.path)
-    if not (path / "memlab.sqlite3").is_file():
-        raise CLIError(f"{path}: not a memlab store (no memlab.sqlite3)")
-    try:
-        now = coerce_ts(args.now, field="--now") if args.now is not None else None
-    except (TypeError, ValueError) as exc:
-        raise CLIError(str(exc)) from None
+    path = _store_path(args.path)
+    now = _clock(args.now)
     store = MemoryStore(path, read_only=args.dry_run)
     try:
         ids = store.purge_forgotten(retention_days=args.retention_days, now=now,
@@ -433,15 +443,9 @@ def cmd_store_consolidate(args: argparse.Namespace) -> int:
     from memlab.memory.consolidate import Consolidator
     from memlab.memory.merge import ClusterMerger
     from memlab.memory.store import MemoryStore
-    from memlab.timeutil import coerce_ts
 
-    path = Path(args.path)
-    if not (path / "memlab.sqlite3").is_file():
-        raise CLIError(f"{path}: not a memlab store (no memlab.sqlite3)")
-    try:
-        now = coerce_ts(args.now, field="--now") if args.now is not None else None
-    except (TypeError, ValueError) as exc:
-        raise CLIError(str(exc)) from None
+    path = _store_path(args.path)
+    now = _clock(args.now)
     embedder = _embedder(args.embedder, not args.no_cache)
     merger = None
     if args.generator is not None:
