@@ -7,6 +7,7 @@ filters. Both index L2-normalised vectors, so the inner product is the cosine si
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -15,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-_BLAS: Any | None = None
+_BLAS: tuple[int, list[Any]] | None = None
+"""``(len(sys.modules) when found, BLAS library controllers)`` of :func:`single_thread_blas`."""
 _BLAS_GUARD = threading.RLock()
 
 
@@ -33,14 +35,16 @@ def single_thread_blas() -> Iterator[None]:
     """
     global _BLAS
     with _BLAS_GUARD:
-        if _BLAS is None:
+        if _BLAS is None or _BLAS[0] != len(sys.modules):
             from threadpoolctl import ThreadpoolController
 
-            # The BLAS libraries loaded now; each block sets their thread counts directly
-            # (what ``ThreadpoolController.limit`` does, without finding the libraries again:
+            # The BLAS libraries loaded now, found again only once modules were imported since
+            # (one may bring its own BLAS); each block sets their thread counts directly (what
+            # ``ThreadpoolController.limit`` does, without finding the libraries every time:
             # 45 µs per block against 2).
-            _BLAS = ThreadpoolController().select(user_api="blas").lib_controllers
-        found = [(lib, lib.num_threads) for lib in _BLAS]
+            libs = ThreadpoolController().select(user_api="blas").lib_controllers
+            _BLAS = (len(sys.modules), libs)
+        found = [(lib, lib.num_threads) for lib in _BLAS[1]]
         for lib, n in found:
             if n != 1:
                 lib.set_num_threads(1)
