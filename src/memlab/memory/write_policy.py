@@ -616,7 +616,7 @@ class WritePolicy:
             dry_run: Only list what would be purged.
         """
         if (isinstance(retention_days, bool) or not isinstance(retention_days, (int, float))
-                or not retention_days >= 0 or retention_days == float("inf")):
+                or not math.isfinite(retention_days) or retention_days < 0):
             raise MemoryInputError(
                 f"field 'retention_days' must be a finite number >= 0, got {retention_days!r}"
             )

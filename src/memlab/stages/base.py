@@ -633,6 +633,18 @@ def rerank(
     return out
 
 
+def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions ``starts[i] .. starts[i] + lengths[i] - 1`` for every ``i``, concatenated,
+    and the bounds of each run in the result (``len(starts) + 1`` offsets, from 0): how a
+    query gathers the variable-length pieces of some rows (their tokens, words or links) in
+    one indexing."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    positions = np.repeat(np.asarray(starts, dtype=np.int64) - bounds[:-1], lengths)
+    return positions + np.arange(bounds[-1]), bounds
+
+
 def frame_rows(frame: pl.DataFrame, ctx: QueryContext) -> np.ndarray:
     """The store row of every candidate, in frame order (``int64``).
 

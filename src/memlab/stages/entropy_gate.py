@@ -60,6 +60,7 @@ from memlab.stages.base import (
     Column,
     QueryContext,
     Stage,
+    concat_ranges,
     frame_rows,
     register_stage,
 )
@@ -171,11 +172,7 @@ class TextFeatures:
             cost = np.concatenate([cost, np.asarray(self.cost[done:], np.int64)])
             self._np = (indptr, indices, entropy, cost)
         rows = np.asarray(rows, dtype=np.int64)
-        start, length = indptr[rows], indptr[rows + 1] - indptr[rows]
-        sub_ptr = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(length, out=sub_ptr[1:])
-        # position j of the gathered row i reads indices[start[i] + j]
-        gather = np.repeat(start - sub_ptr[:-1], length) + np.arange(sub_ptr[-1])
+        gather, sub_ptr = concat_ranges(indptr[rows], indptr[rows + 1] - indptr[rows])
         words = sp.csr_matrix(
             (np.ones(len(gather)), indices[gather], sub_ptr),
             shape=(len(rows), max(len(self.vocab), 1)),
@@ -337,8 +334,10 @@ class EntropyGate(Stage):
             red = np.zeros(n, dtype=np.float64)
             count = evict(
                 np.ascontiguousarray(lower), redundancy, alive, open_,
-                np.ascontiguousarray(base, dtype=np.float64), norm.astype(np.float64),
-                relevance.astype(np.float64), cost.astype(np.int64),
+                np.ascontiguousarray(base, dtype=np.float64),
+                np.ascontiguousarray(norm, dtype=np.float64),
+                np.ascontiguousarray(relevance, dtype=np.float64),
+                np.ascontiguousarray(cost, dtype=np.int64),
                 w_red, w_ent, w_rel, total, float(budget), got, why, red,
             )
             victims += got[:count].tolist()

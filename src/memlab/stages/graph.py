@@ -32,6 +32,7 @@ from memlab.stages.base import (
     QueryContext,
     Stage,
     candidates_from_rows,
+    concat_ranges,
     empty_candidates,
     register_stage,
     score_column,
@@ -150,19 +151,23 @@ _SORTED_LINKS: weakref.WeakKeyDictionary[EntityGraph, _SortedLinks] = (
 
 
 def memory_activation(
-    ctx: QueryContext, roles: Sequence[str], activation: dict[int, float]
+    ctx: QueryContext, roles: Sequence[str], activation: dict[int, float] | np.ndarray
 ) -> np.ndarray:
     """Per store row, the summed activation of its entities linked with a role in ``roles``:
     ``incidence.T @ activation`` (:func:`memory_incidence`), the same sums in the same order,
     computed from the links sorted once and extended as the store grows, instead of a sparse
-    matrix rebuilt at every store size."""
+    matrix rebuilt at every store size. ``activation``: entity index → value, or one value
+    per entity."""
     store = ctx.store
     graph = store.graph
     n = len(store)
-    vec = np.zeros(graph.n_entities, dtype=np.float64)
-    vec[np.fromiter(activation.keys(), dtype=np.int64)] = np.fromiter(
-        activation.values(), dtype=np.float64
-    )
+    if isinstance(activation, np.ndarray):
+        vec = np.asarray(activation, dtype=np.float64)
+    else:
+        vec = np.zeros(graph.n_entities, dtype=np.float64)
+        vec[np.fromiter(activation.keys(), dtype=np.int64)] = np.fromiter(
+            activation.values(), dtype=np.float64
+        )
     if graph.has_unlinked:
         inc, _ = memory_incidence(ctx, roles)
         return np.asarray(inc.T @ vec, dtype=np.float64).reshape(-1)
@@ -197,11 +202,8 @@ def entity_currents(
         return out + inc_t[rows].T @ weights
     links = _sorted_links(graph)
     lo = np.searchsorted(links.mem, rows, side="left")
-    hi = np.searchsorted(links.mem, rows, side="right")
-    counts = hi - lo
-    # the links of rows[0], then of rows[1], …: positions lo[i] .. hi[i] of the sorted links
-    starts = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    at = starts + np.arange(int(counts.sum()))
+    counts = np.searchsorted(links.mem, rows, side="right") - lo
+    at, _ = concat_ranges(lo, counts)  # the links of rows[0], then of rows[1], …
     keep = _role_mask(roles)[links.role[at]]
     at = at[keep]
     np.add.at(out, links.ent[at], np.repeat(weights, counts)[keep])

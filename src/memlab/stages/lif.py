@@ -273,10 +273,7 @@ class LIF(Stage):
         trace = self.simulate(store.graph, current)
 
         counts = trace.spike_counts.astype(np.float64)
-        fired = np.flatnonzero(counts)
-        mem_act = memory_activation(
-            ctx, roles, dict(zip(fired.tolist(), counts[fired].tolist(), strict=True))
-        )
+        mem_act = memory_activation(ctx, roles, counts)
         cand_act = mem_act[rows] if len(rows) else np.zeros(0)
         in_frame = np.zeros(len(store), dtype=bool)
         in_frame[rows] = True

@@ -40,6 +40,7 @@ from memlab.memory.vectors import append_rows
 from memlab.stages.base import (
     QueryContext,
     Stage,
+    concat_ranges,
     ranked_head,
     register_stage,
     rescore_head,
@@ -175,11 +176,9 @@ class MaxSim(Stage):
     def scores(self, rows: np.ndarray, ctx: QueryContext) -> np.ndarray:
         """MaxSim of the query against each store row in ``rows``."""
         tokens, starts, lengths = self._tokens(ctx)
-        lens = lengths[rows]
-        seg = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
-        idx = np.repeat(starts[rows] - seg, lens) + np.arange(int(lens.sum()))
+        idx, bounds = concat_ranges(starts[rows], lengths[rows])
         docs = tokens[idx].astype(np.float32)
-        return segment_maxsim(self._query_tokens(ctx), docs, seg)
+        return segment_maxsim(self._query_tokens(ctx), docs, bounds[:-1])
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         if frame.height == 0:
