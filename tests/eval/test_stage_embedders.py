@@ -1,0 +1,102 @@
+"""Tests for stages that name their own embedder inside an experiment
+(memlab.eval.replay.stage_embedders, Replayer(embedders=...), the workers' frozen copies)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memlab.datasets.format import load_dataset
+from memlab.embed import HashingEmbedder
+from memlab.embed.frozen import FrozenEmbedder
+from memlab.eval.executor import JoblibExecutor
+from memlab.eval.experiment import load_pipeline, replayer_for, run_experiment
+from memlab.eval.replay import stage_embedders
+from memlab.eval.sweep import _shippable
+from memlab.pipeline import Pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+HANDMADE = ROOT / "tests" / "fixtures" / "handmade"
+
+
+def _pipes() -> list[Pipeline]:
+    store = load_pipeline("dense")
+    store = Pipeline(steps=store.clone().steps, name="dense-store")
+    own = Pipeline(steps=store.clone().steps, name="dense-own").set_params(
+        dense__embedder="hashing", dense__backend="auto"
+    )
+    return [store, own]
+
+
+def test_stage_embedders_lists_each_named_model_once() -> None:
+    pipes = _pipes()
+    twice = Pipeline(steps=pipes[1].clone().steps, name="again")
+    assert stage_embedders([*pipes, twice]) == {"hashing": {"memories", "queries"}}
+    assert stage_embedders([load_pipeline("conversational")]) == {}
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_prepare_embeds_every_text_with_the_named_embedder_and_workers_get_it_frozen(
+    cache_dir: Path,
+) -> None:
+    ds = load_dataset(HANDMADE)
+    replayer = replayer_for(ds, _pipes(), embedder=HashingEmbedder(dim=64), progress=False)
+    assert list(replayer.embedders) == ["hashing"]
+    replayer.prepare()
+    texts, vectors = replayer.prepared_["hashing"]
+    assert set(q.text for q in ds.queries) <= set(texts)
+    assert vectors.shape == (len(texts), 64)
+    shipped = _shippable(replayer, replayer.embedder)
+    frozen = shipped.embedders["hashing"]
+    assert isinstance(frozen, FrozenEmbedder) and frozen.model_id == "hashing-d64-s0-c0"
+    frozen.embed(texts)
+    assert frozen.misses_ == 0
+
+
+def test_own_vectors_of_the_runs_model_rank_as_the_stores_in_workers_and_serially(
+    cache_dir: Path,
+) -> None:
+    """The named ``hashing`` embedder is the run's model: the stage's own vectors give the
+    store's rankings, on two workers as in one process; the manifest names the model."""
+    ds = load_dataset(HANDMADE)
+    runs = {
+        name: run_experiment(ds, _pipes(), embedder=HashingEmbedder(dim=64), executor=ex,
+                             progress=False, write_report=False)
+        for name, ex in (("serial", "serial"), ("joblib", JoblibExecutor(n_jobs=2)))
+    }
+    for res in runs.values():
+        r = res.rankings
+        mine = r.filter(r["pipeline"] == "dense-own").drop("pipeline")
+        base = r.filter(r["pipeline"] == "dense-store").drop("pipeline")
+        assert mine["mem_id"].to_list() == base["mem_id"].to_list()
+        assert res.manifest["stage_embedders"] == {"hashing": "hashing-d64-s0-c0"}
+    assert runs["serial"].rankings.equals(runs["joblib"].rankings)
+    assert runs["serial"].metrics == runs["joblib"].metrics
+
+
+def test_an_asymmetric_stage_embeds_memories_and_queries_each_with_its_own_model() -> None:
+    from memlab.eval.replay import Replayer
+
+    ds = load_dataset(HANDMADE)
+    pipe = Pipeline(steps=load_pipeline("dense").clone().steps, name="asym").set_params(
+        dense__embedder="mem", dense__query_embedder="qry", dense__backend="exact"
+    )
+    roles = stage_embedders([pipe])
+    assert roles == {"mem": {"memories"}, "qry": {"queries"}}
+    mem, qry = HashingEmbedder(dim=32, seed=1), HashingEmbedder(dim=32, seed=2)
+    replayer = Replayer(ds, embedder=HashingEmbedder(dim=64), embedders={"mem": mem, "qry": qry},
+                        embedder_roles=roles, progress=False)
+    replayer.prepare()
+    query_texts = {q.text for q in ds.queries}
+    mem_texts, _ = replayer.prepared_["mem"]
+    qry_texts, _ = replayer.prepared_["qry"]
+    assert set(qry_texts) == query_texts
+    assert set(mem_texts) == set(replayer._scrubbed.values())  # the memories, scrubbed, only
+    result = replayer.run(pipe)
+    assert result.rankings.height > 0
