@@ -100,3 +100,17 @@ def test_an_asymmetric_stage_embeds_memories_and_queries_each_with_its_own_model
     assert set(mem_texts) == set(replayer._scrubbed.values())  # the memories, scrubbed, only
     result = replayer.run(pipe)
     assert result.rankings.height > 0
+
+
+def test_a_sweep_point_that_names_an_embedder_gets_it_prepared(cache_dir: Path) -> None:
+    """``dense__embedder`` as a grid constant: the point's model is embedded once in the
+    parent and named in the manifest; the point with the run's own model (``hashing``) scores
+    as the store's vectors do."""
+    from memlab.eval.sweep import run_sweep
+
+    res = run_sweep(load_dataset(HANDMADE), load_pipeline("dense"),
+                    {"dense__embedder": [None, "hashing"]}, embedder=HashingEmbedder(dim=64),
+                    repeats=1, progress=False, executor=JoblibExecutor(n_jobs=2))
+    assert res.manifest["stage_embedders"] == {"hashing": "hashing-d64-s0-c0"}
+    scores = res.results["R_all@10"].to_list()
+    assert scores[0] == scores[1]

@@ -472,8 +472,11 @@ def run_sweep(
             )
         else:
             warnings.append(f"split seed {seed + r} leaves one side empty: skipped")
+    # every point's pipeline: a point may name a stage's own embedder (embedded once, here)
+    variants = [base.clone().set_params(**split_point(point)[0]) for point in points]
     replayer = replayer_for(
-        ds, [base], embedder=embedder, generator=generator, config=config, progress=progress
+        ds, [base, *variants], embedder=embedder, generator=generator, config=config,
+        progress=progress,
     )
     replayer.embedder = RecordingEmbedder(replayer.embedder)
     all_params = base.get_params()
@@ -602,6 +605,10 @@ def run_sweep(
         "exclude_tags": sorted(set(exclude_tags)),
         "replay": config.to_dict(),
         "embedder": getattr(replayer.embedder, "model_id", type(replayer.embedder).__name__),
+        "stage_embedders": {
+            name: getattr(e, "model_id", type(e).__name__)
+            for name, e in sorted(replayer.embedders.items())
+        },
         "executor": type(ex).__name__,
         "n_jobs": n_jobs,
         "packages": package_versions(),
