@@ -72,6 +72,13 @@ def _extra_weight(weights: list[float]) -> list[dict[str, Any]]:
     return [{"combsum__weights": [*BASE_WEIGHTS, w]} for w in weights]
 
 
+def _everywhere(model: str) -> dict[str, Any]:
+    """``conversational``'s dense and MaxP lists embedded by ``model`` instead of MiniLM."""
+    memories, queries = MODELS[model]
+    return {f"{step}__{k}": v for step in ("dense", "maxp")
+            for k, v in (("embedder", memories), ("query_embedder", queries))}
+
+
 EXTRA = [0.15, 0.35, 0.7]
 """Weights of a further dense list in the CombSUM (z-scores, as the other lists)."""
 
@@ -95,6 +102,13 @@ METHODS: dict[str, dict[str, Any]] = {
             "grid": [{**a, **b} for a, b in itertools.product(_extra_weight(EXTRA), CLUSTER[1:])],
         }
         for name in MODELS
+    },
+    **{
+        f"{name} everywhere{' + cluster' if cluster else ''}": {
+            "set": _everywhere(name), "stages": ["cluster"] if cluster else [],
+            "grid": CLUSTER[1:] if cluster else [{}],
+        }
+        for name in ("e5", "mpnet") for cluster in (False, True)
     },
 }
 """Method name → the stages appended to ``conversational`` (in order) and the grid points."""
@@ -142,7 +156,9 @@ def variants(methods: list[str] | None = None) -> tuple[list[Pipeline], dict[str
         spec = METHODS[method]
         names[method] = []
         for params in spec["grid"]:
-            head = with_branches(base, spec.get("branches", {}))
+            head = with_branches(base, spec.get("branches", {})).set_params(
+                **spec.get("set", {})
+            )
             pipe = Pipeline(
                 steps=[*head.steps, *((s, stage(s)) for s in spec["stages"])],
                 name=point_name(method, params),

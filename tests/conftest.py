@@ -5,11 +5,33 @@ takes minutes (the committed-baseline experiments, the real generator, a Ray hea
 tests) collected last would leave one worker busy while the other has nothing left to do, so
 tests marked ``slow`` or ``browser`` are moved to the front; the order within each group stays
 the order of collection.
+
+It also registers two small embedders that tests name where a stage takes an embedder by name
+(``dense(embedder="test-hash32-a")``): feature hashing at 32 dimensions, seeds 1 and 2.
 """
 
 from __future__ import annotations
 
 import pytest
+
+from memlab.embed import HashingEmbedder, register_embedder
+
+
+@register_embedder("test-hash32-a")
+class HashA(HashingEmbedder):
+    """``HashingEmbedder(dim=32, seed=1)`` under a registered name."""
+
+    def __init__(self) -> None:
+        super().__init__(dim=32, seed=1)
+
+
+@register_embedder("test-hash32-b")
+class HashB(HashingEmbedder):
+    """``HashingEmbedder(dim=32, seed=2)`` under a registered name."""
+
+    def __init__(self) -> None:
+        super().__init__(dim=32, seed=2)
+
 
 HEAVY_MARKERS = ("slow", "browser")
 

@@ -85,17 +85,19 @@ def test_an_asymmetric_stage_embeds_memories_and_queries_each_with_its_own_model
 
     ds = load_dataset(HANDMADE)
     pipe = Pipeline(steps=load_pipeline("dense").clone().steps, name="asym").set_params(
-        dense__embedder="mem", dense__query_embedder="qry", dense__backend="exact"
+        dense__embedder="test-hash32-a", dense__query_embedder="test-hash32-b",
+        dense__backend="exact",
     )
     roles = stage_embedders([pipe])
-    assert roles == {"mem": {"memories"}, "qry": {"queries"}}
+    assert roles == {"test-hash32-a": {"memories"}, "test-hash32-b": {"queries"}}
     mem, qry = HashingEmbedder(dim=32, seed=1), HashingEmbedder(dim=32, seed=2)
-    replayer = Replayer(ds, embedder=HashingEmbedder(dim=64), embedders={"mem": mem, "qry": qry},
+    replayer = Replayer(ds, embedder=HashingEmbedder(dim=64),
+                        embedders={"test-hash32-a": mem, "test-hash32-b": qry},
                         embedder_roles=roles, progress=False)
     replayer.prepare()
     query_texts = {q.text for q in ds.queries}
-    mem_texts, _ = replayer.prepared_["mem"]
-    qry_texts, _ = replayer.prepared_["qry"]
+    mem_texts, _ = replayer.prepared_["test-hash32-a"]
+    qry_texts, _ = replayer.prepared_["test-hash32-b"]
     assert set(qry_texts) == query_texts
     assert set(mem_texts) == set(replayer._scrubbed.values())  # the memories, scrubbed, only
     result = replayer.run(pipe)

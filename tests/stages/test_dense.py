@@ -229,8 +229,8 @@ def test_own_embedder_ranks_visible_memories_by_its_own_cosine(store, make_ctx) 
 
     other = HashingEmbedder(dim=32, seed=1)
     ctx = make_ctx("Acme website hosting", client_id="acme")
-    ctx.embedders = {"h32": other}
-    out = Dense(top_k=None, embedder="h32").transform(empty_candidates(), ctx)
+    ctx.embedders = {"test-hash32-a": other}
+    out = Dense(top_k=None, embedder="test-hash32-a").transform(empty_candidates(), ctx)
     check_frame(out, "dense")
     q = other.embed(["Acme website hosting"])[0]
     q = q / np.linalg.norm(q)
@@ -266,9 +266,9 @@ def test_a_named_embedder_is_loaded_behind_the_disk_cache(store, make_ctx, tmp_p
 def test_own_vectors_grow_with_the_store_and_forget_a_purged_text(store, make_ctx) -> None:
     from memlab.embed.hashing import HashingEmbedder
 
-    stage = Dense(top_k=None, embedder="h")
+    stage = Dense(top_k=None, embedder="test-hash32-a")
     ctx = make_ctx("Thursday meeting")
-    ctx.embedders = {"h": HashingEmbedder(dim=64, seed=0)}
+    ctx.embedders = {"test-hash32-a": HashingEmbedder(dim=32, seed=1)}
     stage.transform(empty_candidates(), ctx)
     assert stage.vectors_.n_rows_ == len(store) == 13
     store.store("Thursday offsite meeting booked", "event", source_agent="t", now=ctx.now,
@@ -293,8 +293,11 @@ def test_own_embedder_ignores_a_hyde_vector_and_refuses_store_backends(store, ma
     assert again["mem_id"].to_list() == plain["mem_id"].to_list()
     with pytest.raises(ValueError, match="searches exactly"):
         Dense(backend="chroma", embedder="hashing").transform(empty_candidates(), ctx)
-    with pytest.raises(ValueError, match="embedder"):
-        Dense(embedder=" ").transform(empty_candidates(), ctx)
+    for bad in (" ", "no-such-model", "path:"):
+        with pytest.raises(ValueError, match="registered embedder name"):
+            Dense(embedder=bad).transform(empty_candidates(), ctx)
+    with pytest.raises(ValueError, match="registered embedder name"):
+        Dense(query_embedder="no-such-model").transform(empty_candidates(), ctx)
 
 
 def test_an_asymmetric_stage_embeds_the_query_with_its_query_embedder(store, make_ctx) -> None:
@@ -302,8 +305,8 @@ def test_an_asymmetric_stage_embeds_the_query_with_its_query_embedder(store, mak
 
     mem, qry = HashingEmbedder(dim=32, seed=1), HashingEmbedder(dim=32, seed=2)
     ctx = make_ctx("Acme billing service")
-    ctx.embedders = {"mem": mem, "qry": qry}
-    out = Dense(top_k=None, embedder="mem", query_embedder="qry").transform(
+    ctx.embedders = {"test-hash32-a": mem, "test-hash32-b": qry}
+    out = Dense(top_k=None, embedder="test-hash32-a", query_embedder="test-hash32-b").transform(
         empty_candidates(), ctx)
     q = qry.embed(["Acme billing service"])[0]
     want = sorted(

@@ -16,9 +16,11 @@ from memlab.registry import Registry
 
 __all__ = [
     "EMBEDDERS",
+    "EMBEDDER_NAME",
     "PATH_PREFIXES",
     "Embedder",
     "check_texts",
+    "is_embedder_name",
     "make_embedder",
     "register_embedder",
 ]
@@ -90,6 +92,22 @@ def make_embedder(name: str, **params: Any) -> Embedder:
             raise ValueError(f"embedder {name!r} names no directory after '{prefix}:'")
         return EMBEDDERS.lookup(PATH_PREFIXES[prefix])(model_path=directory, **params)
     return EMBEDDERS.lookup(name)(**params)
+
+
+EMBEDDER_NAME = "a registered embedder name (memlab.embed.EMBEDDERS) or path:DIR"
+"""What :func:`is_embedder_name` accepts, for parameter-constraint messages."""
+
+
+def is_embedder_name(name: object) -> bool:
+    """Whether :func:`make_embedder` knows ``name``: a registered embedder, or a known prefix
+    followed by a directory (``path:DIR``; whether the directory holds a model is checked when
+    it loads)."""
+    if not isinstance(name, str):
+        return False
+    prefix, sep, directory = name.partition(":")
+    if sep and prefix in PATH_PREFIXES:
+        return bool(directory)
+    return name in EMBEDDERS
 
 
 def check_texts(texts: Sequence[str]) -> list[str]:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import polars as pl
 
+from memlab.embed.base import EMBEDDER_NAME, is_embedder_name
 from memlab.memory.vectors import AnnIndex, ExactIndex
 from memlab.registry import Registry
 from memlab.stages.base import (
@@ -217,8 +218,8 @@ class Dense(Stage):
         "min_similarity": [Interval(Real, -1, 1, closed="both"), None],
         "mask_entity_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
         "ann_min_rows": [Interval(Integral, 0, None, closed="left")],
-        "embedder": [Predicate(str, str.strip, "a non-empty embedder name"), None],
-        "query_embedder": [Predicate(str, str.strip, "a non-empty embedder name"), None],
+        "embedder": [Predicate(str, is_embedder_name, EMBEDDER_NAME), None],
+        "query_embedder": [Predicate(str, is_embedder_name, EMBEDDER_NAME), None],
     }
 
     columns = (score_column("dense_score", "cosine similarity to the query vector"),)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import polars as pl
 
+from memlab.embed.base import EMBEDDER_NAME, is_embedder_name
 from memlab.memory.vectors import RowGroups, append_rows
 from memlab.stages.base import (
     QueryContext,
@@ -89,8 +90,8 @@ class MaxP(Stage):
         "top_k": [Interval(Integral, 1, None, closed="left"), None],
         "sentence_pattern": [is_regex(), None],
         "mask_entity_types": [SequenceOf(Predicate(str, str.strip, "a non-empty str"))],
-        "embedder": [Predicate(str, str.strip, "a non-empty embedder name"), None],
-        "query_embedder": [Predicate(str, str.strip, "a non-empty embedder name"), None],
+        "embedder": [Predicate(str, is_embedder_name, EMBEDDER_NAME), None],
+        "query_embedder": [Predicate(str, is_embedder_name, EMBEDDER_NAME), None],
     }
 
     columns = (score_column("maxp_score", "cosine of the best sentence"),)
