@@ -110,6 +110,15 @@ METHODS: dict[str, dict[str, Any]] = {
         }
         for name in ("e5", "mpnet") for cluster in (False, True)
     },
+    **{
+        f"mpnet everywhere + dense e5{' + cluster' if cluster else ''}": {
+            "set": _everywhere("mpnet"), "branches": {"dense_e5": _branch("e5")},
+            "stages": ["cluster"] if cluster else [],
+            "grid": [{**a, **b} for a, b in itertools.product(
+                _extra_weight(EXTRA), CLUSTER[1:] if cluster else [{}])],
+        }
+        for cluster in (False, True)
+    },
 }
 """Method name → the stages appended to ``conversational`` (in order) and the grid points."""
 

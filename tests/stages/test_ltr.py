@@ -47,7 +47,8 @@ def _cands(qid: str, score: list[float], signal: list[float]) -> pl.DataFrame:
     n = len(score)
     return rerank(pl.DataFrame(
         {"qid": [qid] * n, "mem_id": [f"m{i}" for i in range(n)], "score": score,
-         "rank": [0] * n, "bm25_score": signal}, schema={**CANDIDATE_SCHEMA, "bm25_score": pl.Float64},
+         "rank": [0] * n, "bm25_score": signal},
+        schema={**CANDIDATE_SCHEMA, "bm25_score": pl.Float64},
     ))
 
 
