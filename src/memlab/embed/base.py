@@ -94,7 +94,7 @@ def make_embedder(name: str, **params: Any) -> Embedder:
     return EMBEDDERS.lookup(name)(**params)
 
 
-EMBEDDER_NAME = "a registered embedder name (memlab.embed.EMBEDDERS) or path:DIR"
+EMBEDDER_NAME = "a registered embedder name (memlab.embed.EMBEDDERS), path:DIR or onnx:DIR"
 """What :func:`is_embedder_name` accepts, for parameter-constraint messages."""
 
 
