@@ -252,6 +252,7 @@ def _shippable(replayer: Replayer, embedder: Any) -> Replayer:
     out.embedder = embedder
     out.embedders = {name: _frozen_extra(replayer, name, emb)
                      for name, emb in replayer.embedders.items()}
+    out.prepared_ = {}  # shipped inside the frozen embedders
     # Workers write whole lines (interleaved with the parent's) but never a bar.
     out.progress = "lines" if resolve_mode(replayer.progress) == "lines" else False
     return out
