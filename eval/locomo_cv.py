@@ -119,6 +119,14 @@ METHODS: dict[str, dict[str, Any]] = {
         }
         for cluster in (False, True)
     },
+    "mpnet everywhere + e5 lists + cluster": {
+        "set": _everywhere("mpnet"),
+        "branches": {"dense_e5": _branch("e5"),
+                     "maxp_e5": {**_branch("e5"), "stage": "maxp"}},
+        "stages": ["cluster"],
+        "grid": [{"combsum__weights": [*BASE_WEIGHTS, 0.35, w], **c}
+                 for w, c in itertools.product([0.15, 0.35], CLUSTER[2:])],
+    },
 }
 """Method name → the stages appended to ``conversational`` (in order) and the grid points."""
 
