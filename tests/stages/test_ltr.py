@@ -134,3 +134,8 @@ def test_memlab_eval_cross_fits_the_learned_fusion() -> None:
     # the head is re-scored by the model: the learned run's top scores are log-odds
     top = res.rankings.filter((pl.col("pipeline") == "hybrid-ltr") & (pl.col("rank") == 1))
     assert (top["score"] < 0).any() or (top["score"] > 1).any()  # not RRF's (0, 0.05] scale
+
+
+def test_a_text_column_is_not_a_feature() -> None:
+    with pytest.raises(ValueError, match="feature column 'text' is String"):
+        head_features(pl.DataFrame({"text": ["a", "b"]}), ["text"], 2)

@@ -56,7 +56,13 @@ def head_features(frame: pl.DataFrame, features: Collection[str], n: int) -> np.
     cols: list[np.ndarray] = []
     for name in features:
         if name in frame.columns:
-            x = frame[name].head(n).cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
+            col = frame[name]
+            if not col.dtype.is_numeric():
+                raise ValueError(
+                    f"ltr: feature column '{name}' is {col.dtype}, not a number; features are "
+                    "score columns such as dense_score or bm25_score"
+                )
+            x = col.head(n).cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
         else:
             x = np.full(n, np.nan)
         present = np.isfinite(x)
