@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from memlab.embed.base import PATH_PREFIXES, check_texts, register_embedder
-from memlab.embed.sentence_transformer import model_digest
+from memlab.embed.sentence_transformer import _positive_int, model_digest
 
 __all__ = ["OnnxEmbedder"]
 
@@ -128,9 +128,7 @@ class OnnxEmbedder:
             raise ValueError(f"OnnxEmbedder.pooling must be one of {POOLINGS}, "
                              f"got {self.pooling!r}")
         for name in ("max_length", "batch_size", "num_threads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"OnnxEmbedder.{name} must be an int >= 1, got {value!r}")
+            _positive_int(getattr(self, name), "OnnxEmbedder", name)
         model = self._model_file(path)
         tokenizer_file = path / "tokenizer.json"
         if not tokenizer_file.is_file():

@@ -453,9 +453,12 @@ def run_sweep(
     points = grid_points(grid)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
     config = replay if replay is not None else ReplayConfig.from_dataset(ds)
-    for point in points:  # reject unknown names before any work
+    # every point's pipeline, which rejects unknown names before any work (a point may also
+    # name a stage's own embedder: the replayer embeds with it once, here)
+    variants = []
+    for point in points:
         pipe_params, replay_params = split_point(point)
-        base.clone().set_params(**pipe_params)
+        variants.append(base.clone().set_params(**pipe_params))
         config.with_params(_where="--grid", **replay_params)
     splits: list[tuple[int, list[Query], list[Query]]] = []
     warnings: list[str] = []
@@ -473,8 +476,6 @@ def run_sweep(
             )
         else:
             warnings.append(f"split seed {seed + r} leaves one side empty: skipped")
-    # every point's pipeline: a point may name a stage's own embedder (embedded once, here)
-    variants = [base.clone().set_params(**split_point(point)[0]) for point in points]
     replayer = replayer_for(
         ds, [base, *variants], embedder=embedder, generator=generator, config=config,
         progress=progress,

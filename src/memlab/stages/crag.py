@@ -139,6 +139,30 @@ register_model = CRAG_MODELS.register
 """Register a classifier factory ``(C, seed) -> estimator`` under ``name``."""
 
 
+def fit_classifier(
+    xs: list[np.ndarray], ys: list[np.ndarray], model: str, c: float, seed: int, *, owner: str
+) -> tuple[Any, int, int]:
+    """Fit the classifier :data:`CRAG_MODELS` names ``model`` on the stacked training rows
+    (``xs``: feature matrices, ``ys``: their 0/1 labels), shared by the learned stages.
+
+    Returns:
+        The fitted classifier, the number of training rows and of relevant ones.
+
+    Raises:
+        ValueError: The labels hold one class only (``owner`` starts the message).
+    """
+    x_all, y_all = np.vstack(xs), np.concatenate(ys)
+    n_pos = int(y_all.sum())
+    if n_pos == 0 or n_pos == len(y_all):
+        raise ValueError(
+            f"{owner} needs relevant and irrelevant candidates; got {n_pos} relevant of "
+            f"{len(y_all)}"
+        )
+    fitted = CRAG_MODELS.lookup(model)(c, seed)
+    fitted.fit(x_all, y_all)
+    return fitted, len(y_all), n_pos
+
+
 @register_model("logistic")
 def _logistic(c: float, seed: int) -> Any:
     from sklearn.linear_model import LogisticRegression
@@ -453,19 +477,10 @@ class CRAG(Stage):
             ys.append(np.asarray([m in wanted for m in ids], dtype=int))
         if not xs:
             raise ValueError("crag.py: CRAG.fit found no training candidates for the queries")
-        x_all, y_all = np.vstack(xs), np.concatenate(ys)
-        n_pos = int(y_all.sum())
-        if n_pos == 0 or n_pos == len(y_all):
-            raise ValueError(
-                f"crag.py: CRAG.fit needs relevant and irrelevant candidates; got {n_pos} "
-                f"relevant of {len(y_all)}"
-            )
-        model = CRAG_MODELS[self.model](self.C, self.seed)
-        model.fit(x_all, y_all)
-        self.model_ = model
+        self.model_, self.n_train_, self.n_positive_ = fit_classifier(
+            xs, ys, self.model, self.C, self.seed, owner="crag.py: CRAG.fit"
+        )
         self.feature_names_ = FEATURE_NAMES
-        self.n_train_ = len(y_all)
-        self.n_positive_ = n_pos
         return self
 
     def _dense_candidates(self, ctx: QueryContext) -> pl.DataFrame:

@@ -35,7 +35,7 @@ from memlab.stages.base import (
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real, SequenceOf
-from memlab.stages.crag import CRAG_MODELS
+from memlab.stages.crag import CRAG_MODELS, fit_classifier
 
 if TYPE_CHECKING:
     from memlab.memory.store import MemoryStore
@@ -164,18 +164,9 @@ class LearnedFusion(Stage):
             ys.append(np.asarray([m in wanted for m in frame["mem_id"].head(n)], dtype=int))
         if not xs:
             raise ValueError("ltr.py: LearnedFusion.fit found no labelled training candidates")
-        x_all, y_all = np.vstack(xs), np.concatenate(ys)
-        n_pos = int(y_all.sum())
-        if n_pos == 0 or n_pos == len(y_all):
-            raise ValueError(
-                f"ltr.py: LearnedFusion.fit needs relevant and irrelevant candidates; got "
-                f"{n_pos} relevant of {len(y_all)}"
-            )
-        model = CRAG_MODELS.lookup(self.model)(self.C, self.seed)
-        model.fit(x_all, y_all)
-        self.model_ = model
-        self.n_train_ = len(y_all)
-        self.n_positive_ = n_pos
+        self.model_, self.n_train_, self.n_positive_ = fit_classifier(
+            xs, ys, self.model, self.C, self.seed, owner="ltr.py: LearnedFusion.fit"
+        )
         return self
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
