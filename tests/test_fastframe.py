@@ -77,3 +77,65 @@ def test_f64_series_turns_nan_into_null_when_asked(path):
     out = fastframe.f64_series("s", np.array([1.0, np.nan, 2.0]), nan_to_null=True)
     assert out.to_list() == [1.0, None, 2.0]
     assert out.is_nan().to_list() == [False, None, False]
+
+
+# ---------------------------------------------------------------- eager column helpers
+def _frame() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "qid": ["q", "q", "q"],
+            "mem_id": ["m1", "m2", "m3"],
+            "score": [0.9, None, 0.1],
+            "rank": [1, 2, 3],
+            "extra": [1.0, 2.0, 3.0],
+        }
+    )
+
+
+def test_with_series_replaces_in_place_and_appends_in_order():
+    f = _frame()
+    out = fastframe.with_series(
+        f, pl.Series("new", [7, 8, 9]), pl.Series("score", [0.5, 0.25, 0.0]),
+    )
+    assert out.columns == ["qid", "mem_id", "score", "rank", "extra", "new"]
+    assert out["score"].to_list() == [0.5, 0.25, 0.0]
+    assert out["new"].to_list() == [7, 8, 9]
+    assert f["score"].to_list() == [0.9, None, 0.1]  # the input is left as it was
+    public = f.with_columns(pl.Series("new", [7, 8, 9]), pl.Series("score", [0.5, 0.25, 0.0]))
+    assert out.equals(public)
+
+
+def test_with_series_of_the_wrong_length_raises():
+    with pytest.raises(pl.exceptions.ShapeError):
+        fastframe.with_series(_frame(), pl.Series("new", [1, 2]))
+
+
+def test_drop_columns_skips_missing_names_and_keeps_the_input():
+    f = _frame()
+    out = fastframe.drop_columns(f, "extra", "absent")
+    assert out.columns == ["qid", "mem_id", "score", "rank"]
+    assert f.columns == ["qid", "mem_id", "score", "rank", "extra"]
+
+
+def test_select_columns_orders_by_the_names_given():
+    out = fastframe.select_columns(_frame(), ["rank", "mem_id"])
+    assert out.columns == ["rank", "mem_id"]
+    assert out["mem_id"].to_list() == ["m1", "m2", "m3"]
+
+
+def test_keep_rows_filters_by_a_mask(path):
+    f = _frame()
+    assert fastframe.keep_rows(f, np.array([True, False, True]))["mem_id"].to_list() == ["m1", "m3"]
+    assert fastframe.keep_rows(f, np.array([False, False, False])).height == 0
+    assert fastframe.keep_rows(f, np.array([False, False, False])).schema == f.schema
+    with pytest.raises(ValueError, match="a mask of 2 for 3 rows"):
+        fastframe.keep_rows(f, np.array([True, False]))
+
+
+def test_by_rank_sorts_only_what_is_out_of_order():
+    f = _frame()
+    assert fastframe.by_rank(f) is f  # 1, 2, 3: already in order
+    shuffled = f.with_columns(pl.Series("rank", [3, 1, 2]))
+    assert fastframe.by_rank(shuffled)["mem_id"].to_list() == ["m2", "m3", "m1"]
+    tied = f.with_columns(pl.Series("rank", [2, 1, 1]))
+    assert fastframe.by_rank(tied)["rank"].to_list() == [1, 1, 2]

@@ -182,14 +182,7 @@ def _print_replay(config: Any) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from memlab.eval.experiment import (
-        DEFAULT_PIPELINES,
-        check_metrics,
-        default_metrics,
-        run_experiment,
-    )
     from memlab.io import check_output_dir
-    from memlab.pipeline import load_pipeline
 
     chosen = _split(args.pipelines, "--pipelines")
     metrics = _split(args.metrics, "--metrics")
@@ -198,6 +191,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = args.out or f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     # Check everything that can be checked before the expensive part.
     check_output_dir(out, what="--out")
+    executor = _executor(args, warm=True)
+    from memlab.eval.experiment import (
+        DEFAULT_PIPELINES,
+        check_metrics,
+        default_metrics,
+        run_experiment,
+    )
+    from memlab.pipeline import load_pipeline
+
     if metrics:
         check_metrics(metrics)
     ds = _load_dataset(args.dataset)
@@ -226,7 +228,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         aggregate=args.aggregate,
         progress="lines" if args.quiet else None,
         replay=config,
-        executor=_executor(args),
+        executor=executor,
         tests=_split(args.tests) or ("t", "wilcoxon", "permutation"),
         correction=args.correction,
         alpha=args.alpha,
@@ -286,6 +288,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise CLIError("give at least one --grid stage__param=v1,v2")
     out = args.out or f"reports/sweep-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     check_output_dir(out, what="--out")
+    executor = _executor(args, warm=True)
     ds = _load_dataset(args.dataset)
     config = _replay_config(args, ds)
     _print_replay(config)
@@ -302,7 +305,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         progress="lines" if args.quiet else None,
         replay=config,
         repeats=args.repeats,
-        executor=_executor(args),
+        executor=executor,
     )
     print(res.results)
     print(
@@ -317,13 +320,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _executor(args: argparse.Namespace) -> Any:
-    """The executor named by ``--executor``/``--jobs``/``--address``."""
+def _executor(args: argparse.Namespace, *, warm: bool = False) -> Any:
+    """The executor named by ``--executor``/``--jobs``/``--address``; with ``warm``, its worker
+    processes start now (an executor that has them), to import memlab while the command loads
+    its data."""
     from memlab.eval.executor import make_executor
 
     if args.address is not None and args.executor != "ray":
         raise CLIError("--address is for --executor ray")
-    return make_executor(args.executor, n_jobs=args.jobs, address=args.address)
+    executor = make_executor(args.executor, n_jobs=args.jobs, address=args.address)
+    if warm and hasattr(executor, "warm"):
+        executor.warm()
+    return executor
 
 
 def parallel_options(p: argparse.ArgumentParser, *, default: str = "joblib") -> None:

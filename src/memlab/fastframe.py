@@ -7,6 +7,12 @@ for 100 rows, against 3 µs for the gather itself), ``DataFrame.gather`` plans a
 The helpers here call polars' own constructors and gathers directly, for inputs whose types
 are known: non-negative integer positions, ``float64``/``int64`` arrays.
 
+The column helpers (:func:`with_series`, :func:`drop_columns`, :func:`select_columns`,
+:func:`keep_rows`, :func:`by_rank`) do what ``with_columns``, ``drop``, ``select``, ``filter``
+and ``sort("rank")`` do for plain Series and names, with polars' eager calls (a shallow
+``clone`` and in-place column edits): the public methods plan and run a lazy query each time
+(~170-310 µs for a 100-row frame, against a few µs).
+
 They are checked against the public API when this module is imported (:data:`FAST`); on a
 polars whose internals differ, every helper falls back to the public call, so results never
 depend on which path ran.
@@ -19,7 +25,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["FAST", "f64_series", "i64_series", "take", "take_rows"]
+__all__ = [
+    "FAST",
+    "by_rank",
+    "drop_columns",
+    "f64_series",
+    "i64_series",
+    "keep_rows",
+    "select_columns",
+    "take",
+    "take_rows",
+    "with_series",
+]
 
 _IDX = pl.get_index_type()
 _IDX_NP = np.uint64 if _IDX == pl.UInt64 else np.uint32
@@ -120,3 +137,51 @@ def f64_series(name: str, values: np.ndarray, *, nan_to_null: bool = False) -> p
 def i64_series(name: str, values: np.ndarray) -> pl.Series:
     """An ``Int64`` Series of ``values``."""
     return _fast_i64(name, values) if FAST else _public_i64(name, values)
+
+
+def with_series(frame: pl.DataFrame, *series: pl.Series) -> pl.DataFrame:
+    """``frame.with_columns(*series)`` for Series of ``frame.height`` rows: a column of the same
+    name is replaced where it stands, a new one is appended, in argument order; ``frame`` is
+    left as it was."""
+    out = frame.clone()
+    for col in series:
+        if col.name in out.columns:
+            out.replace_column(out.get_column_index(col.name), col)
+        else:
+            out.insert_column(out.width, col)
+    return out
+
+
+def drop_columns(frame: pl.DataFrame, *names: str) -> pl.DataFrame:
+    """``frame.drop(*names, strict=False)``: the columns named that exist are left out."""
+    out = frame.clone()
+    for name in names:
+        if name in out.columns:
+            out.drop_in_place(name)
+    return out
+
+
+def select_columns(frame: pl.DataFrame, names: list[str] | tuple[str, ...]) -> pl.DataFrame:
+    """``frame.select(names)`` for plain column names (each must exist; no repeats)."""
+    return pl.DataFrame([frame.get_column(n) for n in names])
+
+
+def keep_rows(frame: pl.DataFrame, mask: np.ndarray) -> pl.DataFrame:
+    """``frame.filter(mask)`` for a boolean numpy mask of ``frame.height`` entries."""
+    mask = np.asarray(mask, dtype=bool)
+    if len(mask) != frame.height:
+        raise ValueError(f"keep_rows: a mask of {len(mask)} for {frame.height} rows")
+    if mask.all():
+        return frame
+    return take_rows(frame, np.flatnonzero(mask))
+
+
+def by_rank(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame.sort("rank")``; a frame whose ranks already increase strictly (as every stage
+    leaves them) is returned as it is."""
+    ranks = frame.get_column("rank")
+    if ranks.null_count() == 0:
+        r = ranks.to_numpy()
+        if bool((r[1:] > r[:-1]).all()):
+            return frame
+    return frame.sort("rank")

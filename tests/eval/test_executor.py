@@ -33,6 +33,33 @@ def test_executors_return_results_in_task_order():
         assert ex.map(_square_plus, {"offset": 10}, tasks) == [19, 11, 14, 35]
 
 
+def _pid_and_modules(shared, task):
+    return os.getpid(), sorted(m for m in shared if m in sys.modules)
+
+
+def test_warmed_workers_import_ahead_and_serve_the_next_map():
+    ex = make_executor("joblib", n_jobs=2)
+    ex.warm(("json", "memlab.eval.replay"))
+    warmed = set(ex._warming)  # the warm-up's results: the workers that imported
+    assert 1 <= len(warmed) <= 2
+    out = ex.map(_pid_and_modules, ("memlab.eval.replay",), [0, 1, 2, 3])
+    assert all(mods == ["memlab.eval.replay"] for _, mods in out)
+    assert {pid for pid, _ in out} & warmed  # the pool the warm-up started did the work
+
+
+def test_a_failed_warm_up_import_is_left_to_the_tasks():
+    ex = make_executor("joblib", n_jobs=2)
+    ex.warm(("memlab_no_such_module",))
+    assert ex.map(_square_plus, {"offset": 1}, [2, 3]) == [5, 10]
+
+
+def test_warming_one_worker_or_the_serial_executor_does_nothing():
+    one = make_executor("joblib", n_jobs=1)
+    one.warm()
+    assert one._warming is None
+    assert not hasattr(make_executor("serial"), "warm")
+
+
 def test_make_executor_rejects_bad_settings():
     with pytest.raises(ValueError, match="unknown executor 'dask'"):
         make_executor("dask")

@@ -148,3 +148,37 @@ def test_a_bad_operation_names_its_line():
 def test_replay_refuses_bad_settings(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         Replayer(Dataset(None, {}, [], []), embedder=None, config=ReplayConfig(**kwargs))
+
+
+def test_memory_texts_are_scrubbed_once_in_prepare_and_adopted_by_every_replay(monkeypatch):
+    from memlab.memory.scrub import Scrubber
+
+    key = "AKIA" + "ABCDEFGHIJKLMNOP"
+    ds = dataset(
+        [
+            MemoryOp.store("v1", T0, f"Acme deploy key {key}", "fact", source_agent="a",
+                           client_id="acme"),
+            MemoryOp.store("v2", T0 + 1, "Acme hosts on Fly.io", "fact", source_agent="a",
+                           client_id="acme"),
+        ],
+        [Query(0, "q1", T0 + DAY, "acme", client_id="acme")],
+    )
+    rep = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False)
+    rep.prepare()
+    assert sorted(rep.scrubs_) == sorted([f"Acme deploy key {key}", "Acme hosts on Fly.io"])
+    assert rep.scrubs_["Acme hosts on Fly.io"] == ("Acme hosts on Fly.io", 0)
+    assert rep.scrubs_[f"Acme deploy key {key}"][1] == 1
+    seen: list[str] = []
+    scrub = Scrubber.scrub
+
+    def counting(self, text):
+        seen.append(text)
+        return scrub(self, text)
+
+    monkeypatch.setattr(Scrubber, "scrub", counting)
+    pipe = Pipeline([("all", AllVisible())], name="all")
+    for _ in range(2):
+        res = rep.run(pipe)
+        assert res.store.texts == [rep.scrubs_[op.text][0] for op in ds.ops]
+        assert key not in res.store.texts[0]
+    assert not set(seen) & set(rep.scrubs_)  # no memory text scrubbed again

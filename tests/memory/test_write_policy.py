@@ -105,3 +105,59 @@ def test_fields_scrubbed_once_per_block_give_the_plain_records():
     assert [r.superseded for r in got] == [None, got[0].id]
     assert batched.get(got[1].id).key == plain.get(expected[1].id).key
     assert KEY not in batched.get(got[1].id).key
+
+
+# ------------------------------------------------------------ scrubbing adopted from elsewhere
+def test_adopted_scrubs_give_the_plain_records_without_scrubbing_again(monkeypatch):
+    from memlab.memory.scrub import Scrubber
+
+    maker = MemoryStore()
+    scrubs = {t: maker.prepare_text(t) for t in dict.fromkeys(TEXTS)}
+    assert scrubs[TEXTS[1]] == ("the deploy key is [REDACTED:api_key]", 1)
+    plain, adopting = MemoryStore(), MemoryStore()
+    expected = _write(plain, TEXTS)
+    assert adopting.adopt_scrubs(scrubs, Scrubber()) is True  # equal parameters
+    seen: list[str] = []
+    scrub = Scrubber.scrub
+
+    def counting(self, text):
+        seen.append(text)
+        return scrub(self, text)
+
+    monkeypatch.setattr(Scrubber, "scrub", counting)
+    got = _write(adopting, TEXTS)
+    assert got == expected
+    assert adopting.texts == plain.texts
+    assert not set(seen) & set(TEXTS)  # no memory text was scrubbed again
+    assert seen == ["atlas"]  # the writing agent's name, once (fields are remembered)
+
+
+def test_scrubs_of_another_scrubber_are_not_adopted():
+    from memlab.memory.scrub import Scrubber
+
+    store = MemoryStore()
+    lying = {TEXTS[1]: (TEXTS[1], 0)}  # what a scrubber without the key rule would keep
+    assert store.adopt_scrubs(lying, Scrubber(entropy=False)) is False
+    store.store(TEXTS[1], now=T0)
+    assert KEY not in store.texts[0]
+
+
+def test_adopted_scrubs_still_check_the_length_limit():
+    from memlab.memory.scrub import default_scrubber
+
+    store = MemoryStore()
+    long = "word " * 10
+    store.max_text_chars = 20
+    store.adopt_scrubs({long: (long, 0)}, default_scrubber())
+    with pytest.raises(MemoryInputError, match="the limit is 20"):
+        store.store(long, now=T0)
+
+
+def test_a_nested_prepared_block_restores_the_outer_one():
+    embedder = CountingEmbedder()
+    store = MemoryStore(embedder=embedder)
+    with store.prepared(["outer text"]):
+        with store.prepared(["inner text"]):
+            pass
+        store.store("outer text", now=T0)  # still prepared by the outer block: no new call
+    assert embedder.calls == [["outer text"], ["inner text"]]

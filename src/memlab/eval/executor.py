@@ -7,6 +7,8 @@ run and keeps it, with its caches, for every task it is given.
 
 * ``serial``: in this process, one task after another (``shared`` is used as is).
 * ``joblib``: local cores through joblib's loky process pool (``n_jobs``; default all cores).
+  :meth:`JoblibExecutor.warm` starts the workers and has them import memlab while this process
+  is still loading the dataset; ``map`` then finds them ready.
 * ``ray``: a Ray cluster (``address="HOST:PORT"`` of a running head; default: a local Ray
   started for the run). Every node needs memlab installed (or on ``PYTHONPATH``).
 
@@ -93,6 +95,20 @@ def _call(fn: Callable[[Any, T], R], token: str, blob: Any, task: T) -> R:
     return fn(_shared_state(token, blob), task)
 
 
+WORKER_MODULES: tuple[str, ...] = ("memlab.eval.experiment", "memlab.eval.sweep")
+"""What a warmed worker imports (the task functions and every stage: what unpickling the
+shared replayer and running a pipeline would import first)."""
+
+
+def _import(modules: tuple[str, ...]) -> int:
+    """Import ``modules`` in this worker; its process id (which worker did it)."""
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+    return os.getpid()
+
+
 # ------------------------------------------------------------------ executors
 @register_executor("serial")
 class SerialExecutor:
@@ -120,8 +136,34 @@ class JoblibExecutor:
 
     def __init__(self, n_jobs: int | None = None) -> None:
         self.n_jobs = n_jobs
+        self._warming: Any = None
+
+    def warm(self, modules: Sequence[str] = WORKER_MODULES) -> None:
+        """Start the worker processes now and have each import ``modules``, without waiting.
+
+        A worker spends a second or two starting and importing before its first task. Started
+        here, before the caller loads and prepares its data, that time overlaps the caller's
+        own instead of following it. The next :meth:`map` with as many workers reuses them
+        (joblib keeps a loky pool alive between calls) once the imports are done; a failed
+        import is left to the tasks, which import what they need themselves. Nothing happens
+        with one worker.
+        """
+        jobs = self.n_jobs or os.cpu_count() or 1
+        if jobs <= 1 or self._warming is not None:
+            return
+        from joblib import Parallel, delayed
+
+        self._warming = Parallel(
+            n_jobs=jobs, backend="loky", return_as="generator_unordered"
+        )(delayed(_import)(tuple(modules)) for _ in range(jobs))
 
     def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
+        warming, self._warming = self._warming, None
+        if warming is not None:
+            try:
+                list(warming)  # the warm-up's imports are done
+            except Exception:  # noqa: BLE001 - the tasks below import, and fail, on their own
+                pass
         jobs = min(self.n_jobs or os.cpu_count() or 1, len(tasks))
         if jobs <= 1:
             return SerialExecutor().map(fn, shared, tasks)

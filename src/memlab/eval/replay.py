@@ -65,6 +65,7 @@ from memlab.memory.conflicts import (
 )
 from memlab.memory.consolidate import Consolidator, expire_events
 from memlab.memory.merge import ClusterMerger, ExtractiveMerger
+from memlab.memory.scrub import default_scrubber
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Parallel, Pipeline, run_step
 from memlab.progress import track
@@ -488,6 +489,7 @@ class _Run:
         embed = _CachedEmbed(replayer.embedder, replayer.cache)
         # A replay never reads SQLite back: its statements wait until something does.
         self.store = MemoryStore(embedder=embed, defer_sqlite=True)
+        self.store.adopt_scrubs(replayer.scrubs_, default_scrubber())
         self.id_map: dict[str, str] = {}
         self.pos = 0
         self.ops = replayer.dataset.ops
@@ -704,6 +706,7 @@ class Replayer:
         self._vectors: dict[str, np.ndarray] | None = None
         self.prepared_: dict[str, tuple[list[str], np.ndarray | None]] = {}
         self._scrubbed: dict[int, str] = {}
+        self.scrubs_: dict[str, tuple[str, int]] = {}
 
     @property
     def touch_k(self) -> int:
@@ -722,14 +725,20 @@ class Replayer:
             return
         scratch = MemoryStore()
         texts: list[str] = []
+        scrubs: dict[str, tuple[str, int]] = {}
         for op in self.dataset.ops:
             if op.op in ("store", "correct"):
-                try:
-                    scrubbed, _ = scratch.prepare_text(op.text)
-                except (TypeError, ValueError) as exc:
-                    raise ValueError(f"memories.jsonl:{op.line}: {exc}") from None
-                self._scrubbed[op.line] = scrubbed
-                texts.append(scrubbed)
+                done = scrubs.get(op.text)
+                if done is None:
+                    try:
+                        done = scrubs[op.text] = scratch.prepare_text(op.text)
+                    except (TypeError, ValueError) as exc:
+                        raise ValueError(f"memories.jsonl:{op.line}: {exc}") from None
+                self._scrubbed[op.line] = done[0]
+                texts.append(done[0])
+        # Each replay's store (default scrubber, as here) adopts these instead of scrubbing
+        # every text again.
+        self.scrubs_ = scrubs
         memory_texts = list(texts)
         query_texts = [q.text for q in self.dataset.queries]
         texts.extend(query_texts)

@@ -56,6 +56,7 @@ __all__ = [
     "DETECT_SECRETS_PLUGINS",
     "Rule",
     "Scrubber",
+    "same_scrubber",
     "scrub",
     "scrub_message",
     "scrub_text",
@@ -1283,6 +1284,25 @@ class Scrubber:
 
 
 _DEFAULT_SCRUBBER = Scrubber()
+
+
+_SCRUBBER_PARAMS = (
+    "patterns", "plugins", "plugin_budget", "window", "entropy", "normalize", "private_keys",
+    "max_depth",
+)
+
+
+def same_scrubber(a: Any, b: Any) -> bool:
+    """Whether scrubbers ``a`` and ``b`` scrub alike: the same object, or two of the same class
+    (exactly :class:`Scrubber`) with equal parameters (a copy made by pickling is one)."""
+    if a is b:
+        return True
+    if type(a) is not Scrubber or type(b) is not Scrubber:
+        return False
+    try:
+        return all(bool(getattr(a, k) == getattr(b, k)) for k in _SCRUBBER_PARAMS)
+    except Exception:  # noqa: BLE001 - parameters that cannot be compared are not the same
+        return False
 
 
 def default_scrubber() -> Scrubber:

@@ -184,6 +184,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self._known_patterns: dict[tuple[str, ...], Any] = {}
         self._prepared: dict[str, tuple[str, int, np.ndarray | None]] = {}
         self._field_scrubs: dict[str, tuple[str, int]] = {}
+        self._adopted_scrubs: dict[str, tuple[str, int]] = {}
         self._chroma_pending: dict[str, int] = {}
         self._chroma: ChromaIndex | None = None
         self._chroma_pool: Any | None = None

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +34,7 @@ from memlab.memory.records import (
     check_json_value,
 )
 from memlab.memory.scopes import TEAM, check_scope
-from memlab.memory.scrub import scrub_message
+from memlab.memory.scrub import Scrubber, same_scrubber, scrub_message
 from memlab.memory.sqlite_io import _RECORD_FIELDS
 from memlab.timeutil import coerce_ts
 
@@ -129,6 +129,38 @@ class WritePolicy:
             raise MemoryInputError("field 'text' is not valid UTF-8") from None
         return self.scrubber.scrub(text)
 
+    def adopt_scrubs(self, scrubs: Mapping[str, tuple[str, int]], scrubber: Scrubber) -> bool:
+        """Take the scrubbing of texts that were scrubbed elsewhere, for every later write.
+
+        A replay scrubs each memory text once, in the process that prepares it (to embed the
+        scrubbed text), and hands the results to each replay's store: a later :meth:`store`
+        of one of these texts takes its scrubbed text and redaction count from ``scrubs``
+        instead of scrubbing it again. They are adopted only when ``scrubber`` (the one that
+        made them, with :meth:`prepare_text`) is of this store's scrubber's class with equal
+        parameters (:func:`~memlab.memory.scrub.same_scrubber`), so that a write stores what
+        this store's own scrubbing would have stored. Validation still runs on every write.
+
+        Args:
+            scrubs: Text → (scrubbed text, redactions), as :meth:`prepare_text` returns them.
+            scrubber: The scrubber that made them.
+
+        Returns:
+            Whether they were adopted.
+        """
+        if not same_scrubber(scrubber, self.scrubber):
+            return False
+        self._adopted_scrubs = dict(scrubs)
+        return True
+
+    def _scrub_text(self, text: Any) -> tuple[str, int]:
+        """:meth:`prepare_text`, or the adopted scrubbing of ``text`` (after the same checks)."""
+        adopted = self._adopted_scrubs.get(text) if isinstance(text, str) else None
+        if adopted is None:
+            return self.prepare_text(text)
+        if len(text) > self.max_text_chars:  # the checks prepare_text makes before scrubbing
+            return self.prepare_text(text)
+        return adopted
+
     @contextmanager
     def prepared(self, texts: Sequence[Any]) -> Iterator[None]:
         """Scrub and embed the texts of the writes about to come once, for the whole block.
@@ -149,7 +181,7 @@ class WritePolicy:
             if not isinstance(text, str) or text in prepared:
                 continue
             try:
-                scrubbed, redactions = self.prepare_text(text)
+                scrubbed, redactions = self._scrub_text(text)
             except (TypeError, ValueError):
                 continue
             prepared[text] = (scrubbed, redactions, None)
@@ -161,18 +193,18 @@ class WritePolicy:
             if vectors is not None and len(vectors) == len(prepared):
                 for text, vector in zip(list(prepared), vectors, strict=True):
                     prepared[text] = (*prepared[text][:2], vector)
+        outer = self._prepared, self._field_scrubs
         self._prepared = prepared
         self._field_scrubs = {}
         try:
             yield
         finally:
-            self._prepared = {}
-            self._field_scrubs = {}
+            self._prepared, self._field_scrubs = outer
 
     def _scrub_fields(self, values: tuple[str | None, ...]) -> tuple[tuple[str | None, ...], int]:
         """Scrub short string fields (``None`` stays); inside :meth:`prepared` each distinct
         string is scrubbed once for the block (the writing agent's name recurs in every item)."""
-        if not self._prepared:
+        if not self._prepared and not self._adopted_scrubs:
             return self.scrubber.scrub_value(values)
         out: list[str | None] = []
         total = 0
@@ -249,7 +281,7 @@ class WritePolicy:
             DecisionImmutableError: On a decision whose key names an active decision.
         """
         ahead = self._prepared.get(text) if isinstance(text, str) else None
-        scrubbed, redactions = ahead[:2] if ahead is not None else self.prepare_text(text)
+        scrubbed, redactions = ahead[:2] if ahead is not None else self._scrub_text(text)
         _check_choice(type, "type", MEMORY_TYPES, optional=False)
         _check_str(source_agent, "source_agent", optional=False)
         _check_str(client_id, "client_id", optional=False)
@@ -664,7 +696,7 @@ class WritePolicy:
         if source_agent is not None:
             _check_str(source_agent, "source_agent", optional=False)
         t_now = _check_time(now, "now")
-        self.prepare_text(new_text)
+        self._scrub_text(new_text)  # validated before the old version is deactivated
         if embedding is not None:
             embedding = self._check_vector(embedding, "embedding")
         with self._transaction():

@@ -28,6 +28,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import polars as pl
 
+from memlab.fastframe import by_rank, with_series
 from memlab.registry import Registry
 from memlab.stages.base import (
     Column,
@@ -135,7 +136,7 @@ class Context(Stage):
             render = CONTEXT_FORMATS.lookup(self.format)
         except ValueError as error:
             raise ValueError(f"context: {error}") from None
-        frame = frame.sort("rank")
+        frame = by_rank(frame)
         records = [ctx.store.get(m) for m in frame["mem_id"]]
         texts = [r.text for r in records]
         tokens = [count_tokens(t) for t in texts]
@@ -151,7 +152,8 @@ class Context(Stage):
         ]
         ctx.context_text = render(items, self.include_metadata)
         ctx.trace["context_tokens"] = count_tokens(ctx.context_text)
-        return frame.with_columns(
+        return with_series(
+            frame,
             pl.Series("text", texts, dtype=pl.String),
             pl.Series("tokens", tokens, dtype=pl.Int64),
         )

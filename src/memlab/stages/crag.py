@@ -60,6 +60,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import polars as pl
 
+from memlab.fastframe import (
+    by_rank,
+    drop_columns,
+    f64_series,
+    i64_series,
+    keep_rows,
+    select_columns,
+    take_rows,
+    with_series,
+)
 from memlab.registry import Registry
 from memlab.stages.base import (
     CANDIDATE_SCHEMA,
@@ -68,6 +78,7 @@ from memlab.stages.base import (
     Stage,
     candidates_from_rows,
     empty_candidates,
+    frame_rows,
     register_stage,
     score_column,
 )
@@ -526,11 +537,11 @@ class CRAG(Stage):
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         self._check()
         store = ctx.store
-        frame = frame.sort("rank")
-        rows = np.asarray([store.idx(m) for m in frame["mem_id"].to_list()], dtype=np.int64)
+        frame = by_rank(frame)
+        rows = frame_rows(frame, ctx)
         if len(rows):
             visible = ctx.visible_mask()[rows]
-            frame, rows = frame.filter(pl.Series(visible)), rows[visible]
+            frame, rows = keep_rows(frame, visible), rows[visible]
         ranks = frame["rank"].to_numpy().astype(np.int64)
         norm = max_normalise(frame["score"].to_numpy())
         scores = self.score(ctx, EvalBatch(rows=rows, ranks=ranks, scores=norm))
@@ -546,12 +557,14 @@ class CRAG(Stage):
         keep = np.flatnonzero(scores >= self.lower) if action != "incorrect" else np.zeros(0, int)
         if len(keep):
             texts = self.refine(ctx, rows[keep], ranks[keep], norm[keep])
+            kept = drop_columns(
+                take_rows(frame, keep), "crag_score", "crag_action", "low_confidence", "text"
+            )
             parts.append(
-                frame[keep.tolist()]
-                .drop(["crag_score", "crag_action", "low_confidence", "text"], strict=False)
-                .with_columns(
-                    pl.Series("crag_score", scores[keep], dtype=pl.Float64),
-                    pl.Series("low_confidence", [False] * len(keep), dtype=pl.Boolean),
+                with_series(
+                    kept,
+                    f64_series("crag_score", scores[keep]),
+                    pl.Series("low_confidence", np.zeros(len(keep), dtype=bool)),
                     pl.Series("text", texts, dtype=pl.String),
                 )
             )
@@ -560,7 +573,7 @@ class CRAG(Stage):
             found = CRAG_FALLBACKS[self.fallback](self, ctx, set(frame["mem_id"].to_list()))
             n_fallback = found.height
             if found.height:
-                f_rows = np.asarray([store.idx(m) for m in found["mem_id"].to_list()])
+                f_rows = frame_rows(found, ctx)
                 f_scores = self.score(
                     ctx,
                     EvalBatch(
@@ -570,9 +583,10 @@ class CRAG(Stage):
                     ),
                 )
                 parts.append(
-                    found.with_columns(
-                        pl.Series("crag_score", f_scores, dtype=pl.Float64),
-                        pl.Series("low_confidence", [True] * found.height, dtype=pl.Boolean),
+                    with_series(
+                        found,
+                        f64_series("crag_score", f_scores),
+                        pl.Series("low_confidence", np.ones(found.height, dtype=bool)),
                         pl.Series("text", [store.record_at(int(r)).text for r in f_rows],
                                   dtype=pl.String),
                     )
@@ -588,8 +602,12 @@ class CRAG(Stage):
                  "low_confidence": pl.Boolean(), "text": pl.String()}
         if not parts:
             return empty_candidates(extra)
-        out = pl.concat(parts, how="diagonal_relaxed").with_columns(
-            pl.lit(action, dtype=pl.String).alias("crag_action")
+        out = parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
+        out = with_series(
+            out,
+            pl.Series("crag_action", [action] * out.height, dtype=pl.String),
+            i64_series("rank", np.arange(1, out.height + 1)),
         )
-        out = out.with_columns(pl.int_range(1, out.height + 1, dtype=pl.Int64).alias("rank"))
-        return out.select(*CANDIDATE_SCHEMA, *(c for c in out.columns if c not in CANDIDATE_SCHEMA))
+        return select_columns(
+            out, [*CANDIDATE_SCHEMA, *(c for c in out.columns if c not in CANDIDATE_SCHEMA)]
+        )

@@ -56,6 +56,15 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from memlab.fastframe import (
+    by_rank,
+    drop_columns,
+    f64_series,
+    i64_series,
+    keep_rows,
+    take_rows,
+    with_series,
+)
 from memlab.stages.base import (
     Column,
     QueryContext,
@@ -290,14 +299,14 @@ class EntropyGate(Stage):
                  else _number(self.relevance_floor, "relevance_floor"))
         min_entropy = _number(self.min_entropy, "min_entropy")
 
-        frame = frame.sort("rank")
+        frame = by_rank(frame)
         rows = np.zeros(0, dtype=np.int64)
         if frame.height:
             visible = ctx.visible_mask()
             rows = frame_rows(frame, ctx)
             seen = visible[rows]
             if not seen.all():
-                frame, rows = frame.filter(pl.Series(seen)), rows[seen]
+                frame, rows = keep_rows(frame, seen), rows[seen]
         ids = frame["mem_id"]
         words, entropy, cost = _candidate_features(frame, rows, ctx)
         n = frame.height
@@ -351,12 +360,13 @@ class EntropyGate(Stage):
             self._entry(m, r, float(entropy[i]), red, int(cost[i]))
             for m, r, i, red in zip(victim_ids, reasons, victims, noted, strict=True)
         ]
-        out = frame[kept] if len(kept) else frame.head(0)
-        return out.drop(["entropy", "redundancy", "tokens"], strict=False).with_columns(
-            pl.Series("entropy", entropy[kept], dtype=pl.Float64),
-            pl.Series("redundancy", redundancy[kept], dtype=pl.Float64),
-            pl.Series("tokens", cost[kept], dtype=pl.Int64),
-            pl.int_range(1, len(kept) + 1, dtype=pl.Int64).alias("rank"),
+        out = drop_columns(take_rows(frame, kept), "entropy", "redundancy", "tokens")
+        return with_series(
+            out,
+            f64_series("entropy", entropy[kept]),
+            f64_series("redundancy", redundancy[kept]),
+            i64_series("tokens", cost[kept]),
+            i64_series("rank", np.arange(1, len(kept) + 1)),
         )
 
     @staticmethod

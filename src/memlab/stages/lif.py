@@ -48,6 +48,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from memlab.fastframe import by_rank, drop_columns, f64_series, keep_rows, with_series
 from memlab.memory.records import ENTITY_ROLES
 from memlab.stages.base import (
     QueryContext,
@@ -260,10 +261,10 @@ class LIF(Stage):
         store = ctx.store
         visible = ctx.visible_mask()
 
-        frame = frame.sort("rank")
+        frame = by_rank(frame)
         rows = frame_rows(frame, ctx)
         if len(rows) and not visible[rows].all():
-            frame = frame.filter(pl.Series(visible[rows]))
+            frame = keep_rows(frame, visible[rows])
             rows = rows[visible[rows]]
         score_norm = max_normalise(frame["score"].to_numpy())
         seed_rows = rows[:n_seeds]
@@ -283,9 +284,10 @@ class LIF(Stage):
                   float(mem_act[new_rows].max()) if len(new_rows) else 0.0)
         norm = (lambda a: a / top) if top > 0.0 else (lambda a: np.zeros_like(a))
 
-        out = frame.drop("activation", strict=False).with_columns(
-            pl.Series("activation", cand_act, dtype=pl.Float64),
-            pl.Series("score", score_norm + alpha * norm(cand_act), dtype=pl.Float64),
+        out = with_series(
+            drop_columns(frame, "activation"),
+            f64_series("activation", cand_act),
+            f64_series("score", score_norm + alpha * norm(cand_act)),
         )
         added = store.ids_of(new_rows)
         if len(new_rows):

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 import polars as pl
 
+from memlab.fastframe import by_rank, f64_series, i64_series, take_rows, with_series
 from memlab.registry import Registry
 from memlab.stages.base import (
     QueryContext,
@@ -123,7 +124,7 @@ class MMR(Stage):
             ) from None
         if frame.height == 0:
             return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("mmr_score"))
-        frame = frame.sort("rank")
+        frame = by_rank(frame)
         store = ctx.store
         rows = frame_rows(frame, ctx)
         vectors = store.vectors.matrix[rows] * store.vectors.present[rows, None]
@@ -135,8 +136,9 @@ class MMR(Stage):
             relevance = ((score - lo) / (hi - lo)).fill_null(0.0).to_numpy()
         k = frame.height if self.top_k is None else self.top_k
         chosen, values = mmr_select(relevance, sim_fn(vectors), float(self.lambda_), k)
-        return frame.select(pl.all().gather(chosen)).with_columns(
-            pl.Series("mmr_score", values, dtype=pl.Float64),
-            pl.Series("score", values, dtype=pl.Float64),
-            pl.int_range(1, len(chosen) + 1, dtype=pl.Int64).alias("rank"),
+        return with_series(
+            take_rows(frame, np.asarray(chosen, dtype=np.int64)),
+            f64_series("mmr_score", values),
+            f64_series("score", values),
+            i64_series("rank", np.arange(1, len(chosen) + 1)),
         )
