@@ -197,6 +197,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_metrics,
         default_metrics,
         run_experiment,
+        stage_imports,
     )
     from memlab.pipeline import load_pipeline
 
@@ -207,6 +208,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     pipes = [load_pipeline(p) for p in (chosen or DEFAULT_PIPELINES)]
     if chosen is None and args.generator is None:
         pipes = _without_unrecorded_generations(pipes, ds)
+    if hasattr(executor, "warm"):
+        executor.warm(stage_imports(pipes))
     config = _replay_config(args, ds)
     _print_replay(config)
     from memlab.eval.protocol import EvalProtocol

@@ -40,7 +40,7 @@ def _pid_and_modules(shared, task):
 def test_warmed_workers_import_ahead_and_serve_the_next_map():
     ex = make_executor("joblib", n_jobs=2)
     ex.warm(("json", "memlab.eval.replay"))
-    warmed = set(ex._warming)  # the warm-up's results: the workers that imported
+    warmed = set(ex._warming[0])  # the warm-up's results: the workers that imported
     assert 1 <= len(warmed) <= 2
     out = ex.map(_pid_and_modules, ("memlab.eval.replay",), [0, 1, 2, 3])
     assert all(mods == ["memlab.eval.replay"] for _, mods in out)
@@ -56,7 +56,7 @@ def test_a_failed_warm_up_import_is_left_to_the_tasks():
 def test_warming_one_worker_or_the_serial_executor_does_nothing():
     one = make_executor("joblib", n_jobs=1)
     one.warm()
-    assert one._warming is None
+    assert one._warming == []
     assert not hasattr(make_executor("serial"), "warm")
 
 

@@ -360,3 +360,21 @@ def test_features_by_hand(store, make_ctx) -> None:
     avgdl = sum(lengths) / len(lengths)
     tf_part = 1 * 2.5 / (1 + 1.5 * (1 - 0.75 + 0.75 * 6 / avgdl))
     assert col["bm25"].tolist() == pytest.approx([idf * tf_part / (idf * 2.5), 0.0])
+
+
+def test_a_learned_crag_names_its_classifier_library_for_workers_to_import_ahead():
+    from memlab.eval.experiment import stage_imports
+    from memlab.pipeline import Pipeline
+    from memlab.stages.ltr import LearnedFusion
+
+    assert CRAG(evaluator="learned").imports == ("sklearn.linear_model",)
+    assert CRAG(evaluator="learned", model="gbdt").imports == ("sklearn.ensemble",)
+    assert CRAG(evaluator="similarity").imports == ()
+    assert LearnedFusion(model="gbdt").imports == ("sklearn.ensemble",)
+    pipes = [
+        Pipeline([("crag", CRAG(evaluator="learned"))], name="a"),
+        Pipeline([("crag", CRAG(evaluator="similarity")),
+                  ("ltr", LearnedFusion(model="logistic"))], name="b"),
+        Pipeline([("ltr", LearnedFusion(model="gbdt"))], name="c"),
+    ]
+    assert stage_imports(pipes) == ("sklearn.linear_model", "sklearn.ensemble")

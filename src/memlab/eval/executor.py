@@ -136,7 +136,7 @@ class JoblibExecutor:
 
     def __init__(self, n_jobs: int | None = None) -> None:
         self.n_jobs = n_jobs
-        self._warming: Any = None
+        self._warming: list[Any] = []
 
     def warm(self, modules: Sequence[str] = WORKER_MODULES) -> None:
         """Start the worker processes now and have each import ``modules``, without waiting.
@@ -146,22 +146,23 @@ class JoblibExecutor:
         own instead of following it. The next :meth:`map` with as many workers reuses them
         (joblib keeps a loky pool alive between calls) once the imports are done; a failed
         import is left to the tasks, which import what they need themselves. Nothing happens
-        with one worker.
+        with one worker. Called again (with what the pipelines' stages import, once they are
+        known), it queues one more import per worker.
         """
         jobs = self.n_jobs or os.cpu_count() or 1
-        if jobs <= 1 or self._warming is not None:
+        if jobs <= 1 or not modules:
             return
         from joblib import Parallel, delayed
 
-        self._warming = Parallel(
+        self._warming.append(Parallel(
             n_jobs=jobs, backend="loky", return_as="generator_unordered"
-        )(delayed(_import)(tuple(modules)) for _ in range(jobs))
+        )(delayed(_import)(tuple(modules)) for _ in range(jobs)))
 
     def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
-        warming, self._warming = self._warming, None
-        if warming is not None:
+        warming, self._warming = self._warming, []
+        for pending in warming:
             try:
-                list(warming)  # the warm-up's imports are done
+                list(pending)  # the warm-up's imports are done
             except Exception:  # noqa: BLE001 - the tasks below import, and fail, on their own
                 pass
         jobs = min(self.n_jobs or os.cpu_count() or 1, len(tasks))

@@ -280,6 +280,16 @@ def learnable_stages(pipeline: Pipeline) -> list[tuple[str, Any]]:
     return [(n, s) for n, s in pipeline.named_stages() if getattr(s, "requires_fit", False)]
 
 
+def stage_imports(pipelines: Sequence[Pipeline]) -> tuple[str, ...]:
+    """What the pipelines' stages import on first use (``Stage.imports``), each once, in
+    order: a worker that will run them can import these ahead."""
+    out: dict[str, None] = {}
+    for pipeline in pipelines:
+        for _, stage in pipeline.named_stages():
+            out.update(dict.fromkeys(getattr(stage, "imports", ())))
+    return tuple(out)
+
+
 def replay_cost(pipeline: Pipeline) -> int:
     """A rough cost of evaluating ``pipeline``: its stages, times the replays it needs (one,
     plus one per learned step, whose prefix is replayed to fit it). Only orders work."""

@@ -431,6 +431,12 @@ class Stage:
         """True when the stage asks ``ctx.generator`` for text."""
         return False
 
+    @property
+    def imports(self) -> tuple[str, ...]:
+        """Modules this stage imports on first use (a classifier's library, say): a worker
+        process that will run it can import them ahead, while the data is still loading."""
+        return ()
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")

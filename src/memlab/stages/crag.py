@@ -149,6 +149,12 @@ register_fallback = CRAG_FALLBACKS.register
 register_model = CRAG_MODELS.register
 """Register a classifier factory ``(C, seed) -> estimator`` under ``name``."""
 
+MODEL_IMPORTS: dict[str, tuple[str, ...]] = {
+    "logistic": ("sklearn.linear_model",),
+    "gbdt": ("sklearn.ensemble",),
+}
+"""The modules each shipped classifier factory imports (a learned stage's ``imports``)."""
+
 
 def fit_classifier(
     xs: list[np.ndarray], ys: list[np.ndarray], model: str, c: float, seed: int, *, owner: str
@@ -326,6 +332,11 @@ class CRAG(Stage):
     def requires_fit(self) -> bool:
         """The learned evaluator must be fitted on training queries."""
         return self.evaluator == "learned"
+
+    @property
+    def imports(self) -> tuple[str, ...]:
+        """The learned evaluator's classifier library (:data:`MODEL_IMPORTS`)."""
+        return MODEL_IMPORTS.get(self.model, ()) if self.evaluator == "learned" else ()
 
     @property
     def needs_generator(self) -> bool:

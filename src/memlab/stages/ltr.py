@@ -35,7 +35,7 @@ from memlab.stages.base import (
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real, SequenceOf
-from memlab.stages.crag import CRAG_MODELS, fit_classifier
+from memlab.stages.crag import CRAG_MODELS, MODEL_IMPORTS, fit_classifier
 
 if TYPE_CHECKING:
     from memlab.memory.store import MemoryStore
@@ -125,6 +125,11 @@ class LearnedFusion(Stage):
     def requires_fit(self) -> bool:
         """The model is trained on labelled queries before it can answer."""
         return True
+
+    @property
+    def imports(self) -> tuple[str, ...]:
+        """The classifier's library (:data:`memlab.stages.crag.MODEL_IMPORTS`)."""
+        return MODEL_IMPORTS.get(self.model, ())
 
     def fit(
         self,
