@@ -191,14 +191,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = args.out or f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     # Check everything that can be checked before the expensive part.
     check_output_dir(out, what="--out")
-    executor = _executor(args, warm=True)
+    executor = _executor(args)
+    try:
+        result = _run_eval(args, chosen, metrics, out, executor)
+    finally:
+        _close(executor)
+    _print_metrics(result.metrics)
+    print(f"wrote {result.out}")
+    return 0
+
+
+def _run_eval(
+    args: argparse.Namespace, chosen: list[str] | None, metrics: list[str] | None, out: str,
+    executor: Any,
+) -> Any:
+    """``memlab eval``'s experiment, with the flags given."""
     from memlab.eval.experiment import (
         DEFAULT_PIPELINES,
         check_metrics,
         default_metrics,
         run_experiment,
-        stage_imports,
     )
+    from memlab.eval.protocol import EvalProtocol
     from memlab.pipeline import load_pipeline
 
     if metrics:
@@ -208,17 +222,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     pipes = [load_pipeline(p) for p in (chosen or DEFAULT_PIPELINES)]
     if chosen is None and args.generator is None:
         pipes = _without_unrecorded_generations(pipes, ds)
-    if hasattr(executor, "warm"):
-        executor.warm(stage_imports(pipes))
     config = _replay_config(args, ds)
     _print_replay(config)
-    from memlab.eval.protocol import EvalProtocol
-
     protocol = EvalProtocol.from_dataset(
         ds, folds=args.folds, group_by=args.group_by, seed=args.seed
     )
     print(f"protocol: {protocol.describe(len(ds.queries))}")
-    result = run_experiment(
+    return run_experiment(
         ds,
         pipes,
         baseline=args.baseline,
@@ -243,9 +253,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         group_by=args.group_by,
         shards=args.shards,
     )
-    _print_metrics(result.metrics)
-    print(f"wrote {result.out}")
-    return 0
+
+
+def _close(executor: Any) -> None:
+    """Stop the executor's worker processes (one that has them) before the command exits."""
+    if hasattr(executor, "close"):
+        executor.close()
 
 
 def _without_unrecorded_generations(pipes: list[Any], ds: Any) -> list[Any]:
@@ -283,7 +296,7 @@ def _print_metrics(metrics: dict[str, dict[str, float]]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from memlab.eval.sweep import parse_grid, run_sweep
+    from memlab.eval.sweep import parse_grid
     from memlab.io import check_output_dir
 
     grid = parse_grid(args.grid or [])
@@ -291,11 +304,32 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise CLIError("give at least one --grid stage__param=v1,v2")
     out = args.out or f"reports/sweep-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     check_output_dir(out, what="--out")
-    executor = _executor(args, warm=True)
+    executor = _executor(args)
+    try:
+        res = _run_sweep(args, grid, out, executor)
+    finally:
+        _close(executor)
+    print(res.results)
+    print(
+        f"best on train: {res.best_params} → {res.metric} train {res.best_train:.4f}, "
+        f"test {res.best_test:.4f}"
+    )
+    mean, sd = res.chosen_test
+    print(f"held-out score of the chosen point over {args.repeats} splits: {mean:.4f} ± {sd:.4f}")
+    for warning in res.warnings:
+        print(f"warning: {warning}")
+    print(f"wrote {res.out}")
+    return 0
+
+
+def _run_sweep(args: argparse.Namespace, grid: Any, out: str, executor: Any) -> Any:
+    """``memlab sweep``'s run, with the flags given."""
+    from memlab.eval.sweep import run_sweep
+
     ds = _load_dataset(args.dataset)
     config = _replay_config(args, ds)
     _print_replay(config)
-    res = run_sweep(
+    return run_sweep(
         ds,
         args.pipeline,
         grid,
@@ -310,31 +344,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         executor=executor,
     )
-    print(res.results)
-    print(
-        f"best on train: {res.best_params} → {res.metric} train {res.best_train:.4f}, "
-        f"test {res.best_test:.4f}"
-    )
-    mean, sd = res.chosen_test
-    print(f"held-out score of the chosen point over {args.repeats} splits: {mean:.4f} ± {sd:.4f}")
-    for warning in res.warnings:
-        print(f"warning: {warning}")
-    print(f"wrote {res.out}")
-    return 0
 
 
-def _executor(args: argparse.Namespace, *, warm: bool = False) -> Any:
-    """The executor named by ``--executor``/``--jobs``/``--address``; with ``warm``, its worker
-    processes start now (an executor that has them), to import memlab while the command loads
-    its data."""
+def _executor(args: argparse.Namespace) -> Any:
+    """The executor named by ``--executor``/``--jobs``/``--address``."""
     from memlab.eval.executor import make_executor
 
     if args.address is not None and args.executor != "ray":
         raise CLIError("--address is for --executor ray")
-    executor = make_executor(args.executor, n_jobs=args.jobs, address=args.address)
-    if warm and hasattr(executor, "warm"):
-        executor.warm()
-    return executor
+    return make_executor(args.executor, n_jobs=args.jobs, address=args.address)
 
 
 def parallel_options(p: argparse.ArgumentParser, *, default: str = "joblib") -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -100,6 +101,16 @@ WORKER_MODULES: tuple[str, ...] = ("memlab.eval.experiment", "memlab.eval.sweep"
 shared replayer and running a pipeline would import first)."""
 
 
+def _collect(results: Any) -> None:
+    """Take in every result of a joblib generator, ignoring errors (what runs next imports
+    what it needs and fails on its own)."""
+    try:
+        for _ in results:
+            pass
+    except Exception:  # noqa: BLE001 - see above
+        pass
+
+
 def _import(modules: tuple[str, ...]) -> int:
     """Import ``modules`` in this worker; its process id (which worker did it)."""
     import importlib
@@ -137,9 +148,11 @@ class JoblibExecutor:
     def __init__(self, n_jobs: int | None = None) -> None:
         self.n_jobs = n_jobs
         self._warming: list[Any] = []
+        self._pool = 0  # workers of the loky pool this executor last used (0: none)
 
     def warm(self, modules: Sequence[str] = WORKER_MODULES) -> None:
-        """Start the worker processes now and have each import ``modules``, without waiting.
+        """Start the worker processes now and have them import ``modules``, without waiting
+        (one import task per worker; a worker that is ready first may take two).
 
         A worker spends a second or two starting and importing before its first task. Started
         here, before the caller loads and prepares its data, that time overlaps the caller's
@@ -154,26 +167,89 @@ class JoblibExecutor:
             return
         from joblib import Parallel, delayed
 
-        self._warming.append(Parallel(
-            n_jobs=jobs, backend="loky", return_as="generator_unordered"
-        )(delayed(_import)(tuple(modules)) for _ in range(jobs)))
+        self._pool = jobs
+        started = Parallel(n_jobs=jobs, backend="loky", return_as="generator_unordered")(
+            delayed(_import)(tuple(modules)) for _ in range(jobs)
+        )
+        # Collected in a thread: a warm-up nobody waits for (a run that ends up serial) is
+        # still taken in, not dropped half-done.
+        collector = threading.Thread(target=_collect, args=(started,), daemon=True)
+        collector.start()
+        self._warming.append(collector)
+
+    def _drain(self) -> None:
+        """Wait for the work started without waiting (warm-ups, unclaimed submissions); their
+        errors are left to what runs next (the tasks import what they need themselves)."""
+        pending, self._warming = self._warming, []
+        for started in pending:
+            if isinstance(started, threading.Thread):
+                started.join()
+            else:
+                _collect(started)
 
     def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
-        warming, self._warming = self._warming, []
-        for pending in warming:
-            try:
-                list(pending)  # the warm-up's imports are done
-            except Exception:  # noqa: BLE001 - the tasks below import, and fail, on their own
-                pass
         jobs = min(self.n_jobs or os.cpu_count() or 1, len(tasks))
-        if jobs <= 1:
+        if jobs <= 1:  # here, without waiting for a warm-up (close() does)
             return SerialExecutor().map(fn, shared, tasks)
+        self._drain()  # the warm-up's imports are done
         from joblib import Parallel, delayed
+
+        self._pool = jobs
 
         token, blob = uuid.uuid4().hex, pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
         return list(
             Parallel(n_jobs=jobs, backend="loky")(delayed(_call)(fn, token, blob, t) for t in tasks)
         )
+
+    def close(self) -> None:
+        """Stop the worker processes of the pool now (a command that is about to exit: idle
+        workers hold nothing, and asking them to wind down costs ~0.4 s of its exit). Work
+        still under way (a warm-up, a submitted task nobody asked for) is waited for first."""
+        self._drain()
+        pool, self._pool = self._pool, 0
+        if pool <= 1:
+            return
+        from joblib.externals.loky import reusable_executor
+
+        executor = getattr(reusable_executor, "_executor", None)  # joblib's shared pool
+        if executor is not None:
+            try:
+                executor.shutdown(wait=True, kill_workers=True)
+            except Exception:  # noqa: BLE001 - the pool stops at exit anyway
+                pass
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> Callable[[], R]:
+        """Start ``fn(*args)`` on a worker of the pool the last :meth:`map` (or :meth:`warm`)
+        used, without waiting; the returned function waits for its result.
+
+        For work this process would otherwise do alone after the parallel part (a report's
+        charts), while it does something else. Without a pool, or if the worker fails to
+        deliver, ``fn`` runs here when the result is asked for (an error ``fn`` raises is
+        raised there either way). ``fn`` must be a module-level function of picklable
+        arguments.
+        """
+        if self._pool <= 1:
+            return lambda: fn(*args)
+        from joblib import Parallel, delayed
+
+        try:
+            pending = Parallel(n_jobs=self._pool, backend="loky", return_as="generator")(
+                delayed(fn)(*args) for _ in range(1)
+            )
+        except Exception:  # noqa: BLE001 - no pool to hand it to: run it here
+            return lambda: fn(*args)
+
+        self._warming.append(pending)  # waited for by close() if nobody asks
+
+        def result() -> R:
+            if pending in self._warming:
+                self._warming.remove(pending)
+            try:
+                return next(iter(pending))
+            except Exception:  # noqa: BLE001 - computed again here; its own error shows
+                return fn(*args)
+
+        return result
 
 
 @register_executor("ray")

@@ -40,7 +40,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -288,6 +288,18 @@ def stage_imports(pipelines: Sequence[Pipeline]) -> tuple[str, ...]:
         for _, stage in pipeline.named_stages():
             out.update(dict.fromkeys(getattr(stage, "imports", ())))
     return tuple(out)
+
+
+def warm_workers(executor: Executor, pipelines: Sequence[Pipeline]) -> None:
+    """Start ``executor``'s worker processes now, if it has them
+    (:meth:`~memlab.eval.executor.JoblibExecutor.warm`), importing memlab and what the
+    pipelines' stages import (:func:`stage_imports`): they get ready while this process
+    prepares the data. Called once the inputs are checked, so that a refused run never waits
+    for them."""
+    if hasattr(executor, "warm"):
+        from memlab.eval.executor import WORKER_MODULES
+
+        executor.warm((*WORKER_MODULES, *stage_imports(pipelines)))
 
 
 def replay_cost(pipeline: Pipeline) -> int:
@@ -663,14 +675,6 @@ def run_experiment(
         m.startswith("scope_violation") for m in metric_names
     ):
         metric_names.append("scope_violation@10")  # agents asked: namespaces must hold
-    replayer = replayer_for(
-        ds, pipes, embedder=embedder, generator=generator, config=config, progress=progress
-    )
-    embedder, generator = replayer.embedder, replayer.generator
-    from memlab.embed.frozen import RecordingEmbedder
-    from memlab.eval.sweep import run_tasks
-
-    replayer.embedder = RecordingEmbedder(embedder)
     ex = make_executor(executor, n_jobs=n_jobs) if isinstance(executor, str) else executor
     n_shards = _shard_count(
         shards, ex, len(pipes), len(ds.queries), min_shard_queries, queries_are_read_only(config)
@@ -688,6 +692,16 @@ def run_experiment(
             )
         else:
             tasks.append((i, p, None, True))
+    if len(tasks) > 1:  # every input is checked: the workers start while the data is prepared
+        warm_workers(ex, pipes)
+    replayer = replayer_for(
+        ds, pipes, embedder=embedder, generator=generator, config=config, progress=progress
+    )
+    embedder, generator = replayer.embedder, replayer.generator
+    from memlab.embed.frozen import RecordingEmbedder
+    from memlab.eval.sweep import run_tasks
+
+    replayer.embedder = RecordingEmbedder(embedder)
     job = _PipelineJob(replayer, fold_of, keep_store=isinstance(ex, SerialExecutor))
     mode = "auto" if progress is None else progress
     unit = "pipelines" if len(tasks) == len(pipes) else "replays"  # shards: several each
@@ -737,6 +751,18 @@ def run_experiment(
     }
     present = set(per_query.filter(pl.col("pipeline") == base)["metric"].unique().to_list())
     compared = [m for m in metric_names if m in present]
+    tags = queries.select("qid", "tags")
+    tag_table = per_tag(per_query, tags)
+    charts = None
+    if out is not None and write_report:
+        # The charts read only these tables: an idle worker renders them during the tests.
+        from memlab.eval.report import render_specs, report_charts
+
+        specs = {
+            k: c.to_json(validate=False)
+            for k, c in report_charts(per_query, tag_table, metric_names).items()
+        }
+        charts = ex.submit(render_specs, specs) if hasattr(ex, "submit") else None
     with Progress("paired tests", mode=mode):
         comparison = compare(
             per_query,
@@ -748,8 +774,6 @@ def run_experiment(
             seed=seed,
             n_resamples=n_resamples,
         )
-        tags = queries.select("qid", "tags")
-        tag_table = per_tag(per_query, tags)
         tag_comparison = compare_by_tag(
             per_query,
             tags,
@@ -818,7 +842,10 @@ def run_experiment(
     )
     if out is not None:
         with Progress(f"writing {out}", mode=mode):
-            result.out = write_experiment(result, Path(out), write_report=write_report)
+            result.out = write_experiment(
+                result, Path(out), write_report=write_report,
+                rendered=None if charts is None else charts(),
+            )
     return result
 
 
@@ -962,8 +989,15 @@ def metrics_json(metrics: dict[str, dict[str, float]]) -> str:
     return json.dumps(metrics, indent=2, sort_keys=True) + "\n"
 
 
-def write_experiment(result: ExperimentResult, out: Path, *, write_report: bool = True) -> Path:
-    """Write the output contract into ``out`` atomically (temporary sibling + rename)."""
+def write_experiment(
+    result: ExperimentResult,
+    out: Path,
+    *,
+    write_report: bool = True,
+    rendered: Mapping[str, tuple[str, bytes]] | None = None,
+) -> Path:
+    """Write the output contract into ``out`` atomically (temporary sibling + rename);
+    ``rendered``: the report's charts rendered ahead (:func:`memlab.eval.report.render_specs`)."""
     with atomic_directory(out, kind="experiment") as tmp:
         (tmp / "manifest.json").write_text(
             json.dumps(result.manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
@@ -974,5 +1008,5 @@ def write_experiment(result: ExperimentResult, out: Path, *, write_report: bool 
         if write_report:
             from memlab.eval.report import write_report as render
 
-            render(result, tmp)
+            render(result, tmp, rendered)
     return out.resolve()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,19 +17,54 @@ if TYPE_CHECKING:
     from memlab.eval.experiment import ExperimentResult
 
 
-def save_chart(chart: alt.TopLevelMixin, base: Path) -> list[str]:
-    """Save ``chart`` as ``base.png`` and ``base.svg``; return the file names.
+def render_specs(specs: Mapping[str, str]) -> dict[str, tuple[str, bytes]]:
+    """SVG text and PNG bytes of each Vega-Lite spec (JSON), by the same key.
 
     The PNG is rasterised from the SVG (the bytes vl-convert renders from the spec, without
-    running Vega twice). The spec is not validated here: every chart this module builds is
-    validated against the Vega-Lite schema in the tests.
+    running Vega twice). A module-level function of plain data, so that an idle worker process
+    can render a report's charts while this one runs its paired tests (vl-convert holds the
+    GIL, and its first call starts a JavaScript runtime: most of a second).
     """
     import vl_convert as vlc
 
-    svg = vlc.vegalite_to_svg(chart.to_json(validate=False))
+    out: dict[str, tuple[str, bytes]] = {}
+    for name, spec in specs.items():
+        svg = vlc.vegalite_to_svg(spec)
+        out[name] = (svg, vlc.svg_to_png(svg, scale=2))
+    return out
+
+
+def save_chart(
+    chart: alt.TopLevelMixin, base: Path, rendered: tuple[str, bytes] | None = None
+) -> list[str]:
+    """Save ``chart`` as ``base.png`` and ``base.svg``; return the file names.
+
+    ``rendered`` is the chart's ``(svg, png)`` from :func:`render_specs` when it was rendered
+    ahead (elsewhere); otherwise it is rendered here. The spec is not validated: every chart
+    this module builds is validated against the Vega-Lite schema in the tests.
+    """
+    if rendered is None:
+        rendered = render_specs({"chart": chart.to_json(validate=False)})["chart"]
+    svg, png = rendered
     base.with_suffix(".svg").write_text(svg, encoding="utf-8")
-    base.with_suffix(".png").write_bytes(vlc.svg_to_png(svg, scale=2))
+    base.with_suffix(".png").write_bytes(png)
     return [base.with_suffix(".png").name, base.with_suffix(".svg").name]
+
+
+def report_charts(
+    per_query: pl.DataFrame, per_tag: pl.DataFrame, metrics: Sequence[str]
+) -> dict[str, alt.TopLevelMixin]:
+    """The charts :func:`write_report` draws, by file stem: ``metrics`` (the relevance
+    metrics, if any were asked for) and ``tags`` (the main metric per query tag, if the
+    queries have tags). They read only the per-query and per-tag tables, so they can be
+    rendered before the paired tests are done."""
+    rel_metrics = [m for m in metrics if m.split("@")[0] in ("R_all", "Success", "Recall", "nDCG")]
+    charts: dict[str, alt.TopLevelMixin] = {}
+    if rel_metrics:
+        charts["metrics"] = metrics_chart(per_query, rel_metrics)
+    if per_tag.height:
+        charts["tags"] = tag_chart(per_tag, main_metric_of(list(metrics)))
+    return charts
 
 
 def metric_means(per_query: pl.DataFrame, metrics: list[str]) -> pl.DataFrame:
@@ -275,14 +311,18 @@ def judging_lines(manifest: dict[str, Any]) -> list[str]:
     return lines
 
 
-def write_report(result: ExperimentResult, out_dir: Path) -> Path:
+def write_report(
+    result: ExperimentResult,
+    out_dir: Path,
+    rendered: Mapping[str, tuple[str, bytes]] | None = None,
+) -> Path:
     """Render ``report.md`` (the answer, then the main tables) and ``appendix.md`` (the long
-    tables) with their charts into ``out_dir``."""
+    tables) with their charts into ``out_dir``; ``rendered`` holds charts of
+    :func:`report_charts` already rendered (:func:`render_specs`), by file stem."""
     out_dir = Path(out_dir)
     man = result.manifest
     metrics = list(man["metrics"])
     names = list(result.metrics)
-    rel_metrics = [m for m in metrics if m.split("@")[0] in ("R_all", "Success", "Recall", "nDCG")]
     protocol = protocol_line(man)
     lines = [
         f"# memlab report: {man['dataset']['name']}",
@@ -310,8 +350,10 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
     agg_rows = [{"pipeline": n, **result.metrics[n]} for n in names]
     agg = pl.DataFrame(agg_rows).select(["pipeline", *[m for m in metrics if m in agg_rows[0]]])
     lines.append(markdown_table(agg))
-    if rel_metrics:
-        files = save_chart(metrics_chart(result.per_query, rel_metrics), out_dir / "metrics")
+    charts = report_charts(result.per_query, result.per_tag, metrics)
+    rendered = {} if rendered is None else rendered
+    if "metrics" in charts:
+        files = save_chart(charts["metrics"], out_dir / "metrics", rendered.get("metrics"))
         lines += ["", f"![metrics]({files[0]}) ([svg]({files[1]}))", ""]
     main_metric = main_metric_of(metrics)
     lines += judging_lines(man)
@@ -347,7 +389,7 @@ def write_report(result: ExperimentResult, out_dir: Path) -> Path:
             f"{protocol}. {main_metric} per tag (`queries`: how many queries carry the tag):\n"
         )
         lines.append(markdown_table(tag_view))
-        files = save_chart(tag_chart(result.per_tag, main_metric), out_dir / "tags")
+        files = save_chart(charts["tags"], out_dir / "tags", rendered.get("tags"))
         lines += ["", f"![tags]({files[0]}) ([svg]({files[1]}))", ""]
     else:
         lines.append("_(no query tags)_\n")

@@ -404,7 +404,25 @@ def compare(
         ValueError: On a missing column, null or repeated (pipeline, qid, metric), unknown
             baseline, metric, test or correction, or an empty ``tests``.
     """
-    frame = _check_per_query(per_query)
+    return _compare(
+        _check_per_query(per_query), baseline=baseline, metrics=metrics, tests=tests,
+        correction=correction, alpha=alpha, seed=seed, n_resamples=n_resamples,
+    )
+
+
+def _compare(
+    frame: pl.DataFrame,
+    *,
+    baseline: str,
+    metrics: Sequence[str] | None,
+    tests: Sequence[str],
+    correction: str,
+    alpha: float,
+    seed: int,
+    n_resamples: int,
+) -> pl.DataFrame:
+    """:func:`compare` of a frame :func:`_check_per_query` has checked (and a part of one:
+    :func:`compare_by_tag` checks its input once, not once per tag)."""
     _check_baseline(frame, baseline)
     tests = list(tests)
     if not tests:
@@ -568,7 +586,7 @@ def compare_by_tag(
     parts = []
     for tag in tags:
         qids = exploded.filter(pl.col("tag") == tag).get_column("qid")
-        part = compare(
+        part = _compare(
             scored.filter(pl.col("qid").is_in(qids.implode())),
             baseline=baseline,
             metrics=[metric],
@@ -580,12 +598,15 @@ def compare_by_tag(
         )
         parts.append(part.with_columns(tag=pl.lit(tag, dtype=pl.String)))
     if not parts:  # no tagged query is scored: the right columns, no rows
-        empty = compare(
+        empty = _compare(
             frame.filter(pl.col("metric") == metric),
             baseline=baseline,
             metrics=[metric],
             tests=tests,
             correction="none",
+            alpha=alpha,
+            seed=seed,
+            n_resamples=n_resamples,
         ).head(0)
         parts = [empty.with_columns(tag=pl.lit(None, dtype=pl.String))]
     out = pl.concat(parts).sort(["pipeline", "tag"])

@@ -39,6 +39,7 @@ from memlab.eval.experiment import (
     replayer_for,
     score_rankings,
     split_queries,
+    warm_workers,
 )
 from memlab.eval.metrics import higher_is_better
 from memlab.eval.replay import ReplayConfig, Replayer
@@ -476,6 +477,8 @@ def run_sweep(
             )
         else:
             warnings.append(f"split seed {seed + r} leaves one side empty: skipped")
+    if len(points) > 1:  # every input is checked: the workers start while the data is prepared
+        warm_workers(ex, [base, *variants])
     replayer = replayer_for(
         ds, [base, *variants], embedder=embedder, generator=generator, config=config,
         progress=progress,
