@@ -139,3 +139,11 @@ def test_by_rank_sorts_only_what_is_out_of_order():
     assert fastframe.by_rank(shuffled)["mem_id"].to_list() == ["m2", "m3", "m1"]
     tied = f.with_columns(pl.Series("rank", [2, 1, 1]))
     assert fastframe.by_rank(tied)["rank"].to_list() == [1, 1, 2]
+
+
+def test_f64_values_reads_floats_and_fills_nulls():
+    assert fastframe.f64_values(pl.Series("s", [0.5, float("nan")])).tolist()[0] == 0.5
+    filled = fastframe.f64_values(pl.Series("s", [1, None, 3]), float("-inf"))
+    assert filled.dtype == np.float64
+    assert filled.tolist() == [1.0, float("-inf"), 3.0]
+    assert np.isnan(fastframe.f64_values(pl.Series("s", [None, 2.0]))[0])

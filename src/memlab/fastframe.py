@@ -30,6 +30,7 @@ __all__ = [
     "by_rank",
     "drop_columns",
     "f64_series",
+    "f64_values",
     "i64_series",
     "keep_rows",
     "select_columns",
@@ -185,3 +186,11 @@ def by_rank(frame: pl.DataFrame) -> pl.DataFrame:
         if bool((r[1:] > r[:-1]).all()):
             return frame
     return frame.sort("rank")
+
+
+def f64_values(series: pl.Series, null: float = float("nan")) -> np.ndarray:
+    """``series.cast(pl.Float64).fill_null(null).to_numpy()``, read only; a ``Float64``
+    series without nulls is read as it is."""
+    if series.dtype == pl.Float64 and series.null_count() == 0:
+        return series.to_numpy()
+    return series.cast(pl.Float64).fill_null(null).to_numpy()

@@ -191,3 +191,15 @@ def test_params_are_stored_verbatim() -> None:
     assert lif.clone().get_params() == lif.get_params()
     with pytest.raises(ValueError, match="'steps'"):
         LIF(steps=-1).simulate(chain(), {A: 1.0})
+
+
+def test_memories_added_by_activation_carry_their_store_rows() -> None:
+    store = build_graph_store()
+    ctx = graph_ctx(store, "anything")
+    frame = _frame(["m0", "m1"], [1.0, 0.5]).with_columns(
+        pl.Series("row", [store.idx("m0"), store.idx("m1")], dtype=pl.Int64)
+    )
+    out = LIF(**STORE_LIF).transform(frame, ctx)
+    assert out["mem_id"].to_list() == ["m0", "m1", "m2", "m3"]
+    assert out["row"].to_list() == [store.idx(m) for m in ("m0", "m1", "m2", "m3")]
+    assert out["score"].to_list() == [1.0 + 0.5 * 1.0, 0.5 + 0.5 * 1.0, 0.5 * 0.5, 0.5 * 0.5]

@@ -60,6 +60,7 @@ from memlab.fastframe import (
     by_rank,
     drop_columns,
     f64_series,
+    f64_values,
     i64_series,
     keep_rows,
     take_rows,
@@ -310,7 +311,7 @@ class EntropyGate(Stage):
         ids = frame["mem_id"]
         words, entropy, cost = _candidate_features(frame, rows, ctx)
         n = frame.height
-        score = frame["score"].cast(pl.Float64).fill_null(float("-inf")).to_numpy()
+        score = f64_values(frame["score"], float("-inf"))
         finite = np.isfinite(score)
         lo = score[finite].min() if finite.any() else 0.0
         hi = score[finite].max() if finite.any() else 0.0

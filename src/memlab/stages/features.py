@@ -151,8 +151,12 @@ def dense_similarity(
     if qn == 0.0:
         return np.zeros(len(rows) if texts is None else len(texts), dtype=np.float64)
     if texts is None:
-        sims = ctx.store.vectors.similarities(q)
-        out = sims[np.asarray(rows, dtype=np.int64)] if len(rows) else np.zeros(0)
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return np.zeros(0, dtype=np.float64)
+        wanted = np.zeros(len(ctx.store.vectors.present), dtype=bool)
+        wanted[rows] = True  # only the blocks holding a candidate are multiplied
+        out = ctx.store.vectors.similarities(q, wanted=wanted)[rows]
         return np.where(np.isfinite(out), out, 0.0).astype(np.float64)
     if not texts:
         return np.zeros(0, dtype=np.float64)

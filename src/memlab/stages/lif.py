@@ -48,9 +48,17 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from memlab.fastframe import by_rank, drop_columns, f64_series, keep_rows, with_series
+from memlab.fastframe import (
+    by_rank,
+    drop_columns,
+    f64_series,
+    i64_series,
+    keep_rows,
+    with_series,
+)
 from memlab.memory.records import ENTITY_ROLES
 from memlab.stages.base import (
+    ROW_COLUMN,
     QueryContext,
     Stage,
     frame_rows,
@@ -291,19 +299,17 @@ class LIF(Stage):
         )
         added = store.ids_of(new_rows)
         if len(new_rows):
-            extra = pl.DataFrame(
-                {
-                    "qid": [ctx.qid] * len(new_rows),
-                    "mem_id": added,
-                    "score": alpha * norm(mem_act[new_rows]),
-                    "rank": np.zeros(len(new_rows), dtype=np.int64),
-                    "activation": mem_act[new_rows],
-                },
-                schema={"qid": pl.String, "mem_id": pl.String, "score": pl.Float64,
-                        "rank": pl.Int64, "activation": pl.Float64},
-            )
-            out = pl.concat([out, extra], how="diagonal_relaxed")
-        out = rerank(out)
+            columns = {
+                "qid": pl.Series("qid", [ctx.qid] * len(new_rows), dtype=pl.String),
+                "mem_id": pl.Series("mem_id", added, dtype=pl.String),
+                "score": f64_series("score", alpha * norm(mem_act[new_rows])),
+                "rank": i64_series("rank", np.zeros(len(new_rows), dtype=np.int64)),
+                "activation": f64_series("activation", mem_act[new_rows]),
+            }
+            if ROW_COLUMN in out.columns:  # the frame keeps every candidate's store row
+                columns[ROW_COLUMN] = i64_series(ROW_COLUMN, new_rows)
+            out = pl.concat([out, pl.DataFrame(list(columns.values()))], how="diagonal_relaxed")
+        out = rerank(out, store=store)  # by score, ties by memory id (rows: in numpy)
         if self.top_k is not None:
             out = out.head(self.top_k)
         ctx.trace["lif"] = {

@@ -128,7 +128,9 @@ class MMR(Stage):
         store = ctx.store
         rows = frame_rows(frame, ctx)
         vectors = store.vectors.matrix[rows] * store.vectors.present[rows, None]
-        score = frame["score"].cast(pl.Float64)
+        score = frame["score"]
+        if score.dtype != pl.Float64:
+            score = score.cast(pl.Float64)
         lo, hi = score.min(), score.max()
         if lo is None or hi is None or not hi > lo:
             relevance = np.ones(frame.height, dtype=np.float64)
