@@ -138,13 +138,12 @@ class EntityIndexing:
 
     def persist_relations(self) -> None:
         """Rewrite the relationship table from the graph (after a Hebbian update)."""
-        edges = self.graph.edges_frame()
         with self._transaction():
             self._exec("DELETE FROM entity_relationships")
             self._exec_many(
                 "INSERT INTO entity_relationships (src, dst, relation, strength)"
                 " VALUES (?, ?, ?, ?)",
-                edges.select("src", "dst", "relation", "strength").rows(),
+                self.graph.edge_rows(),
             )
 
     def query_entities(self, text: str, *, known_types: Sequence[str] = ()) -> list[int]:

@@ -570,6 +570,16 @@ class EntityGraph:
         self._cache["igraph"] = g
         return g
 
+    def edge_rows(self) -> list[tuple[int, int, str, float]]:
+        """``(src, dst, relation, strength)`` of every edge, in edge order: the rows of
+        :meth:`edges_frame`'s four columns, without building the frame (the store rewrites its
+        relationship table from them after every Hebbian update)."""
+        names = RELATION_TYPES
+        return [
+            (int(s), int(d), names[r], float(w))
+            for s, d, r, w in zip(self._src, self._dst, self._rel, self._str, strict=True)
+        ]
+
     def edges_frame(self) -> pl.DataFrame:
         """One row per edge: src, dst, src_name, dst_name, relation, strength, directed."""
         names = [e.name for e in self._entities]
