@@ -256,7 +256,8 @@ def _run_eval(
 
 
 def _close(executor: Any) -> None:
-    """Stop the executor's worker processes (one that has them) before the command exits."""
+    """Wait for the executor's unclaimed work and stop its worker processes (one that has
+    them) before the command exits."""
     if hasattr(executor, "close"):
         executor.close()
 
