@@ -60,6 +60,9 @@ def test_warming_one_worker_or_the_serial_executor_does_nothing():
     one = make_executor("joblib", n_jobs=1)
     one.warm()
     assert one._warming == []
+    two = make_executor("joblib", n_jobs=2)
+    two.warm(tasks=1)  # a map of one task runs in this process
+    assert two._warming == []
     assert not hasattr(make_executor("serial"), "warm")
 
 

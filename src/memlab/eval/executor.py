@@ -150,9 +150,11 @@ class JoblibExecutor:
         self._warming: list[Any] = []
         self._pool = 0  # workers of the loky pool this executor last used (0: none)
 
-    def warm(self, modules: Sequence[str] = WORKER_MODULES) -> None:
+    def warm(self, modules: Sequence[str] = WORKER_MODULES, tasks: int | None = None) -> None:
         """Start the worker processes now and have them import ``modules``, without waiting
-        (one import task per worker; a worker that is ready first may take two).
+        (one import task per worker; a worker that is ready first may take two). ``tasks``:
+        how many tasks the coming :meth:`map` will have, if known (its pool has no more
+        workers than that, and a pool of another size would be started anew).
 
         A worker spends a second or two starting and importing before its first task. Started
         here, before the caller loads and prepares its data, that time overlaps the caller's
@@ -162,7 +164,7 @@ class JoblibExecutor:
         with one worker. Called again (with what the pipelines' stages import, once they are
         known), it queues one more import per worker.
         """
-        jobs = self.n_jobs or os.cpu_count() or 1
+        jobs = min(self.n_jobs or os.cpu_count() or 1, tasks if tasks is not None else 1 << 30)
         if jobs <= 1 or not modules:
             return
         from joblib import Parallel, delayed

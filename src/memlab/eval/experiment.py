@@ -290,8 +290,8 @@ def stage_imports(pipelines: Sequence[Pipeline]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def warm_workers(executor: Executor, pipelines: Sequence[Pipeline]) -> None:
-    """Start ``executor``'s worker processes now, if it has them
+def warm_workers(executor: Executor, pipelines: Sequence[Pipeline], tasks: int) -> None:
+    """Start ``executor``'s worker processes for ``tasks`` tasks now, if it has them
     (:meth:`~memlab.eval.executor.JoblibExecutor.warm`), importing memlab and what the
     pipelines' stages import (:func:`stage_imports`): they get ready while this process
     prepares the data. Called once the inputs are checked, so that a refused run never waits
@@ -299,7 +299,7 @@ def warm_workers(executor: Executor, pipelines: Sequence[Pipeline]) -> None:
     if hasattr(executor, "warm"):
         from memlab.eval.executor import WORKER_MODULES
 
-        executor.warm((*WORKER_MODULES, *stage_imports(pipelines)))
+        executor.warm((*WORKER_MODULES, *stage_imports(pipelines)), tasks=tasks)
 
 
 def replay_cost(pipeline: Pipeline) -> int:
@@ -693,7 +693,7 @@ def run_experiment(
         else:
             tasks.append((i, p, None, True))
     if len(tasks) > 1:  # every input is checked: the workers start while the data is prepared
-        warm_workers(ex, pipes)
+        warm_workers(ex, pipes, len(tasks))
     replayer = replayer_for(
         ds, pipes, embedder=embedder, generator=generator, config=config, progress=progress
     )

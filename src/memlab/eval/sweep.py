@@ -477,13 +477,6 @@ def run_sweep(
             )
         else:
             warnings.append(f"split seed {seed + r} leaves one side empty: skipped")
-    if len(points) > 1:  # every input is checked: the workers start while the data is prepared
-        warm_workers(ex, [base, *variants])
-    replayer = replayer_for(
-        ds, [base, *variants], embedder=embedder, generator=generator, config=config,
-        progress=progress,
-    )
-    replayer.embedder = RecordingEmbedder(replayer.embedder)
     all_params = base.get_params()
     defaults = {k: all_params[k] for k in grid if k in all_params}
     default_i = next((i for i, p in enumerate(points) if p == defaults), -1)
@@ -494,6 +487,13 @@ def run_sweep(
     ]
     if default_i < 0 and len(defaults) == len(grid):
         tasks += [(-1, defaults, f) for f in fits]
+    if len(tasks) > 2:  # every input is checked: the workers start while the data is prepared
+        warm_workers(ex, [base, *variants], len(tasks) - 1)  # the first task runs here
+    replayer = replayer_for(
+        ds, [base, *variants], embedder=embedder, generator=generator, config=config,
+        progress=progress,
+    )
+    replayer.embedder = RecordingEmbedder(replayer.embedder)
     job = _SweepJob(
         replayer=replayer,
         dataset=ds,
