@@ -7,7 +7,8 @@ tests marked ``slow`` or ``browser`` are moved to the front; the order within ea
 the order of collection.
 
 It also registers two small embedders that tests name where a stage takes an embedder by name
-(``dense(embedder="test-hash32-a")``): feature hashing at 32 dimensions, seeds 1 and 2.
+(``dense(embedder="test-hash32-a")``): feature hashing at 32 dimensions, seeds 1 and 2, and
+offers ``scrub_calls``: the texts the credential scrubber is given during a test.
 """
 
 from __future__ import annotations
@@ -31,6 +32,23 @@ class HashB(HashingEmbedder):
 
     def __init__(self) -> None:
         super().__init__(dim=32, seed=2)
+
+
+@pytest.fixture
+def scrub_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every text :meth:`memlab.memory.scrub.Scrubber.scrub` is given during the test, in order
+    (clear it to start counting later)."""
+    from memlab.memory.scrub import Scrubber
+
+    seen: list[str] = []
+    scrub = Scrubber.scrub
+
+    def counting(self: Scrubber, text: str) -> tuple[str, int]:
+        seen.append(text)
+        return scrub(self, text)
+
+    monkeypatch.setattr(Scrubber, "scrub", counting)
+    return seen
 
 
 HEAVY_MARKERS = ("slow", "browser")

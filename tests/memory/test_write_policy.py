@@ -108,7 +108,7 @@ def test_fields_scrubbed_once_per_block_give_the_plain_records():
 
 
 # ------------------------------------------------------------ scrubbing adopted from elsewhere
-def test_adopted_scrubs_give_the_plain_records_without_scrubbing_again(monkeypatch):
+def test_adopted_scrubs_give_the_plain_records_without_scrubbing_again(scrub_calls):
     from memlab.memory.scrub import Scrubber
 
     maker = MemoryStore()
@@ -117,19 +117,12 @@ def test_adopted_scrubs_give_the_plain_records_without_scrubbing_again(monkeypat
     plain, adopting = MemoryStore(), MemoryStore()
     expected = _write(plain, TEXTS)
     assert adopting.adopt_scrubs(scrubs, Scrubber()) is True  # equal parameters
-    seen: list[str] = []
-    scrub = Scrubber.scrub
-
-    def counting(self, text):
-        seen.append(text)
-        return scrub(self, text)
-
-    monkeypatch.setattr(Scrubber, "scrub", counting)
+    scrub_calls.clear()
     got = _write(adopting, TEXTS)
     assert got == expected
     assert adopting.texts == plain.texts
-    assert not set(seen) & set(TEXTS)  # no memory text was scrubbed again
-    assert seen == ["atlas"]  # the writing agent's name, once (fields are remembered)
+    assert not set(scrub_calls) & set(TEXTS)  # no memory text was scrubbed again
+    assert scrub_calls == ["atlas"]  # the writing agent's name, once (fields are remembered)
 
 
 def test_scrubs_of_another_scrubber_are_not_adopted():
