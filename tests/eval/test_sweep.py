@@ -192,3 +192,19 @@ def test_sweep_objective_may_be_an_alias_or_an_ir_measures_name(tmp_path):
     )
     assert cost.metric == "NumRet"
     assert cost.best_params == {"bm25__top_k": 1}
+
+
+def test_only_stages_that_embed_other_texts_make_a_sweep_probe_first():
+    from memlab.eval.sweep import embeds_other_texts
+    from memlab.pipeline import load_pipeline
+    from memlab.stages.dense import Dense
+    from memlab.stages.maxp import MaxP
+
+    # the query vector and the store's vectors only: every point can go to the workers
+    assert embeds_other_texts([load_pipeline("hybrid"), load_pipeline("bm25")]) is False
+    # MaxP's sentences and masked query texts must be recorded by a first point here
+    assert embeds_other_texts([load_pipeline("hybrid"), load_pipeline("conversational")])
+    assert Dense().embeds_other_texts is False
+    assert Dense(mask_entity_types=["agent"]).embeds_other_texts is True
+    assert Dense(embedder="test-hash32-a").embeds_other_texts is True
+    assert MaxP().embeds_other_texts is True

@@ -46,7 +46,7 @@ from memlab.eval.replay import ReplayConfig, Replayer
 from memlab.eval.report import markdown_table, save_chart
 from memlab.eval.stats import compare, correct_pvalues
 from memlab.io import atomic_directory, check_output_dir
-from memlab.pipeline import Pipeline, load_pipeline
+from memlab.pipeline import Parallel, Pipeline, load_pipeline
 from memlab.progress import Progress, resolve_mode
 
 
@@ -257,6 +257,18 @@ def _shippable(replayer: Replayer, embedder: Any) -> Replayer:
     # Workers write whole lines (interleaved with the parent's) but never a bar.
     out.progress = "lines" if resolve_mode(replayer.progress) == "lines" else False
     return out
+
+
+def embeds_other_texts(pipelines: Sequence[Pipeline]) -> bool:
+    """Whether a stage of the pipelines may embed texts other than the queries and memories
+    (``Stage.embeds_other_texts``; pipeline and parallel steps are judged by what is in
+    them): :func:`run_tasks` then probes with the first task before shipping vectors."""
+    return any(
+        stage.embeds_other_texts
+        for pipeline in pipelines
+        for _, stage in pipeline.named_stages()
+        if not isinstance(stage, (Pipeline, Parallel))
+    )
 
 
 def run_tasks(
@@ -487,8 +499,11 @@ def run_sweep(
     ]
     if default_i < 0 and len(defaults) == len(grid):
         tasks += [(-1, defaults, f) for f in fits]
-    if len(tasks) > 2:  # every input is checked: the workers start while the data is prepared
-        warm_workers(ex, [base, *variants], len(tasks) - 1)  # the first task runs here
+    # Stages that embed other texts (sentences, masked queries): the first task runs here to
+    # record them, and the workers take the rest; otherwise the workers take every task.
+    probe = embeds_other_texts([base, *variants])
+    if len(tasks) - probe > 1:  # every input is checked: workers start while data is prepared
+        warm_workers(ex, [base, *variants], len(tasks) - probe)
     replayer = replayer_for(
         ds, [base, *variants], embedder=embedder, generator=generator, config=config,
         progress=progress,
@@ -505,7 +520,7 @@ def run_sweep(
     )
     mode = "auto" if progress is None else progress
     with Progress(f"sweep {base.name}", len(tasks), unit="points", mode=mode) as bar:
-        frames = run_tasks(job, _point_task, tasks, ex, progress=bar)
+        frames = run_tasks(job, _point_task, tasks, ex, probe=probe, progress=bar)
     per_query = pl.concat(
         [
             f.with_columns(point=pl.lit(i), split=pl.lit(0 if s is None else s))

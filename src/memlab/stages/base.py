@@ -432,6 +432,15 @@ class Stage:
         return False
 
     @property
+    def embeds_other_texts(self) -> bool:
+        """True when the stage may ask the embedder for texts other than the queries' own and
+        the memories' (sentences, masked or rewritten queries, another model's vectors): a
+        sweep then replays its first point here before shipping the vectors to the workers,
+        to record those texts. True unless a stage says otherwise (a stage that only reads the
+        query vector and the store's vectors, or none)."""
+        return True
+
+    @property
     def imports(self) -> tuple[str, ...]:
         """Modules this stage imports on first use (a classifier's library, say): a worker
         process that will run it can import them ahead, while the data is still loading."""
@@ -1021,6 +1030,12 @@ class FusionStage(Stage):
 
     score_name: ClassVar[str] = ""
     """The column the fused score is written to (also declared in :attr:`columns`)."""
+
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """A fusion embeds nothing."""
+        return False
 
     def combine(self, lists: FusedLists) -> np.ndarray:
         """The fused score of every candidate of the union (override)."""

@@ -128,6 +128,12 @@ class BM25(Stage):
 
     columns = (score_column("bm25_score", "BM25 score"),)
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         top_k: int | None = 100,

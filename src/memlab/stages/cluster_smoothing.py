@@ -123,6 +123,12 @@ class ClusterSmoothing(Stage):
         score_column("entity_evidence", "mean scaled score of the entities' other candidates"),
     )
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         top_n: int = 50,

@@ -121,6 +121,12 @@ class Context(Stage):
         Column("tokens", pl.Int64(), False, "context cost in tokens"),
     )
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         format: str = "bullets",

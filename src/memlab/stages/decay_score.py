@@ -74,6 +74,12 @@ class DecayScore(Stage):
         "relevance": [Options(str, score_columns)],
     }
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         lam: float = 0.01,

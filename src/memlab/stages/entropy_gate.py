@@ -275,6 +275,12 @@ class EntropyGate(Stage):
         Column("tokens", pl.Int64(), False, "context cost in tokens"),
     )
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         token_budget: int = 2000,

@@ -253,6 +253,12 @@ class Graph(Stage):
 
     columns = (score_column("graph_score", "spreading activation from the query's entities"),)
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         top_k: int | None = 100,

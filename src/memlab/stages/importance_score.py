@@ -50,6 +50,12 @@ class ImportanceScore(Stage):
         "relevance": [Options(str, score_columns)],
     }
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         critical: float = 1.0,

@@ -158,6 +158,12 @@ class LIF(Stage):
 
     columns = (score_column("activation", "LIF activation"),)
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         n_seeds: int = 5,

@@ -75,6 +75,12 @@ class Lifecycle(Stage):
         score_column("effective_score", "relevance × lifecycle factor"),
     )
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         decay_factor: float = 0.98,

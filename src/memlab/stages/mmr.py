@@ -104,6 +104,12 @@ class MMR(Stage):
 
     columns = (score_column("mmr_score", "MMR value at selection"),)
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         lambda_: float = 0.7,

@@ -61,6 +61,12 @@ class Neighbors(Stage):
 
     columns = (score_column("neighbor_score", "score inherited from write-order neighbours"),)
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         weight: float = 0.3,

@@ -46,6 +46,12 @@ class RecencyBlend(Stage):
         "relevance": [Options(str, score_columns)],
     }
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         recency_weight: float = 0.2,

@@ -84,6 +84,12 @@ class ScoreRegularization(Stage):
 
     columns = (score_column("regularized_score", "score regularized over the head's graph"),)
 
+
+    @property
+    def embeds_other_texts(self) -> bool:
+        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
+        return False
+
     def __init__(
         self,
         top_n: int = 50,
