@@ -420,6 +420,12 @@ class Stage:
     """True when the output depends only on the query, the memories written and which of them
     are visible (not on access counts or the clock): a replay may then share it between
     pipelines."""
+    embeds_other_texts: ClassVar[bool] = True
+    """True when the stage may ask the embedder for texts other than the queries' own and the
+    memories' (sentences, masked or rewritten queries, another model's vectors): a sweep then
+    replays its first point here before shipping the vectors to the workers, to record those
+    texts. A stage that reads only the query vector and the store's vectors, or embeds nothing,
+    sets it to False (a stage whose parameters decide overrides it with a property)."""
 
     @property
     def requires_fit(self) -> bool:
@@ -430,15 +436,6 @@ class Stage:
     def needs_generator(self) -> bool:
         """True when the stage asks ``ctx.generator`` for text."""
         return False
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """True when the stage may ask the embedder for texts other than the queries' own and
-        the memories' (sentences, masked or rewritten queries, another model's vectors): a
-        sweep then replays its first point here before shipping the vectors to the workers,
-        to record those texts. True unless a stage says otherwise (a stage that only reads the
-        query vector and the store's vectors, or none)."""
-        return True
 
     @property
     def imports(self) -> tuple[str, ...]:
@@ -1030,12 +1027,7 @@ class FusionStage(Stage):
 
     score_name: ClassVar[str] = ""
     """The column the fused score is written to (also declared in :attr:`columns`)."""
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """A fusion embeds nothing."""
-        return False
+    embeds_other_texts = False  # a fusion embeds nothing
 
     def combine(self, lists: FusedLists) -> np.ndarray:
         """The fused score of every candidate of the union (override)."""

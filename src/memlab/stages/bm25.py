@@ -127,12 +127,7 @@ class BM25(Stage):
     }
 
     columns = (score_column("bm25_score", "BM25 score"),)
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,

@@ -122,12 +122,7 @@ class ClusterSmoothing(Stage):
         score_column("session_evidence", "mean scaled score of the session's other candidates"),
         score_column("entity_evidence", "mean scaled score of the entities' other candidates"),
     )
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,

@@ -73,12 +73,7 @@ class DecayScore(Stage):
         "cold_weight": [Interval(Real, 0, 1, closed="both")],
         "relevance": [Options(str, score_columns)],
     }
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,

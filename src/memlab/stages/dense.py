@@ -224,9 +224,8 @@ class Dense(Stage):
 
     columns = (score_column("dense_score", "cosine similarity to the query vector"),)
 
-
     @property
-    def embeds_other_texts(self) -> bool:
+    def embeds_other_texts(self) -> bool:  # type: ignore[override]
         """A masked query text, or another model's vectors: yes; the plain query vector: no."""
         return bool(self.mask_entity_types) or self.embedder is not None or (
             self.query_embedder is not None

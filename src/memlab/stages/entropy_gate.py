@@ -274,12 +274,7 @@ class EntropyGate(Stage):
         Column("redundancy", pl.Float64(), False, "max Jaccard with a higher-ranked kept one"),
         Column("tokens", pl.Int64(), False, "context cost in tokens"),
     )
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,

@@ -252,12 +252,7 @@ class Graph(Stage):
     }
 
     columns = (score_column("graph_score", "spreading activation from the query's entities"),)
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,

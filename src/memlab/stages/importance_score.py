@@ -49,12 +49,7 @@ class ImportanceScore(Stage):
         "use_gain": [Interval(Real, 0, None, closed="left")],
         "relevance": [Options(str, score_columns)],
     }
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,

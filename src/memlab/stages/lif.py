@@ -157,12 +157,7 @@ class LIF(Stage):
     }
 
     columns = (score_column("activation", "LIF activation"),)
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,

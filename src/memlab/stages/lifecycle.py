@@ -74,12 +74,7 @@ class Lifecycle(Stage):
         score_column("lifecycle_factor", "effective confidence × access boost"),
         score_column("effective_score", "relevance × lifecycle factor"),
     )
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,

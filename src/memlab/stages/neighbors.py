@@ -60,12 +60,7 @@ class Neighbors(Stage):
     }
 
     columns = (score_column("neighbor_score", "score inherited from write-order neighbours"),)
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,

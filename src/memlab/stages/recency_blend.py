@@ -45,12 +45,7 @@ class RecencyBlend(Stage):
         "non_decaying_types": [SequenceOf(Options(str, MEMORY_TYPES))],
         "relevance": [Options(str, score_columns)],
     }
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,

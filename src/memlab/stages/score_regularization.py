@@ -83,12 +83,7 @@ class ScoreRegularization(Stage):
     }
 
     columns = (score_column("regularized_score", "score regularized over the head's graph"),)
-
-
-    @property
-    def embeds_other_texts(self) -> bool:
-        """This stage embeds nothing (it reads the query vector and the store's, if any)."""
-        return False
+    embeds_other_texts = False  # embeds no text but the query
 
     def __init__(
         self,
