@@ -99,7 +99,7 @@ def test_an_asymmetric_stage_embeds_memories_and_queries_each_with_its_own_model
     mem_texts, _ = replayer.prepared_["test-hash32-a"]
     qry_texts, _ = replayer.prepared_["test-hash32-b"]
     assert set(qry_texts) == query_texts
-    assert set(mem_texts) == set(replayer._scrubbed.values())  # the memories, scrubbed, only
+    assert set(mem_texts) == {s for s, _ in replayer.scrubs_.values()}  # the memories, scrubbed
     result = replayer.run(pipe)
     assert result.rankings.height > 0
 

@@ -586,7 +586,7 @@ class _Run:
             vectors = self.replayer._vectors
             if vectors is None:
                 raise ValueError("the replayer is not prepared")
-            vector = vectors[self.replayer._scrubbed[op.line]]
+            vector = vectors[self.replayer.scrubs_[op.text][0]]
         res = apply_op(self.store, op, self.id_map, embedding=vector)
         try:
             if op.op in ("store", "correct") and res is not None:
@@ -705,7 +705,6 @@ class Replayer:
         self.cache: dict[Any, Any] = {}
         self._vectors: dict[str, np.ndarray] | None = None
         self.prepared_: dict[str, tuple[list[str], np.ndarray | None]] = {}
-        self._scrubbed: dict[int, str] = {}
         self.scrubs_: dict[str, tuple[str, int]] = {}
 
     @property
@@ -728,13 +727,11 @@ class Replayer:
         scrubs: dict[str, tuple[str, int]] = {}
         for op in self.dataset.ops:
             if op.op in ("store", "correct"):
-                done = scrubs.get(op.text)
-                if done is None:
-                    try:
-                        done = scrubs[op.text] = scratch.prepare_text(op.text)
-                    except (TypeError, ValueError) as exc:
-                        raise ValueError(f"memories.jsonl:{op.line}: {exc}") from None
-                self._scrubbed[op.line] = done[0]
+                try:  # each distinct text once (a text that is not one fails here too)
+                    done = scrubs[op.text] if op.text in scrubs else scratch.prepare_text(op.text)
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"memories.jsonl:{op.line}: {exc}") from None
+                scrubs[op.text] = done
                 texts.append(done[0])
         # Each replay's store (default scrubber, as here) adopts these instead of scrubbing
         # every text again.

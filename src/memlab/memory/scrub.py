@@ -45,6 +45,7 @@ Example:
 from __future__ import annotations
 
 import bisect
+import inspect
 import math
 import re
 from collections import Counter
@@ -1286,10 +1287,7 @@ class Scrubber:
 _DEFAULT_SCRUBBER = Scrubber()
 
 
-_SCRUBBER_PARAMS = (
-    "patterns", "plugins", "plugin_budget", "window", "entropy", "normalize", "private_keys",
-    "max_depth",
-)
+_SCRUBBER_PARAMS = tuple(inspect.signature(Scrubber.__init__).parameters)[1:]  # past self
 
 
 def same_scrubber(a: Any, b: Any) -> bool:

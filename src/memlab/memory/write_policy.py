@@ -155,9 +155,8 @@ class WritePolicy:
     def _scrub_text(self, text: Any) -> tuple[str, int]:
         """:meth:`prepare_text`, or the adopted scrubbing of ``text`` (after the same checks)."""
         adopted = self._adopted_scrubs.get(text) if isinstance(text, str) else None
-        if adopted is None:
-            return self.prepare_text(text)
-        if len(text) > self.max_text_chars:  # the checks prepare_text makes before scrubbing
+        # an adopted text passed the other checks where it was scrubbed; the limit is this store's
+        if adopted is None or len(text) > self.max_text_chars:
             return self.prepare_text(text)
         return adopted
 
