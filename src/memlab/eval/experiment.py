@@ -754,15 +754,11 @@ def run_experiment(
     tags = queries.select("qid", "tags")
     tag_table = per_tag(per_query, tags)
     charts = None
-    if out is not None and write_report:
+    if out is not None and write_report and hasattr(ex, "submit"):
         # The charts read only these tables: an idle worker renders them during the tests.
-        from memlab.eval.report import render_specs, report_charts
+        from memlab.eval.report import render_specs, report_specs
 
-        specs = {
-            k: c.to_json(validate=False)
-            for k, c in report_charts(per_query, tag_table, metric_names).items()
-        }
-        charts = ex.submit(render_specs, specs) if hasattr(ex, "submit") else None
+        charts = ex.submit(render_specs, report_specs(per_query, tag_table, metric_names))
     with Progress("paired tests", mode=mode):
         comparison = compare(
             per_query,

@@ -34,37 +34,38 @@ def render_specs(specs: Mapping[str, str]) -> dict[str, tuple[str, bytes]]:
     return out
 
 
-def save_chart(
-    chart: alt.TopLevelMixin, base: Path, rendered: tuple[str, bytes] | None = None
-) -> list[str]:
-    """Save ``chart`` as ``base.png`` and ``base.svg``; return the file names.
-
-    ``rendered`` is the chart's ``(svg, png)`` from :func:`render_specs` when it was rendered
-    ahead (elsewhere); otherwise it is rendered here. The spec is not validated: every chart
-    this module builds is validated against the Vega-Lite schema in the tests.
-    """
-    if rendered is None:
-        rendered = render_specs({"chart": chart.to_json(validate=False)})["chart"]
+def write_rendered(rendered: tuple[str, bytes], base: Path) -> list[str]:
+    """Write a chart's ``(svg, png)`` (:func:`render_specs`) as ``base.svg`` and ``base.png``;
+    return the file names."""
     svg, png = rendered
     base.with_suffix(".svg").write_text(svg, encoding="utf-8")
     base.with_suffix(".png").write_bytes(png)
     return [base.with_suffix(".png").name, base.with_suffix(".svg").name]
 
 
-def report_charts(
+def save_chart(chart: alt.TopLevelMixin, base: Path) -> list[str]:
+    """Save ``chart`` as ``base.png`` and ``base.svg``; return the file names.
+
+    The spec is not validated here: every chart this module builds is validated against the
+    Vega-Lite schema in the tests.
+    """
+    return write_rendered(render_specs({"chart": chart.to_json(validate=False)})["chart"], base)
+
+
+def report_specs(
     per_query: pl.DataFrame, per_tag: pl.DataFrame, metrics: Sequence[str]
-) -> dict[str, alt.TopLevelMixin]:
-    """The charts :func:`write_report` draws, by file stem: ``metrics`` (the relevance
-    metrics, if any were asked for) and ``tags`` (the main metric per query tag, if the
-    queries have tags). They read only the per-query and per-tag tables, so they can be
-    rendered before the paired tests are done."""
+) -> dict[str, str]:
+    """The Vega-Lite specs of the charts :func:`write_report` draws, by file stem: ``metrics``
+    (the relevance metrics, if any were asked for) and ``tags`` (the main metric per query
+    tag, if the queries have tags). They read only the per-query and per-tag tables, so they
+    can be rendered (:func:`render_specs`) before the paired tests are done."""
     rel_metrics = [m for m in metrics if m.split("@")[0] in ("R_all", "Success", "Recall", "nDCG")]
     charts: dict[str, alt.TopLevelMixin] = {}
     if rel_metrics:
         charts["metrics"] = metrics_chart(per_query, rel_metrics)
     if per_tag.height:
         charts["tags"] = tag_chart(per_tag, main_metric_of(list(metrics)))
-    return charts
+    return {stem: chart.to_json(validate=False) for stem, chart in charts.items()}
 
 
 def metric_means(per_query: pl.DataFrame, metrics: list[str]) -> pl.DataFrame:
@@ -317,8 +318,8 @@ def write_report(
     rendered: Mapping[str, tuple[str, bytes]] | None = None,
 ) -> Path:
     """Render ``report.md`` (the answer, then the main tables) and ``appendix.md`` (the long
-    tables) with their charts into ``out_dir``; ``rendered`` holds charts of
-    :func:`report_charts` already rendered (:func:`render_specs`), by file stem."""
+    tables) with their charts into ``out_dir``; ``rendered``: the charts of
+    :func:`report_specs` already rendered (:func:`render_specs`), else they are rendered here."""
     out_dir = Path(out_dir)
     man = result.manifest
     metrics = list(man["metrics"])
@@ -350,10 +351,10 @@ def write_report(
     agg_rows = [{"pipeline": n, **result.metrics[n]} for n in names]
     agg = pl.DataFrame(agg_rows).select(["pipeline", *[m for m in metrics if m in agg_rows[0]]])
     lines.append(markdown_table(agg))
-    charts = report_charts(result.per_query, result.per_tag, metrics)
-    rendered = {} if rendered is None else rendered
-    if "metrics" in charts:
-        files = save_chart(charts["metrics"], out_dir / "metrics", rendered.get("metrics"))
+    if rendered is None:
+        rendered = render_specs(report_specs(result.per_query, result.per_tag, metrics))
+    if "metrics" in rendered:
+        files = write_rendered(rendered["metrics"], out_dir / "metrics")
         lines += ["", f"![metrics]({files[0]}) ([svg]({files[1]}))", ""]
     main_metric = main_metric_of(metrics)
     lines += judging_lines(man)
@@ -389,7 +390,7 @@ def write_report(
             f"{protocol}. {main_metric} per tag (`queries`: how many queries carry the tag):\n"
         )
         lines.append(markdown_table(tag_view))
-        files = save_chart(charts["tags"], out_dir / "tags", rendered.get("tags"))
+        files = write_rendered(rendered["tags"], out_dir / "tags")
         lines += ["", f"![tags]({files[0]}) ([svg]({files[1]}))", ""]
     else:
         lines.append("_(no query tags)_\n")
