@@ -41,9 +41,9 @@ def test_warmed_workers_import_ahead_and_serve_the_next_map():
     ex = make_executor("joblib", n_jobs=2)
     ex.close()  # a pool of its own: the warm-up below starts it
     ex.warm(("wave",))  # a module that neither memlab nor this test imports
-    assert len(ex._warming) == 1
+    assert len(ex._pending) == 1
     out = ex.map(_pid_and_modules, ("wave", "colorsys"), [0, 1])
-    assert ex._warming == []  # map waited for the warm-up
+    assert ex._pending == []  # map waited for the warm-up
     # the tasks ran in the workers the warm-up started, where it had imported wave (one
     # import task per worker; a worker ready first may take both of a module this quick)
     assert ["wave"] in [mods for _, mods in out]
@@ -59,10 +59,10 @@ def test_a_failed_warm_up_import_is_left_to_the_tasks():
 def test_warming_one_worker_or_the_serial_executor_does_nothing():
     one = make_executor("joblib", n_jobs=1)
     one.warm()
-    assert one._warming == []
+    assert one._pending == []
     two = make_executor("joblib", n_jobs=2)
     two.warm(tasks=1)  # a map of one task runs in this process
-    assert two._warming == []
+    assert two._pending == []
     assert not hasattr(make_executor("serial"), "warm")
 
 

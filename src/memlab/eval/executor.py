@@ -8,7 +8,7 @@ run and keeps it, with its caches, for every task it is given.
 * ``serial``: in this process, one task after another (``shared`` is used as is).
 * ``joblib``: local cores through joblib's loky process pool (``n_jobs``; default all cores).
   :meth:`JoblibExecutor.warm` starts the workers and has them import memlab while this process
-  is still loading the dataset; ``map`` then finds them ready.
+  prepares the data; ``map`` then finds them ready.
 * ``ray``: a Ray cluster (``address="HOST:PORT"`` of a running head; default: a local Ray
   started for the run). Every node needs memlab installed (or on ``PYTHONPATH``).
 
@@ -147,8 +147,14 @@ class JoblibExecutor:
 
     def __init__(self, n_jobs: int | None = None) -> None:
         self.n_jobs = n_jobs
-        self._warming: list[Any] = []
+        # started without waiting: warm-up threads, and submissions nobody has asked for yet
+        self._pending: list[Any] = []
         self._pool = 0  # workers of the loky pool this executor last used (0: none)
+
+    def _jobs(self, tasks: int | None) -> int:
+        """Workers for ``tasks`` tasks (``None``: as many as allowed)."""
+        jobs = self.n_jobs or os.cpu_count() or 1
+        return jobs if tasks is None else min(jobs, tasks)
 
     def warm(self, modules: Sequence[str] = WORKER_MODULES, tasks: int | None = None) -> None:
         """Start the worker processes now and have them import ``modules``, without waiting
@@ -161,10 +167,9 @@ class JoblibExecutor:
         own instead of following it. The next :meth:`map` with as many workers reuses them
         (joblib keeps a loky pool alive between calls) once the imports are done; a failed
         import is left to the tasks, which import what they need themselves. Nothing happens
-        with one worker. Called again (with what the pipelines' stages import, once they are
-        known), it queues one more import per worker.
+        with one worker.
         """
-        jobs = min(self.n_jobs or os.cpu_count() or 1, tasks if tasks is not None else 1 << 30)
+        jobs = self._jobs(tasks)
         if jobs <= 1 or not modules:
             return
         from joblib import Parallel, delayed
@@ -177,12 +182,12 @@ class JoblibExecutor:
         # still taken in, not dropped half-done.
         collector = threading.Thread(target=_collect, args=(started,), daemon=True)
         collector.start()
-        self._warming.append(collector)
+        self._pending.append(collector)
 
     def _drain(self) -> None:
         """Wait for the work started without waiting (warm-ups, unclaimed submissions); their
         errors are left to what runs next (the tasks import what they need themselves)."""
-        pending, self._warming = self._warming, []
+        pending, self._pending = self._pending, []
         for started in pending:
             if isinstance(started, threading.Thread):
                 started.join()
@@ -190,14 +195,13 @@ class JoblibExecutor:
                 _collect(started)
 
     def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
-        jobs = min(self.n_jobs or os.cpu_count() or 1, len(tasks))
+        jobs = self._jobs(len(tasks))
         if jobs <= 1:  # here, without waiting for a warm-up (close() does)
             return SerialExecutor().map(fn, shared, tasks)
         self._drain()  # the warm-up's imports are done
         from joblib import Parallel, delayed
 
         self._pool = jobs
-
         token, blob = uuid.uuid4().hex, pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
         return list(
             Parallel(n_jobs=jobs, backend="loky")(delayed(_call)(fn, token, blob, t) for t in tasks)
@@ -242,11 +246,11 @@ class JoblibExecutor:
         except Exception:  # noqa: BLE001 - no pool to hand it to: run it here
             return lambda: fn(*args)
 
-        self._warming.append(pending)  # waited for by close() if nobody asks
+        self._pending.append(pending)  # waited for by close() if nobody asks
 
         def result() -> R:
-            if pending in self._warming:
-                self._warming.remove(pending)
+            if pending in self._pending:
+                self._pending.remove(pending)
             try:
                 return next(iter(pending))
             except Exception:  # noqa: BLE001 - computed again here; its own error shows
