@@ -192,6 +192,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # Check everything that can be checked before the expensive part.
     check_output_dir(out, what="--out")
     executor = _executor(args)
+    if chosen is None or len(chosen) > 1 or (args.expire is False and args.touch_k == 0):
+        _warm(executor)  # several pipelines, or one whose queries can be split into shards
     try:
         result = _run_eval(args, chosen, metrics, out, executor)
     finally:
@@ -255,6 +257,14 @@ def _run_eval(
     )
 
 
+def _warm(executor: Any) -> None:
+    """Start the executor's worker processes now, if it has them: they import memlab while
+    this process imports it and loads the data (a second or two that no longer comes first).
+    A run that ends up refused or serial stops them at once (``close``)."""
+    if hasattr(executor, "warm"):
+        executor.warm()
+
+
 def _close(executor: Any) -> None:
     """Wait for the executor's unclaimed work and stop its worker processes (one that has
     them) before the command exits."""
@@ -297,16 +307,18 @@ def _print_metrics(metrics: dict[str, dict[str, float]]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from memlab.eval.sweep import parse_grid
     from memlab.io import check_output_dir
 
-    grid = parse_grid(args.grid or [])
-    if not grid:
+    if not args.grid:
         raise CLIError("give at least one --grid stage__param=v1,v2")
     out = args.out or f"reports/sweep-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     check_output_dir(out, what="--out")
     executor = _executor(args)
+    _warm(executor)
     try:
+        from memlab.eval.sweep import parse_grid
+
+        grid = parse_grid(args.grid)
         res = _run_sweep(args, grid, out, executor)
     finally:
         _close(executor)

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from memlab.embed import HashingEmbedder
 from memlab.embed.frozen import FrozenEmbedder, RecordingEmbedder, unloaded
+from memlab.eval import executor as executor_module
 from memlab.eval.executor import available_executors, make_executor
 from memlab.eval.experiment import run_experiment
 from memlab.eval.sweep import run_sweep
@@ -48,6 +50,23 @@ def test_warmed_workers_import_ahead_and_serve_the_next_map():
     # import task per worker; a worker ready first may take both of a module this quick)
     assert ["wave"] in [mods for _, mods in out]
     assert all(mods in ([], ["wave"]) for _, mods in out)
+
+
+def test_closing_a_pool_that_only_warmed_up_stops_it_without_waiting(tmp_path, monkeypatch):
+    # A warm-up whose import would take ten minutes: close() must not wait for it (a refused
+    # command, or one that ran in its own process, exits at once).
+    (tmp_path / "memlab_slow_import.py").write_text("import time\ntime.sleep(600)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    executor_module._shutdown_pool(kill=False)  # a pool of its own, started with that path
+    ex = make_executor("joblib", n_jobs=2)
+    ex.warm(("memlab_slow_import",))
+    closing = threading.Thread(target=ex.close)
+    closing.start()
+    closing.join(timeout=60)
+    assert not closing.is_alive()
+    assert ex._pending == [] and ex._pool == 0
+    monkeypatch.undo()  # the next run starts a new pool, with this process's environment
+    assert ex.map(_square_plus, {"offset": 1}, [2, 3]) == [5, 10]
 
 
 def test_a_failed_warm_up_import_is_left_to_the_tasks():

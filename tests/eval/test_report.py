@@ -10,7 +10,7 @@ import vl_convert as vlc
 
 from memlab.embed import HashingEmbedder
 from memlab.eval.report import metrics_chart, save_chart, tag_chart
-from memlab.eval.sweep import heatmap_chart, run_sweep, sweep_chart
+from memlab.eval.sweep import heatmap_chart, run_sweep, sweep_chart, sweep_charts
 from memlab.eval.tune import history_chart, importance_chart
 
 HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
@@ -47,6 +47,14 @@ def test_the_sweep_charts_are_valid_vega_lite(tmp_path: Path) -> None:
     )
     sweep_chart(res, "rrf__k").to_dict(validate=True)
     heatmap_chart(res, "rrf__k", "lifecycle__boost_weight").to_dict(validate=True)
+    # one heatmap for the one pair of varied constants; none for a constant that stays put
+    grid = {"rrf__k": [1, 60], "lifecycle__boost_weight": [0.0, 0.5], "rrf__top_k": [5, 5]}
+    specs = sweep_charts(res, grid)
+    assert list(specs) == ["heatmap_rrf__k_lifecycle__boost_weight"]
+    assert specs[next(iter(specs))] == heatmap_chart(
+        res, "rrf__k", "lifecycle__boost_weight"
+    ).to_json(validate=False)
+    assert list(sweep_charts(res, {"rrf__k": [1, 60]})) == ["sweep_rrf__k"]
 
 
 def test_save_chart_writes_the_svg_and_the_png_vl_convert_renders(tmp_path: Path) -> None:

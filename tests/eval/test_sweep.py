@@ -109,7 +109,10 @@ def test_parallel_sweep_is_byte_identical_to_serial(tmp_path):
         "sweep.json", "report.md", "heatmap_rrf__k_lifecycle__boost_weight.png",
     }
     s_files, p_files = _files(tmp_path / "s"), _files(tmp_path / "p")
-    for name in ("results.parquet", "per_query.parquet", "sweep.json", "report.md"):
+    # the parallel run's charts are rendered on a worker, during its paired tests
+    chart = "heatmap_rrf__k_lifecycle__boost_weight"
+    for name in ("results.parquet", "per_query.parquet", "sweep.json", "report.md",
+                 f"{chart}.png", f"{chart}.svg"):
         assert s_files[name] == p_files[name], name
     man = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert (man["executor"], man["repeats"], man["dataset"]["name"]) == (

@@ -120,6 +120,19 @@ def _import(modules: tuple[str, ...]) -> int:
     return os.getpid()
 
 
+def _shutdown_pool(*, kill: bool) -> None:
+    """Stop joblib's shared loky pool, if it has one: at once (``kill``) or once its workers
+    have finished what they hold."""
+    from joblib.externals.loky import reusable_executor
+
+    executor = getattr(reusable_executor, "_executor", None)
+    if executor is not None:
+        try:
+            executor.shutdown(wait=not kill, kill_workers=kill)
+        except Exception:  # noqa: BLE001 - the pool stops at exit anyway
+            pass
+
+
 # ------------------------------------------------------------------ executors
 @register_executor("serial")
 class SerialExecutor:
@@ -150,6 +163,7 @@ class JoblibExecutor:
         # started without waiting: warm-up threads, and submissions nobody has asked for yet
         self._pending: list[Any] = []
         self._pool = 0  # workers of the loky pool this executor last used (0: none)
+        self._used = False  # whether a map or submit gave the pool work (not only a warm-up)
 
     def _jobs(self, tasks: int | None) -> int:
         """Workers for ``tasks`` tasks (``None``: as many as allowed)."""
@@ -201,29 +215,30 @@ class JoblibExecutor:
         self._drain()  # the warm-up's imports are done
         from joblib import Parallel, delayed
 
-        self._pool = jobs
+        self._pool, self._used = jobs, True
         token, blob = uuid.uuid4().hex, pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
         return list(
             Parallel(n_jobs=jobs, backend="loky")(delayed(_call)(fn, token, blob, t) for t in tasks)
         )
 
     def close(self) -> None:
-        """Stop the worker processes of the pool (a command about to exit). Work still under
-        way (a warm-up, a submitted task nobody asked for) is waited for first, so that nothing
-        is dropped half-done; the workers then wind down as at interpreter exit (killing them
-        instead saves ~0.4 s but leaves loky's semaphores for its resource tracker to report)."""
-        self._drain()
-        pool, self._pool = self._pool, 0
-        if pool <= 1:
-            return
-        from joblib.externals.loky import reusable_executor
+        """Stop the worker processes of the pool (a command about to exit).
 
-        executor = getattr(reusable_executor, "_executor", None)  # joblib's shared pool
-        if executor is not None:
-            try:
-                executor.shutdown(wait=True)
-            except Exception:  # noqa: BLE001 - the pool stops at exit anyway
-                pass
+        A pool that only warmed up (the run was refused, or ran in this process) is stopped
+        at once: its workers hold nothing but imports. Otherwise work still under way (a
+        submitted task nobody asked for) is waited for first, so that nothing is dropped
+        half-done, and the workers wind down as at interpreter exit (killing a pool that ran
+        tasks saves ~0.4 s but leaves loky's semaphores for its resource tracker to report).
+        """
+        pool, used = self._pool, self._used
+        self._pool, self._used = 0, False
+        if pool > 1 and not used:
+            self._pending = []  # the warm-up collectors end when their workers do
+            _shutdown_pool(kill=True)
+            return
+        self._drain()
+        if pool > 1:
+            _shutdown_pool(kill=False)
 
     def submit(self, fn: Callable[..., R], *args: Any) -> Callable[[], R]:
         """Start ``fn(*args)`` on a worker of the pool the last :meth:`map` (or :meth:`warm`)
@@ -245,6 +260,7 @@ class JoblibExecutor:
             )
         except Exception:  # noqa: BLE001 - no pool to hand it to: run it here
             return lambda: fn(*args)
+        self._used = True
 
         self._pending.append(pending)  # waited for by close() if nobody asks
 

@@ -756,9 +756,9 @@ def run_experiment(
     charts = None
     if out is not None and write_report and hasattr(ex, "submit"):
         # The charts read only these tables: an idle worker renders them during the tests.
-        from memlab.eval.report import render_specs, report_specs
+        from memlab.eval.report import render_report_charts
 
-        charts = ex.submit(render_specs, report_specs(per_query, tag_table, metric_names))
+        charts = ex.submit(render_report_charts, per_query, tag_table, metric_names)
     with Progress("paired tests", mode=mode):
         comparison = compare(
             per_query,

@@ -7,13 +7,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import altair as alt
 import polars as pl
 
 from memlab.eval.metrics import higher_is_better, main_metric_of
 from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
 
 if TYPE_CHECKING:
+    import altair as alt
+
     from memlab.eval.experiment import ExperimentResult
 
 
@@ -68,6 +69,15 @@ def report_specs(
     return {stem: chart.to_json(validate=False) for stem, chart in charts.items()}
 
 
+def render_report_charts(
+    per_query: pl.DataFrame, per_tag: pl.DataFrame, metrics: Sequence[str]
+) -> dict[str, tuple[str, bytes]]:
+    """:func:`render_specs` of :func:`report_specs`: the report's charts built and rendered in
+    one call, which an idle worker can make (it loads altair and vl-convert, this process
+    neither)."""
+    return render_specs(report_specs(per_query, per_tag, metrics))
+
+
 def metric_means(per_query: pl.DataFrame, metrics: list[str]) -> pl.DataFrame:
     """Mean, count and a normal 95% interval of each metric per pipeline.
 
@@ -95,6 +105,8 @@ def metric_means(per_query: pl.DataFrame, metrics: list[str]) -> pl.DataFrame:
 
 def metrics_chart(per_query: pl.DataFrame, metrics: list[str]) -> alt.FacetChart:
     """Mean of each relevance metric per pipeline with 95% intervals (grouped bars)."""
+    import altair as alt  # on first use: a process that renders no chart never loads it
+
     data = metric_means(per_query, metrics)
     base = alt.Chart(data)
     bars = base.mark_bar().encode(
@@ -128,6 +140,8 @@ def metrics_chart(per_query: pl.DataFrame, metrics: list[str]) -> alt.FacetChart
 def tag_chart(per_tag: pl.DataFrame, metric: str) -> alt.LayerChart:
     """Heat map of one metric per (pipeline, tag), each cell labelled with its mean; the tag
     axis names the number of queries of each tag."""
+    import altair as alt
+
     data = per_tag.filter(pl.col("metric") == metric)
     counts = data.group_by("tag").agg(pl.col("n").max().alias("tag_n"))
     data = data.join(counts, on="tag").with_columns(
@@ -352,7 +366,7 @@ def write_report(
     agg = pl.DataFrame(agg_rows).select(["pipeline", *[m for m in metrics if m in agg_rows[0]]])
     lines.append(markdown_table(agg))
     if rendered is None:
-        rendered = render_specs(report_specs(result.per_query, result.per_tag, metrics))
+        rendered = render_report_charts(result.per_query, result.per_tag, metrics)
     if "metrics" in rendered:
         files = write_rendered(rendered["metrics"], out_dir / "metrics")
         lines += ["", f"![metrics]({files[0]}) ([svg]({files[1]}))", ""]

@@ -20,9 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import altair as alt
 import numpy as np
 import polars as pl
 
@@ -43,11 +42,14 @@ from memlab.eval.experiment import (
 )
 from memlab.eval.metrics import higher_is_better
 from memlab.eval.replay import ReplayConfig, Replayer
-from memlab.eval.report import markdown_table, save_chart
+from memlab.eval.report import markdown_table, render_specs, write_rendered
 from memlab.eval.stats import compare, correct_pvalues
 from memlab.io import atomic_directory, check_output_dir
 from memlab.pipeline import Parallel, Pipeline, load_pipeline
 from memlab.progress import Progress, resolve_mode
+
+if TYPE_CHECKING:
+    import altair as alt
 
 
 def _parse_value(text: str) -> Any:
@@ -593,9 +595,6 @@ def run_sweep(
         others.append(("defaults", default_i))
     if len(order) > 1:
         others.append(("runner-up", order[1]))
-    tests = _paired_rows(
-        held0, best_i, others, points, defaults, seed=seed, n_resamples=n_resamples
-    ) if held0.height else pl.DataFrame()
     res = SweepResult(
         results=results,
         best_params=dict(points[best_i]),
@@ -607,9 +606,17 @@ def run_sweep(
         n_test=len(splits[0][2]),
         per_query=per_query,
         repeats=pl.DataFrame(repeat_rows),
-        tests=tests,
         warnings=warnings,
     )
+    charts = None
+    if out is not None and hasattr(ex, "submit"):
+        # The charts read no test: an idle worker renders them while the tests run here.
+        charts = ex.submit(
+            render_sweep_charts, dataclasses.replace(res, per_query=None), dict(grid)
+        )
+    res.tests = _paired_rows(
+        held0, best_i, others, points, defaults, seed=seed, n_resamples=n_resamples
+    ) if held0.height else pl.DataFrame()
     res.manifest = {
         "dataset": dataset_entry(ds),
         "pipeline": base.to_config(),
@@ -638,7 +645,8 @@ def run_sweep(
     }
     if out is not None:
         res.out = write_sweep(
-            res, Path(out), pipeline=base, grid=grid, seed=seed, dataset=ds, replay=config
+            res, Path(out), pipeline=base, grid=grid, seed=seed, dataset=ds, replay=config,
+            rendered=None if charts is None else charts(),
         )
     return res
 
@@ -662,6 +670,8 @@ def _varied(grid: Mapping[str, Sequence[Any]]) -> list[str]:
 def sweep_chart(result: SweepResult, param: str) -> alt.Chart:
     """The selection metric against one constant, the others at their best values: train line,
     held-out mean over the splits with a ± one standard deviation band."""
+    import altair as alt  # on first use: a process that renders no chart never loads it
+
     col, m = f"param_{param}", result.metric
     data = _slice(result, [param]).select(
         col,
@@ -706,6 +716,8 @@ def _slice(result: SweepResult, params: Sequence[str]) -> pl.DataFrame:
 
 def heatmap_chart(result: SweepResult, a: str, b: str) -> alt.Chart:
     """Held-out mean of the selection metric over a pair of constants (others at their best)."""
+    import altair as alt
+
     m = f"{result.metric}_test_mean"
     data = _slice(result, [a, b]).select(
         pl.col(f"param_{a}").cast(pl.String).alias(a),
@@ -738,6 +750,27 @@ def heatmap_chart(result: SweepResult, a: str, b: str) -> alt.Chart:
     return (rect + text).properties(width=alt.Step(56), height=alt.Step(32), title=title)
 
 
+def sweep_charts(result: SweepResult, grid: Mapping[str, Sequence[Any]]) -> dict[str, str]:
+    """The Vega-Lite specs of a sweep's charts, by file stem and in report order:
+    ``sweep_<param>`` when one constant varies, ``heatmap_<a>_<b>`` for each pair of varied
+    constants. They read the points' table, the best point and the splits, not the tests."""
+    varied = _varied(grid)
+    charts: dict[str, alt.TopLevelMixin] = {}
+    if len(varied) == 1:
+        charts[f"sweep_{varied[0]}"] = sweep_chart(result, varied[0])
+    for a, b in itertools.combinations(varied, 2):
+        charts[f"heatmap_{a}_{b}"] = heatmap_chart(result, a, b)
+    return {stem: chart.to_json(validate=False) for stem, chart in charts.items()}
+
+
+def render_sweep_charts(
+    result: SweepResult, grid: Mapping[str, Sequence[Any]]
+) -> dict[str, tuple[str, bytes]]:
+    """:func:`~memlab.eval.report.render_specs` of :func:`sweep_charts`, in one call that an
+    idle worker can make while this process runs the paired tests."""
+    return render_specs(sweep_charts(result, grid))
+
+
 def write_sweep(
     result: SweepResult,
     out: Path,
@@ -747,13 +780,17 @@ def write_sweep(
     seed: int,
     dataset: Dataset,
     replay: ReplayConfig | None = None,
+    rendered: Mapping[str, tuple[str, bytes]] | None = None,
 ) -> Path:
     """Write ``results.parquet``, ``per_query.parquet``, ``repeats.parquet``, ``tests.parquet``,
     ``sweep.json``, ``manifest.json``, ``report.md`` and charts, atomically.
 
     Everything but ``manifest.json`` (times, executor) is byte-identical between runs of the
-    same dataset, pipeline, grid and seeds, whichever executor ran them.
+    same dataset, pipeline, grid and seeds, whichever executor ran them. ``rendered``: the
+    charts already rendered (:func:`render_sweep_charts`), else they are rendered here.
     """
+    if rendered is None:
+        rendered = render_sweep_charts(result, grid)
     mean, sd = result.chosen_test
     with atomic_directory(out, kind="sweep") as tmp:
         result.results.write_parquet(tmp / "results.parquet")
@@ -812,11 +849,10 @@ def write_sweep(
             ]
         lines += ["", "## Points", "", markdown_table(result.results)]
         varied = _varied(grid)
-        if len(varied) == 1:
-            files = save_chart(sweep_chart(result, varied[0]), tmp / f"sweep_{varied[0]}")
-            lines += ["", f"![{varied[0]}]({files[0]}) ([svg]({files[1]}))"]
-        for a, b in itertools.combinations(varied, 2):
-            files = save_chart(heatmap_chart(result, a, b), tmp / f"heatmap_{a}_{b}")
-            lines += ["", f"![{a} × {b}]({files[0]}) ([svg]({files[1]}))"]
+        titles = {f"sweep_{varied[0]}": varied[0]} if len(varied) == 1 else {}
+        titles |= {f"heatmap_{a}_{b}": f"{a} × {b}" for a, b in itertools.combinations(varied, 2)}
+        for stem, title in titles.items():
+            files = write_rendered(rendered[stem], tmp / stem)
+            lines += ["", f"![{title}]({files[0]}) ([svg]({files[1]}))"]
         (tmp / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out.resolve()

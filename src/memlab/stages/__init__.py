@@ -14,8 +14,10 @@ from memlab.stages.base import (
     register_stage,
 )
 
+# Every stage module registers its stage; private modules (the numba kernels) load on first use.
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"{__name__}.{_module}")
+    if not _module.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module}")
 
 __all__ = [
     "CANDIDATE_SCHEMA",
