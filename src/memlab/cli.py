@@ -192,8 +192,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # Check everything that can be checked before the expensive part.
     check_output_dir(out, what="--out")
     executor = _executor(args)
-    if chosen is None or len(chosen) > 1 or (args.expire is False and args.touch_k == 0):
-        _warm(executor)  # several pipelines, or one whose queries can be split into shards
+    from memlab.eval import DEFAULT_PIPELINES
+
+    n_pipelines = len(chosen or DEFAULT_PIPELINES)
+    shardable = args.expire is False and args.touch_k == 0  # shards may fill every worker
+    if n_pipelines > 1 or shardable:
+        _warm(executor, None if shardable else n_pipelines)
     try:
         result = _run_eval(args, chosen, metrics, out, executor)
     finally:
@@ -257,12 +261,13 @@ def _run_eval(
     )
 
 
-def _warm(executor: Any) -> None:
-    """Start the executor's worker processes now, if it has them: they import memlab while
-    this process imports it and loads the data (a second or two that no longer comes first).
-    A run that ends up refused or serial stops them at once (``close``)."""
+def _warm(executor: Any, tasks: int | None) -> None:
+    """Start the executor's worker processes now, if it has them, for about ``tasks`` tasks
+    (``None``: as many as it may use): they import memlab while this process imports it and
+    loads the data (a second or two that no longer comes first). A run that ends up refused or
+    serial stops them at once (``close``)."""
     if hasattr(executor, "warm"):
-        executor.warm()
+        executor.warm(tasks=tasks)
 
 
 def _close(executor: Any) -> None:
@@ -307,18 +312,17 @@ def _print_metrics(metrics: dict[str, dict[str, float]]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from memlab.eval.grid import grid_points, parse_grid
     from memlab.io import check_output_dir
 
     if not args.grid:
         raise CLIError("give at least one --grid stage__param=v1,v2")
     out = args.out or f"reports/sweep-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     check_output_dir(out, what="--out")
+    grid = parse_grid(args.grid)
     executor = _executor(args)
-    _warm(executor)
+    _warm(executor, len(grid_points(grid)))
     try:
-        from memlab.eval.sweep import parse_grid
-
-        grid = parse_grid(args.grid)
         res = _run_sweep(args, grid, out, executor)
     finally:
         _close(executor)

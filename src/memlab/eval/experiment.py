@@ -50,6 +50,7 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
+from memlab.eval import DEFAULT_PIPELINES as DEFAULT_PIPELINES
 from memlab.eval.executor import Executor, JoblibExecutor, SerialExecutor, make_executor
 from memlab.eval.metrics import aggregate as aggregate_metrics
 from memlab.eval.metrics import evaluate, main_metric_of, parse_metric
@@ -76,15 +77,6 @@ from memlab.pipeline import Pipeline, load_pipeline
 from memlab.progress import Progress, track
 from memlab.tokens import count_tokens
 
-DEFAULT_PIPELINES: tuple[str, ...] = (
-    "bm25",
-    "dense",
-    "graph",
-    "rrf",
-    "hybrid",
-    "conversational",
-    "full",
-)
 DEFAULT_METRICS: tuple[str, ...] = (
     "R_all@10",
     "Success@10",

@@ -42,10 +42,11 @@ from memlab.eval.experiment import (
     score_rankings,
     split_queries,
 )
+from memlab.eval.grid import _parse_value
 from memlab.eval.replay import ReplayConfig
 from memlab.eval.report import save_chart
 from memlab.eval.stats import compare
-from memlab.eval.sweep import _parse_value, dataset_entry, higher_is_better
+from memlab.eval.sweep import dataset_entry, higher_is_better
 from memlab.io import atomic_write_text
 from memlab.pipeline import Pipeline, load_pipeline
 
