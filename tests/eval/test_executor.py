@@ -39,33 +39,40 @@ def _pid_and_modules(shared, task):
     return os.getpid(), sorted(m for m in shared if m in sys.modules)
 
 
-def test_warmed_workers_import_ahead_and_serve_the_next_map():
+def test_warmed_workers_import_ahead_and_serve_the_next_map(tmp_path, monkeypatch):
+    # A module that takes two seconds to import: the first worker to take an import task is
+    # busy with it when the second task is handed out, so each worker imports it once.
+    (tmp_path / "memlab_two_second_import.py").write_text("import time\ntime.sleep(2)\n")
+    monkeypatch.syspath_prepend(tmp_path)  # loky starts its workers with this sys.path
+    executor_module._shutdown_pool(kill=False)  # a pool of its own, started with that path
     ex = make_executor("joblib", n_jobs=2)
-    ex.close()  # a pool of its own: the warm-up below starts it
-    ex.warm(("wave",))  # a module that neither memlab nor this test imports
+    ex.warm(("memlab_two_second_import",))
     assert len(ex._pending) == 1
-    out = ex.map(_pid_and_modules, ("wave", "colorsys"), [0, 1])
+    out = ex.map(_pid_and_modules, ("memlab_two_second_import", "colorsys"), [0, 1])
     assert ex._pending == []  # map waited for the warm-up
-    # the tasks ran in the workers the warm-up started, where it had imported wave (one
-    # import task per worker; a worker ready first may take both of a module this quick)
-    assert ["wave"] in [mods for _, mods in out]
-    assert all(mods in ([], ["wave"]) for _, mods in out)
+    # the tasks ran in the workers the warm-up started, where it had imported the module
+    assert [mods for _, mods in out] == [["memlab_two_second_import"]] * 2
+    monkeypatch.undo()
+    executor_module._shutdown_pool(kill=False)  # the next test's pool starts without the path
 
 
 def test_closing_a_pool_that_only_warmed_up_stops_it_without_waiting(tmp_path, monkeypatch):
     # A warm-up whose import would take ten minutes: close() must not wait for it (a refused
     # command, or one that ran in its own process, exits at once).
     (tmp_path / "memlab_slow_import.py").write_text("import time\ntime.sleep(600)\n")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    monkeypatch.syspath_prepend(tmp_path)  # loky starts its workers with this sys.path
     executor_module._shutdown_pool(kill=False)  # a pool of its own, started with that path
     ex = make_executor("joblib", n_jobs=2)
     ex.warm(("memlab_slow_import",))
+    # the workers are importing it (a module that is not found would end the warm-up at once)
+    time.sleep(3)
+    assert ex._pending[0].is_alive()
     closing = threading.Thread(target=ex.close)
     closing.start()
     closing.join(timeout=60)
     assert not closing.is_alive()
     assert ex._pending == [] and ex._pool == 0
-    monkeypatch.undo()  # the next run starts a new pool, with this process's environment
+    monkeypatch.undo()  # the next run starts a new pool, with this process's path
     assert ex.map(_square_plus, {"offset": 1}, [2, 3]) == [5, 10]
 
 

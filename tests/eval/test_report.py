@@ -9,7 +9,13 @@ import polars as pl
 import vl_convert as vlc
 
 from memlab.embed import HashingEmbedder
-from memlab.eval.report import metrics_chart, save_chart, tag_chart
+from memlab.eval.report import (
+    metrics_chart,
+    render_specs,
+    save_chart,
+    stable_svg_ids,
+    tag_chart,
+)
 from memlab.eval.sweep import heatmap_chart, run_sweep, sweep_chart, sweep_charts
 from memlab.eval.tune import history_chart, importance_chart
 
@@ -61,5 +67,36 @@ def test_save_chart_writes_the_svg_and_the_png_vl_convert_renders(tmp_path: Path
     chart = metrics_chart(PER_QUERY, ["R_all@10"])
     assert save_chart(chart, tmp_path / "m") == ["m.png", "m.svg"]
     spec = chart.to_json()
-    assert (tmp_path / "m.svg").read_text(encoding="utf-8") == vlc.vegalite_to_svg(spec)
+    assert (tmp_path / "m.svg").read_text(encoding="utf-8") == stable_svg_ids(
+        vlc.vegalite_to_svg(spec)
+    )
     assert (tmp_path / "m.png").read_bytes() == vlc.vegalite_to_png(spec, scale=2)
+
+
+def test_svg_ids_are_numbered_per_chart_in_order_of_appearance() -> None:
+    svg = (
+        '<linearGradient id="gradient_7"/><clipPath id="clip12"/><linearGradient '
+        'id="gradient_3"/><path fill="url(#gradient_7)"/><path fill="url(#gradient_3)" '
+        'clip-path="url(#clip12)"/><use href="#gradient_7"/>'
+    )
+    assert stable_svg_ids(svg) == (
+        '<linearGradient id="gradient_0"/><clipPath id="clip0"/><linearGradient '
+        'id="gradient_1"/><path fill="url(#gradient_0)"/><path fill="url(#gradient_1)" '
+        'clip-path="url(#clip0)"/><use href="#gradient_0"/>'
+    )
+    # swapped numbers are renamed in one pass; ids already in order are left alone
+    assert stable_svg_ids('<a id="g1"/><b fill="url(#g1)"/><a id="g0"/><b href="#g0"/>') == (
+        '<a id="g0"/><b fill="url(#g0)"/><a id="g1"/><b href="#g1"/>'
+    )
+    assert stable_svg_ids('<a id="g0"/><b fill="url(#g0)"/>') == '<a id="g0"/><b fill="url(#g0)"/>'
+
+
+def test_a_chart_renders_to_the_same_bytes_whatever_was_rendered_before() -> None:
+    # vega numbers gradients with a counter that lives as long as the process (a worker that
+    # rendered another chart first would write gradient_1 where a fresh process writes 0)
+    spec = tag_chart(PER_TAG, "R_all@10").to_json(validate=False)
+    first = render_specs({"t": spec})["t"]
+    vlc.vegalite_to_svg(spec)  # moves vega's counter on
+    again = render_specs({"t": spec})["t"]
+    assert first == again
+    assert 'id="gradient_0"' in first[0] and "url(#gradient_0)" in first[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,19 +19,48 @@ if TYPE_CHECKING:
     from memlab.eval.experiment import ExperimentResult
 
 
+_SVG_ID = re.compile(r'\bid="([A-Za-z_-]+?)(\d+)"')
+
+
+def stable_svg_ids(svg: str) -> str:
+    """``svg`` with its numbered element ids (``gradient_3``, ``clip7``) renumbered from 0 in
+    order of appearance, each prefix on its own, references (``url(#…)``, ``href="#…"``)
+    included.
+
+    Vega numbers them with a counter that lives as long as the process: the same chart rendered
+    second in a process, or in a worker that rendered another chart before, would otherwise
+    come out with other bytes.
+    """
+    renamed: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for match in _SVG_ID.finditer(svg):
+        old, prefix = match.group(1) + match.group(2), match.group(1)
+        if old not in renamed:
+            renamed[old] = f"{prefix}{counts.get(prefix, 0)}"
+            counts[prefix] = counts.get(prefix, 0) + 1
+    changed = {old: new for old, new in renamed.items() if old != new}
+    if not changed:
+        return svg
+    names = "|".join(map(re.escape, changed))  # one pass: swapped names stay apart
+    pattern = re.compile(rf'(?<=id=")({names})(?=")|(?<=#)({names})(?=[)"])')
+    return pattern.sub(lambda m: changed[m.group(1) or m.group(2)], svg)
+
+
 def render_specs(specs: Mapping[str, str]) -> dict[str, tuple[str, bytes]]:
     """SVG text and PNG bytes of each Vega-Lite spec (JSON), by the same key.
 
     The PNG is rasterised from the SVG (the bytes vl-convert renders from the spec, without
-    running Vega twice). A module-level function of plain data, so that an idle worker process
-    can render a report's charts while this one runs its paired tests (vl-convert holds the
-    GIL, and its first call starts a JavaScript runtime: most of a second).
+    running Vega twice), whose ids are numbered per chart (:func:`stable_svg_ids`), so that a
+    chart's bytes do not depend on what the process rendered before. A module-level function
+    of plain data, so that an idle worker process can render a report's charts while this one
+    runs its paired tests (vl-convert holds the GIL, and its first call starts a JavaScript
+    runtime: most of a second).
     """
     import vl_convert as vlc
 
     out: dict[str, tuple[str, bytes]] = {}
     for name, spec in specs.items():
-        svg = vlc.vegalite_to_svg(spec)
+        svg = stable_svg_ids(vlc.vegalite_to_svg(spec))
         out[name] = (svg, vlc.svg_to_png(svg, scale=2))
     return out
 
