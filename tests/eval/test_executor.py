@@ -39,15 +39,22 @@ def _pid_and_modules(shared, task):
     return os.getpid(), sorted(m for m in shared if m in sys.modules)
 
 
-def test_warmed_workers_import_ahead_and_serve_the_next_map(tmp_path, monkeypatch):
-    # A module that takes two seconds to import: the first worker to take an import task is
-    # busy with it when the second task is handed out, so each worker imports it once.
-    (tmp_path / "memlab_two_second_import.py").write_text("import time\ntime.sleep(2)\n")
+def _warming_up(tmp_path, monkeypatch, module: str, seconds: int):
+    """A two-worker executor of a new pool, warming up with ``module``, whose import takes
+    ``seconds`` (written to ``tmp_path``, put on the path that loky hands its workers)."""
+    (tmp_path / f"{module}.py").write_text(f"import time\ntime.sleep({seconds})\n")
     monkeypatch.syspath_prepend(tmp_path)  # loky starts its workers with this sys.path
     executor_module._shutdown_pool(kill=False)  # a pool of its own, started with that path
     ex = make_executor("joblib", n_jobs=2)
-    ex.warm(("memlab_two_second_import",))
+    ex.warm((module,))
     assert len(ex._pending) == 1
+    return ex
+
+
+def test_warmed_workers_import_ahead_and_serve_the_next_map(tmp_path, monkeypatch):
+    # A module that takes two seconds to import: the first worker to take an import task is
+    # busy with it when the second task is handed out, so each worker imports it once.
+    ex = _warming_up(tmp_path, monkeypatch, "memlab_two_second_import", 2)
     out = ex.map(_pid_and_modules, ("memlab_two_second_import", "colorsys"), [0, 1])
     assert ex._pending == []  # map waited for the warm-up
     # the tasks ran in the workers the warm-up started, where it had imported the module
@@ -59,11 +66,7 @@ def test_warmed_workers_import_ahead_and_serve_the_next_map(tmp_path, monkeypatc
 def test_closing_a_pool_that_only_warmed_up_stops_it_without_waiting(tmp_path, monkeypatch):
     # A warm-up whose import would take ten minutes: close() must not wait for it (a refused
     # command, or one that ran in its own process, exits at once).
-    (tmp_path / "memlab_slow_import.py").write_text("import time\ntime.sleep(600)\n")
-    monkeypatch.syspath_prepend(tmp_path)  # loky starts its workers with this sys.path
-    executor_module._shutdown_pool(kill=False)  # a pool of its own, started with that path
-    ex = make_executor("joblib", n_jobs=2)
-    ex.warm(("memlab_slow_import",))
+    ex = _warming_up(tmp_path, monkeypatch, "memlab_slow_import", 600)
     # the workers are importing it (a module that is not found would end the warm-up at once)
     time.sleep(3)
     assert ex._pending[0].is_alive()
