@@ -663,13 +663,21 @@ def sweep_charts(result: SweepResult, grid: Mapping[str, Sequence[Any]]) -> dict
     """The Vega-Lite specs of a sweep's charts, by file stem and in report order:
     ``sweep_<param>`` when one constant varies, ``heatmap_<a>_<b>`` for each pair of varied
     constants. They read the points' table, the best point and the splits, not the tests."""
-    varied = _varied(grid)
-    charts: dict[str, alt.TopLevelMixin] = {}
-    if len(varied) == 1:
-        charts[f"sweep_{varied[0]}"] = sweep_chart(result, varied[0])
-    for a, b in itertools.combinations(varied, 2):
-        charts[f"heatmap_{a}_{b}"] = heatmap_chart(result, a, b)
+    charts: dict[str, alt.TopLevelMixin] = {
+        stem: sweep_chart(result, *params) if len(params) == 1 else heatmap_chart(result, *params)
+        for stem, (_, params) in _chart_titles(grid).items()
+    }
     return {stem: chart.to_json(validate=False) for stem, chart in charts.items()}
+
+
+def _chart_titles(grid: Mapping[str, Sequence[Any]]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Each chart of a sweep by file stem, in report order: its title in ``report.md`` and the
+    constants it plots (one line chart when one constant varies, a heatmap per pair)."""
+    varied = _varied(grid)
+    titles = {f"sweep_{varied[0]}": (varied[0], (varied[0],))} if len(varied) == 1 else {}
+    for a, b in itertools.combinations(varied, 2):
+        titles[f"heatmap_{a}_{b}"] = (f"{a} × {b}", (a, b))
+    return titles
 
 
 def render_sweep_charts(
@@ -757,10 +765,7 @@ def write_sweep(
                 markdown_table(tests.drop("against_params")),
             ]
         lines += ["", "## Points", "", markdown_table(result.results)]
-        varied = _varied(grid)
-        titles = {f"sweep_{varied[0]}": varied[0]} if len(varied) == 1 else {}
-        titles |= {f"heatmap_{a}_{b}": f"{a} × {b}" for a, b in itertools.combinations(varied, 2)}
-        for stem, title in titles.items():
+        for stem, (title, _) in _chart_titles(grid).items():
             files = write_rendered(rendered[stem], tmp / stem)
             lines += ["", f"![{title}]({files[0]}) ([svg]({files[1]}))"]
         (tmp / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
