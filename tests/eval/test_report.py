@@ -3,6 +3,7 @@ writer skips validation), and the PNG is the one vl-convert renders from the spe
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -100,3 +101,20 @@ def test_a_chart_renders_to_the_same_bytes_whatever_was_rendered_before() -> Non
     again = render_specs({"t": spec})["t"]
     assert first == again
     assert 'id="gradient_0"' in first[0] and "url(#gradient_0)" in first[0]
+
+
+def test_the_tag_chart_lists_its_cells_by_pipeline_then_tag_whatever_the_input_order() -> None:
+    # its rows pass through a join, which keeps no order: the chart's marks, and so its SVG,
+    # would differ between processes
+    per_tag = pl.DataFrame({
+        "pipeline": ["b", "a", "b", "a"], "metric": ["R_all@10"] * 4,
+        "tag": ["x", "y", "y", "x"], "mean": [0.1, 0.2, 0.3, 0.4], "n": [3, 5, 5, 3],
+    })
+    spec = json.loads(tag_chart(per_tag, "R_all@10").to_json(validate=False))
+    rows = next(iter(spec["datasets"].values()))
+    assert [(r["pipeline"], r["tag"], r["tag_label"]) for r in rows] == [
+        ("a", "x", "x (n=3)"), ("a", "y", "y (n=5)"), ("b", "x", "x (n=3)"), ("b", "y", "y (n=5)"),
+    ]
+    assert tag_chart(per_tag.reverse(), "R_all@10").to_json() == tag_chart(
+        per_tag, "R_all@10"
+    ).to_json()

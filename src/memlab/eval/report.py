@@ -174,8 +174,14 @@ def tag_chart(per_tag: pl.DataFrame, metric: str) -> alt.LayerChart:
 
     data = per_tag.filter(pl.col("metric") == metric)
     counts = data.group_by("tag").agg(pl.col("n").max().alias("tag_n"))
-    data = data.join(counts, on="tag").with_columns(
-        (pl.col("tag") + " (n=" + pl.col("tag_n").cast(pl.String) + ")").alias("tag_label")
+    # A join keeps no row order: sorted, the chart's marks (and its SVG) come out the same in
+    # every process.
+    data = (
+        data.join(counts, on="tag")
+        .with_columns(
+            (pl.col("tag") + " (n=" + pl.col("tag_n").cast(pl.String) + ")").alias("tag_label")
+        )
+        .sort("pipeline", "tag")
     )
     base = alt.Chart(data).encode(
         x=alt.X("tag_label:N", title="query tag (queries)", axis=alt.Axis(labelAngle=-40)),
