@@ -1,7 +1,12 @@
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
+import memlab.cli as cli
 from memlab.cli import main
 
 HANDMADE = str(Path(__file__).resolve().parent / "fixtures" / "handmade")
@@ -319,3 +324,45 @@ def test_eval_accepts_ir_measures_names_and_old_metric_names(tmp_path, capsys):
     assert 0.0 <= metrics["P@5"] <= 1.0
     assert main(["eval", HANDMADE, "--metric", "alpha_nDCG@10", "--out", str(out / "x")]) == 2
     assert "none of its installed providers" in capsys.readouterr().err
+
+
+PLUGINS = Path(__file__).resolve().parent / "fixtures" / "plugins"
+
+
+def test_a_failing_stage_is_one_message_and_exit_1(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    config = tmp_path / "crashing.toml"
+    config.write_text(
+        'name = "crashing"\nsteps = ["bm25", "custom"]\n\n[bm25]\nstage = "bm25"\n\n'
+        '[custom]\nstage = "memlab_test_plugin:Crashes"\n',
+        encoding="utf-8",
+    )
+    code = main(["eval", HANDMADE, "--pipelines", str(config), "--embedder", "hashing",
+                 "--no-cache", "--quiet", "--executor", "serial", "--out", str(tmp_path / "run")])
+    assert code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("memlab: error: stage 'custom' (Crashes) failed on query '")
+    assert err[-1].endswith("': ZeroDivisionError: division by zero in a plugin")
+    assert not (tmp_path / "run").exists()
+
+
+def test_another_runtime_error_is_not_taken_for_a_stage_error(monkeypatch):
+    def broken(args):
+        raise RuntimeError("a bug, with its traceback")
+
+    monkeypatch.setattr(cli, "cmd_pipelines", broken)
+    with pytest.raises(RuntimeError, match="a bug, with its traceback"):
+        main(["pipelines"])
+
+
+def test_parsing_a_command_line_loads_neither_stages_nor_the_scrubber():
+    # A command that starts worker processes starts them right after parsing: the parent's
+    # own heavy imports (the stages: ~0.4 s) then overlap theirs.
+    code = (
+        "import sys; from memlab.cli import main\n"
+        "assert main(['sweep', '--help']) == 0\n"
+        "print(sorted(m for m in ('memlab.stages', 'memlab.memory.scrub', 'polars')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -820,9 +820,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-    from memlab.memory.scrub import scrub_message
-    from memlab.stages.base import StageError
-
+    # The error paths' modules load when an error needs them: the stages package alone takes
+    # ~0.4 s, and a command that starts worker processes starts them before it imports that.
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -831,9 +830,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CLIError as exc:
+        from memlab.memory.scrub import scrub_message
+
         print(f"memlab: error: {scrub_message(exc)}", file=sys.stderr)
         return 2
     except (ValueError, TypeError, KeyError, OSError, OverflowError) as exc:
+        from memlab.memory.scrub import scrub_message
+
         problems = getattr(exc, "problems", None)
         if problems:
             for prob in problems:
@@ -843,7 +846,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             print(f"memlab: error: {scrub_message(msg)}", file=sys.stderr)
         return 2
-    except StageError as exc:
+    except RuntimeError as exc:
+        from memlab.memory.scrub import scrub_message
+        from memlab.stages.base import StageError  # loaded already by the stage that failed
+
+        if not isinstance(exc, StageError):
+            raise
         print(f"memlab: error: {scrub_message(exc)}", file=sys.stderr)
         return 1
 
