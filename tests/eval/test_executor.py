@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import shutil
@@ -13,14 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memlab.datasets.format import load_dataset
 from memlab.embed import HashingEmbedder
 from memlab.embed.frozen import FrozenEmbedder, RecordingEmbedder, unloaded
 from memlab.eval import executor as executor_module
 from memlab.eval.executor import available_executors, make_executor
 from memlab.eval.experiment import run_experiment
+from memlab.eval.replay import ReplayConfig
 from memlab.eval.sweep import run_sweep
 
 HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
+LIFECYCLE = Path(__file__).resolve().parents[2] / "datasets" / "agent-lifecycle"
 
 
 def _square_plus(shared, task):
@@ -93,6 +97,44 @@ def test_warming_one_worker_or_the_serial_executor_does_nothing():
     two.warm(tasks=1)  # a map of one task runs in this process
     assert two._pending == []
     assert not hasattr(make_executor("serial"), "warm")
+
+
+def _mark_then_sleep(shared, task):
+    """Sleep ``task`` seconds, then leave a file named after the task in ``shared``."""
+    time.sleep(task)
+    (Path(shared) / f"ended-{task}").write_text("", encoding="utf-8")
+    return os.getpid(), task
+
+
+def test_meanwhile_runs_here_once_no_task_is_left_to_start(tmp_path):
+    # Two workers, four tasks: once three have ended, the fourth (3 s) is the only one left,
+    # a worker is idle, and this process does its own work; the results stay in task order.
+    seen = []
+
+    def meanwhile():
+        seen.append((os.getpid(), sorted(p.name for p in tmp_path.iterdir())))
+
+    ex = make_executor("joblib", n_jobs=2)
+    out = ex.map(_mark_then_sleep, str(tmp_path), [0.1, 0.2, 0.3, 3.0], meanwhile=meanwhile)
+    assert [task for _, task in out] == [0.1, 0.2, 0.3, 3.0]
+    assert {pid for pid, _ in out} != {os.getpid()}  # the tasks ran in workers
+    assert seen == [(os.getpid(), ["ended-0.1", "ended-0.2", "ended-0.3"])]
+
+
+def test_meanwhile_errors_are_ignored_and_a_map_here_skips_it(tmp_path):
+    calls = []
+
+    def failing():
+        calls.append("called")
+        raise ImportError("a preload that fails is done again, and fails, where it is needed")
+
+    two = make_executor("joblib", n_jobs=2)
+    assert two.map(_square_plus, {"offset": 1}, [2, 3], meanwhile=failing) == [5, 10]
+    assert calls == ["called"]  # with as many tasks as workers: once the first has ended
+    # the tasks run in this process: nothing to wait for, nothing done meanwhile
+    assert make_executor("serial").map(_square_plus, {"offset": 1}, [2], meanwhile=failing) == [5]
+    assert two.map(_square_plus, {"offset": 1}, [4], meanwhile=failing) == [17]
+    assert calls == ["called"]
 
 
 def test_make_executor_rejects_bad_settings():
@@ -194,3 +236,36 @@ def test_sweep_on_a_ray_head_started_on_loopback(tmp_path):
                 os.killpg(head.pid, signal.SIGKILL)
                 head.wait(timeout=30)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_tail_loads_preload_the_tests_and_warm_the_renderer_in_a_fresh_process():
+    code = (
+        "import sys\n"
+        "from memlab.eval.executor import make_executor\n"
+        "from memlab.eval.experiment import charts_on_worker, tail_loads\n"
+        "from memlab.eval.report import renderer_is_warm\n"
+        "assert tail_loads(tests=False, charts=False) is None\n"
+        "before = ('scipy.stats' in sys.modules, renderer_is_warm(),"
+        " charts_on_worker(make_executor('joblib', n_jobs=2)))\n"
+        "tail_loads(tests=True, charts=True)()\n"
+        "after = ('scipy.stats' in sys.modules, renderer_is_warm(),"
+        " charts_on_worker(make_executor('joblib', n_jobs=2)))\n"
+        "print(before, after, charts_on_worker(make_executor('serial')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # before: nothing loaded, a pool's worker draws the charts; after: both loaded, here
+    assert out.stdout.split("\n")[-2] == "(False, False, True) (True, True, False) False"
+
+
+def test_one_pipeline_in_shards_draws_the_charts_of_a_serial_run(tmp_path):
+    # The parent warms its renderer while the second shard runs, then draws the charts itself:
+    # the same bytes as a serial run.
+    ds = load_dataset(LIFECYCLE)
+    config = dataclasses.replace(ReplayConfig.from_dataset(ds), touch_k=0, expire=False)
+    kw = dict(pipelines=["hybrid"], embedder=HashingEmbedder(dim=64), replay=config,
+              progress=False, shards=2)
+    run_experiment(ds, out=tmp_path / "s", executor="serial", **kw)
+    run_experiment(ds, out=tmp_path / "p", executor="joblib", n_jobs=2, **kw)
+    names = ("metrics.svg", "metrics.png", "tags.svg", "tags.png", "rankings.parquet")
+    for name in names:
+        assert (tmp_path / "s" / name).read_bytes() == (tmp_path / "p" / name).read_bytes()

@@ -43,8 +43,20 @@ __all__ = [
 class Executor(Protocol):
     """Runs ``fn(shared, task)`` for every task; results in task order."""
 
-    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
-        """Return ``[fn(shared, t) for t in tasks]``, computed wherever the executor runs."""
+    def map(
+        self,
+        fn: Callable[[Any, T], R],
+        shared: Any,
+        tasks: Sequence[T],
+        *,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> list[R]:
+        """Return ``[fn(shared, t) for t in tasks]``, computed wherever the executor runs.
+
+        ``meanwhile``: work for this process while it waits for the tasks (loading what it
+        needs next); an executor that runs the tasks here may skip it. Its errors are ignored:
+        what needs the work does it again and fails there.
+        """
         ...
 
 
@@ -96,6 +108,23 @@ def _call(fn: Callable[[Any, T], R], token: str, blob: Any, task: T) -> R:
     return fn(_shared_state(token, blob), task)
 
 
+def _call_indexed(
+    fn: Callable[[Any, T], R], token: str, blob: Any, index: int, task: T
+) -> tuple[int, R]:
+    """:func:`_call`, with the task's index (results that come back in the order they end)."""
+    return index, fn(_shared_state(token, blob), task)
+
+
+def _quietly(work: Callable[[], object] | None) -> None:
+    """Run ``work`` (a ``meanwhile``), ignoring its errors (see :meth:`Executor.map`)."""
+    if work is None:
+        return
+    try:
+        work()
+    except Exception:  # noqa: BLE001 - a preload; what needs it loads it again and fails there
+        pass
+
+
 WORKER_MODULES: tuple[str, ...] = ("memlab.eval.experiment", "memlab.eval.sweep")
 """What a warmed worker imports (the task functions and every stage: what unpickling the
 shared replayer and running a pipeline would import first)."""
@@ -145,7 +174,16 @@ class SerialExecutor:
     def __init__(self, n_jobs: int | None = None) -> None:
         self.n_jobs = n_jobs
 
-    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
+    def map(
+        self,
+        fn: Callable[[Any, T], R],
+        shared: Any,
+        tasks: Sequence[T],
+        *,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> list[R]:
+        """The tasks in order, here (``meanwhile`` is skipped: nothing runs while this
+        process waits)."""
         return [fn(shared, t) for t in tasks]
 
 
@@ -208,7 +246,21 @@ class JoblibExecutor:
             else:
                 _collect(started)
 
-    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
+    def map(
+        self,
+        fn: Callable[[Any, T], R],
+        shared: Any,
+        tasks: Sequence[T],
+        *,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> list[R]:
+        """The tasks on the pool's workers, results in task order.
+
+        ``meanwhile`` runs here once a worker has no task left to start (the last tasks are
+        under way): on a machine with as many cores as workers, a core is then free, and the
+        work takes none from the tasks. With one worker (or one task) the tasks run here and
+        ``meanwhile`` is skipped.
+        """
         jobs = self._jobs(len(tasks))
         if jobs <= 1:  # here, without waiting for a warm-up (close() does)
             return SerialExecutor().map(fn, shared, tasks)
@@ -217,9 +269,16 @@ class JoblibExecutor:
 
         self._pool, self._used = jobs, True
         token, blob = uuid.uuid4().hex, pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
-        return list(
-            Parallel(n_jobs=jobs, backend="loky")(delayed(_call)(fn, token, blob, t) for t in tasks)
+        ended = Parallel(n_jobs=jobs, backend="loky", return_as="generator_unordered")(
+            delayed(_call_indexed)(fn, token, blob, i, t) for i, t in enumerate(tasks)
         )
+        out: list[Any] = [None] * len(tasks)
+        idle = len(tasks) - jobs + 1  # tasks ended when no task is left to start
+        for n, (i, result) in enumerate(ended, start=1):
+            out[i] = result
+            if n == idle:
+                _quietly(meanwhile)
+        return out
 
     def close(self) -> None:
         """Stop the worker processes of the pool (a command about to exit).
@@ -289,7 +348,16 @@ class RayExecutor:
         self.n_jobs = n_jobs
         self.address = address
 
-    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T]) -> list[R]:
+    def map(
+        self,
+        fn: Callable[[Any, T], R],
+        shared: Any,
+        tasks: Sequence[T],
+        *,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> list[R]:
+        """The tasks on the cluster, results in task order; ``meanwhile`` runs here once they
+        are submitted."""
         if not tasks:
             return []
         import ray
@@ -314,7 +382,9 @@ class RayExecutor:
             token = uuid.uuid4().hex
             ref = ray.put(pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL))
             remote = ray.remote(num_cpus=1)(_call)
-            return list(ray.get([remote.remote(fn, token, [ref], t) for t in tasks]))
+            refs = [remote.remote(fn, token, [ref], t) for t in tasks]
+            _quietly(meanwhile)  # the cluster's cores are not this machine's
+            return list(ray.get(refs))
         finally:
             if opened:
                 ray.shutdown()

@@ -40,7 +40,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -292,6 +292,37 @@ def warm_workers(executor: Executor, pipelines: Sequence[Pipeline], tasks: int) 
         from memlab.eval.executor import WORKER_MODULES
 
         executor.warm((*WORKER_MODULES, *stage_imports(pipelines)), tasks=tasks)
+
+
+def tail_loads(*, tests: bool, charts: bool) -> Callable[[], None] | None:
+    """What a run loads for its work after the replays, to be done while it waits for its
+    workers (the ``meanwhile`` of :func:`~memlab.eval.sweep.run_tasks`): ``tests``, the paired
+    tests' scipy (:func:`~memlab.eval.stats.load_tests`); ``charts``, a warm chart renderer
+    (:func:`~memlab.eval.report.warm_renderer`), the report's charts then being rendered here
+    rather than on a worker that would start the renderer first. ``None`` if neither."""
+    if not (tests or charts):
+        return None
+
+    def load() -> None:
+        if tests:
+            from memlab.eval.stats import load_tests
+
+            load_tests()
+        if charts:
+            from memlab.eval.report import warm_renderer
+
+            warm_renderer()
+
+    return load
+
+
+def charts_on_worker(executor: Executor) -> bool:
+    """Whether a run's charts go to an idle worker of ``executor`` while this process runs its
+    tests: when it has workers, unless this process warmed its renderer while it waited
+    (:func:`tail_loads`)."""
+    from memlab.eval.report import renderer_is_warm
+
+    return hasattr(executor, "submit") and not renderer_is_warm()
 
 
 def replay_cost(pipeline: Pipeline) -> int:
@@ -699,7 +730,15 @@ def run_experiment(
     unit = "pipelines" if len(tasks) == len(pipes) else "replays"  # shards: several each
     with Progress(f"eval {ds.meta.get('name', 'dataset')}", len(tasks), unit=unit,
                   mode=mode) as bar:
-        ran = run_tasks(job, _pipeline_task, tasks, ex, probe=False, progress=bar)
+        ran = run_tasks(
+            job, _pipeline_task, tasks, ex, probe=False, progress=bar,
+            # One pipeline has no tests: its charts are all that is left, drawn here once the
+            # renderer is warm. Several have tests, with the charts on a worker meanwhile.
+            meanwhile=tail_loads(
+                tests=len(pipes) > 1,
+                charts=out is not None and write_report and len(pipes) == 1,
+            ),
+        )
     parts: dict[int, list[tuple[ReplayResult, pl.DataFrame | None]]] = {}
     for (i, *_), out_ in sorted(zip(tasks, ran, strict=True), key=lambda t: t[0][0]):
         parts.setdefault(i, []).append(out_)  # shards stay in replay order (a stable sort)
@@ -746,7 +785,7 @@ def run_experiment(
     tags = queries.select("qid", "tags")
     tag_table = per_tag(per_query, tags)
     charts = None
-    if out is not None and write_report and hasattr(ex, "submit"):
+    if out is not None and write_report and charts_on_worker(ex):
         # The charts read only these tables: an idle worker renders them during the tests.
         from memlab.eval.report import render_report_charts
 

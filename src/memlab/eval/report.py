@@ -46,6 +46,35 @@ def stable_svg_ids(svg: str) -> str:
     return pattern.sub(lambda m: changed[m.group(1) or m.group(2)], svg)
 
 
+_WARM: list[bool] = [False]
+"""Whether this process has rendered a chart (vl-convert's runtime is running)."""
+
+_WARM_UP_SPEC = json.dumps(
+    {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "data": {"values": [{"x": 0}]},
+        "mark": "point",
+        "encoding": {"x": {"field": "x", "type": "quantitative"}},
+    }
+)
+
+
+def warm_renderer() -> None:
+    """Import altair and start vl-convert's JavaScript runtime here (most of a second, on the
+    first chart a process renders) with a one-point chart, so that the report's charts then
+    take only their own time. A run calls it while it waits for its workers
+    (:meth:`~memlab.eval.executor.Executor.map`'s ``meanwhile``)."""
+    import altair  # noqa: F401 - the charts' specs are built with it
+
+    render_specs({"warm-up": _WARM_UP_SPEC})
+
+
+def renderer_is_warm() -> bool:
+    """Whether this process has rendered a chart already (:func:`warm_renderer`): its charts
+    are then quicker to render here than on a worker that starts vl-convert first."""
+    return _WARM[0]
+
+
 def render_specs(specs: Mapping[str, str]) -> dict[str, tuple[str, bytes]]:
     """SVG text and PNG bytes of each Vega-Lite spec (JSON), by the same key.
 
@@ -62,6 +91,7 @@ def render_specs(specs: Mapping[str, str]) -> dict[str, tuple[str, bytes]]:
     for name, spec in specs.items():
         svg = stable_svg_ids(vlc.vegalite_to_svg(spec))
         out[name] = (svg, vlc.svg_to_png(svg, scale=2))
+        _WARM[0] = True
     return out
 
 

@@ -40,6 +40,13 @@ def _scipy_stats() -> Any:
 
     return stats
 
+
+def load_tests() -> None:
+    """Import what the paired tests need (``scipy.stats``, about half a second) ahead of the
+    first test: a run hands it to its executor, which calls it while this process waits for
+    the workers (:meth:`~memlab.eval.executor.Executor.map`'s ``meanwhile``)."""
+    _scipy_stats()
+
 _PER_QUERY_KEYS = ("pipeline", "qid", "metric")
 
 

@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +30,7 @@ from memlab.embed.frozen import FrozenEmbedder, RecordingEmbedder, unloaded
 from memlab.eval.executor import Executor, SerialExecutor, make_executor
 from memlab.eval.experiment import (
     DEFAULT_METRICS,
+    charts_on_worker,
     check_metrics,
     fit_learned_stages,
     git_commit,
@@ -38,6 +39,7 @@ from memlab.eval.experiment import (
     replayer_for,
     score_rankings,
     split_queries,
+    tail_loads,
     warm_workers,
 )
 from memlab.eval.grid import REPLAY_PREFIXES as REPLAY_PREFIXES
@@ -190,6 +192,7 @@ def run_tasks(
     *,
     probe: bool = True,
     progress: Progress | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> list[Any]:
     """Run ``fn(job, task)`` for every task, in task order, on ``executor``.
 
@@ -204,6 +207,10 @@ def run_tasks(
     ``progress`` (a running :class:`~memlab.progress.Progress` over the tasks) counts each task
     that runs in this process as it ends, and the others when the executor returns; its
     heartbeat reports while workers run.
+
+    ``meanwhile`` is handed to the executor's ``map`` (:meth:`Executor.map`): what this process
+    loads for the work that follows the tasks, while it waits for them. It is skipped when the
+    tasks run here.
     """
     ex = make_executor(executor) if isinstance(executor, str) else executor
     if not tasks:
@@ -225,7 +232,10 @@ def run_tasks(
         job.replayer.prepare()
     frozen = job.replayer.embedder.freeze()
     shipped = dataclasses.replace(job, replayer=_shippable(job.replayer, frozen))
-    rest = ex.map(fn, shipped, tasks)
+    if meanwhile is None:  # an executor of another package may not take it
+        rest = ex.map(fn, shipped, tasks)
+    else:
+        rest = ex.map(fn, shipped, tasks, meanwhile=meanwhile)
     if progress is not None:
         progress.update(len(rest))
     return [*done, *rest]
@@ -431,7 +441,12 @@ def run_sweep(
     )
     mode = "auto" if progress is None else progress
     with Progress(f"sweep {base.name}", len(tasks), unit="points", mode=mode) as bar:
-        frames = run_tasks(job, _point_task, tasks, ex, probe=probe, progress=bar)
+        frames = run_tasks(
+            job, _point_task, tasks, ex, probe=probe, progress=bar,
+            # The charts go to a worker while the tests run here (warming the renderer here
+            # would take longer than the tests it would run beside).
+            meanwhile=tail_loads(tests=True, charts=False),
+        )
     per_query = pl.concat(
         [
             f.with_columns(point=pl.lit(i), split=pl.lit(0 if s is None else s))
@@ -518,7 +533,7 @@ def run_sweep(
         warnings=warnings,
     )
     charts = None
-    if out is not None and hasattr(ex, "submit"):
+    if out is not None and charts_on_worker(ex):
         # The charts read no test: an idle worker renders them while the tests run here.
         charts = ex.submit(
             render_sweep_charts, dataclasses.replace(res, per_query=None), dict(grid)
