@@ -313,3 +313,22 @@ def test_trec_eval_measures_asked_together_equal_each_asked_alone() -> None:
     assert together.equals(alone)
     assert [METRICS[f].trec is not None for f in ("nDCG", "MRR", "MAP", "Success", "Recall",
                                                  "R_all")] == [True] * 5 + [False]
+
+
+def test_trec_eval_reads_each_query_whatever_the_order_of_the_ranking_rows() -> None:
+    # rows of two queries interleaved and out of rank order: trec_eval's run holds each query's
+    # ranked ids with scores -position (q1: m3 at 1, m1 at 2; q2: m2 at 1, m4 at 2)
+    rankings = pl.DataFrame(
+        {"qid": ["q2", "q1", "q1", "q2"], "rank": [2, 2, 1, 1], "mem_id": ["m4", "m1", "m3", "m2"]},
+        schema={"qid": pl.String, "rank": pl.Int64, "mem_id": pl.String},
+    )
+    qrels = pl.DataFrame(
+        {"qid": ["q1", "q2"], "mem_id": ["m1", "m2"], "relevance": [1, 1]},
+        schema={"qid": pl.String, "mem_id": pl.String, "relevance": pl.Int64},
+    )
+    out = evaluate(rankings, qrels, ["MRR", "nDCG@10"])
+    mrr = dict(out.filter(pl.col("metric") == "MRR").select("qid", "value").iter_rows())
+    ndcg = dict(out.filter(pl.col("metric") == "nDCG@10").select("qid", "value").iter_rows())
+    assert mrr == {"q1": 1 / 2, "q2": 1 / 1}
+    assert ndcg["q1"] == pytest.approx((1 / math.log2(3)) / (1 / math.log2(2)))
+    assert ndcg["q2"] == 1.0

@@ -490,9 +490,21 @@ class EvalData:
     def run_dict(self, k: int | None) -> dict[str, dict[str, float]]:
         """The rankings (cut at ``k``) as ``{qid: {mem_id: -position}}`` for trec_eval."""
         if k not in self._runs:
+            # rankings are sorted by qid: each query's ids and scores are one run of the
+            # columns, zipped into its dict (a Python step per query, not per ranked row: 0.12 s
+            # for LoCoMo's 198,600 rows before)
+            top = self.top(k)
+            ids = top["mem_id"].to_list()
+            scores = (-top["pos"].cast(pl.Float64)).to_list()
+            runs = top["qid"].rle()
             out: dict[str, dict[str, float]] = {}
-            for qid, mem_id, pos in self.top(k).select("qid", "mem_id", "pos").iter_rows():
-                out.setdefault(qid, {})[mem_id] = -float(pos)
+            start = 0
+            for qid, n in zip(runs.struct.field("value").to_list(),
+                              runs.struct.field("len").to_list(), strict=True):
+                out.setdefault(qid, {}).update(
+                    zip(ids[start : start + n], scores[start : start + n], strict=True)
+                )
+                start += n
             self._runs[k] = out
         return self._runs[k]
 
