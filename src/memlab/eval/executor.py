@@ -28,11 +28,14 @@ from memlab.registry import Registry
 
 T = TypeVar("T")
 R = TypeVar("R")
+Meanwhile = Callable[[], object]
+"""Work for the parent process while it waits for its workers (see :meth:`Executor.map`)."""
 
 __all__ = [
     "EXECUTORS",
     "Executor",
     "JoblibExecutor",
+    "Meanwhile",
     "RayExecutor",
     "SerialExecutor",
     "available_executors",
@@ -43,14 +46,8 @@ __all__ = [
 class Executor(Protocol):
     """Runs ``fn(shared, task)`` for every task; results in task order."""
 
-    def map(
-        self,
-        fn: Callable[[Any, T], R],
-        shared: Any,
-        tasks: Sequence[T],
-        *,
-        meanwhile: Callable[[], object] | None = None,
-    ) -> list[R]:
+    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T], *,
+            meanwhile: Meanwhile | None = None) -> list[R]:
         """Return ``[fn(shared, t) for t in tasks]``, computed wherever the executor runs.
 
         ``meanwhile``: work for this process while it waits for the tasks (loading what it
@@ -115,7 +112,7 @@ def _call_indexed(
     return index, fn(_shared_state(token, blob), task)
 
 
-def _quietly(work: Callable[[], object] | None) -> None:
+def _quietly(work: Meanwhile | None) -> None:
     """Run ``work`` (a ``meanwhile``), ignoring its errors (see :meth:`Executor.map`)."""
     if work is None:
         return
@@ -174,14 +171,8 @@ class SerialExecutor:
     def __init__(self, n_jobs: int | None = None) -> None:
         self.n_jobs = n_jobs
 
-    def map(
-        self,
-        fn: Callable[[Any, T], R],
-        shared: Any,
-        tasks: Sequence[T],
-        *,
-        meanwhile: Callable[[], object] | None = None,
-    ) -> list[R]:
+    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T], *,
+            meanwhile: Meanwhile | None = None) -> list[R]:
         """The tasks in order, here (``meanwhile`` is skipped: nothing runs while this
         process waits)."""
         return [fn(shared, t) for t in tasks]
@@ -246,14 +237,8 @@ class JoblibExecutor:
             else:
                 _collect(started)
 
-    def map(
-        self,
-        fn: Callable[[Any, T], R],
-        shared: Any,
-        tasks: Sequence[T],
-        *,
-        meanwhile: Callable[[], object] | None = None,
-    ) -> list[R]:
+    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T], *,
+            meanwhile: Meanwhile | None = None) -> list[R]:
         """The tasks on the pool's workers, results in task order.
 
         ``meanwhile`` runs here once a worker has no task left to start (the last tasks are
@@ -348,14 +333,8 @@ class RayExecutor:
         self.n_jobs = n_jobs
         self.address = address
 
-    def map(
-        self,
-        fn: Callable[[Any, T], R],
-        shared: Any,
-        tasks: Sequence[T],
-        *,
-        meanwhile: Callable[[], object] | None = None,
-    ) -> list[R]:
+    def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T], *,
+            meanwhile: Meanwhile | None = None) -> list[R]:
         """The tasks on the cluster, results in task order; ``meanwhile`` runs here once they
         are submitted."""
         if not tasks:
