@@ -137,6 +137,19 @@ def test_meanwhile_errors_are_ignored_and_a_map_here_skips_it(tmp_path):
     assert calls == ["called"]
 
 
+def _fails_on_two(shared, task):
+    if task == 2:
+        raise ValueError(f"task {task} failed ({shared})")
+    return task
+
+
+def test_a_failing_task_raises_its_own_error_and_the_pool_serves_the_next_map():
+    ex = make_executor("joblib", n_jobs=2)
+    with pytest.raises(ValueError, match=r"^task 2 failed \(shared\)$"):
+        ex.map(_fails_on_two, "shared", [0, 1, 2, 3])
+    assert ex.map(_fails_on_two, "shared", [0, 1, 3]) == [0, 1, 3]
+
+
 def test_make_executor_rejects_bad_settings():
     with pytest.raises(ValueError, match="unknown executor 'dask'"):
         make_executor("dask")
