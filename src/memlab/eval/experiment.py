@@ -732,12 +732,9 @@ def run_experiment(
                   mode=mode) as bar:
         ran = run_tasks(
             job, _pipeline_task, tasks, ex, probe=False, progress=bar,
-            # One pipeline has no tests: its charts are all that is left, drawn here once the
-            # renderer is warm. Several have tests, with the charts on a worker meanwhile.
-            meanwhile=tail_loads(
-                tests=len(pipes) > 1,
-                charts=out is not None and write_report and len(pipes) == 1,
-            ),
+            # Drawn here by a warm renderer, the charts take less than on a worker that
+            # starts vl-convert first (and then takes longer to stop).
+            meanwhile=tail_loads(tests=len(pipes) > 1, charts=out is not None and write_report),
         )
     parts: dict[int, list[tuple[ReplayResult, pl.DataFrame | None]]] = {}
     for (i, *_), out_ in sorted(zip(tasks, ran, strict=True), key=lambda t: t[0][0]):

@@ -443,9 +443,7 @@ def run_sweep(
     with Progress(f"sweep {base.name}", len(tasks), unit="points", mode=mode) as bar:
         frames = run_tasks(
             job, _point_task, tasks, ex, probe=probe, progress=bar,
-            # The charts go to a worker while the tests run here (warming the renderer here
-            # would take longer than the tests it would run beside).
-            meanwhile=tail_loads(tests=True, charts=False),
+            meanwhile=tail_loads(tests=True, charts=out is not None),
         )
     per_query = pl.concat(
         [
