@@ -109,7 +109,7 @@ def _call_indexed(
     fn: Callable[[Any, T], R], token: str, blob: Any, index: int, task: T
 ) -> tuple[int, R]:
     """:func:`_call`, with the task's index (results that come back in the order they end)."""
-    return index, fn(_shared_state(token, blob), task)
+    return index, _call(fn, token, blob, task)
 
 
 def _quietly(work: Meanwhile | None) -> None:

@@ -40,7 +40,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -51,7 +51,13 @@ import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
 from memlab.eval import DEFAULT_PIPELINES as DEFAULT_PIPELINES
-from memlab.eval.executor import Executor, JoblibExecutor, SerialExecutor, make_executor
+from memlab.eval.executor import (
+    Executor,
+    JoblibExecutor,
+    Meanwhile,
+    SerialExecutor,
+    make_executor,
+)
 from memlab.eval.metrics import aggregate as aggregate_metrics
 from memlab.eval.metrics import evaluate, main_metric_of, parse_metric
 from memlab.eval.protocol import EvalProtocol
@@ -294,7 +300,7 @@ def warm_workers(executor: Executor, pipelines: Sequence[Pipeline], tasks: int) 
         executor.warm((*WORKER_MODULES, *stage_imports(pipelines)), tasks=tasks)
 
 
-def tail_loads(*, tests: bool, charts: bool) -> Callable[[], None] | None:
+def tail_loads(*, tests: bool, charts: bool) -> Meanwhile | None:
     """What a run loads for its work after the replays, to be done while it waits for its
     workers (the ``meanwhile`` of :func:`~memlab.eval.sweep.run_tasks`): ``tests``, the paired
     tests' scipy (:func:`~memlab.eval.stats.load_tests`); ``charts``, a warm chart renderer

@@ -47,6 +47,7 @@ def load_tests() -> None:
     the workers (:meth:`~memlab.eval.executor.Executor.map`'s ``meanwhile``)."""
     _scipy_stats()
 
+
 _PER_QUERY_KEYS = ("pipeline", "qid", "metric")
 
 

@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +27,7 @@ import polars as pl
 
 from memlab.datasets.format import Dataset, Query, load_dataset
 from memlab.embed.frozen import FrozenEmbedder, RecordingEmbedder, unloaded
-from memlab.eval.executor import Executor, SerialExecutor, make_executor
+from memlab.eval.executor import Executor, Meanwhile, SerialExecutor, make_executor
 from memlab.eval.experiment import (
     DEFAULT_METRICS,
     charts_on_worker,
@@ -192,7 +192,7 @@ def run_tasks(
     *,
     probe: bool = True,
     progress: Progress | None = None,
-    meanwhile: Callable[[], object] | None = None,
+    meanwhile: Meanwhile | None = None,
 ) -> list[Any]:
     """Run ``fn(job, task)`` for every task, in task order, on ``executor``.
 
