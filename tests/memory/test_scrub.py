@@ -306,6 +306,101 @@ def test_classes_from_the_issue(raw: str, expected: str) -> None:
     assert scrub_text(out) == (out, 0)
 
 
+# A credential named in prose: a multi-word name before a colon, a qualifier before it, a verb
+# that sets it ("… to X"), a quoted value right after the name, a name then a long random value,
+# a user/password pair, a recovery phrase, and the short key ``pw``.
+PROSE_CREDENTIALS = [
+    ("API key: 3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c", "API key: [REDACTED:token]"),
+    (
+        "my API key for OpenWeather: 3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c",
+        "my API key for OpenWeather: [REDACTED:token]",
+    ),
+    ("the secret key: 9f8e7d6c5b4a3928ab", "the secret key: [REDACTED:token]"),
+    ("PIN: 4821, pin code: 993311", "PIN: [REDACTED:password], pin code: [REDACTED:password]"),
+    (
+        "passphrase for the gpg key: blue elephant dances",
+        "passphrase for the gpg key: [REDACTED:password]",
+    ),
+    ("the token is now 7f3a9c2e1b8d4f6a", "the token is now [REDACTED:token]"),
+    (
+        "changed the root password to Kx9#mPq2 yesterday",
+        "changed the root password to [REDACTED:password] yesterday",
+    ),
+    (
+        "Set the secret_key to '9f8e7d6c5b4a3928' please",
+        "Set the secret_key to '[REDACTED:token]' please",
+    ),
+    (
+        "we rotated the DB_PASSWORD to 'N3w-Pa55'",
+        "we rotated the DB_PASSWORD to '[REDACTED:password]'",
+    ),
+    ("He set the wifi PIN to 48213390", "He set the wifi PIN to [REDACTED:password]"),
+    (
+        "login as bob with password 'letmein123'",
+        "login as bob with password '[REDACTED:password]'",
+    ),
+    (
+        "private key 0x4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318",
+        "private key [REDACTED:token]",
+    ),
+    ("Access key 9f8e7d6c5b4a39281716abcd (rotated)", "Access key [REDACTED:token] (rotated)"),
+    ("credentials: admin / Adm1n!Pass", "credentials: admin / [REDACTED:password]"),
+    (
+        "My Netflix login is jane@example.com / Summer2024!",
+        "My Netflix login is jane@example.com / [REDACTED:password]",
+    ),
+    ("admin login deploy:Xy7!kP2q", "admin login deploy:[REDACTED:password]"),
+    (
+        "mnemonic: abandon ability able about above absent absorb abstract absurd abuse access "
+        "accident",
+        "mnemonic: [REDACTED:seed_phrase]",
+    ),
+    ("pw: Correct-Horse-Battery-9", "pw: [REDACTED:password]"),
+    ("root_pw=Tr0ub4dor", "root_pw=[REDACTED:password]"),
+]
+
+# Prose about credentials, with the same words and shapes: nothing is a secret.
+PROSE_ABOUT_CREDENTIALS = [
+    "reset the password to access the server",
+    "I sent the token to Alice yesterday",
+    "we changed the api key to the new format",
+    "set the token to expire after 30 minutes",
+    "set the password to expire in 90 days",
+    "switched the auth token to a JWT-based scheme",
+    "Set the token to TOKEN_FROM_ENV in the CI settings",
+    "the private key rotation is due next week",
+    "a mnemonic is a memory device that helps you remember things",
+    "mnemonic: Please Excuse My Dear Aunt Sally",
+    "the seed phrase is stored offline in a safe",
+    "login: alice / see the wiki",
+    "credentials: ask ops / use the vault",
+    "login via SSO / Okta",
+    "password 'must be at least 12 characters'",
+    "enter your password 'here'",
+    "API key rotation policy v2",
+    "the API key: see the vault",
+    "access token: expires in 3600 seconds",
+    "PIN: required",
+    "the token is now valid for 24 hours",
+    "token usage: 1200 input / 300 output",
+    "token sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "The api key is documented in docs/api/keys.md",
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), PROSE_CREDENTIALS)
+def test_credentials_named_in_prose_are_redacted(raw: str, expected: str) -> None:
+    out, n = scrub_text(raw)
+    assert out == expected
+    assert n == expected.count("[REDACTED:")
+    assert scrub_text(out) == (out, 0)
+
+
+@pytest.mark.parametrize("text", PROSE_ABOUT_CREDENTIALS)
+def test_prose_about_credentials_is_untouched(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+
+
 def test_scrub_value_walks_keys_lists_and_tuples() -> None:
     value = {
         "note": "token=abc123XYZ",

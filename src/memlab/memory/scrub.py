@@ -13,7 +13,12 @@ one pass:
    ``key = value`` assignments whose key names a credential (``PGPASSWORD=``, ``"auth": …``,
    ``AccountKey=``), command-line passwords (``mysql -pXXX``, ``--password X``,
    ``curl -u user:pass``), passwords stated in prose ("the wifi password is …", multi-word
-   passphrases up to the end of the clause) and long high-entropy tokens.
+   passphrases up to the end of the clause), credentials named in prose in other ways ("API
+   key: …" and "passphrase for the gpg key: …", "changed the root password to …", a quoted
+   value right after "password", a long random value right after "access key", a
+   user/password pair after "credentials" or "login", a 12–24-word recovery phrase after
+   "mnemonic" or "seed phrase"), and long high-entropy tokens. In prose the value's shape
+   decides: "reset the password to access the server" is prose, "… to Kx9#mPq2" a password.
 2. detect-secrets' vendor plugins (:data:`DETECT_SECRETS_PLUGINS`), run only on short windows
    around a cheap literal trigger, so their regexes never see more than a few hundred
    characters at once (several of them backtrack on long lines). detect-secrets'
@@ -109,6 +114,7 @@ _SECRET_KEY_ENDINGS = (
     "passcode",
     "passkey",
     "pwd",
+    "pw",
     "secret",
     "token",
     "apikey",
@@ -133,7 +139,9 @@ _SECRET_KEY_ENDINGS = (
     "credential",
     "credentials",
 )
-_PASSWORD_KEY_ENDINGS = ("password", "passwd", "passphrase", "passcode", "passkey", "pwd", "pass")
+_PASSWORD_KEY_ENDINGS = (
+    "password", "passwd", "passphrase", "passcode", "passkey", "pwd", "pw", "pass",
+)  # fmt: skip
 _API_KEY_ENDINGS = ("apikey", "apisecret")
 _NON_SECRET_VALUES = frozenset(
     "none null nil undefined true false yes no on off required optional empty n/a na tbd "
@@ -413,6 +421,101 @@ def _check_entropy(m: re.Match[str], text: str) -> tuple[int, int] | None:
     if re.search(r"(?i)(?:sha(?:1|224|256|384|512)|md5)[-:=]$", token_head):
         return None
     return start, end
+
+
+_PROSE_KEYWORDS = (
+    r"password|passphrase|passcode|pwd|pw|pin\s+code|pin"
+    r"|(?:secret|private|api|access|auth|bot|signing|encryption|master)[\s_\-]?(?:key|token)"
+    r"|secret|token"
+)
+"""Names of a credential in prose (regex alternation, lower case): "the API key is …"."""
+_PROSE_PUNCT = r"\s{0,5}(?:=|:|->)\s{0,5}"
+_PROSE_VERBS = (
+    r"\s{1,5}(?:is\s+now|now\s+is|is\s+still|(?:is\s+|was\s+)?(?:set|changed|reset)\s+to"
+    r"|is|was|are|became|becomes|reads)\s{1,5}"
+)
+"""What joins a credential's name to its value in prose: a punctuation mark, or a verb (the
+longer verbs first: "is now" before "is")."""
+
+
+def _strong_password(word: str) -> bool:
+    """A single word that is a password by its shape, not a plain word: it has a digit, a
+    symbol inside it, or a capital after its first letter (``Kx9#mPq2``, ``Adm1n!Pass``), and
+    is not a version or a hash name (``v2``, ``sha256``)."""
+    word = word.rstrip(".,;:!?")
+    if len(word) < 4 or not _has_alnum(word) or _is_mask(word):
+        return False
+    if word.lower() in _NON_SECRET_VALUES or _HASH_WORDS.fullmatch(word):
+        return False
+    return (
+        any(c.isdigit() for c in word)
+        or any(not c.isalnum() for c in word)
+        or any(c.isupper() for c in word[1:])
+    )
+
+
+def _quoted_password(value: str) -> bool:
+    """A quoted value that is a password: one password-like word, or a passphrase of two or
+    more words with at most one word that prose uses about passwords."""
+    if not _has_alnum(value) or _is_mask(value) or value.lower() in _NON_SECRET_VALUES:
+        return False
+    words = value.split()
+    if len(words) == 1:
+        return _password_like(words[0])
+    return sum(_wordish(w) for w in words) <= 1
+
+
+def _check_set_to(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """ "changed the root password to Kx9#mPq2": the value's shape decides (a plain word after
+    "to" is prose: "reset the password to access the server")."""
+    if not _word_start(m, text):
+        return None
+    keyword = _norm_key(m.group("key"))
+    quoted = m.group("qv") is not None
+    start, end = m.span("qv" if quoted else "bv")
+    if not quoted:
+        end = _strip_sentence_end(text, start, end)
+    value = text[start:end]
+    if keyword.endswith(("pin", "pincode")):
+        return (start, end, "password") if value.isdigit() and 4 <= len(value) <= 12 else None
+    is_password = keyword.endswith(_PASSWORD_KEY_ENDINGS)
+    kind = "password" if is_password else "token"
+    if quoted:
+        ok = _quoted_password(value) if is_password else _looks_random(value, min_len=6)
+        return (start, end, kind) if ok else None
+    if is_password:
+        return (start, end, kind) if _strong_password(value) else None
+    return (start, end, kind) if _looks_random(value) else None
+
+
+def _check_quoted_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """ "with password 'letmein123'": a quoted password right after the word."""
+    if not _word_start(m, text) or not _quoted_password(m.group("secret")):
+        return None
+    return m.span("secret")
+
+
+def _check_keyed_value(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """ "API key 3f6b2a9c…": a long random-looking value right after a credential's name."""
+    if not _word_start(m, text):
+        return None
+    start, end = m.span("secret")
+    end = _strip_sentence_end(text, start, end)
+    value = text[start:end]
+    if not _looks_random(value, min_len=16) or "://" in value or value.count("/") > 1:
+        return None
+    if _SRI_PREFIX.match(value):
+        return None
+    return start, end
+
+
+def _check_credential_pair(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """ "credentials: admin / Adm1n!Pass": the second half of a user/password pair."""
+    if not _word_start(m, text):
+        return None
+    start, end = m.span("secret")
+    end = _strip_sentence_end(text, start, end)
+    return (start, end) if _strong_password(text[start:end]) else None
 
 
 # ----------------------------------------------------------------------------- rules
@@ -706,7 +809,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "token",  # key = value, key: value, "key": "value" where the key names a secret
         re.compile(
-            r"(?:pass(?:word|wd|phrase|code|key)?|pwd|secret|token|key|auth|credentials?"
+            r"(?:pass(?:word|wd|phrase|code|key)?|pwd|pw|secret|token|key|auth|credentials?"
             r"|sig(?:nature)?)"
             r"(?P<close>[\"'\]]{0,2})(?P<sep>\s{0,5}(?::=|=>|==|::|[:=])\s{0,5})"
             + _NOT_PLACEHOLDER
@@ -716,19 +819,80 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         lower=True,
     ),
     Rule(
-        "password",  # "the password for the staging db is hunter2"
+        "password",  # "the password for the staging db is hunter2", "API key: 3f6b…"
         re.compile(
-            r"(?P<key>password|passphrase|passcode|pwd|pin|pin\s+code|secret\s+key|secret"
-            r"|api\s+key|api\s+token|access\s+key|access\s+token|secret\s+token|auth\s+token"
-            r"|bot\s+token|token)"
-            r"(?:\s+(?:for|of|to|on|at)(?:\s+[\w@.:/'\-]{1,40}+){1,4}?)?"
-            r"\s{1,5}(?:is|was|are|=|:|->|became|becomes|(?:is\s+)?(?:set|changed|reset)\s+to"
-            r"|is\s+now|now\s+is|is\s+still|reads)\s{1,5}"
+            r"(?P<key>" + _PROSE_KEYWORDS + r")"
+            r"(?:\s+(?:for|of|to|on|at)(?:\s+(?:[\w@./'\-]|:(?!\s)){1,40}+){1,4}?"
+            r"(?:" + _PROSE_PUNCT + "|" + _PROSE_VERBS + r")"
+            # a punctuation mark right after a one-word name is the assignment rule's
+            r"|(?:(?<=[\s_\-]key)|(?<=[\s_\-]token)|(?<=pin)|(?<=code))" + _PROSE_PUNCT
+            + "|" + _PROSE_VERBS + ")"
             + _NOT_PLACEHOLDER
             + r"(?:[\"'“‘`](?P<qv>[^\"'”’`\n]{1,256}+)[\"'”’`]"
             r"|(?P<bv>[^\s\"'“”‘’`,;()\[\]{}<>]{1,256}+))"
         ),
         _check_prose_start,
+        lower=True,
+    ),
+    Rule(
+        "password",  # "changed the root password to Kx9#mPq2", "set the secret_key to '…'"
+        re.compile(
+            r"(?:set|sets|setting|change|changed|changes|changing|reset|resets|resetting"
+            r"|update|updated|updates|updating|rotate|rotated|rotates|rotating"
+            r"|switch|switched|switches|switching)"
+            r"\s{1,5}(?:(?:the|my|our|your|his|her|their|its|a|an)\s{1,5})?"
+            r"(?:[\w\-]{1,30}\s{1,5}){0,2}?"
+            r"(?P<key>(?:[\w\-]{0,30}[_\-])?(?:" + _PROSE_KEYWORDS + r"))"
+            r"\s{1,5}to\s{1,5}"
+            + _NOT_PLACEHOLDER
+            + r"(?:[\"'“‘`](?P<qv>[^\"'”’`\n]{1,256}+)[\"'”’`]"
+            r"|(?P<bv>[^\s\"'“”‘’`,;()\[\]{}<>]{1,256}+))"
+        ),
+        _check_set_to,
+        lower=True,
+    ),
+    Rule(
+        "password",  # "log in as bob with password 'letmein123'" (a quoted value, no verb)
+        re.compile(
+            r"(?:password|passphrase|passcode|pwd)\s{1,5}"
+            + _NOT_PLACEHOLDER
+            + r"[\"'“‘`](?P<secret>[^\"'”’`\n]{1,256}+)[\"'”’`]"
+        ),
+        _check_quoted_password,
+        lower=True,
+    ),
+    Rule(
+        "token",  # "API key 3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c" (a long random value, no verb)
+        re.compile(
+            r"(?:(?:secret|private|api|access|auth|bot|signing|encryption|master)[\s_\-]?"
+            r"(?:key|token)|token|secret)\s{1,5}"
+            + _NOT_PLACEHOLDER
+            + r"(?P<secret>[^\s\"'`,;()\[\]{}<>]{16,512}+)"
+        ),
+        _check_keyed_value,
+        lower=True,
+    ),
+    Rule(
+        "password",  # "credentials: admin / Adm1n!Pass", "login bob:S3cret!"
+        re.compile(
+            r"(?:credentials?|creds|login|log-in|user\s{0,3}/\s{0,3}pass(?:word)?)"
+            r"(?:\s{0,5}[:=]|\s{1,5}(?:is|are|was|were))?\s{1,5}"
+            r"[^\s/:\"'`]{1,64}+\s{0,3}[/:]\s{0,3}"
+            + _NOT_PLACEHOLDER
+            + r"(?P<secret>[^\s\"'`,;()\[\]{}<>]{1,128}+)"
+        ),
+        _check_credential_pair,
+        lower=True,
+    ),
+    Rule(
+        "seed_phrase",  # BIP-39 style recovery phrases: 12 to 24 short words after the name
+        re.compile(
+            r"(?:mnemonic|seed\s{1,3}(?:phrase|words)|recovery\s{1,3}(?:phrase|words)"
+            r"|secret\s{1,3}recovery\s{1,3}phrase)"
+            r"(?:\s{0,5}[:=]|\s{1,5}(?:is|was))?\s{1,5}"
+            r"(?P<secret>[a-z]{3,8}(?:[ \t]{1,3}[a-z]{3,8}){11,23})(?![a-z])"
+        ),
+        _check_word_start,
         lower=True,
     ),
     Rule(
