@@ -11,6 +11,7 @@ import pytest
 
 from memlab.memory.scrub import (
     DEFAULT_PATTERNS,
+    Rule,
     Scrubber,
     default_scrubber,
     scrub,
@@ -195,6 +196,28 @@ def test_custom_patterns_replace_whole_match_or_secret_group() -> None:
     )
 
 
+def test_a_rule_with_triggers_runs_only_on_texts_that_hold_one() -> None:
+    rule = Rule("pin", re.compile(r"pin (?P<secret>\d{4})"), lower=True, triggers=("pin",))
+    scrubber = Scrubber(patterns=(rule,), plugins=(), entropy=False)
+    assert scrubber.scrub("PIN 1234") == ("PIN [REDACTED:pin]", 1)
+    other = Scrubber(patterns=(rule._replace(triggers=("card",)),), plugins=(), entropy=False)
+    assert other.scrub("PIN 1234") == ("PIN 1234", 0)
+
+
+def test_a_check_can_reject_a_match_and_say_where_to_search_again() -> None:
+    # The first match "ab ab" is rejected with "search again at 3": the second "ab" is then
+    # found inside it; rejected without a position, the search would go on behind "ab ab".
+    def check(m: re.Match[str], text: str) -> int | None:
+        return 3 if m.start() == 0 else (m.start(), m.start() + 2)
+
+    pattern = re.compile(r"ab(?: ab)?")
+    scrubber = Scrubber(patterns=(Rule("x", pattern, check),), plugins=(), entropy=False)
+    assert scrubber.scrub("ab ab") == ("ab [REDACTED:x]", 1)
+    skip = Scrubber(patterns=(Rule("x", pattern, lambda m, t: None if m.start() == 0 else
+                                   (m.start(), m.end())),), plugins=(), entropy=False)
+    assert skip.scrub("ab ab") == ("ab ab", 0)
+
+
 def test_default_scrubber_uses_default_patterns() -> None:
     assert Scrubber().patterns is DEFAULT_PATTERNS
     raw = "password=x1 sk-abcdefghijklmnop1234"
@@ -357,6 +380,41 @@ PROSE_CREDENTIALS = [
     ),
     ("pw: Correct-Horse-Battery-9", "pw: [REDACTED:password]"),
     ("root_pw=Tr0ub4dor", "root_pw=[REDACTED:password]"),
+    ("my pin number is 4821", "my pin number is [REDACTED:password]"),
+    ("security answer: fluffy the cat", "security answer: [REDACTED:password]"),
+    # in other languages
+    ("Passwort: Geheim123!", "Passwort: [REDACTED:password]"),
+    ("le mot de passe est Soleil2024!", "le mot de passe est [REDACTED:password]"),
+    ("contraseña: 'mi clave secreta'", "contraseña: '[REDACTED:password]'"),
+    ("ПАРОЛЬ: Qwerty2024", "ПАРОЛЬ: [REDACTED:password]"),
+    ("パスワード：abc12345", "パスワード：[REDACTED:password]"),
+    # a key that is not a credential must not hide the one behind it
+    (
+        "otpauth://totp/ACME:alice?secret=JBSWY3DPEHPK3PXP&issuer=ACME",
+        "otpauth://totp/ACME:alice?secret=[REDACTED:token]&issuer=ACME",
+    ),
+    ("monkey: x?password=Secret123", "monkey: x?password=[REDACTED:password]"),
+    # session cookies, and a URL whose user part is the key
+    (
+        "Cookie: sessionid=8f7e6d5c4b3a29181716151413121110abcdef; path=/",
+        "Cookie: sessionid=[REDACTED:token]; path=/",
+    ),
+    ("PHPSESSID=9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d", "PHPSESSID=[REDACTED:token]"),
+    (
+        "dsn https://0123456789abcdef0123456789abcdef@o123456.ingest.sentry.io/4504",
+        "dsn https://[REDACTED:token]@o123456.ingest.sentry.io/4504",
+    ),
+]
+
+# Vendor token shapes (prefix + random body).
+VENDOR_TOKENS = [
+    "key-3ax6xnjp29jd6fds4gc373sgvjxteol0",  # Mailgun
+    "NRAK-ABCDEFGHIJKLMNOPQRSTUVWXYZ1",  # New Relic
+    "PMAK-629e1b2c3d4e5f6a7b8c9d0e-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e",  # Postman
+    "pul-0123456789abcdef0123456789abcdef01234567",  # Pulumi
+    "ATATT3xFfGF0T5JhZx9kqLmNoPqRsTuVwXyZ012345678ABCDEFGHIJ=A1B2C3D4",  # Atlassian
+    "dp.st.prd.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCd",  # Doppler
+    "gsk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCdEfGh",  # Groq
 ]
 
 # Prose about credentials, with the same words and shapes: nothing is a secret.
@@ -385,6 +443,16 @@ PROSE_ABOUT_CREDENTIALS = [
     "token usage: 1200 input / 300 output",
     "token sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
     "The api key is documented in docs/api/keys.md",
+    "security answer: see the vault",
+    "la contraseña es obligatoria",
+    "le mot de passe est requis",
+    "Passwort vergessen?",
+    "session=prod",
+    "session: morning standup",
+    "the key-value store",
+    "key-based routing with key-1 and key-2",
+    "ssh://deploy-user-production@host",
+    "the pin number is on the back of the card",
 ]
 
 
@@ -394,6 +462,11 @@ def test_credentials_named_in_prose_are_redacted(raw: str, expected: str) -> Non
     assert out == expected
     assert n == expected.count("[REDACTED:")
     assert scrub_text(out) == (out, 0)
+
+
+@pytest.mark.parametrize("token", VENDOR_TOKENS)
+def test_vendor_token_shapes_are_redacted(token: str) -> None:
+    assert scrub_text(f"the key {token} is live") == ("the key [REDACTED:api_key] is live", 1)
 
 
 @pytest.mark.parametrize("text", PROSE_ABOUT_CREDENTIALS)

@@ -76,9 +76,10 @@ _PLACEHOLDER_RE = re.compile(r"\[REDACTED:[a-z0-9_]{1,40}\]")
 Span = tuple[int, int, str]
 """``(start, end, kind)`` of one secret in a text."""
 
-Check = Callable[[re.Match[str], str], "tuple[int, int] | tuple[int, int, str] | None"]
+Check = Callable[[re.Match[str], str], "tuple[int, int] | tuple[int, int, str] | int | None"]
 """A rule's acceptance test: given the match and the whole (original) text, the span to
-redact, optionally with its kind, or ``None`` to reject the match."""
+redact, optionally with its kind, or ``None`` to reject the match (the search goes on behind
+it), or an ``int`` to reject it and go on from that position."""
 
 # ----------------------------------------------------------------------------- word lists
 # First words that make "the password is <word>" prose *about* a password, not a password.
@@ -139,6 +140,8 @@ _SECRET_KEY_ENDINGS = (
     "credential",
     "credentials",
 )
+_SESSION_KEY_ENDINGS = ("session", "sess", "sessionid", "sessid", "sessionkey", "sesskey")
+"""Normalised key names of a session id (a cookie that stands for a login)."""
 _PASSWORD_KEY_ENDINGS = (
     "password", "passwd", "passphrase", "passcode", "passkey", "pwd", "pw", "pass",
 )  # fmt: skip
@@ -284,44 +287,54 @@ def _key_before(text: str, keyword_start: int, keyword_end: int) -> str:
     return text[i:keyword_end]
 
 
-def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
-    """``key = value`` where the key names a credential."""
+def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | int | None:
+    """``key = value`` where the key names a credential; a value that is not a secret is
+    skipped (the search goes on behind it)."""
     key = _norm_key(_key_before(text, m.start(), m.start("close")))
+    session = key.endswith(_SESSION_KEY_ENDINGS)
     if not key.endswith(_SECRET_KEY_ENDINGS) and not _pass_key(key) and not _auth_key(key):
-        if not key.endswith(("sig", "signature")):
+        if not key.endswith(("sig", "signature")) and not session:
             return None
-    quoted = m.group("qv") is not None
+    # The value is read only once the key names a credential: a match that reached past a
+    # key like "otpauth:" would hide the "secret=…" behind it.
+    v = _VALUE_RE.match(text, m.end())
+    if v is None:
+        return m.end()
+    quoted = v.group("qv") is not None
     group = "qv" if quoted else "bv"
-    start, end = m.span(group)
+    start, end = v.span(group)
     value = text[start:end]
     if not quoted:
         end = _strip_sentence_end(text, start, end)
         value = text[start:end]
     if not _has_alnum(value) or _is_mask(value):
-        return None
+        return v.end()
     low = value.lower()
     if low in _NON_SECRET_VALUES or value.startswith(("$", "%(", "{{", "<", "${")):
-        return None
+        return v.end()
     if value[0] in "{<" and value[-1] in "}>":
-        return None
+        return v.end()
     if re.fullmatch(r"(?:os\.)?(?:environ|getenv|env|process\.env|settings|config)\b.*", value):
-        return None
+        return v.end()
+    if session and not key.endswith(_SECRET_KEY_ENDINGS):
+        # "session=prod" names a setting; a session id is a long random value
+        return (start, end, "token") if _looks_random(value, min_len=16) else v.end()
     sep = m.group("sep")
     spaced = sep != sep.rstrip()
     is_password = key.endswith(_PASSWORD_KEY_ENDINGS) or _pass_key(key)
     if key.endswith(("sig", "signature")) and not _looks_random(value, min_len=16):
-        return None
+        return v.end()
     if not quoted and spaced:
         # Prose-like "token: the model reads…": a plain word is not a token.
         if is_password:
             got = _password_end(text, start, end)
             if got is None:
-                return None
+                return v.end()
             end = got
         elif not _looks_random(value, min_len=6) and not (value.isdigit() and len(value) >= 6):
-            return None
+            return v.end()
     elif not quoted and not is_password and value.isdigit() and len(value) < 6:
-        return None
+        return v.end()
     return start, end, _kind_of_key(key)
 
 
@@ -356,7 +369,7 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
         return None
     if keyword.startswith("pin"):
         return (start, end, "password") if value.isdigit() and 4 <= len(value) <= 12 else None
-    if keyword.startswith(("pass", "pwd")):
+    if keyword.startswith(("pass", "pw", "security", "secret answer")):
         if quoted:
             return start, end, "password"
         got = _password_end(text, start, end)
@@ -424,7 +437,8 @@ def _check_entropy(m: re.Match[str], text: str) -> tuple[int, int] | None:
 
 
 _PROSE_KEYWORDS = (
-    r"password|passphrase|passcode|pwd|pw|pin\s+code|pin"
+    r"password|passphrase|passcode|pwd|pw|pin\s+code|pin\s+number|pin"
+    r"|security\s+answer|secret\s+answer"
     r"|(?:secret|private|api|access|auth|bot|signing|encryption|master)[\s_\-]?(?:key|token)"
     r"|secret|token"
 )
@@ -488,6 +502,20 @@ def _check_set_to(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
     return (start, end, kind) if _looks_random(value) else None
 
 
+def _check_foreign_password(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """A password named in another language: quoted, or a value that is a password by its
+    shape (:func:`_strong_password`; the plain words that prose uses about passwords are
+    known in English only: "la contraseña es obligatoria")."""
+    if not _word_start(m, text):
+        return None
+    if m.group("qv") is not None:
+        start, end = m.span("qv")
+        return (start, end, "password") if _quoted_password(text[start:end]) else None
+    start, end = m.span("bv")
+    end = _strip_sentence_end(text, start, end)
+    return (start, end, "password") if _strong_password(text[start:end]) else None
+
+
 def _check_quoted_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
     """ "with password 'letmein123'": a quoted password right after the word."""
     if not _word_start(m, text) or not _quoted_password(m.group("secret")):
@@ -525,8 +553,9 @@ class Rule(NamedTuple):
     Attributes:
         kind: Placeholder type (``[REDACTED:<kind>]``); a ``check`` may name another.
         pattern: Compiled regex.
-        check: ``check(match, text)`` → span to redact (optionally with its kind), or ``None``
-            to reject the match. ``text`` is always the original text (``match`` may come
+        check: ``check(match, text)`` → span to redact (optionally with its kind), ``None``
+            to reject the match, or an ``int``: reject it and search again from there (see
+            :data:`Check`). ``text`` is always the original text (``match`` may come
             from the lower-cased copy). Without a check the named group ``secret`` (or
             ``bare``) is redacted if it took part, else the whole match.
         lower: Match against an ASCII-lower-cased copy (same positions): the regex is
@@ -537,6 +566,9 @@ class Rule(NamedTuple):
             ``finditer`` over the whole text; for vendor token shapes, which the one scan for
             runs then serves together. Every other rule should start with a literal (or an
             alternation of literals) so that the regex engine skips ahead quickly.
+        triggers: Run the rule only on texts that hold one of these substrings (in the
+            lower-cased copy with ``lower``): a substring test is much cheaper than a regex
+            that starts at every common letter.
     """
 
     kind: str
@@ -545,6 +577,7 @@ class Rule(NamedTuple):
     lower: bool = False
     anchors: tuple[str, ...] = ()
     at_tokens: bool = False
+    triggers: tuple[str, ...] = ()
 
 
 def _bounded(text: str, start: int) -> bool:
@@ -631,6 +664,7 @@ _VALUE = (
     r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]{1,512}+)(?P=q)"
     r"|(?P<bv>(?:[^\s\"'`,;&<>()\[\]{}]|&(?![A-Za-z_][\w.\-]{0,30}=)){1,512}+))"
 )
+_VALUE_RE = re.compile(_VALUE)
 _OPT_VALUE = (
     r"(?:(?P<q>[\"'])(?P<secret>[^\"'\n]{1,256}+)(?P=q)"
     r"|(?![\"'])(?P<bare>[^\s\"'\-][^\s\"']{0,255}+))"
@@ -646,7 +680,9 @@ _VENDOR_PREFIXES = (
     "GR1348941", "pypi-", "dop_v1_", "doo_v1_", "dor_v1_", "lin_api_", "xoxe.xoxb-",
     "xoxe.xoxp-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "SG.", "sq0csp-",
     "sq0atp-", "GOCSPX-", "ya29.", "AIza", "dapi", "glsa_", "sntrys_", "rubygems_",
-    "pscale_tkn_", "pscale_pw_", "AGE-SECRET-KEY-1",
+    "pscale_tkn_", "pscale_pw_", "AGE-SECRET-KEY-1", "NRAK-", "NRJS-", "NRII-", "NRRA-", "NRAA-",
+    "PMAK-", "pul-", "ATATT3", "ATCTT3", "key-", "dp.st.", "dp.pt.", "dp.sa.", "dp.ct.", "glc_",
+    "CFPAT-", "figd_", "gsk_", "xai-", "r8_", "fo1_", "rnd_", "sntryu_", "xkeysib-", "LTAI",
 )  # fmt: skip
 _SLACK_PREFIXES = ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xoxe-", "xapp-")
 _AWS_PREFIXES = (
@@ -809,11 +845,12 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "token",  # key = value, key: value, "key": "value" where the key names a secret
         re.compile(
-            r"(?:pass(?:word|wd|phrase|code|key)?|pwd|pw|secret|token|key|auth|credentials?"
+            r"(?:pass(?:word|wd|phrase|code|key)?|pwd|pw|secret|token|auth|credentials?"
+            # a key ending in "key" names a credential only with a prefix (api_key, AccountKey)
+            r"|key(?<=[a-z0-9_.\-]key)|sess(?:ion)?(?:[_\-.]?(?:id|key))?"
             r"|sig(?:nature)?)"
             r"(?P<close>[\"'\]]{0,2})(?P<sep>\s{0,5}(?::=|=>|==|::|[:=])\s{0,5})"
-            + _NOT_PLACEHOLDER
-            + _VALUE
+            + _NOT_PLACEHOLDER  # the value: _VALUE_RE, read by the check
         ),
         _check_assignment,
         lower=True,
@@ -825,7 +862,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"(?:\s+(?:for|of|to|on|at)(?:\s+(?:[\w@./'\-]|:(?!\s)){1,40}+){1,4}?"
             r"(?:" + _PROSE_PUNCT + "|" + _PROSE_VERBS + r")"
             # a punctuation mark right after a one-word name is the assignment rule's
-            r"|(?:(?<=[\s_\-]key)|(?<=[\s_\-]token)|(?<=pin)|(?<=code))" + _PROSE_PUNCT
+            r"|(?:(?<=[\s_\-]key)|(?<=[\s_\-]token)|(?<=pin)|(?<=code)|(?<=number)|(?<=answer))"
+            + _PROSE_PUNCT
             + "|" + _PROSE_VERBS + ")"
             + _NOT_PLACEHOLDER
             + r"(?:[\"'“‘`](?P<qv>[^\"'”’`\n]{1,256}+)[\"'”’`]"
@@ -833,6 +871,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_prose_start,
         lower=True,
+        triggers=("pass", "pw", "pin", "secret", "key", "token", "answer"),
     ),
     Rule(
         "password",  # "changed the root password to Kx9#mPq2", "set the secret_key to '…'"
@@ -850,6 +889,31 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_set_to,
         lower=True,
+        triggers=(" to ", " to\t", " to\n"),
+    ),
+    Rule(
+        "password",  # "Passwort: Geheim123!", "le mot de passe est Soleil2024" (other languages)
+        re.compile(
+            r"(?P<key>passwort|kennwort|contraseña|contrasena|mot\s+de\s+passe|senha|wachtwoord"
+            r"|[пП]ароль|ПАРОЛЬ|hasło|haslo|lösenord|losenord|adgangskode|passord|salasana|heslo"
+            r"|jelszó|jelszo|şifre|sifre|パスワード|密码|密碼|비밀번호)"
+            r"(?:\s{0,5}(?:=|:|：|->|是|は)\s{0,5}|\s{1,5}(?:ist|es|est|é|er|är|on|jest|je)\s{1,5})"
+            + _NOT_PLACEHOLDER
+            + r"(?:[\"'“‘`«](?P<qv>[^\"'”’`»\n]{1,256}+)[\"'”’`»]"
+            r"|(?P<bv>[^\s\"'“”‘’`«»,;()\[\]{}<>]{1,256}+))"
+        ),
+        _check_foreign_password,
+        lower=True,  # an ASCII-lower-cased copy when lower() changes the length: hence ПАРОЛЬ
+        triggers=(
+            "passw", "kennw", "contras", "passe", "senha", "wacht", "ароль", "АРОЛЬ", "has",
+            "lösen", "losen", "adgang", "passord", "salas", "heslo", "jelsz", "ifre", "パスワード",
+            "密码", "密碼", "비밀번호",
+        ),  # fmt: skip
+    ),
+    Rule(
+        "token",  # a URL whose user part is a key: https://<32 hex>@o1.ingest.sentry.io/2
+        re.compile(r"://(?P<secret>[A-Za-z0-9_\-]{16,128}+)@"),
+        lambda m, t: m.span("secret") if _looks_random(m.group("secret"), min_len=16) else None,
     ),
     Rule(
         "password",  # "log in as bob with password 'letmein123'" (a quoted value, no verb)
@@ -860,6 +924,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_quoted_password,
         lower=True,
+        triggers=("pass", "pwd"),
     ),
     Rule(
         "token",  # "API key 3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c" (a long random value, no verb)
@@ -871,6 +936,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_keyed_value,
         lower=True,
+        triggers=("key", "token", "secret"),
     ),
     Rule(
         "password",  # "credentials: admin / Adm1n!Pass", "login bob:S3cret!"
@@ -883,6 +949,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_credential_pair,
         lower=True,
+        triggers=("cred", "login", "log-in", "pass"),
     ),
     Rule(
         "seed_phrase",  # BIP-39 style recovery phrases: 12 to 24 short words after the name
@@ -894,6 +961,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_word_start,
         lower=True,
+        triggers=("mnemonic", "seed", "recovery"),
     ),
     Rule(
         "password",  # "log in with password Hunter22" (mixed letters and digits, no verb)
@@ -1121,7 +1189,7 @@ class Scrubber:
         for i, rule in enumerate(self.patterns):
             if (
                 not isinstance(rule, tuple)
-                or not 2 <= len(rule) <= 6
+                or not 2 <= len(rule) <= 7
                 or not isinstance(rule[0], str)
                 or not isinstance(rule[1], re.Pattern)
                 or (len(rule) >= 3 and rule[2] is not None and not callable(rule[2]))
@@ -1184,8 +1252,11 @@ class Scrubber:
                     if len(low) != len(text):
                         low = text.translate(_ASCII_LOWER)
                 target = low
-            for m in rule.pattern.finditer(target):
-                self._accept(rule, prio, m, text, spans)
+            if rule.triggers and not any(t in target for t in rule.triggers):
+                continue
+            search, pos = rule.pattern.search, 0
+            while (m := search(target, pos)) is not None:
+                pos = max(self._accept(rule, prio, m, text, spans), m.start() + 1)
         runs = list(_TOKEN_RUN.finditer(text))
         if self._token_rules:
             self._token_spans(rules, runs, text, spans)
@@ -1207,12 +1278,17 @@ class Scrubber:
         m: re.Match[str],
         text: str,
         spans: list[tuple[int, int, int, str]],
-    ) -> None:
+    ) -> int:
+        """Add the span ``rule`` finds in match ``m`` to ``spans``; where the search for the
+        next match goes on: behind the span or the match, or where a check that rejected the
+        match says."""
         kind = rule.kind
         if rule.check is not None:
             got = rule.check(m, text)
             if got is None:
-                return
+                return m.end()
+            if isinstance(got, int):
+                return got
             s, e = got[0], got[1]
             if len(got) == 3:
                 kind = got[2]  # type: ignore[misc]
@@ -1220,6 +1296,8 @@ class Scrubber:
             s, e = _secret_span(m)
         if e > s:
             spans.append((s, e, prio, kind))
+            return max(e, m.end())
+        return m.end()
 
     def _token_spans(
         self,
