@@ -493,6 +493,40 @@ def test_scrub_value_walks_keys_lists_and_tuples() -> None:
     assert n == 3
 
 
+def test_a_field_named_for_a_credential_is_redacted_whole() -> None:
+    value = {
+        "password": "hunter2",
+        "api_key": "3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c",
+        "nested": {"db_pass": "Tr0ub4dor&3", "pin": "4821", "PHPSESSID": "9a8b7c6d5e4f3a2b1c0d"},
+        "passphrase": "correct horse battery staple",
+        "user": "bob",
+        "token_count": "5",
+        "password_policy": "rotate every 90 days",
+        "secret": "none",
+        "refresh_token": "${API_TOKEN}",
+        "sessionid": "abc",
+        "session": "prod",
+        "api_key_hint": "the model reads tokens",
+        "auth": "the model reads tokens",
+        "contains_secret": "api-key",
+        "token": "abc",
+    }
+    out, n = scrub_value(value)
+    assert out == {
+        **value,
+        "password": "[REDACTED:password]",
+        "api_key": "[REDACTED:api_key]",
+        "nested": {
+            "db_pass": "[REDACTED:password]",
+            "pin": "[REDACTED:password]",
+            "PHPSESSID": "[REDACTED:token]",
+        },
+        "passphrase": "[REDACTED:password]",
+    }
+    assert n == 6
+    assert scrub_value(out) == (out, 0)
+
+
 def test_scrub_value_depth_is_bounded() -> None:
     deep: list = []
     cur = deep

@@ -62,6 +62,7 @@ __all__ = [
     "DETECT_SECRETS_PLUGINS",
     "Rule",
     "Scrubber",
+    "keyed_secret",
     "same_scrubber",
     "scrub",
     "scrub_message",
@@ -336,6 +337,50 @@ def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | int
     elif not quoted and not is_password and value.isdigit() and len(value) < 6:
         return v.end()
     return start, end, _kind_of_key(key)
+
+
+def keyed_secret(key: str, value: str) -> str | None:
+    """The placeholder kind when ``value``, stored under the name ``key`` (a JSON field, a
+    form field), is a credential, else ``None``: the key names one (as in ``key = value``
+    assignments) and the value is not empty, masked, a placeholder, a template or a stated
+    non-value (``none``, ``changeme``). Under a password key the value must be password-like
+    (one word, or a passphrase of plain words); under any other key it must look random
+    (:func:`_looks_random`, or six digits or more): ``{"contains_secret": "api-key"}`` is a
+    label.
+
+    Example:
+        >>> keyed_secret("db_password", "hunter2"), keyed_secret("password_policy", "90 days")
+        ('password', None)
+    """
+    k = _norm_key(key.strip().strip("\"'"))
+    if k == "pin" or k.endswith(("pincode", "pinnumber")):
+        v = value.strip()
+        return "password" if v.isdigit() and 4 <= len(v) <= 12 else None
+    session = k.endswith(_SESSION_KEY_ENDINGS)
+    named = (
+        k.endswith(_SECRET_KEY_ENDINGS)
+        or _pass_key(k)
+        or _auth_key(k)
+        or k.endswith(("sig", "signature"))
+    )
+    if not named and not session:
+        return None
+    v = value.strip()
+    if not v or not _has_alnum(v) or _is_mask(v) or v.lower() in _NON_SECRET_VALUES:
+        return None
+    if _PLACEHOLDER_RE.search(v) or v.startswith(("$", "%(", "{{", "<", "${")):
+        return None
+    if v[0] in "{<" and v[-1] in "}>":
+        return None
+    if re.fullmatch(r"(?:os\.)?(?:environ|getenv|env|process\.env|settings|config)\b.*", v):
+        return None
+    if not named or k.endswith(("sig", "signature")):
+        return "token" if _looks_random(v, min_len=16) else None
+    if k.endswith(_PASSWORD_KEY_ENDINGS) or _pass_key(k):
+        return "password" if _quoted_password(v) else None
+    # a token must look like one: {"contains_secret": "api-key"} is a label
+    ok = _looks_random(v) or (v.isdigit() and len(v) >= 6)
+    return _kind_of_key(k) if ok else None
 
 
 def _pass_key(key: str) -> bool:
@@ -1514,6 +1559,11 @@ class Scrubber:
             out: dict[Any, Any] = {}
             for k, v in value.items():
                 ck, n1 = self.scrub(k) if isinstance(k, str) else (k, 0)
+                kind = keyed_secret(k, v) if isinstance(k, str) and isinstance(v, str) else None
+                if kind is not None:  # {"db_password": "hunter2"}: the key says what it is
+                    out[ck] = _PLACEHOLDER.format(kind)
+                    total += n1 + 1
+                    continue
                 cv, n2 = self._scrub_value(v, f"{path}.{ck}", depth + 1)
                 out[ck] = cv
                 total += n1 + n2
