@@ -269,6 +269,24 @@ def test_recording_validates_and_replays_to_the_served_ids(tmp_path: Path) -> No
     assert set(result.id_map.values()) <= set(store.ids)
 
 
+def test_credential_fields_are_redacted_in_the_store_and_the_recording(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path / "rec")
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    svc = _service(store, "atlas", recorder=recorder)
+    out = svc.store_memory(
+        "deploy notes for the billing db",
+        metadata={"db_password": "Tr0ub4dor&3", "owner": "ops", "contains_secret": "api-key"},
+    )
+    svc.relate("billing", "uses", "postgres", properties={"api_key": "3f6b2a9c8d7e4f1a0b5c6d7e"})
+    recorder.close()
+    meta = store.get(out["id"]).metadata
+    assert meta["db_password"] == "[REDACTED:password]"
+    assert (meta["owner"], meta["contains_secret"]) == ("ops", "api-key")
+    raw = (tmp_path / "rec" / "memories.jsonl").read_text()
+    assert "Tr0ub4dor" not in raw and "3f6b2a9c" not in raw
+    assert raw.count("[REDACTED:password]") == 1 and raw.count("[REDACTED:api_key]") == 1
+
+
 def test_recording_rejects_a_foreign_directory(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="not empty and holds no dataset.toml"):

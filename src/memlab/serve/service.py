@@ -61,7 +61,7 @@ from memlab.memory.records import (
     UnknownMemoryError,
 )
 from memlab.memory.scopes import TEAM, Principal, check_name, check_scope
-from memlab.memory.scrub import scrub
+from memlab.memory.scrub import keyed_secret, scrub
 from memlab.memory.store import MemoryStore, WriteResult
 from memlab.pipeline import Pipeline
 from memlab.stages.base import QueryContext
@@ -93,10 +93,17 @@ def _scrub_value(value: Any) -> Any:
     if isinstance(value, str):
         return scrub_text(value)
     if isinstance(value, Mapping):
-        return {str(k): _scrub_value(v) for k, v in value.items()}
+        return {str(k): _scrub_field(str(k), v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_scrub_value(v) for v in value]
     return value
+
+
+def _scrub_field(key: str, value: Any) -> Any:
+    """A field's value, scrubbed; redacted whole when the key names a credential and the value
+    has its shape (:func:`~memlab.memory.scrub.keyed_secret`)."""
+    kind = keyed_secret(key, value) if isinstance(value, str) else None
+    return _scrub_value(value) if kind is None else f"[REDACTED:{kind}]"
 
 
 # ---------------------------------------------------------------------- argument checks
