@@ -58,6 +58,13 @@ def adversarial(n: int) -> dict[str, str]:
         "'-----BEGIN RSA PRIVATE KEY-----' * n": "-----BEGIN RSA PRIVATE KEY-----",
         "'\\n' * n": "\n",
         "'-' * n": "-",
+        "'pw: ' * n": "pw: ",
+        "'key:' * n": "key:",
+        "'password - ' * n": "password - ",
+        "'set the password to ' * n": "set the password to ",
+        "'<password>' * n": "<password>",
+        "'| a | b |' * n": "| a | b |",
+        "'credentials: a / ' * n": "credentials: a / ",
     }
     out = {k: (u * (n // len(u) + 1))[:n] for k, u in units.items()}
     out["base64 without delimiters"] = b64

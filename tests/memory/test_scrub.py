@@ -406,6 +406,35 @@ PROSE_CREDENTIALS = [
     ),
 ]
 
+# Credentials in structured text: escaped JSON, XML, .NET settings, Markdown tables, an auth
+# tuple, configuration lines (a password ends at its line; the next key stays).
+STRUCTURED_CREDENTIALS = [
+    (
+        'config: {\\"password\\": \\"hunter2\\"}',
+        'config: {\\"password\\": \\"[REDACTED:password]\\"}',
+    ),
+    ("<password>hunter2</password>", "<password>[REDACTED:password]</password>"),
+    (
+        '<add key="ApiKey" value="3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c"/>',
+        '<add key="ApiKey" value="[REDACTED:api_key]"/>',
+    ),
+    (
+        "| user | bob |\n| password | hunter2 |",
+        "| user | bob |\n| password | [REDACTED:password] |",
+    ),
+    (
+        "requests.get(url, auth=('bob', 'hunter2!'))",
+        "requests.get(url, auth=('bob', '[REDACTED:password]'))",
+    ),
+    (
+        "db:\n  password: hunter2\n  user: app",
+        "db:\n  password: [REDACTED:password]\n  user: app",
+    ),
+    ("PASSWORD=hunter2\nDB_USER=app", "PASSWORD=[REDACTED:password]\nDB_USER=app"),
+    ("Password - hunter2", "Password - [REDACTED:password]"),
+    ("password → hunter2", "password → [REDACTED:password]"),
+]
+
 # Vendor token shapes (prefix + random body).
 VENDOR_TOKENS = [
     "key-3ax6xnjp29jd6fds4gc373sgvjxteol0",  # Mailgun
@@ -453,6 +482,12 @@ PROSE_ABOUT_CREDENTIALS = [
     "key-based routing with key-1 and key-2",
     "ssh://deploy-user-production@host",
     "the pin number is on the back of the card",
+    "the password - which we rotate - is in the vault",
+    "<title>Password reset</title>",
+    "<secret>true</secret>",
+    "| token | count |\n| input | 1200 |",
+    "| Password | required |",
+    "auth=('bob', None)",
 ]
 
 
@@ -462,6 +497,12 @@ def test_credentials_named_in_prose_are_redacted(raw: str, expected: str) -> Non
     assert out == expected
     assert n == expected.count("[REDACTED:")
     assert scrub_text(out) == (out, 0)
+
+
+@pytest.mark.parametrize(("raw", "expected"), STRUCTURED_CREDENTIALS)
+def test_credentials_in_structured_text_are_redacted(raw: str, expected: str) -> None:
+    assert scrub_text(raw) == (expected, 1)
+    assert scrub_text(expected) == (expected, 0)
 
 
 @pytest.mark.parametrize("token", VENDOR_TOKENS)
@@ -567,6 +608,11 @@ def test_bad_scrubber_parameters_raise() -> None:
         "%41",
         "mysql -u ",
         "-----BEGIN ",
+        "pw: ",
+        "password - ",
+        "set the password to ",
+        "<password>",
+        "| a | b |",
     ],
 )
 def test_adversarial_inputs_finish_and_keep_their_shape(unit: str) -> None:

@@ -417,6 +417,9 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
     if keyword.startswith(("pass", "pw", "security", "secret answer")):
         if quoted:
             return start, end, "password"
+        if text[max(0, start - 8) : start].rstrip().endswith(("-", "–", "—")):
+            # a dash may open an aside ("the password - which we rotate - is …")
+            return (start, end, "password") if _strong_password(value) else None
         got = _password_end(text, start, end)
         return None if got is None else (start, got, "password")
     # secret / token / api key: a random-looking single value.
@@ -491,7 +494,7 @@ _PROSE_KEYWORDS = (
 _PROSE_PUNCT = r"\s{0,5}(?:=|:|->)\s{0,5}"
 _PROSE_VERBS = (
     r"\s{1,5}(?:is\s+now|now\s+is|is\s+still|(?:is\s+|was\s+)?(?:set|changed|reset)\s+to"
-    r"|is|was|are|became|becomes|reads)\s{1,5}"
+    r"|is|was|are|became|becomes|reads|-|–|—|→|=>)\s{1,5}"
 )
 """What joins a credential's name to its value in prose: a punctuation mark, or a verb (the
 longer verbs first: "is now" before "is")."""
@@ -559,6 +562,16 @@ def _check_foreign_password(m: re.Match[str], text: str) -> tuple[int, int, str]
     start, end = m.span("bv")
     end = _strip_sentence_end(text, start, end)
     return (start, end, "password") if _strong_password(text[start:end]) else None
+
+
+def _check_keyed_field(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """A value stored under a name (an XML element, a key/value attribute pair, a table row):
+    a secret when :func:`keyed_secret` says so."""
+    for k, v in (("k1", "v1"), ("k2", "v2"), ("k3", "v3")):
+        if m.group(k) is not None:
+            kind = keyed_secret(m.group(k), m.group(v))
+            return None if kind is None else (*m.span(v), kind)
+    return None
 
 
 def _check_quoted_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
@@ -705,8 +718,8 @@ def _check_signature(m: re.Match[str], text: str) -> tuple[int, int] | None:
     return None
 
 
-_VALUE = (
-    r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]{1,512}+)(?P=q)"
+_VALUE = (  # a quote may be escaped (JSON inside a string: {\\"password\\": \\"…\\"})
+    r"(?:\\?(?P<q>[\"'`])(?P<qv>(?:[^\"'`\n\\]|\\(?![\"'`])){1,512}+)\\?(?P=q)"
     r"|(?P<bv>(?:[^\s\"'`,;&<>()\[\]{}]|&(?![A-Za-z_][\w.\-]{0,30}=)){1,512}+))"
 )
 _VALUE_RE = re.compile(_VALUE)
@@ -894,7 +907,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             # a key ending in "key" names a credential only with a prefix (api_key, AccountKey)
             r"|key(?<=[a-z0-9_.\-]key)|sess(?:ion)?(?:[_\-.]?(?:id|key))?"
             r"|sig(?:nature)?)"
-            r"(?P<close>[\"'\]]{0,2})(?P<sep>\s{0,5}(?::=|=>|==|::|[:=])\s{0,5})"
+            r"(?P<close>(?:\\?[\"'\]]){0,2})(?P<sep>\s{0,5}(?::=|=>|==|::|[:=])\s{0,5})"
             + _NOT_PLACEHOLDER  # the value: _VALUE_RE, read by the check
         ),
         _check_assignment,
@@ -954,6 +967,27 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             "lösen", "losen", "adgang", "passord", "salas", "heslo", "jelsz", "ifre", "パスワード",
             "密码", "密碼", "비밀번호",
         ),  # fmt: skip
+    ),
+    Rule(
+        "password",  # <password>…</password>, <add key="ApiKey" value="…"/>, | password | … |
+        re.compile(
+            r"<(?P<k1>[\w:.\-]{1,64})>(?P<v1>[^<>\n]{1,512}+)</(?P=k1)>"
+            r"|key\s{0,3}=\s{0,3}\"(?P<k2>[^\"\n]{1,64}+)\"\s{1,5}value\s{0,3}=\s{0,3}"
+            r"\"(?P<v2>[^\"\n]{1,512}+)\""
+            r"|\|[ \t]{0,5}(?P<k3>[^|\n]{1,64}?)[ \t]{0,5}\|[ \t]{0,5}(?P<v3>[^|\n \t]{1,256}+)"
+            r"[ \t]{0,5}\|"
+        ),
+        _check_keyed_field,
+        triggers=("pass", "pw", "secret", "token", "key", "auth", "cred", "sess", "pin"),
+    ),
+    Rule(
+        "password",  # requests.get(url, auth=("bob", "hunter2!"))
+        re.compile(
+            r"auth\s{0,3}=\s{0,3}[(\[]\s{0,3}(?P<q1>[\"'])[^\"'\n]{1,128}+(?P=q1)\s{0,3},\s{0,3}"
+            r"(?P<q2>[\"'])(?P<secret>[^\"'\n]{1,256}+)(?P=q2)"
+        ),
+        lower=True,
+        triggers=("auth",),
     ),
     Rule(
         "token",  # a URL whose user part is a key: https://<32 hex>@o1.ingest.sentry.io/2
@@ -1143,12 +1177,19 @@ class _View:
 
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 _BREAK_IN_TOKEN = re.compile(rf"\n[ \t>]{{0,8}}(?=[{_TOKEN_CHARS}])")
+_KEY_LINE = re.compile(r"[A-Za-z_][\w.\-]{0,40}:(?:[ \t]|$)|[A-Z][A-Z0-9]*_[A-Z0-9_]*=", re.M)
 _BEFORE_BREAK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.~")
 
 
 def _break_pieces(text: str) -> Iterable[tuple[int, int, str]]:
-    """Line breaks inside a token (``abc\\\\\\n  def``, ``abc-\\ndef``): ``(start, end, "")``."""
+    """Line breaks inside a token (``abc\\\\\\n  def``, ``abc-\\ndef``): ``(start, end, "")``.
+
+    A line that starts with a key (``user: app``, ``DB_USER=app``) starts a new entry of a
+    configuration, not the rest of a token: ``password: hunter2`` above it ends at the line
+    break."""
     for m in _BREAK_IN_TOKEN.finditer(text):
+        if _KEY_LINE.match(text, m.end()):
+            continue
         s = m.start()
         lo = max(0, s - 10)
         if s > lo and text[s - 1] == "\r":
