@@ -378,6 +378,11 @@ PROSE_CREDENTIALS = [
         "accident",
         "mnemonic: [REDACTED:seed_phrase]",
     ),
+    (
+        "ssh into 10.0.0.5 as root with Tr0ub4dor&3",
+        "ssh into 10.0.0.5 as root with [REDACTED:password]",
+    ),
+    ("logged in as bob using Xy7kP2qz9", "logged in as bob using [REDACTED:password]"),
     ("pw: Correct-Horse-Battery-9", "pw: [REDACTED:password]"),
     ("root_pw=Tr0ub4dor", "root_pw=[REDACTED:password]"),
     ("my pin number is 4821", "my pin number is [REDACTED:password]"),
@@ -488,6 +493,10 @@ PROSE_ABOUT_CREDENTIALS = [
     "| token | count |\n| input | 1200 |",
     "| Password | required |",
     "auth=('bob', None)",
+    "signed in as alice with SSO",
+    "logged in as bob with MFA-enabled account",
+    "ssh in as root with ed25519 keys",
+    "connected as bob using oauth2.0 tokens",
 ]
 
 
@@ -613,6 +622,7 @@ def test_bad_scrubber_parameters_raise() -> None:
         "set the password to ",
         "<password>",
         "| a | b |",
+        "log in as a with ",
     ],
 )
 def test_adversarial_inputs_finish_and_keep_their_shape(unit: str) -> None:

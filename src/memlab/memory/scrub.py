@@ -574,6 +574,29 @@ def _check_keyed_field(m: re.Match[str], text: str) -> tuple[int, int, str] | No
     return None
 
 
+_KEY_TYPES = frozenset(
+    "ed25519 ed448 x25519 rsa1024 rsa2048 rsa3072 rsa4096 p256 p384 p521".split()
+)
+
+
+def _check_unnamed_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """ "log in as root with Tr0ub4dor&3": with no name before it, only a value with letters,
+    digits and mixed case or a symbol is a password ("as bob with key-based auth", "with
+    ed25519 keys", "using oauth2.0" are not)."""
+    if not _word_start(m, text):
+        return None
+    start, end = m.span("secret")
+    end = _strip_sentence_end(text, start, end)
+    value = text[start:end]
+    if not (_DIGIT.search(value) and (_LOWER.search(value) or _UPPER.search(value))):
+        return None
+    if value.lower().rstrip(".,;:!?") in _KEY_TYPES or _HASH_WORDS.fullmatch(value):
+        return None
+    mixed = _UPPER.search(value) is not None and _LOWER.search(value) is not None
+    symbol = any(not c.isalnum() and c not in ".-_/" for c in value)
+    return (start, end) if (mixed or symbol) and _strong_password(value) else None
+
+
 def _check_quoted_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
     """ "with password 'letmein123'": a quoted password right after the word."""
     if not _word_start(m, text) or not _quoted_password(m.group("secret")):
@@ -988,6 +1011,20 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         lower=True,
         triggers=("auth",),
+    ),
+    Rule(
+        "password",  # "ssh into 10.0.0.5 as root with Tr0ub4dor&3": a password with no name
+        re.compile(
+            r"(?:log(?:ged|s)?[ \t-]?(?:in|on)|sign(?:ed|s)?[ \t-]?in"
+            r"|ssh(?:ed)?(?:[ \t]+in(?:to)?)?|connect(?:ed|s)?|authenticate[ds]?)"
+            r"(?:[ \t]+(?:to|into|on)[ \t]+[^\s,;]{1,128}+)?"
+            r"[ \t]+as[ \t]+[\w.@\-]{1,64}+[ \t]+(?:with|using|and|/)[ \t]+"
+            + _NOT_PLACEHOLDER
+            + r"(?P<secret>[^\s\"'`,;()\[\]{}<>]{6,128}+)"
+        ),
+        _check_unnamed_password,
+        lower=True,
+        triggers=(" as ",),
     ),
     Rule(
         "token",  # a URL whose user part is a key: https://<32 hex>@o1.ingest.sentry.io/2
