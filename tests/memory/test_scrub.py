@@ -449,6 +449,16 @@ VENDOR_TOKENS = [
     "ATATT3xFfGF0T5JhZx9kqLmNoPqRsTuVwXyZ012345678ABCDEFGHIJ=A1B2C3D4",  # Atlassian
     "dp.st.prd.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCd",  # Doppler
     "gsk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCdEfGh",  # Groq
+    "CFPAT-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCdEfG",  # Contentful
+    "figd_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",  # Figma
+    "xai-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCdEfGhIjKl",  # xAI
+    "r8_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",  # Replicate
+    "fo1_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",  # Fly.io
+    "rnd_AbCdEfGhIjKlMnOpQrStUvWxYz01",  # Render
+    "sntryu_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",  # Sentry
+    "xkeysib-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef-AbCdEfGhIjKlMnOp",
+    "LTAI5tAbCdEfGhIjKlMnOpQr",  # Alibaba Cloud
+    "glc_eyJvIjoiMTIzNDU2IiwibiI6InN0YWNrIn0=",  # Grafana Cloud
 ]
 
 # Prose about credentials, with the same words and shapes: nothing is a secret.
