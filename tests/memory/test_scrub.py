@@ -383,6 +383,16 @@ PROSE_CREDENTIALS = [
         "ssh into 10.0.0.5 as root with [REDACTED:password]",
     ),
     ("logged in as bob using Xy7kP2qz9", "logged in as bob using [REDACTED:password]"),
+    (
+        "Wi-Fi: SSID Office5G / WPA2 key: Sunflower-Garden-88",
+        "Wi-Fi: SSID Office5G / WPA2 key: [REDACTED:token]",
+    ),
+    ("the vault unseal key is 7f3a9c2e1b8d4f6a", "the vault unseal key is [REDACTED:token]"),
+    ("Windows product key: VK7JG-NPHTM-C97JM", "Windows product key: [REDACTED:token]"),
+    ("license key ABCD-1234-EFGH-5678", "license key [REDACTED:token]"),
+    ("password is: Sunflower-Garden-88", "password is: [REDACTED:password]"),
+    ("The door code is 4821#", "The door code is [REDACTED:password]"),
+    ("2FA backup codes: 1234-5678, 9012-3456", "2FA backup codes: [REDACTED:password]"),
     ("pw: Correct-Horse-Battery-9", "pw: [REDACTED:password]"),
     ("root_pw=Tr0ub4dor", "root_pw=[REDACTED:password]"),
     ("my pin number is 4821", "my pin number is [REDACTED:password]"),
@@ -507,6 +517,15 @@ PROSE_ABOUT_CREDENTIALS = [
     "logged in as bob with MFA-enabled account",
     "ssh in as root with ed25519 keys",
     "connected as bob using oauth2.0 tokens",
+    "the key is in the drawer",
+    "primary key: id",
+    "cache key: user:123:profile",
+    "the key is 3x faster",
+    "the key to success is practice",
+    "the door code is on the sticky note",
+    "error code is 4042",
+    "backup codes are stored in 1Password",
+    "backup codes: data mirror 2024",
 ]
 
 

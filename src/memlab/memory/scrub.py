@@ -414,6 +414,10 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
         return None
     if keyword.startswith("pin"):
         return (start, end, "password") if value.isdigit() and 4 <= len(value) <= 12 else None
+    if keyword.endswith("code") and not keyword.startswith("pass"):  # "the door code is 4821#"
+        digits = sum(c.isdigit() for c in value)
+        ok = digits >= 4 and len(value) <= 12 and all(c.isdigit() or c in "*#" for c in value)
+        return (start, end, "password") if ok else None
     if keyword.startswith(("pass", "pw", "security", "secret answer")):
         if quoted:
             return start, end, "password"
@@ -422,7 +426,9 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
             return (start, end, "password") if _strong_password(value) else None
         got = _password_end(text, start, end)
         return None if got is None else (start, got, "password")
-    # secret / token / api key: a random-looking single value.
+    if keyword == "key" and any(c in value for c in ":/"):
+        return None  # "cache key: user:123", "the key is in ~/keys/"
+    # secret / token / api key / "the wifi key": a random-looking single value.
     return (start, end, "token") if _looks_random(value) else None
 
 
@@ -488,13 +494,14 @@ _PROSE_KEYWORDS = (
     r"password|passphrase|passcode|pwd|pw|pin\s+code|pin\s+number|pin"
     r"|security\s+answer|secret\s+answer"
     r"|(?:secret|private|api|access|auth|bot|signing|encryption|master)[\s_\-]?(?:key|token)"
-    r"|secret|token"
+    r"|(?:door|gate|alarm|garage|entry|lock|safe|building)\s+code"
+    r"|secret|token|key"
 )
 """Names of a credential in prose (regex alternation, lower case): "the API key is …"."""
 _PROSE_PUNCT = r"\s{0,5}(?:=|:|->)\s{0,5}"
 _PROSE_VERBS = (
     r"\s{1,5}(?:is\s+now|now\s+is|is\s+still|(?:is\s+|was\s+)?(?:set|changed|reset)\s+to"
-    r"|is|was|are|became|becomes|reads|-|–|—|→|=>)\s{1,5}"
+    r"|is|was|are|became|becomes|reads|-|–|—|→|=>):?\s{1,5}"
 )
 """What joins a credential's name to its value in prose: a punctuation mark, or a verb (the
 longer verbs first: "is now" before "is")."""
@@ -595,6 +602,15 @@ def _check_unnamed_password(m: re.Match[str], text: str) -> tuple[int, int] | No
     mixed = _UPPER.search(value) is not None and _LOWER.search(value) is not None
     symbol = any(not c.isalnum() and c not in ".-_/" for c in value)
     return (start, end) if (mixed or symbol) and _strong_password(value) else None
+
+
+def _check_codes(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """ "backup codes: 1234-5678, 9012-3456": every code has a digit ("backup codes are stored
+    in 1Password" names no code)."""
+    if not _word_start(m, text):
+        return None
+    codes = re.split(r"[ \t,;]+", m.group("secret"))
+    return m.span("secret") if all(_DIGIT.search(c) for c in codes) else None
 
 
 def _check_quoted_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
@@ -952,7 +968,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_prose_start,
         lower=True,
-        triggers=("pass", "pw", "pin", "secret", "key", "token", "answer"),
+        triggers=("pass", "pw", "pin", "secret", "key", "token", "answer", "code"),
     ),
     Rule(
         "password",  # "changed the root password to Kx9#mPq2", "set the secret_key to '…'"
@@ -1027,6 +1043,20 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         triggers=(" as ",),
     ),
     Rule(
+        "password",  # "2FA backup codes: 1234-5678, 9012-3456"
+        re.compile(
+            r"(?:backup|recovery|2fa|mfa|one-time|one\s+time)\s{1,3}codes?"
+            r"(?:\s{0,5}[:=]|\s{1,5}(?:are|is|were|was):?)?\s{1,5}"
+            + _NOT_PLACEHOLDER
+            + r"(?P<secret>[a-z0-9]{4,12}+(?:-[a-z0-9]{4,12}+)?"
+            r"(?:[ \t]{0,3}[,;]?[ \t]{1,3}[a-z0-9]{4,12}+(?:-[a-z0-9]{4,12}+)?){0,15})"
+            r"(?![\w\-])"
+        ),
+        _check_codes,
+        lower=True,
+        triggers=("code",),
+    ),
+    Rule(
         "token",  # a URL whose user part is a key: https://<32 hex>@o1.ingest.sentry.io/2
         re.compile(r"://(?P<secret>[A-Za-z0-9_\-]{16,128}+)@"),
         lambda m, t: m.span("secret") if _looks_random(m.group("secret"), min_len=16) else None,
@@ -1045,8 +1075,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "token",  # "API key 3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c" (a long random value, no verb)
         re.compile(
-            r"(?:(?:secret|private|api|access|auth|bot|signing|encryption|master)[\s_\-]?"
-            r"(?:key|token)|token|secret)\s{1,5}"
+            r"(?:(?:secret|private|api|access|auth|bot|signing|encryption|master|license|licence"
+            r"|product|activation|wifi|wi-fi|wpa2?|unseal)[\s_\-]?(?:key|token)|token|secret)\s{1,5}"
             + _NOT_PLACEHOLDER
             + r"(?P<secret>[^\s\"'`,;()\[\]{}<>]{16,512}+)"
         ),
