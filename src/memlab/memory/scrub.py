@@ -17,8 +17,12 @@ one pass:
    key: …" and "passphrase for the gpg key: …", "changed the root password to …", a quoted
    value right after "password", a long random value right after "access key", a
    user/password pair after "credentials" or "login", a 12–24-word recovery phrase after
-   "mnemonic" or "seed phrase"), and long high-entropy tokens. In prose the value's shape
-   decides: "reset the password to access the server" is prose, "… to Kx9#mPq2" a password.
+   "mnemonic" or "seed phrase", backup codes, door codes, "log in as root with Kx9#mPq2"),
+   passwords named in other languages ("Passwort: …"), credentials in structured text (XML
+   elements, ``key="ApiKey" value="…"`` pairs, Markdown table rows, ``auth=(user, pass)``
+   tuples, escaped JSON quotes), session cookies, and long high-entropy tokens. In prose the
+   value's shape decides: "reset the password to access the server" is prose, "… to Kx9#mPq2"
+   a password.
 2. detect-secrets' vendor plugins (:data:`DETECT_SECRETS_PLUGINS`), run only on short windows
    around a cheap literal trigger, so their regexes never see more than a few hundred
    characters at once (several of them backtrack on long lines). detect-secrets'
@@ -1640,6 +1644,10 @@ class Scrubber:
 
     def scrub_value(self, value: Any, *, field: str = "value") -> tuple[Any, int]:
         """Scrub every string inside a JSON-like value: dict keys and values, list items.
+
+        A string stored under a key that names a credential (``{"db_password": "hunter2"}``)
+        is redacted whole when it has a credential's shape (:func:`keyed_secret`): on its own,
+        ``hunter2`` says nothing.
 
         Args:
             value: A string, number, bool, ``None``, or a dict / list / tuple of those.
