@@ -441,6 +441,11 @@ STRUCTURED_CREDENTIALS = [
         "requests.get(url, auth=('bob', 'hunter2!'))",
         "requests.get(url, auth=('bob', '[REDACTED:password]'))",
     ),
+    ('client.login("bob", "Hunter2!x")', 'client.login("bob", "[REDACTED:password]")'),
+    (
+        "ENV SECRET_KEY_BASE 8f7e6d5c4b3a29181716151413121110abcdef",
+        "ENV SECRET_KEY_BASE [REDACTED:token]",
+    ),
     (
         "db:\n  password: hunter2\n  user: app",
         "db:\n  password: [REDACTED:password]\n  user: app",
@@ -526,6 +531,11 @@ PROSE_ABOUT_CREDENTIALS = [
     "error code is 4042",
     "backup codes are stored in 1Password",
     "backup codes: data mirror 2024",
+    "redis.Redis(host='cache', password=os.environ['REDIS_PASSWORD'])",
+    "token: ${{ secrets.GITHUB_TOKEN }}",
+    "with open('key.txt') as f: api_key = f.read()",
+    "ssh -i ~/.ssh/id_ed25519 deploy@10.0.0.5",
+    'client.login(user, password)',
 ]
 
 

@@ -1024,13 +1024,14 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         triggers=("pass", "pw", "secret", "token", "key", "auth", "cred", "sess", "pin"),
     ),
     Rule(
-        "password",  # requests.get(url, auth=("bob", "hunter2!"))
+        "password",  # requests.get(url, auth=("bob", "hunter2!")), client.login("bob", "…")
         re.compile(
-            r"auth\s{0,3}=\s{0,3}[(\[]\s{0,3}(?P<q1>[\"'])[^\"'\n]{1,128}+(?P=q1)\s{0,3},\s{0,3}"
+            r"(?:auth\s{0,3}=\s{0,3}[(\[]|(?:login|log_in|signin|sign_in|authenticate"
+            r"|basic_auth|httpbasicauth)\s{0,3}\()\s{0,3}(?P<q1>[\"'])[^\"'\n]{1,128}+(?P=q1)\s{0,3},\s{0,3}"
             r"(?P<q2>[\"'])(?P<secret>[^\"'\n]{1,256}+)(?P=q2)"
         ),
         lower=True,
-        triggers=("auth",),
+        triggers=("auth", "log", "sign"),
     ),
     Rule(
         "password",  # "ssh into 10.0.0.5 as root with Tr0ub4dor&3": a password with no name
@@ -1080,7 +1081,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         "token",  # "API key 3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c" (a long random value, no verb)
         re.compile(
             r"(?:(?:secret|private|api|access|auth|bot|signing|encryption|master|license|licence"
-            r"|product|activation|wifi|wi-fi|wpa2?|unseal)[\s_\-]?(?:key|token)|token|secret)\s{1,5}"
+            r"|product|activation|wifi|wi-fi|wpa2?|unseal)[\s_\-]?(?:key|token)|token|secret)"
+            r"(?:_[a-z0-9]{1,12})?\s{1,5}"  # ENV SECRET_KEY_BASE 8f7e…
             + _NOT_PLACEHOLDER
             + r"(?P<secret>[^\s\"'`,;()\[\]{}<>]{16,512}+)"
         ),
