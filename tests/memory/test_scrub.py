@@ -393,6 +393,23 @@ PROSE_CREDENTIALS = [
     ("password is: Sunflower-Garden-88", "password is: [REDACTED:password]"),
     ("The door code is 4821#", "The door code is [REDACTED:password]"),
     ("2FA backup codes: 1234-5678, 9012-3456", "2FA backup codes: [REDACTED:password]"),
+    (
+        "API token (read-only): 3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c",
+        "API token (read-only): [REDACTED:token]",
+    ),
+    (
+        "new password (expires Friday): Autumn#2024",
+        "new password (expires Friday): [REDACTED:password]",
+    ),
+    (
+        "Here's the passphrase again: correct horse battery staple",
+        "Here's the passphrase again: [REDACTED:password]",
+    ),
+    (
+        "Credentials for the FTP: ftpuser / Ftp#Pass99",
+        "Credentials for the FTP: ftpuser / [REDACTED:password]",
+    ),
+    ("root:Tr0ub4dor&3 on the NAS", "root:[REDACTED:password] on the NAS"),
     ("pw: Correct-Horse-Battery-9", "pw: [REDACTED:password]"),
     ("root_pw=Tr0ub4dor", "root_pw=[REDACTED:password]"),
     ("my pin number is 4821", "my pin number is [REDACTED:password]"),
@@ -536,6 +553,14 @@ PROSE_ABOUT_CREDENTIALS = [
     "with open('key.txt') as f: api_key = f.read()",
     "ssh -i ~/.ssh/id_ed25519 deploy@10.0.0.5",
     'client.login(user, password)',
+    "root:x:0:0:root:/root:/bin/bash",
+    "admin: 10:30 standup",
+    "postgres:5432",
+    "pi: 3.14159265",
+    "the password (see vault) is required",
+    "API token (read-only) is stored in Vault",
+    "the token now expires hourly",
+    "password (optional): none",
 ]
 
 

@@ -960,10 +960,13 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         "password",  # "the password for the staging db is hunter2", "API key: 3f6b…"
         re.compile(
             r"(?P<key>" + _PROSE_KEYWORDS + r")"
+            # an aside before the value: "API token (read-only): …", "passphrase again: …"
+            r"(?:[ \t]{0,3}\([^()\n]{1,40}+\)|[ \t]{1,3}(?:again|now|below|here|too|also|today))?"
             r"(?:\s+(?:for|of|to|on|at)(?:\s+(?:[\w@./'\-]|:(?!\s)){1,40}+){1,4}?"
             r"(?:" + _PROSE_PUNCT + "|" + _PROSE_VERBS + r")"
             # a punctuation mark right after a one-word name is the assignment rule's
-            r"|(?:(?<=[\s_\-]key)|(?<=[\s_\-]token)|(?<=pin)|(?<=code)|(?<=number)|(?<=answer))"
+            r"|(?:(?<=[\s_\-]key)|(?<=[\s_\-]token)|(?<=pin)|(?<=code)|(?<=number)|(?<=answer)"
+            r"|(?<=\))|(?<=again)|(?<=now)|(?<=below)|(?<=here)|(?<=too)|(?<=also)|(?<=today))"
             + _PROSE_PUNCT
             + "|" + _PROSE_VERBS + ")"
             + _NOT_PLACEHOLDER
@@ -1062,6 +1065,18 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         triggers=("code",),
     ),
     Rule(
+        "password",  # "root:Tr0ub4dor&3 on the NAS": a well-known account and its password
+        re.compile(
+            r"(?:root|admin|administrator|sa|postgres|ubuntu|pi|deploy|ec2-user|oracle|sysadmin)"
+            r"[ \t]{0,2}:[ \t]{0,2}"
+            + _NOT_PLACEHOLDER
+            + r"(?P<secret>[^\s\"'`,;:()\[\]{}<>/]{6,64}+)(?![:/])"
+        ),
+        _check_unnamed_password,
+        lower=True,
+        triggers=("root", "admin", "sa", "postgres", "ubuntu", "pi", "deploy", "user", "oracle"),
+    ),
+    Rule(
         "token",  # a URL whose user part is a key: https://<32 hex>@o1.ingest.sentry.io/2
         re.compile(r"://(?P<secret>[A-Za-z0-9_\-]{16,128}+)@"),
         lambda m, t: m.span("secret") if _looks_random(m.group("secret"), min_len=16) else None,
@@ -1094,7 +1109,9 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         "password",  # "credentials: admin / Adm1n!Pass", "login bob:S3cret!"
         re.compile(
             r"(?:credentials?|creds|login|log-in|user\s{0,3}/\s{0,3}pass(?:word)?)"
-            r"(?:\s{0,5}[:=]|\s{1,5}(?:is|are|was|were))?\s{1,5}"
+            r"(?:\s{1,3}(?:for|of|to|on|at)(?:\s{1,3}[\w@.\-]{1,40}+){1,4}?"
+            r"(?:\s{0,5}[:=]|\s{1,5}(?:is|are|was|were))"
+            r"|\s{0,5}[:=]|\s{1,5}(?:is|are|was|were))?\s{1,5}"
             r"[^\s/:\"'`]{1,64}+\s{0,3}[/:]\s{0,3}"
             + _NOT_PLACEHOLDER
             + r"(?P<secret>[^\s\"'`,;()\[\]{}<>]{1,128}+)"
