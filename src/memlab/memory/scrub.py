@@ -1009,7 +1009,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         _check_foreign_password,
         lower=True,  # an ASCII-lower-cased copy when lower() changes the length: hence ПАРОЛЬ
         triggers=(
-            "passw", "kennw", "contras", "passe", "senha", "wacht", "ароль", "АРОЛЬ", "has",
+            "passw", "kennw", "contras", "passe", "senha", "wacht", "ароль", "АРОЛЬ", "hasło",
+            "haslo",
             "lösen", "losen", "adgang", "passord", "salas", "heslo", "jelsz", "ifre", "パスワード",
             "密码", "密碼", "비밀번호",
         ),  # fmt: skip
@@ -1034,7 +1035,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"(?P<q2>[\"'])(?P<secret>[^\"'\n]{1,256}+)(?P=q2)"
         ),
         lower=True,
-        triggers=("auth", "log", "sign"),
+        triggers=("auth", "login", "log_in", "signin", "sign_in"),
     ),
     Rule(
         "password",  # "ssh into 10.0.0.5 as root with Tr0ub4dor&3": a password with no name
@@ -1074,7 +1075,10 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_unnamed_password,
         lower=True,
-        triggers=("root", "admin", "sa", "postgres", "ubuntu", "pi", "deploy", "user", "oracle"),
+        triggers=(
+            "root", "admin", "sa:", "sa :", "postgres", "ubuntu", "pi:", "pi :", "deploy",
+            "ec2-user", "oracle", "sysadmin",
+        ),  # fmt: skip
     ),
     Rule(
         "token",  # a URL whose user part is a key: https://<32 hex>@o1.ingest.sentry.io/2
