@@ -470,6 +470,8 @@ STRUCTURED_CREDENTIALS = [
     ("PASSWORD=hunter2\nDB_USER=app", "PASSWORD=[REDACTED:password]\nDB_USER=app"),
     ("Password - hunter2", "Password - [REDACTED:password]"),
     ("password → hunter2", "password → [REDACTED:password]"),
+    ("password -> hunter2", "password -> [REDACTED:password]"),
+    ("token -> 3f6b2a9c8d7e4f1a0b5c", "token -> [REDACTED:token]"),
 ]
 
 # Vendor token shapes (prefix + random body).
@@ -576,6 +578,22 @@ def test_credentials_named_in_prose_are_redacted(raw: str, expected: str) -> Non
 def test_credentials_in_structured_text_are_redacted(raw: str, expected: str) -> None:
     assert scrub_text(raw) == (expected, 1)
     assert scrub_text(expected) == (expected, 0)
+
+
+@pytest.mark.parametrize(
+    "name", ["password", "my wifi password", "the root password for db1", "API key",
+             "DB_PASSWORD", "the token for prod", "client_secret", "pin code"],
+)
+@pytest.mark.parametrize(
+    "joint", [" is ", ": ", " : ", " = ", " -> ", " => ", " is now ", " is still ",
+              " changed to ", " is: ", " was "],
+)
+def test_every_name_and_joint_redacts_the_value(name: str, joint: str) -> None:
+    value = "482913" if name == "pin code" else "Tr0ub4dor&3"
+    out, n = scrub_text(f"{name}{joint}{value} ok")
+    assert n == 1
+    assert value not in out
+    assert out.startswith(f"{name}{joint}[REDACTED:") and out.endswith("] ok")
 
 
 @pytest.mark.parametrize("token", VENDOR_TOKENS)

@@ -505,7 +505,7 @@ _PROSE_KEYWORDS = (
 _PROSE_PUNCT = r"\s{0,5}(?:=|:|->)\s{0,5}"
 _PROSE_VERBS = (
     r"\s{1,5}(?:is\s+now|now\s+is|is\s+still|(?:is\s+|was\s+)?(?:set|changed|reset)\s+to"
-    r"|is|was|are|became|becomes|reads|-|–|—|→|=>):?\s{1,5}"
+    r"|is|was|are|became|becomes|reads|->|=>|-|–|—|→):?\s{1,5}"
 )
 """What joins a credential's name to its value in prose: a punctuation mark, or a verb (the
 longer verbs first: "is now" before "is")."""
@@ -624,6 +624,9 @@ def _check_quoted_password(m: re.Match[str], text: str) -> tuple[int, int] | Non
     return m.span("secret")
 
 
+_KEY_PREFIX = re.compile(r"[A-Za-z_][\w.\-]{0,40}[:=]")
+
+
 def _check_keyed_value(m: re.Match[str], text: str) -> tuple[int, int] | None:
     """ "API key 3f6b2a9c…": a long random-looking value right after a credential's name."""
     if not _word_start(m, text):
@@ -633,6 +636,8 @@ def _check_keyed_value(m: re.Match[str], text: str) -> tuple[int, int] | None:
     value = text[start:end]
     if not _looks_random(value, min_len=16) or "://" in value or value.count("/") > 1:
         return None
+    if _KEY_PREFIX.match(value):
+        return None  # "secret token=…": an assignment, the assignment rule's
     if _SRI_PREFIX.match(value):
         return None
     return start, end
