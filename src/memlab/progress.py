@@ -246,7 +246,10 @@ def _beat_loop() -> None:
         _wake.wait(wait)
         _wake.clear()
         with _lock:
-            if inner in _active:
+            # Only if it is still the innermost step: one that started while this thread
+            # waited (and woke it) speaks instead, after its own interval.
+            running = [p for p in _active if p.heartbeat]
+            if running and running[-1] is inner:
                 try:
                     inner.beat()
                 except Exception:  # noqa: BLE001 - a closed stream must not kill the work
