@@ -410,6 +410,13 @@ PROSE_CREDENTIALS = [
         "Credentials for the FTP: ftpuser / [REDACTED:password]",
     ),
     ("root:Tr0ub4dor&3 on the NAS", "root:[REDACTED:password] on the NAS"),
+    ("SIP password 7734 for extension 201", "SIP password [REDACTED:password] for extension 201"),
+    ("enter 4821 as the PIN", "enter [REDACTED:password] as the PIN"),
+    (
+        "the gpg passphrase, in case you need it, is 'orange tiger lamp'",
+        "the gpg passphrase, in case you need it, is '[REDACTED:password]'",
+    ),
+    ("the secret is 'blue-horse-battery'", "the secret is '[REDACTED:token]'"),
     ("pw: Correct-Horse-Battery-9", "pw: [REDACTED:password]"),
     ("root_pw=Tr0ub4dor", "root_pw=[REDACTED:password]"),
     ("my pin number is 4821", "my pin number is [REDACTED:password]"),
@@ -563,6 +570,14 @@ PROSE_ABOUT_CREDENTIALS = [
     "API token (read-only) is stored in Vault",
     "the token now expires hourly",
     "password (optional): none",
+    "password 2024 policy",
+    "pin 4 digits",
+    "password 12 characters",
+    "set 1000 as the password length",
+    "the password, which is stored hashed, is never logged",
+    "the token, once issued, is valid for 24 hours",
+    "the secret is 'practice'",
+    "the secret is 'hard-work'",
 ]
 
 

@@ -432,6 +432,8 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
         return None if got is None else (start, got, "password")
     if keyword == "key" and any(c in value for c in ":/"):
         return None  # "cache key: user:123", "the key is in ~/keys/"
+    if quoted and re.fullmatch(r"[A-Za-z]{3,}(?:[-_.][A-Za-z0-9]{3,}){2,}", value):
+        return start, end, "token"  # "the secret is 'blue-horse-battery'"
     # secret / token / api key / "the wifi key": a random-looking single value.
     return (start, end, "token") if _looks_random(value) else None
 
@@ -615,6 +617,20 @@ def _check_codes(m: re.Match[str], text: str) -> tuple[int, int] | None:
         return None
     codes = re.split(r"[ \t,;]+", m.group("secret"))
     return m.span("secret") if all(_DIGIT.search(c) for c in codes) else None
+
+
+def _check_word_start_digits(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """A number named as a password or PIN; not a year (1900–2099) or a length ("password
+    12 characters" is caught by nothing but the number, so years are the one exception)."""
+    if not _word_start(m, text):
+        return None
+    start, end = _secret_span(m)
+    value = text[start:end]
+    if len(value) == 4 and value[:2] in ("19", "20"):
+        return None  # "password 2024 policy"
+    if text[end : end + 12].lstrip().lower().startswith(("char", "digit", "letter", "day")):
+        return None  # "password 8 characters", "pin 4 digits"
+    return start, end
 
 
 def _check_quoted_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
@@ -965,8 +981,10 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         "password",  # "the password for the staging db is hunter2", "API key: 3f6b…"
         re.compile(
             r"(?P<key>" + _PROSE_KEYWORDS + r")"
-            # an aside before the value: "API token (read-only): …", "passphrase again: …"
-            r"(?:[ \t]{0,3}\([^()\n]{1,40}+\)|[ \t]{1,3}(?:again|now|below|here|too|also|today))?"
+            # an aside before the value: "API token (read-only): …", "passphrase again: …",
+            # "the passphrase, in case you need it, is …"
+            r"(?:[ \t]{0,3}\([^()\n]{1,40}+\)|,[ \t]{1,3}[^,;:\n]{1,40}+,"
+            r"|[ \t]{1,3}(?:again|now|below|here|too|also|today))?"
             r"(?:\s+(?:for|of|to|on|at)(?:\s+(?:[\w@./'\-]|:(?!\s)){1,40}+){1,4}?"
             r"(?:" + _PROSE_PUNCT + "|" + _PROSE_VERBS + r")"
             # a punctuation mark right after a one-word name is the assignment rule's
@@ -1150,6 +1168,20 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_password_word_start,
         lower=True,
+    ),
+    Rule(
+        "password",  # "SIP password 7734 for extension 201", "enter 4821 as the PIN"
+        re.compile(
+            r"(?:password|passcode|pin)\s{1,5}" + _NOT_PLACEHOLDER
+            + r"(?P<secret>\d{4,12}+)(?![\d.,:/\-]\d)"
+            r"|(?P<bare>\d{4,12}+)\s{1,3}as\s{1,3}(?:(?:the|your|my|a)\s{1,3})?"
+            r"(?:password|passcode|pin)\b"
+            # not "as the password length": a noun after it says what the number is
+            r"(?![ \t]{1,3}(?!(?:for|on|to|of|at|and|in|from|with|when)\b)[a-z])"
+        ),
+        _check_word_start_digits,
+        lower=True,
+        triggers=("pass", "pin"),
     ),
 )
 """memlab's own rules (:class:`Rule`), in priority order: when spans overlap, the earlier
