@@ -234,22 +234,26 @@ def _ensure_heartbeat() -> None:
         thread.start()
 
 
+def _innermost() -> Progress | None:
+    """The innermost running step with a heartbeat (call with ``_lock`` held)."""
+    running = [p for p in _active if p.heartbeat]
+    return running[-1] if running else None
+
+
 def _beat_loop() -> None:
     while True:
         with _lock:
-            running = [p for p in _active if p.heartbeat]
-            if not running:
+            inner = _innermost()
+            if inner is None:
                 _heartbeat[0] = None
                 return
-            inner = running[-1]
             wait = inner.interval
         _wake.wait(wait)
         _wake.clear()
         with _lock:
             # Only if it is still the innermost step: one that started while this thread
             # waited (and woke it) speaks instead, after its own interval.
-            running = [p for p in _active if p.heartbeat]
-            if running and running[-1] is inner:
+            if _innermost() is inner:
                 try:
                     inner.beat()
                 except Exception:  # noqa: BLE001 - a closed stream must not kill the work

@@ -297,9 +297,8 @@ def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | int
     skipped (the search goes on behind it)."""
     key = _norm_key(_key_before(text, m.start(), m.start("close")))
     session = key.endswith(_SESSION_KEY_ENDINGS)
-    if not key.endswith(_SECRET_KEY_ENDINGS) and not _pass_key(key) and not _auth_key(key):
-        if not key.endswith(("sig", "signature")) and not session:
-            return None
+    if not _names_credential(key) and not session:
+        return None
     # The value is read only once the key names a credential: a match that reached past a
     # key like "otpauth:" would hide the "secret=…" behind it.
     v = _VALUE_RE.match(text, m.end())
@@ -312,21 +311,14 @@ def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | int
     if not quoted:
         end = _strip_sentence_end(text, start, end)
         value = text[start:end]
-    if not _has_alnum(value) or _is_mask(value):
-        return v.end()
-    low = value.lower()
-    if low in _NON_SECRET_VALUES or value.startswith(("$", "%(", "{{", "<", "${")):
-        return v.end()
-    if value[0] in "{<" and value[-1] in "}>":
-        return v.end()
-    if re.fullmatch(r"(?:os\.)?(?:environ|getenv|env|process\.env|settings|config)\b.*", value):
+    if _stated_non_value(value):
         return v.end()
     if session and not key.endswith(_SECRET_KEY_ENDINGS):
         # "session=prod" names a setting; a session id is a long random value
         return (start, end, "token") if _looks_random(value, min_len=16) else v.end()
     sep = m.group("sep")
     spaced = sep != sep.rstrip()
-    is_password = key.endswith(_PASSWORD_KEY_ENDINGS) or _pass_key(key)
+    is_password = _password_key(key)
     if key.endswith(("sig", "signature")) and not _looks_random(value, min_len=16):
         return v.end()
     if not quoted and spaced:
@@ -357,30 +349,17 @@ def keyed_secret(key: str, value: str) -> str | None:
         ('password', None)
     """
     k = _norm_key(key.strip().strip("\"'"))
-    if k == "pin" or k.endswith(("pincode", "pinnumber")):
-        v = value.strip()
-        return "password" if v.isdigit() and 4 <= len(v) <= 12 else None
-    session = k.endswith(_SESSION_KEY_ENDINGS)
-    named = (
-        k.endswith(_SECRET_KEY_ENDINGS)
-        or _pass_key(k)
-        or _auth_key(k)
-        or k.endswith(("sig", "signature"))
-    )
-    if not named and not session:
-        return None
     v = value.strip()
-    if not v or not _has_alnum(v) or _is_mask(v) or v.lower() in _NON_SECRET_VALUES:
+    if k == "pin" or k.endswith(("pincode", "pinnumber")):
+        return "password" if _is_pin(v) else None
+    named = _names_credential(k)
+    if not named and not k.endswith(_SESSION_KEY_ENDINGS):
         return None
-    if _PLACEHOLDER_RE.search(v) or v.startswith(("$", "%(", "{{", "<", "${")):
-        return None
-    if v[0] in "{<" and v[-1] in "}>":
-        return None
-    if re.fullmatch(r"(?:os\.)?(?:environ|getenv|env|process\.env|settings|config)\b.*", v):
+    if not v or _PLACEHOLDER_RE.search(v) or _stated_non_value(v):
         return None
     if not named or k.endswith(("sig", "signature")):
         return "token" if _looks_random(v, min_len=16) else None
-    if k.endswith(_PASSWORD_KEY_ENDINGS) or _pass_key(k):
+    if _password_key(k):
         return "password" if _quoted_password(v) else None
     # a token must look like one: {"contains_secret": "api-key"} is a label
     ok = _looks_random(v) or (v.isdigit() and len(v) >= 6)
@@ -395,8 +374,43 @@ def _auth_key(key: str) -> bool:
     return key in ("auth", "basicauth", "httpauth", "proxyauth", "dockerauth", "authstring")
 
 
+def _password_key(key: str) -> bool:
+    """A normalised key name whose value is a password."""
+    return key.endswith(_PASSWORD_KEY_ENDINGS) or _pass_key(key)
+
+
+def _names_credential(key: str) -> bool:
+    """A normalised key name whose value is a credential (``db_password``, ``apiKey``,
+    ``auth``, ``sig``)."""
+    return (
+        key.endswith(_SECRET_KEY_ENDINGS)
+        or _pass_key(key)
+        or _auth_key(key)
+        or key.endswith(("sig", "signature"))
+    )
+
+
+_ENV_REFERENCE = re.compile(r"(?:os\.)?(?:environ|getenv|env|process\.env|settings|config)\b.*")
+
+
+def _stated_non_value(value: str) -> bool:
+    """A value that stands for no credential: no letter or digit, masked (``****``), a stated
+    non-value (``none``, ``changeme``), a template (``${TOKEN}``, ``{{ secret }}``, ``<key>``)
+    or a reference to the environment or the settings (``os.environ["KEY"]``)."""
+    if not _has_alnum(value) or _is_mask(value) or value.lower() in _NON_SECRET_VALUES:
+        return True
+    if value.startswith(("$", "%(", "{{", "<", "${")) or (value[0] in "{<" and value[-1] in "}>"):
+        return True
+    return _ENV_REFERENCE.fullmatch(value) is not None
+
+
+def _is_pin(value: str) -> bool:
+    """Four to twelve digits: a PIN."""
+    return value.isdigit() and 4 <= len(value) <= 12
+
+
 def _kind_of_key(key: str) -> str:
-    if key.endswith(_PASSWORD_KEY_ENDINGS) or _pass_key(key):
+    if _password_key(key):
         return "password"
     if key.endswith(_API_KEY_ENDINGS):
         return "api_key"
@@ -417,7 +431,7 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
     if not _has_alnum(value) or _is_mask(value) or value.lower() in _NON_SECRET_VALUES:
         return None
     if keyword.startswith("pin"):
-        return (start, end, "password") if value.isdigit() and 4 <= len(value) <= 12 else None
+        return (start, end, "password") if _is_pin(value) else None
     if keyword.endswith("code") and not keyword.startswith("pass"):  # "the door code is 4821#"
         digits = sum(c.isdigit() for c in value)
         ok = digits >= 4 and len(value) <= 12 and all(c.isdigit() or c in "*#" for c in value)
@@ -496,10 +510,12 @@ def _check_entropy(m: re.Match[str], text: str) -> tuple[int, int] | None:
     return start, end
 
 
+_KEY_NAME_WORDS = "secret|private|api|access|auth|bot|signing|encryption|master"
+"""Words before "key" or "token" that make it a credential's name (regex alternation)."""
 _PROSE_KEYWORDS = (
     r"password|passphrase|passcode|pwd|pw|pin\s+code|pin\s+number|pin"
     r"|security\s+answer|secret\s+answer"
-    r"|(?:secret|private|api|access|auth|bot|signing|encryption|master)[\s_\-]?(?:key|token)"
+    r"|(?:" + _KEY_NAME_WORDS + r")[\s_\-]?(?:key|token)"
     r"|(?:door|gate|alarm|garage|entry|lock|safe|building)\s+code"
     r"|secret|token|key"
 )
@@ -511,6 +527,8 @@ _PROSE_VERBS = (
 )
 """What joins a credential's name to its value in prose: a punctuation mark, or a verb (the
 longer verbs first: "is now" before "is")."""
+_ASIDE_WORDS = ("again", "now", "below", "here", "too", "also", "today")
+"""Words between a credential's name and its separator: "the passphrase again: …"."""
 
 
 def _strong_password(word: str) -> bool:
@@ -552,8 +570,8 @@ def _check_set_to(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
         end = _strip_sentence_end(text, start, end)
     value = text[start:end]
     if keyword.endswith(("pin", "pincode")):
-        return (start, end, "password") if value.isdigit() and 4 <= len(value) <= 12 else None
-    is_password = keyword.endswith(_PASSWORD_KEY_ENDINGS)
+        return (start, end, "password") if _is_pin(value) else None
+    is_password = _password_key(keyword)
     kind = "password" if is_password else "token"
     if quoted:
         ok = _quoted_password(value) if is_password else _looks_random(value, min_len=6)
@@ -620,8 +638,8 @@ def _check_codes(m: re.Match[str], text: str) -> tuple[int, int] | None:
 
 
 def _check_word_start_digits(m: re.Match[str], text: str) -> tuple[int, int] | None:
-    """A number named as a password or PIN; not a year (1900–2099) or a length ("password
-    12 characters" is caught by nothing but the number, so years are the one exception)."""
+    """A number named as a password or PIN; not a year (``password 2024 policy``) or a count
+    (``password 12 characters``, ``pin 4 digits``)."""
     if not _word_start(m, text):
         return None
     start, end = _secret_span(m)
@@ -984,12 +1002,12 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             # an aside before the value: "API token (read-only): …", "passphrase again: …",
             # "the passphrase, in case you need it, is …"
             r"(?:[ \t]{0,3}\([^()\n]{1,40}+\)|,[ \t]{1,3}[^,;:\n]{1,40}+,"
-            r"|[ \t]{1,3}(?:again|now|below|here|too|also|today))?"
+            r"|[ \t]{1,3}(?:" + "|".join(_ASIDE_WORDS) + "))?"
             r"(?:\s+(?:for|of|to|on|at)(?:\s+(?:[\w@./'\-]|:(?!\s)){1,40}+){1,4}?"
             r"(?:" + _PROSE_PUNCT + "|" + _PROSE_VERBS + r")"
             # a punctuation mark right after a one-word name is the assignment rule's
             r"|(?:(?<=[\s_\-]key)|(?<=[\s_\-]token)|(?<=pin)|(?<=code)|(?<=number)|(?<=answer)"
-            r"|(?<=\))|(?<=again)|(?<=now)|(?<=below)|(?<=here)|(?<=too)|(?<=also)|(?<=today))"
+            r"|(?<=\))|" + "|".join(f"(?<={w})" for w in _ASIDE_WORDS) + ")"
             + _PROSE_PUNCT
             + "|" + _PROSE_VERBS + ")"
             + _NOT_PLACEHOLDER
@@ -1033,9 +1051,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         lower=True,  # an ASCII-lower-cased copy when lower() changes the length: hence ПАРОЛЬ
         triggers=(
             "passw", "kennw", "contras", "passe", "senha", "wacht", "ароль", "АРОЛЬ", "hasło",
-            "haslo",
-            "lösen", "losen", "adgang", "passord", "salas", "heslo", "jelsz", "ifre", "パスワード",
-            "密码", "密碼", "비밀번호",
+            "haslo", "lösen", "losen", "adgang", "passord", "salas", "heslo", "jelsz", "ifre",
+            "パスワード", "密码", "密碼", "비밀번호",
         ),  # fmt: skip
     ),
     Rule(
@@ -1122,8 +1139,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "token",  # "API key 3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c" (a long random value, no verb)
         re.compile(
-            r"(?:(?:secret|private|api|access|auth|bot|signing|encryption|master|license|licence"
-            r"|product|activation|wifi|wi-fi|wpa2?|unseal)[\s_\-]?(?:key|token)|token|secret)"
+            r"(?:(?:" + _KEY_NAME_WORDS + r"|license|licence|product|activation|wifi|wi-fi|wpa2?"
+            r"|unseal)[\s_\-]?(?:key|token)|token|secret)"
             r"(?:_[a-z0-9]{1,12})?\s{1,5}"  # ENV SECRET_KEY_BASE 8f7e…
             + _NOT_PLACEHOLDER
             + r"(?P<secret>[^\s\"'`,;()\[\]{}<>]{16,512}+)"
