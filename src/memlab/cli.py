@@ -382,7 +382,9 @@ def parallel_options(p: argparse.ArgumentParser, *, default: str = "joblib") -> 
         default=default,
         help=f"where points/pipelines run (default: {default}; joblib = local cores)",
     )
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="jobs, this process included: it takes tasks beside N - 1 worker "
+                   "processes (default: all cores)")
     p.add_argument("--address", default=None, help="HOST:PORT of a Ray head (--executor ray)")
 
 

@@ -40,29 +40,35 @@ def test_executors_return_results_in_task_order():
 
 
 def _pid_and_modules(shared, task):
+    time.sleep(task)
     return os.getpid(), sorted(m for m in shared if m in sys.modules)
 
 
-def _warming_up(tmp_path, monkeypatch, module: str, seconds: int):
-    """A two-worker executor of a new pool, warming up with ``module``, whose import takes
-    ``seconds`` (written to ``tmp_path``, put on the path that loky hands its workers)."""
+def _warming_up(tmp_path, monkeypatch, module: str, seconds: int, n_jobs: int = 2):
+    """An executor of a new pool (``n_jobs - 1`` workers), warming up with ``module``, whose
+    import takes ``seconds`` (written to ``tmp_path``, put on the path that loky hands its
+    workers)."""
     (tmp_path / f"{module}.py").write_text(f"import time\ntime.sleep({seconds})\n")
     monkeypatch.syspath_prepend(tmp_path)  # loky starts its workers with this sys.path
     executor_module._shutdown_pool(kill=False)  # a pool of its own, started with that path
-    ex = make_executor("joblib", n_jobs=2)
+    ex = make_executor("joblib", n_jobs=n_jobs)
     ex.warm((module,))
-    assert len(ex._pending) == 1
+    assert len(ex._pending) == n_jobs - 1  # one import per worker
     return ex
 
 
 def test_warmed_workers_import_ahead_and_serve_the_next_map(tmp_path, monkeypatch):
-    # A module that takes two seconds to import: the first worker to take an import task is
-    # busy with it when the second task is handed out, so each worker imports it once.
-    ex = _warming_up(tmp_path, monkeypatch, "memlab_two_second_import", 2)
-    out = ex.map(_pid_and_modules, ("memlab_two_second_import", "colorsys"), [0, 1])
+    # Three jobs: this process and two workers, each worker importing a module that takes two
+    # seconds. Three tasks of a second each: the first two on the workers, the third here.
+    module = "memlab_two_second_import"
+    ex = _warming_up(tmp_path, monkeypatch, module, 2, n_jobs=3)
+    out = ex.map(_pid_and_modules, (module, "colorsys"), [1.0, 1.0, 1.0])
     assert ex._pending == []  # map waited for the warm-up
-    # the tasks ran in the workers the warm-up started, where it had imported the module
-    assert [mods for _, mods in out] == [["memlab_two_second_import"]] * 2
+    pids = [pid for pid, _ in out]
+    assert pids[2] == os.getpid() and len(set(pids)) == 3
+    # the workers the warm-up started had imported the module; this process never did
+    assert [mods for _, mods in out[:2]] == [[module], [module]]
+    assert module not in out[2][1]
     monkeypatch.undo()
     executor_module._shutdown_pool(kill=False)  # the next test's pool starts without the path
 
@@ -71,9 +77,9 @@ def test_closing_a_pool_that_only_warmed_up_stops_it_without_waiting(tmp_path, m
     # A warm-up whose import would take ten minutes: close() must not wait for it (a refused
     # command, or one that ran in its own process, exits at once).
     ex = _warming_up(tmp_path, monkeypatch, "memlab_slow_import", 600)
-    # the workers are importing it (a module that is not found would end the warm-up at once)
+    # the worker is importing it (a module that is not found would end the warm-up at once)
     time.sleep(3)
-    assert ex._pending[0].is_alive()
+    assert not ex._pending[0].done()
     closing = threading.Thread(target=ex.close)
     closing.start()
     closing.join(timeout=60)
@@ -89,7 +95,7 @@ def test_a_failed_warm_up_import_is_left_to_the_tasks():
     assert ex.map(_square_plus, {"offset": 1}, [2, 3]) == [5, 10]
 
 
-def test_warming_one_worker_or_the_serial_executor_does_nothing():
+def test_warming_one_job_or_the_serial_executor_does_nothing():
     one = make_executor("joblib", n_jobs=1)
     one.warm()
     assert one._pending == []
@@ -99,26 +105,51 @@ def test_warming_one_worker_or_the_serial_executor_does_nothing():
     assert not hasattr(make_executor("serial"), "warm")
 
 
+def _where_and_threads(shared, task):
+    time.sleep(task)
+    return os.getpid(), os.environ.get("OPENBLAS_NUM_THREADS")
+
+
+def test_this_process_takes_tasks_beside_the_workers():
+    # Two jobs: this process and one worker, sharing six tasks of 0.3 s: the first goes to the
+    # worker, the second here, the others to whichever is free first. The worker's numerical
+    # libraries get the cores per job.
+    from joblib.externals.loky import cpu_count
+
+    ex = make_executor("joblib", n_jobs=2)
+    out = ex.map(_where_and_threads, None, [0.3] * 6)
+    pids = [pid for pid, _ in out]
+    assert pids[0] != os.getpid() and pids[1] == os.getpid() and len(set(pids)) == 2
+    threads = os.environ.get("OPENBLAS_NUM_THREADS", str(max(cpu_count() // 2, 1)))
+    assert {t for pid, t in out if pid != os.getpid()} == {threads}
+
+
 def _mark_then_sleep(shared, task):
-    """Sleep ``task`` seconds, then leave a file named after the task in ``shared``."""
+    """Leave a file ``started-TASK`` in ``shared``, sleep ``task`` seconds, then leave
+    ``ended-TASK``."""
+    (Path(shared) / f"started-{task}").write_text("", encoding="utf-8")
     time.sleep(task)
     (Path(shared) / f"ended-{task}").write_text("", encoding="utf-8")
     return os.getpid(), task
 
 
 def test_meanwhile_runs_here_once_no_task_is_left_to_start(tmp_path):
-    # Two workers, four tasks: once three have ended, the fourth (3 s) is the only one left,
-    # a worker is idle, and this process does its own work; the results stay in task order.
+    # Two jobs (this process and a worker), four tasks: the first (3 s) goes to the worker,
+    # the three short ones run here, and then this process does its own work, while the
+    # worker's task runs on.
     seen = []
 
     def meanwhile():
         seen.append((os.getpid(), sorted(p.name for p in tmp_path.iterdir())))
 
     ex = make_executor("joblib", n_jobs=2)
-    out = ex.map(_mark_then_sleep, str(tmp_path), [0.1, 0.2, 0.3, 3.0], meanwhile=meanwhile)
-    assert [task for _, task in out] == [0.1, 0.2, 0.3, 3.0]
-    assert {pid for pid, _ in out} != {os.getpid()}  # the tasks ran in workers
-    assert seen == [(os.getpid(), ["ended-0.1", "ended-0.2", "ended-0.3"])]
+    out = ex.map(_mark_then_sleep, str(tmp_path), [3.0, 0.1, 0.2, 0.3], meanwhile=meanwhile)
+    assert [task for _, task in out] == [3.0, 0.1, 0.2, 0.3]
+    assert [pid == os.getpid() for pid, _ in out] == [False, True, True, True]
+    assert seen == [(os.getpid(), [
+        "ended-0.1", "ended-0.2", "ended-0.3",
+        "started-0.1", "started-0.2", "started-0.3", "started-3.0",
+    ])]
 
 
 def test_meanwhile_errors_are_ignored_and_a_map_here_skips_it(tmp_path):
@@ -130,7 +161,7 @@ def test_meanwhile_errors_are_ignored_and_a_map_here_skips_it(tmp_path):
 
     two = make_executor("joblib", n_jobs=2)
     assert two.map(_square_plus, {"offset": 1}, [2, 3], meanwhile=failing) == [5, 10]
-    assert calls == ["called"]  # with as many tasks as workers: once the first has ended
+    assert calls == ["called"]  # once this process has no task left to take
     # the tasks run in this process: nothing to wait for, nothing done meanwhile
     assert make_executor("serial").map(_square_plus, {"offset": 1}, [2], meanwhile=failing) == [5]
     assert two.map(_square_plus, {"offset": 1}, [4], meanwhile=failing) == [17]
@@ -148,6 +179,19 @@ def test_a_failing_task_raises_its_own_error_and_the_pool_serves_the_next_map():
     with pytest.raises(ValueError, match=r"^task 2 failed \(shared\)$"):
         ex.map(_fails_on_two, "shared", [0, 1, 2, 3])
     assert ex.map(_fails_on_two, "shared", [0, 1, 3]) == [0, 1, 3]
+
+
+def _fails_after(shared, task):
+    time.sleep(task)
+    raise ValueError(f"task of {task} s failed")
+
+
+def test_of_tasks_failing_at_once_the_earliest_in_task_order_is_raised():
+    # The first task goes to the worker, the second runs here and fails first; no further task
+    # starts, and the first task's error is the one raised, as in a serial run.
+    ex = make_executor("joblib", n_jobs=2)
+    with pytest.raises(ValueError, match=r"^task of 1.0 s failed$"):
+        ex.map(_fails_after, None, [1.0, 0.1, 0.1, 0.1])
 
 
 def test_make_executor_rejects_bad_settings():

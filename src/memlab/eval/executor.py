@@ -6,9 +6,9 @@ embeddings, the dataset, the base pipeline) is pickled once; each worker unpickl
 run and keeps it, with its caches, for every task it is given.
 
 * ``serial``: in this process, one task after another (``shared`` is used as is).
-* ``joblib``: local cores through joblib's loky process pool (``n_jobs``; default all cores).
-  :meth:`JoblibExecutor.warm` starts the workers and has them import memlab while this process
-  prepares the data; ``map`` then finds them ready.
+* ``joblib``: local cores: this process and ``n_jobs - 1`` workers of joblib's loky process
+  pool (``n_jobs``; default all cores). :meth:`JoblibExecutor.warm` starts the workers and has
+  them import memlab while this process prepares the data; ``map`` then finds them ready.
 * ``ray``: a Ray cluster (``address="HOST:PORT"`` of a running head; default: a local Ray
   started for the run). Every node needs memlab installed (or on ``PYTHONPATH``).
 
@@ -105,13 +105,6 @@ def _call(fn: Callable[[Any, T], R], token: str, blob: Any, task: T) -> R:
     return fn(_shared_state(token, blob), task)
 
 
-def _call_indexed(
-    fn: Callable[[Any, T], R], token: str, blob: Any, index: int, task: T
-) -> tuple[int, R]:
-    """:func:`_call`, with the task's index (results that come back in the order they end)."""
-    return index, _call(fn, token, blob, task)
-
-
 def _quietly(work: Meanwhile | None) -> None:
     """Run ``work`` (a ``meanwhile``), ignoring its errors (see :meth:`Executor.map`)."""
     if work is None:
@@ -125,16 +118,6 @@ def _quietly(work: Meanwhile | None) -> None:
 WORKER_MODULES: tuple[str, ...] = ("memlab.eval.experiment", "memlab.eval.sweep")
 """What a warmed worker imports (the task functions and every stage: what unpickling the
 shared replayer and running a pipeline would import first)."""
-
-
-def _collect(results: Any) -> None:
-    """Take in every result of a joblib generator, ignoring errors (what runs next imports
-    what it needs and fails on its own)."""
-    try:
-        for _ in results:
-            pass
-    except Exception:  # noqa: BLE001 - see above
-        pass
 
 
 def _import(modules: tuple[str, ...]) -> int:
@@ -159,6 +142,26 @@ def _shutdown_pool(*, kill: bool) -> None:
             pass
 
 
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS")
+"""Thread-pool sizes of numerical libraries, set in the workers' environment."""
+
+
+def _loky_pool(workers: int) -> Any:
+    """joblib's loky pool (one per process, reused between calls) with ``workers`` workers.
+
+    As joblib does for its own pools, each worker's numerical libraries get the cores left per
+    job (``cpu_count // (workers + 1)``, this process being a job too) unless this process's
+    environment already sets them, so that the jobs do not oversubscribe the cores. The
+    arguments are the same at every call for the same number of workers, so the pool is
+    reused rather than restarted."""
+    from joblib.externals.loky import cpu_count, get_reusable_executor
+
+    threads = str(max(cpu_count() // (workers + 1), 1))
+    env = {var: os.environ.get(var, threads) for var in _THREAD_VARS}
+    return get_reusable_executor(max_workers=workers, timeout=300, env=env)
+
+
 # ------------------------------------------------------------------ executors
 @register_executor("serial")
 class SerialExecutor:
@@ -180,89 +183,119 @@ class SerialExecutor:
 
 @register_executor("joblib")
 class JoblibExecutor:
-    """joblib's loky process pool on this machine.
+    """Local cores: this process and the worker processes of joblib's loky pool.
+
+    This process takes tasks too: of ``n_jobs`` jobs, one is this process and ``n_jobs - 1``
+    are loky workers. It already holds the data and has imported what the tasks need, where a
+    worker first starts, imports memlab and unpickles ``shared``, so on two cores the work of
+    a whole worker is saved. Each task still runs whole in one process, on ``shared`` as it
+    was when the run began (workers get a pickled copy, this process the object itself), so
+    the results are those of a serial run.
 
     Args:
-        n_jobs: Worker processes (default: every core); with one job or one task, the tasks run
-            in this process.
+        n_jobs: Jobs, this process included (default: every core); with one job or one task,
+            the tasks run in this process alone.
     """
 
     def __init__(self, n_jobs: int | None = None) -> None:
         self.n_jobs = n_jobs
-        # started without waiting: warm-up threads, and submissions nobody has asked for yet
+        # started without waiting: warm-up futures, and submissions nobody has asked for yet
         self._pending: list[Any] = []
         self._pool = 0  # workers of the loky pool this executor last used (0: none)
         self._used = False  # whether a map or submit gave the pool work (not only a warm-up)
 
     def _jobs(self, tasks: int | None) -> int:
-        """Workers for ``tasks`` tasks (``None``: as many as allowed)."""
+        """Jobs for ``tasks`` tasks, this process included (``None``: as many as allowed)."""
         jobs = self.n_jobs or os.cpu_count() or 1
         return jobs if tasks is None else min(jobs, tasks)
 
     def warm(self, modules: Sequence[str] = WORKER_MODULES, tasks: int | None = None) -> None:
         """Start the worker processes now and have them import ``modules``, without waiting
-        (one import task per worker; a worker that is ready first may take two). ``tasks``:
-        how many tasks the coming :meth:`map` will have, if known (its pool has no more
-        workers than that, and a pool of another size would be started anew).
+        (one import task per worker). ``tasks``: how many tasks the coming :meth:`map` will
+        have, if known (its pool has no more workers than that needs, and a pool of another
+        size would be resized).
 
         A worker spends a second or two starting and importing before its first task. Started
         here, before the caller loads and prepares its data, that time overlaps the caller's
-        own instead of following it. The next :meth:`map` with as many workers reuses them
-        (joblib keeps a loky pool alive between calls) once the imports are done; a failed
-        import is left to the tasks, which import what they need themselves. Nothing happens
-        with one worker.
+        own instead of following it. The next :meth:`map` reuses them (loky keeps its pool
+        alive between calls) once the imports are done; a failed import is left to the tasks,
+        which import what they need themselves. Nothing happens with one job.
         """
-        jobs = self._jobs(tasks)
-        if jobs <= 1 or not modules:
+        workers = self._jobs(tasks) - 1
+        if workers < 1 or not modules:
             return
-        from joblib import Parallel, delayed
-
-        self._pool = jobs
-        started = Parallel(n_jobs=jobs, backend="loky", return_as="generator_unordered")(
-            delayed(_import)(tuple(modules)) for _ in range(jobs)
-        )
-        # Collected in a thread: a warm-up nobody waits for (a run that ends up serial) is
-        # still taken in, not dropped half-done.
-        collector = threading.Thread(target=_collect, args=(started,), daemon=True)
-        collector.start()
-        self._pending.append(collector)
+        pool = _loky_pool(workers)
+        self._pool = workers
+        self._pending.extend(pool.submit(_import, tuple(modules)) for _ in range(workers))
 
     def _drain(self) -> None:
         """Wait for the work started without waiting (warm-ups, unclaimed submissions); their
         errors are left to what runs next (the tasks import what they need themselves)."""
         pending, self._pending = self._pending, []
-        for started in pending:
-            if isinstance(started, threading.Thread):
-                started.join()
-            else:
-                _collect(started)
+        for future in pending:
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 - see above
+                pass
 
     def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T], *,
             meanwhile: Meanwhile | None = None) -> list[R]:
-        """The tasks on the pool's workers, results in task order.
+        """The tasks on this process and the pool's workers, results in task order.
 
-        ``meanwhile`` runs here once a worker has no task left to start (the last tasks are
-        under way): on a machine with as many cores as workers, a core is then free, and the
-        work takes none from the tasks. With one worker (or one task) the tasks run here and
-        ``meanwhile`` is skipped.
+        Tasks are handed out one at a time, in order: the first to the workers, one each, the
+        next to this process, and then each to whichever job is free first. ``meanwhile`` runs
+        here once no task is left to start (this process's tasks have ended, the workers' last
+        ones are under way): a core is then free, and the work takes none from the tasks. With
+        one job (or one task) the tasks run here and ``meanwhile`` is skipped. If tasks fail,
+        no further task starts, the ones under way end, and the error of the earliest failed
+        task is raised.
         """
         jobs = self._jobs(len(tasks))
         if jobs <= 1:  # here, without waiting for a warm-up (close() does)
             return SerialExecutor().map(fn, shared, tasks)
         self._drain()  # the warm-up's imports are done
-        from joblib import Parallel, delayed
-
-        self._pool, self._used = jobs, True
+        workers = jobs - 1
+        pool = _loky_pool(workers)
+        self._pool, self._used = workers, True
         token, blob = uuid.uuid4().hex, pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
-        ended = Parallel(n_jobs=jobs, backend="loky", return_as="generator_unordered")(
-            delayed(_call_indexed)(fn, token, blob, i, t) for i, t in enumerate(tasks)
-        )
         out: list[Any] = [None] * len(tasks)
-        idle = len(tasks) - jobs + 1  # tasks ended when no task is left to start
-        for n, (i, result) in enumerate(ended, start=1):
-            out[i] = result
-            if n == idle:
+        errors: dict[int, BaseException] = {}
+        lock = threading.Lock()
+        order = iter(range(len(tasks)))
+
+        def take() -> int | None:
+            with lock:
+                return None if errors else next(order, None)
+
+        def feed(i: int | None) -> None:  # one per worker: its tasks, one after another
+            while i is not None:
+                try:
+                    out[i] = pool.submit(_call, fn, token, blob, tasks[i]).result()
+                except BaseException as exc:  # noqa: BLE001 - raised by map, in task order
+                    with lock:
+                        errors[i] = exc
+                i = take()
+
+        # The workers' first tasks are the first ones, then this process takes the next:
+        # where each task runs first does not depend on which thread is quicker.
+        feeders = [threading.Thread(target=feed, args=(take(),), daemon=True)
+                   for _ in range(workers)]
+        for feeder in feeders:
+            feeder.start()
+        try:
+            while (i := take()) is not None:
+                try:
+                    out[i] = fn(shared, tasks[i])
+                except BaseException as exc:
+                    with lock:
+                        errors[i] = exc
+            if not errors:
                 _quietly(meanwhile)
+        finally:
+            for feeder in feeders:
+                feeder.join()
+        if errors:
+            raise errors[min(errors)]
         return out
 
     def close(self) -> None:
@@ -271,17 +304,16 @@ class JoblibExecutor:
         A pool that only warmed up (the run was refused, or ran in this process) is stopped
         at once: its workers hold nothing but imports. Otherwise work still under way (a
         submitted task nobody asked for) is waited for first, so that nothing is dropped
-        half-done, and the workers wind down as at interpreter exit (killing a pool that ran
-        tasks saves ~0.4 s but leaves loky's semaphores for its resource tracker to report).
+        half-done, and the workers wind down as at interpreter exit.
         """
         pool, used = self._pool, self._used
         self._pool, self._used = 0, False
-        if pool > 1 and not used:
-            self._pending = []  # the warm-up collectors end when their workers do
+        if pool >= 1 and not used:
+            self._pending = []
             _shutdown_pool(kill=True)
             return
         self._drain()
-        if pool > 1:
+        if pool >= 1:
             _shutdown_pool(kill=False)
 
     def submit(self, fn: Callable[..., R], *args: Any) -> Callable[[], R]:
@@ -294,25 +326,20 @@ class JoblibExecutor:
         raised there either way). ``fn`` must be a module-level function of picklable
         arguments.
         """
-        if self._pool <= 1:
+        if self._pool < 1:
             return lambda: fn(*args)
-        from joblib import Parallel, delayed
-
         try:
-            pending = Parallel(n_jobs=self._pool, backend="loky", return_as="generator")(
-                delayed(fn)(*args) for _ in range(1)
-            )
+            future = _loky_pool(self._pool).submit(fn, *args)
         except Exception:  # noqa: BLE001 - no pool to hand it to: run it here
             return lambda: fn(*args)
         self._used = True
-
-        self._pending.append(pending)  # waited for by close() if nobody asks
+        self._pending.append(future)  # waited for by close() if nobody asks
 
         def result() -> R:
-            if pending in self._pending:
-                self._pending.remove(pending)
+            if future in self._pending:
+                self._pending.remove(future)
             try:
-                return next(iter(pending))
+                return future.result()
             except Exception:  # noqa: BLE001 - computed again here; its own error shows
                 return fn(*args)
 

@@ -652,7 +652,8 @@ def run_experiment(
         executor: Where the pipelines replay: ``"serial"``, ``"joblib"`` (local cores),
             ``"ray"`` or an executor object (see :mod:`memlab.eval.executor`); the metrics are
             the same whichever runs them.
-        n_jobs: Worker processes of the joblib executor (default: every core).
+        n_jobs: Jobs of the joblib executor, this process included (default: every
+            core).
         shards: Split each pipeline's queries into this many contiguous runs of the replay
             order, replayed by separate tasks and joined (:func:`~memlab.eval.replay.merge_shards`;
             the metrics are those of one replay). Only where the queries leave the replay's

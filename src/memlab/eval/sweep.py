@@ -369,7 +369,8 @@ def run_sweep(
         replay: The replay configuration (default: the dataset's ``[replay]`` defaults).
         executor: ``"serial"``, ``"joblib"`` (local cores), ``"ray"`` or an executor object;
             results are identical whichever runs them.
-        n_jobs: Worker processes of the joblib executor (default: every core).
+        n_jobs: Jobs of the joblib executor, this process included (default: every
+            core).
         n_resamples: Resamples of the permutation test.
     """
     started = time.time()
