@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from memlab.datasets.format import MemoryOp, load_dataset
 from memlab.datasets.validate import Problem, main_validate, read_dataset, validate_dataset
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -284,6 +285,11 @@ def test_store_line_problem(
         ),
         ({"to": ""}, "to", "must not be empty"),
         ({"text": "x"}, "text", "unknown field for a relate line"),
+        (
+            {"scope": "everyone"},
+            "scope",
+            "'everyone' is not a scope; expected 'team', 'agent:NAME' or 'project:NAME'",
+        ),
     ],
 )
 def test_relate_line_problem(
@@ -291,6 +297,16 @@ def test_relate_line_problem(
 ) -> None:
     root = make(tmp_path, memories=with_memory(4, **changes))
     assert validate_dataset(root) == [Problem(M, 5, field, message)]
+
+
+def test_relate_line_scope_is_read_and_written_back(tmp_path: Path) -> None:
+    root = make(tmp_path, memories=with_memory(4, scope="agent:atlas"))
+    assert validate_dataset(root) == []
+    [op] = [op for op in load_dataset(root).ops if op.op == "relate"]
+    assert op.fields == {"scope": "agent:atlas"}
+    assert op.to_json()["scope"] == "agent:atlas"
+    assert "scope" not in MemoryOp.relate(0, "a", "uses", "b").to_json()
+    assert MemoryOp.relate(0, "a", "uses", "b", scope="team").to_json()["scope"] == "team"
 
 
 def test_relate_missing_from(tmp_path: Path) -> None:

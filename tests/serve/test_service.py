@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,129 @@ def test_agent_never_reads_another_agents_memory(store: MemoryStore) -> None:
     with pytest.raises(ServiceError, match="may not read 'agent:atlas'"):
         hera.recall("runbook", scope="agent:atlas")
     assert [m["id"] for m in hera.list_memories()["memories"]] == [shared]
+
+
+def test_agent_changes_only_its_own_and_its_projects_memories(store: MemoryStore) -> None:
+    human = _service(store, None)
+    hera = _service(store, "hera", projects=("apollo",))
+    rule = human.store_memory("Deploys need two approvals", "rule")["id"]
+    fact = human.store_memory("The prod database is Postgres 15", "fact", key="prod-db")["id"]
+    # team memories are read-only to an agent: no forget, correct, promote or consolidate
+    for call in (
+        lambda: hera.forget(rule, "x"),
+        lambda: hera.correct(fact, "The prod database is MySQL 5", "x"),
+        lambda: hera.promote(fact),
+    ):
+        with pytest.raises(ServiceError, match="agent 'hera' may not change memory .* of scope "
+                                               "'team'"):
+            call()
+    with pytest.raises(ServiceError, match="may not consolidate 'team'"):
+        hera.consolidate(scope="team")
+    assert store.get(rule).active and store.get(rule).forgotten_reason is None
+    assert store.get(fact).superseded_by is None
+    assert [m["text"] for m in hera.list_memories()["memories"]] == [
+        "Deploys need two approvals", "The prod database is Postgres 15",
+    ]
+    # its own scope and its projects' it changes
+    own = hera.store_memory("Hera drafts the release notes", "fact")["id"]
+    proj = hera.store_memory("Apollo ships on Fridays", "fact", scope="project:apollo")["id"]
+    assert hera.correct(proj, "Apollo ships on Thursdays", "moved")["superseded"] == proj
+    assert hera.forget(own, "done") == {"id": own, "forgotten": True}
+    assert hera.consolidate(scope="project:apollo")["processed"] >= 1
+    # a human changes team memories
+    assert human.forget(rule, "obsolete") == {"id": rule, "forgotten": True}
+
+
+def test_relations_are_seen_in_the_scopes_they_were_written_in(tmp_path: Path) -> None:
+    rec_dir = tmp_path / "rec"
+    recorder = Recorder(rec_dir)
+    path = tmp_path / "store"
+    store = MemoryStore(path, embedder=HashingEmbedder(dim=64))
+    clock = StepClock()
+    atlas = _service(store, "atlas", recorder=recorder, clock=clock)
+    hera = _service(store, "hera", recorder=recorder, clock=clock)
+    human = _service(store, None, recorder=recorder, clock=clock)
+    atlas.relate("Initech", "works_on", "Project Nightfall")
+    atlas.store_entity("Globex", "organization", relations=[
+        {"relation": "competitor_of", "to": "Umbrella"},
+    ])
+    human.relate("Initech", "uses", "Kafka")
+    mine = {(r["from"], r["relation"], r["to"]) for r in atlas.get_entity("Initech")["relations"]}
+    assert mine == {("Initech", "works_on", "Project Nightfall"), ("Initech", "uses", "Kafka")}
+    # hera reads team, not agent:atlas: the team relation only, and no path through atlas's
+    theirs = hera.get_entity("Initech")["relations"]
+    assert [(r["from"], r["relation"], r["to"]) for r in theirs] == [
+        ("Initech", "uses", "Kafka")
+    ]
+    with pytest.raises(ServiceError, match="field 'to': unknown entity 'Project Nightfall'"):
+        hera.trace("Initech", "Project Nightfall")
+    with pytest.raises(ServiceError, match="field 'name': unknown entity 'Umbrella'"):
+        hera.get_entity("Umbrella")
+    assert atlas.trace("Initech", "Project Nightfall")["found"] is True
+    assert len(human.get_entity("Initech")["relations"]) == 2
+    human.recall("initech")  # a replay applies the writes before its queries
+    recorder.close()
+    store.close()
+    # the scopes are kept on disk and in the recording, and a replay restores them
+    reopened = MemoryStore(path, embedder=HashingEmbedder(dim=64))
+    again = _service(reopened, "hera")
+    assert len(again.get_entity("Initech")["relations"]) == 1
+    reopened.close()
+    lines = [json.loads(x) for x in (rec_dir / "memories.jsonl").read_text().splitlines()]
+    assert [(x["from"], x["scope"]) for x in lines if x.get("op") == "relate"] == [
+        ("Initech", "agent:atlas"), ("Globex", "agent:atlas"), ("Initech", "team"),
+    ]
+    assert validate_dataset(rec_dir) == []
+    replayed = Replayer(load_dataset(rec_dir), embedder=HashingEmbedder(dim=64),
+                        progress=False).run(load_pipeline("bm25")).store
+    graph = replayed.graph
+    a, b = graph.find("Initech"), graph.find("Project Nightfall")
+    assert graph.relation_scopes(a, b, "works_on") == {"agent:atlas"}
+
+
+def test_relate_checks_properties_before_it_writes(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path / "rec")
+    svc = _service(MemoryStore(embedder=HashingEmbedder(dim=64)), "atlas", recorder=recorder)
+    for bad, message in (
+        ({"x": float("nan")}, "field 'properties.x' holds nan, which JSON cannot represent"),
+        ({"x": [float("inf")]}, "field 'properties.x' holds inf, which JSON cannot represent"),
+        ({"x": "\ud800"}, "field 'properties.x' holds a lone surrogate"),
+        ("tier", "field 'properties' must be an object, got str"),
+    ):
+        with pytest.raises(ServiceError, match=re.escape(message)):
+            svc.relate("billing", "uses", "postgres", properties=bad)
+    assert svc.store.graph.n_edges == 0
+    recorder.close()
+    assert (tmp_path / "rec" / "memories.jsonl").read_text() == ""
+
+
+def test_episodes_and_entities_are_stored_all_or_nothing(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path / "rec")
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    svc = _service(store, "atlas", recorder=recorder)
+    good = {"content": "Payroll export needs UTF-8"}
+    for bad, message in (
+        ({"content": "x", "memory_type": "bogus"}, "field 'observations[1].memory_type'"),
+        ({"content": "x", "confidence": 7}, "field 'observations[1].confidence'"),
+        ({"content": ""}, "field 'observations[1].content' must not be empty"),
+    ):
+        with pytest.raises(ServiceError, match=re.escape(message)):
+            svc.capture_episode("Debugged payroll export", [good, bad])
+    with pytest.raises(ServiceError, match="name the same entity"):
+        svc.store_entity("Alice", "person", relations=[{"relation": "uses", "to": "alice"}])
+    with pytest.raises(ServiceError, match=re.escape("field 'relations[0].properties.w' holds")):
+        svc.store_entity("Alice", "person", relations=[
+            {"relation": "uses", "to": "Bob", "properties": {"w": float("nan")}},
+        ])
+    assert len(store) == 0 and store.graph.n_edges == 0
+    # and a good call after the refused ones writes everything, recorded in order
+    ep = svc.capture_episode("Debugged payroll export", [good, {"content": "Use iconv"}])
+    ent = svc.store_entity("Alice", "person", relations=[{"relation": "uses", "to": "Bob"}])
+    recorder.close()
+    assert len(store) == 4 and ent["relations"][0]["strength"] == 1.0
+    lines = [json.loads(x) for x in (tmp_path / "rec" / "memories.jsonl").read_text().splitlines()]
+    assert [x["id"] for x in lines[:3]] == [ep["summary_id"], *ep["observation_ids"]]
+    assert [x.get("op", "store") for x in lines] == ["store"] * 4 + ["relate"]
 
 
 def test_recall_filters_and_formats(store: MemoryStore) -> None:

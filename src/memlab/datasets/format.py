@@ -20,7 +20,9 @@ A dataset is a directory holding three files:
     the client: ``team`` (default), ``agent:{name}`` or ``project:{name}``). ``op`` is
     ``"store"`` by default; ``"forget"`` lines carry ``target`` and ``reason``; ``"relate"``
     lines carry ``from``, ``relation`` and ``to`` (entity names; relation one of the typed
-    relations of design §D0.2) and optional ``properties`` (an object, kept in the log only);
+    relations of design §D0.2), optional ``scope`` (where the relation is written, ``team`` by
+    default: a principal sees relations of the scopes it reads) and optional ``properties`` (an
+    object, kept in the log only);
     ``"correct"`` lines carry ``id`` (the new memory), ``target``, ``text``, ``reason`` and
     optional ``source_agent``; ``"promote"`` lines carry ``target`` (moved to ``team``);
     ``"consolidate"`` lines run one consolidation cycle (no merger) over ``client_id``'s
@@ -201,13 +203,16 @@ class MemoryOp:
         *,
         id: str | None = None,
         line: int = 0,
+        scope: str | None = None,
     ) -> MemoryOp:
-        """Build a relate operation between two entity names."""
+        """Build a relate operation between two entity names (``scope``: where it is
+        written; ``None``: ``team``)."""
         return cls(
             line,
             "relate",
             id,
             float(coerce_ts(ts)),
+            fields={} if scope is None else {"scope": scope},
             from_entity=from_entity,
             relation=relation,
             to_entity=to_entity,
@@ -241,6 +246,8 @@ class MemoryOp:
             out["from"] = self.from_entity
             out["relation"] = self.relation
             out["to"] = self.to_entity
+            if self.fields.get("scope") is not None:
+                out["scope"] = self.fields["scope"]
             if self.properties:
                 out["properties"] = _sorted_json(self.properties)
         elif self.op == "correct":

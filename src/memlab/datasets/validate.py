@@ -62,7 +62,7 @@ _COMMON_KEYS = ("op", "id", "ts")
 _OP_KEYS: dict[str, tuple[str, ...]] = {
     "store": ("text", "type", *PAYLOAD_FIELDS),
     "forget": ("target", "reason"),
-    "relate": ("from", "relation", "to", "properties"),
+    "relate": ("from", "relation", "to", "scope", "properties"),
     "correct": ("target", "text", "reason", "source_agent"),
     "promote": ("target",),
     "consolidate": ("client_id", "scope", "since"),
@@ -473,6 +473,7 @@ def _check_memory_line(
     else:
         relation = chk.enum("relation", WRITABLE_RELATIONS, required=True, what="relation")
     dst = chk.string("to", required=True)
+    scope = chk.scope("scope")
     properties = obj.get("properties")
     if properties is not None and not isinstance(properties, dict):
         chk.add("properties", f"must be an object, got {_type_name(properties)}")
@@ -480,7 +481,7 @@ def _check_memory_line(
     if not chk.problems and ts is not None and None not in (src, relation, dst):
         built = MemoryOp(
             number, "relate", ident, ts, from_entity=src, relation=relation, to_entity=dst,
-            properties=properties or None,
+            properties=properties or None, fields={} if scope is None else {"scope": scope},
         )
     return chk, kind, ident, ts, built
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from memlab.datasets.format import MEMORIES_FILE, MemoryOp
+from memlab.memory.scopes import TEAM
 
 if TYPE_CHECKING:
     from memlab.datasets.validate import Problem
@@ -72,7 +73,8 @@ def apply_op(
             store.forget(id_map.get(str(op.target), str(op.target)), op.reason or "forgotten",
                          now=op.ts)
         elif op.op == "relate":
-            store.relate(op.from_entity, op.relation, op.to_entity, now=op.ts)
+            store.relate(op.from_entity, op.relation, op.to_entity, now=op.ts,
+                         scope=op.fields.get("scope", TEAM))
         elif op.op == "correct":
             res = store.correct(
                 id_map.get(str(op.target), str(op.target)),

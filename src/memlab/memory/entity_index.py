@@ -15,6 +15,7 @@ from memlab.memory.records import (
     RELATION_TYPES,
     MemoryInputError,
 )
+from memlab.memory.scopes import TEAM, check_scope
 from memlab.memory.scrub import scrub_message
 from memlab.memory.write_policy import _check_choice, _check_str, _check_time
 
@@ -74,11 +75,15 @@ class EntityIndexing:
         from_type: str = "concept",
         to_type: str = "concept",
         now: float | str | None = None,
+        scope: str = TEAM,
     ) -> float:
         """Record a typed relationship between two entities; returns its new strength.
 
         Names resolve through the alias cache and the graph (an unknown name becomes a new
-        entity of ``from_type`` / ``to_type``).
+        entity of ``from_type`` / ``to_type``). ``scope`` is the namespace it is written in
+        (``team``, ``agent:{name}``, ``project:{name}``): a principal sees a relation written
+        in a scope it reads (:meth:`~memlab.memory.graph.EntityGraph.relation_scopes`). The
+        strength is the graph's, summed over scopes, which retrieval stages use.
 
         Raises:
             MemoryInputError: A bad relation or name, or both names naming one entity (nothing
@@ -91,6 +96,7 @@ class EntityIndexing:
         to_entity = self.scrubber.scrub(to_entity)[0]
         _check_str(from_type, "from_type", optional=False)
         _check_str(to_type, "to_type", optional=False)
+        check_scope(scope)
         if now is not None:
             _check_time(now, "now")
         found_a, ent_a = self._lookup_entity(from_entity, from_type)
@@ -110,6 +116,11 @@ class EntityIndexing:
             b = found_b if found_b is not None else self._entity_idx(ent_b)
             strength = self.graph.add_relation(a, b, relation)
             self._save_relations([(a, b)], relation)
+            if self.graph.add_relation_scope(a, b, relation, scope):
+                self._exec(
+                    "INSERT INTO relation_scopes (src, dst, relation, scope) VALUES (?, ?, ?, ?)",
+                    (a, b, relation, scope),
+                )
             self.version += 1
         return float(strength)
 

@@ -107,6 +107,8 @@ class EntityGraph:
         self._nbr: list[dict[int, int]] = []
         self._version = 0
         self._cache: dict[Any, Any] = {}
+        # The scopes each typed relation was written in (what a principal may see of it).
+        self._rel_scopes: dict[tuple[int, int, str], set[str]] = {}
 
     # ------------------------------------------------------------------ basics
     @property
@@ -330,6 +332,20 @@ class EntityGraph:
         d = self._check_entity(dst, "dst")
         eid = self._eid.get(self._edge_key(s, d, self._check_relation(relation)))
         return 0.0 if eid is None else self._str[eid]
+
+    def add_relation_scope(self, src: int, dst: int, relation: str, scope: str) -> bool:
+        """Note that the typed relation ``src -relation-> dst`` was written in ``scope``;
+        whether that is new."""
+        scopes = self._rel_scopes.setdefault((int(src), int(dst), relation), set())
+        if scope in scopes:
+            return False
+        scopes.add(scope)
+        return True
+
+    def relation_scopes(self, src: int, dst: int, relation: str) -> frozenset[str]:
+        """The scopes the typed relation ``src -relation-> dst`` was written in (empty for a
+        relation written before relations had scopes, and for co-occurrence)."""
+        return frozenset(self._rel_scopes.get((int(src), int(dst), relation), ()))
 
     def neighbours(self, idx: int) -> list[tuple[int, str, float]]:
         """``(other entity, relation, strength)`` for every edge touching ``idx``."""

@@ -98,9 +98,15 @@ class Principal:
         """Whether a memory of ``scope`` is visible to this agent."""
         return scope in self.readable_scopes()
 
+    def writable_scopes(self) -> tuple[str, ...]:
+        """The agent's own scope and its projects' scopes: where it writes, and whose memories
+        it may forget, correct, promote or consolidate. ``team`` is read-only to an agent: a
+        memory reaches it through ``promote``, and only a human changes it there."""
+        return (self.own_scope, *(f"project:{p}" for p in self.projects))
+
     def can_write(self, scope: str) -> bool:
-        """Whether the agent may write into ``scope`` (its own, its projects', ``team``)."""
-        return self.can_read(scope)
+        """Whether the agent may write into ``scope`` or change a memory of it."""
+        return scope in self.writable_scopes()
 
 
 def can_read(principal: Principal | None, scope: str) -> bool:

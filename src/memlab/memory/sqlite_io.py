@@ -67,6 +67,13 @@ CREATE TABLE IF NOT EXISTS entity_relationships (
     PRIMARY KEY (src, dst, relation)
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS relation_scopes (
+    src INTEGER NOT NULL,
+    dst INTEGER NOT NULL,
+    relation TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    PRIMARY KEY (src, dst, relation, scope)
+);
 """
 
 _RECORD_FIELDS = tuple(f.name for f in fields(MemoryRecord))
@@ -139,6 +146,10 @@ class SQLiteIO:
                 if statement.strip():
                     self._exec(statement)
             self._exec("COMMIT")
+        else:  # a store from before a table was added gets it, empty
+            for statement in _SCHEMA.split(";"):
+                if "relation_scopes" in statement:
+                    self._exec(statement)
 
     def _open_read_only(self) -> None:
         """Open ``memlab.sqlite3`` without writing: ``mode=ro``, and ``immutable=1`` when no

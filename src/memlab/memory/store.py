@@ -374,3 +374,9 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             "SELECT src, dst, relation, strength FROM entity_relationships ORDER BY rowid"
         ):
             self.graph.add_relation(src, dst, rel, increment=strength)
+        tables = {r[0] for r in self._exec("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "relation_scopes" in tables:  # absent from a store opened read-only before it
+            for src, dst, rel, scope in self._exec(
+                "SELECT src, dst, relation, scope FROM relation_scopes ORDER BY rowid"
+            ):
+                self.graph.add_relation_scope(src, dst, rel, scope)

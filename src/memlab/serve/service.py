@@ -59,6 +59,7 @@ from memlab.memory.records import (
     RELATION_TYPES,
     MemoryRecord,
     UnknownMemoryError,
+    json_problem,
 )
 from memlab.memory.scopes import TEAM, Principal, check_name, check_scope
 from memlab.memory.scrub import keyed_secret, scrub
@@ -117,6 +118,20 @@ def _text(value: Any, name: str, *, max_chars: int = 20_000, optional: bool = Fa
     if len(value) > max_chars:
         raise ServiceError(f"field '{name}' is longer than {max_chars} characters")
     return value
+
+
+def _properties(value: Any, name: str) -> dict[str, Any]:
+    """Relation or entity properties: an object of JSON values (no NaN, no infinity, no lone
+    surrogate, not nested too deep), scrubbed; checked before anything is written."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ServiceError(f"field '{name}' must be an object, got {type(value).__name__}")
+    found = json_problem(dict(value), depth=2)
+    if found is not None:
+        key, message = found
+        raise ServiceError(f"field '{name}{'' if key is None else '.' + key}' {message}")
+    return _scrub_value(dict(value))
 
 
 def _choice(value: Any, name: str, choices: Sequence[str]) -> str:
@@ -350,8 +365,10 @@ class MemoryService:
             principal=self.principal,
         )
 
-    def _record_of(self, memory_id: Any, name: str = "id") -> MemoryRecord:
-        """The record of a memory the principal may see (else: unknown, as if absent)."""
+    def _record_of(self, memory_id: Any, name: str = "id", *, change: bool = False) -> MemoryRecord:
+        """The record of a memory the principal may see (else: unknown, as if absent); with
+        ``change``, one it may also change (forget, correct, promote): an agent changes the
+        memories of its own scope and its projects', never ``team``'s."""
         _text(memory_id, name, max_chars=200)
         try:
             idx = self.store.idx(memory_id)
@@ -360,6 +377,12 @@ class MemoryService:
         rec = self.store.record_at(idx)
         if rec.forgotten_reason is not None or not self._visible(include_superseded=True)[idx]:
             raise ServiceError(f"field '{name}': unknown memory id {memory_id!r}")
+        if change and self.principal is not None and not self.principal.can_write(rec.scope):
+            raise ServiceError(
+                f"field '{name}': agent {self.principal.agent!r} may not change memory "
+                f"{rec.id!r} of scope {rec.scope!r} (an agent changes its own scope's and its "
+                "projects' memories; team memories are changed by a human)"
+            )
         return rec
 
     def _write_scope(self, scope: Any) -> str:
@@ -694,60 +717,83 @@ class MemoryService:
     def relate(
         self, from_entity: Any, relation: Any, to_entity: Any, properties: Any = None
     ) -> dict[str, Any]:
-        """``relate``: a typed relation between two entities (properties are kept in the
-        recording; the graph keeps the relation's strength)."""
-        src = _text(from_entity, "from", max_chars=200)
-        rel = _choice(relation, "relation", WRITABLE_RELATIONS)
-        dst = _text(to_entity, "to", max_chars=200)
-        if properties is not None and not isinstance(properties, Mapping):
-            raise ServiceError("field 'properties' must be an object")
+        """``relate``: a typed relation between two entities, written in the principal's scope
+        (an agent: its own; a human: ``team``), so that only principals who read that scope
+        see it (properties are kept in the recording; the graph keeps the relation's
+        strength)."""
         with self.lock:
-            now = self.now()
-            strength = self.store.relate(src, rel, dst, now=now)
-            line: dict[str, Any] = {
-                "ts": to_iso(now), "op": "relate", "from": src, "relation": rel, "to": dst
-            }
-            if properties:
-                line["properties"] = _scrub_value(dict(properties))
+            out, line = self._relate_locked(
+                from_entity, relation, to_entity, properties, scope=None, now=self.now()
+            )
             self._record([line])
-        return {"from": src, "relation": rel, "to": dst, "strength": strength}
+        return out
+
+    def _relate_locked(
+        self, from_entity: Any, relation: Any, to_entity: Any, properties: Any, *,
+        scope: Any, now: float, where: str = "",
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Check every argument, then write the relation (caller holds the lock); its answer
+        and recording line. ``where`` prefixes the field names of errors (``relations[0].``)."""
+        src = _text(from_entity, f"{where}from", max_chars=200)
+        rel = _choice(relation, f"{where}relation", WRITABLE_RELATIONS)
+        dst = _text(to_entity, f"{where}to", max_chars=200)
+        target_scope = self._write_scope(scope)
+        props = _properties(properties, f"{where}properties")
+        try:
+            strength = self.store.relate(src, rel, dst, now=now, scope=target_scope)
+        except (TypeError, ValueError) as exc:
+            raise ServiceError(str(exc)) from None
+        line: dict[str, Any] = {
+            "ts": to_iso(now), "op": "relate", "from": src, "relation": rel, "to": dst,
+            "scope": target_scope,
+        }
+        if props:
+            line["properties"] = props
+        return {"from": src, "relation": rel, "to": dst, "strength": strength}, line
 
     def store_entity(
         self, name: Any, type: Any = "concept", properties: Any = None, relations: Any = None,
         *, scope: Any = None,
     ) -> dict[str, Any]:
         """``store_entity``: an entity as a fact keyed ``entity:{type}:{name}`` (a new version
-        supersedes the old), plus its relations."""
+        supersedes the old), plus its relations, all or nothing: a refused relation leaves no
+        fact behind."""
         name = _text(name, "name", max_chars=200)
         etype = _text(type, "type", max_chars=64)
-        if properties is not None and not isinstance(properties, Mapping):
-            raise ServiceError("field 'properties' must be an object")
+        props = _properties(properties, "properties")
         rels = relations or []
         if not isinstance(rels, (list, tuple)):
             raise ServiceError("field 'relations' must be an array of {relation, to} objects")
-        checked = []
         for i, r in enumerate(rels):
             if not isinstance(r, Mapping) or set(r) - {"relation", "to", "properties"}:
                 raise ServiceError(
                     f"field 'relations[{i}]' must be an object with 'relation', 'to' and "
                     "optional 'properties'"
                 )
-            checked.append(
-                (
-                    _choice(r.get("relation"), f"relations[{i}].relation", WRITABLE_RELATIONS),
-                    _text(r.get("to"), f"relations[{i}].to", max_chars=200),
-                    r.get("properties"),
-                )
-            )
-        props = dict(properties or {})
+            _choice(r.get("relation"), f"relations[{i}].relation", WRITABLE_RELATIONS)
+            _text(r.get("to"), f"relations[{i}].to", max_chars=200)
+            _properties(r.get("properties"), f"relations[{i}].properties")
         text = f"{name} is a {etype}."
         if props:
             text += " " + "; ".join(f"{k}: {v}" for k, v in sorted(props.items())) + "."
         meta = {"entity": {"name": name, "type": etype, "properties": props}}
-        out = self.store_memory(
-            text, "fact", scope=scope, key=f"entity:{etype}:{name}", metadata=meta
-        )
-        out["relations"] = [self.relate(name, rel, dst, p) for rel, dst, p in checked]
+        with self.lock:
+            now = self.now()
+            with self.store.batch():
+                out, line = self._store_locked(
+                    text, "fact", now=now, record=False, scope=scope,
+                    key=f"entity:{etype}:{name}", metadata=meta,
+                )
+                lines = [line]
+                out["relations"] = []
+                for i, r in enumerate(rels):
+                    answer, rel_line = self._relate_locked(
+                        name, r.get("relation"), r.get("to"), r.get("properties"),
+                        scope=scope, now=now, where=f"relations[{i}].",
+                    )
+                    out["relations"].append(answer)
+                    lines.append(rel_line)
+            self._record(lines)
         return out
 
     # ------------------------------------------------------------------ lifecycle
@@ -755,7 +801,7 @@ class MemoryService:
         """``forget``: soft-delete a memory (never returned again; decisions refuse)."""
         reason = _text(reason, "reason", max_chars=2000)
         with self.lock:
-            rec = self._record_of(memory_id)
+            rec = self._record_of(memory_id, change=True)
             now = self.now()
             try:
                 self.store.forget(rec.id, scrub_text(reason), now=now)
@@ -772,7 +818,7 @@ class MemoryService:
         new_content = _text(new_content, "new_content", max_chars=self.store.max_text_chars)
         reason = _text(reason, "reason", max_chars=2000)
         with self.lock:
-            rec = self._record_of(old_id, "old_id")
+            rec = self._record_of(old_id, "old_id", change=True)
             now = self.now()
             try:
                 res = self.store.correct(
@@ -791,7 +837,7 @@ class MemoryService:
     def promote(self, memory_id: Any) -> dict[str, Any]:
         """``promote``: move a memory the principal can read to the ``team`` scope."""
         with self.lock:
-            rec = self._record_of(memory_id)
+            rec = self._record_of(memory_id, change=True)
             now = self.now()
             try:
                 res = self.store.promote(rec.id, now=now)
@@ -804,8 +850,14 @@ class MemoryService:
         """``consolidate``: one consolidation cycle (no LLM merges) over a scope (an agent:
         its own scope by default), memories created at or after ``since``."""
         scope = self._read_scope(scope)
-        if scope is None and self.principal is not None:
-            scope = self.principal.own_scope
+        if self.principal is not None:
+            if scope is None:
+                scope = self.principal.own_scope
+            elif not self.principal.can_write(scope):
+                raise ServiceError(
+                    f"field 'scope': agent {self.principal.agent!r} may not consolidate "
+                    f"{scope!r}: an agent consolidates its own scope or its projects'"
+                )
         t_since = _ts(since, "since")
         with self.lock:
             now = self.now()
@@ -829,7 +881,9 @@ class MemoryService:
         self, summary: Any, observations: Any, episode_id: Any = None, *, scope: Any = None,
     ) -> dict[str, Any]:
         """``capture_episode`` (design §D4.4): an episode summary (an ``event``) plus 1-10 durable
-        observations, each stored as a memory tagged with the episode."""
+        observations, each stored as a memory tagged with the episode; all or nothing: a
+        refused observation leaves nothing behind, and its error names it
+        (``observations[1].memory_type``)."""
         summary = _text(summary, "summary")
         if not isinstance(observations, (list, tuple)) or not 1 <= len(observations) <= 10:
             raise ServiceError("field 'observations' must be an array of 1 to 10 objects")
@@ -842,20 +896,33 @@ class MemoryService:
                     f"field 'observations[{i}]' must be an object with 'content' and optional "
                     "'memory_type', 'tags', 'confidence'"
                 )
+        meta = {"episode_id": episode}
         with self.lock:
-            meta = {"episode_id": episode}
-            first = self.store_memory(summary, "event", scope=scope, metadata=meta)
-            ids = []
-            for obs in observations:
-                res = self.store_memory(
-                    obs["content"],
-                    obs.get("memory_type", "fact"),
-                    scope=scope,
-                    tags=obs.get("tags"),
-                    confidence=obs.get("confidence", 1.0),
-                    metadata=meta,
+            with self.store.batch():
+                first, line = self._store_locked(
+                    summary, "event", now=self.now(), record=False, scope=scope, metadata=meta
                 )
-                ids.append(res["id"])
+                lines = [line]
+                ids = []
+                for i, obs in enumerate(observations):
+                    try:
+                        res, line = self._store_locked(
+                            obs["content"],
+                            obs.get("memory_type", "fact"),
+                            now=self.now(),
+                            record=False,
+                            scope=scope,
+                            tags=obs.get("tags"),
+                            confidence=obs.get("confidence", 1.0),
+                            metadata=meta,
+                        )
+                    except ServiceError as exc:
+                        raise ServiceError(
+                            str(exc).replace("field '", f"field 'observations[{i}].", 1)
+                        ) from None
+                    ids.append(res["id"])
+                    lines.append(line)
+            self._record(lines)
         return {"episode_id": episode, "summary_id": first["id"], "observation_ids": ids}
 
     # ------------------------------------------------------------------ reads
@@ -1086,12 +1153,23 @@ class MemoryService:
         out = []
         mine = set(self._entity_rows_visible(entity, visible))
         for other, rel, strength in graph.neighbours(entity):
-            if rel == "co_occurrence" and not (
-                mine & set(self._entity_rows_visible(other, visible))
-            ):
+            if rel == "co_occurrence":
+                if not mine & set(self._entity_rows_visible(other, visible)):
+                    continue
+            elif not self._relation_visible(entity, other, rel):
                 continue
             out.append((other, rel, float(strength)))
         return sorted(out, key=lambda e: (graph.entity(e[0]).name, e[1]))
+
+    def _relation_visible(self, a: int, b: int, rel: str) -> bool:
+        """Whether the principal may see the typed relation between ``a`` and ``b``: it was
+        written in a scope the principal reads (a relation from before relations had scopes
+        counts as ``team``'s)."""
+        if self.principal is None:
+            return True
+        graph = self.store.graph
+        scopes = graph.relation_scopes(a, b, rel) | graph.relation_scopes(b, a, rel)
+        return any(self.principal.can_read(s) for s in scopes or (TEAM,))
 
     def _direction(self, a: int, b: int, rel: str) -> tuple[int, int]:
         """``(source, target)`` of the edge between ``a`` and ``b`` (co-occurrence: as given)."""
@@ -1109,7 +1187,10 @@ class MemoryService:
                 idx = graph.find(resolved.name, resolved.type)
         if idx is None or not (
             self._entity_rows_visible(idx, visible)
-            or any(rel != "co_occurrence" for _, rel, _ in graph.neighbours(idx))
+            or any(
+                rel != "co_occurrence" and self._relation_visible(idx, other, rel)
+                for other, rel, _ in graph.neighbours(idx)
+            )
         ):
             raise ServiceError(f"field '{field_name}': unknown entity {name!r}")
         return idx
