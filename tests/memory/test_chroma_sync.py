@@ -80,3 +80,50 @@ def test_a_purge_waits_for_the_upsert_in_flight(tmp_path, monkeypatch):
         assert store.chroma_backlog == 0
         assert store._chroma.ids() == []
         assert store.check() == []
+
+
+# Wall-clock times whose float does not survive chromadb's decimal round trip exactly: it comes
+# back one unit in the last place away (chromadb parses its JSON text not correctly rounded).
+WALL = (1795556812.1481655, 1795556812.3391023, 1694867473.8744655, 990870174.1838819)
+
+
+def test_check_accepts_the_floats_chromadb_round_trips_and_reopening_keeps_them(tmp_path):
+    path = tmp_path / "s"
+    with MemoryStore(path) as store:
+        ids = [store.store(f"note {i}", source_agent="a", now=t, embedding=unit(i)).id
+               for i, t in enumerate(WALL)]
+        store.flush_chroma(wait=True)
+        got = store._chroma.get(ids)
+        back = {mid: meta["created_at"] for mid, meta in zip(got["ids"], got["metadatas"],
+                                                             strict=True)}
+        assert [back[mid] for mid in ids] != list(WALL)  # chromadb did round them
+        assert all(abs(back[mid] - t) <= 2 * np.spacing(t) for mid, t in zip(ids, WALL,
+                                                                           strict=True))
+        assert store.check() == []
+    with MemoryStore(path, read_only=True) as store:
+        assert store.check() == []
+
+
+@pytest.mark.parametrize(
+    ("key", "change", "shown"),
+    [
+        ("created_at", lambda v: v + 1e-6, "chromadb metadata 'created_at' is"),  # 1 µs
+        ("valid_from", lambda v: v - 1.0, "chromadb metadata 'valid_from' is"),
+        ("valid_to", lambda v: 1.0, "chromadb metadata 'valid_to' is 1.0, SQLite says 1e+300"),
+        ("created_at", lambda v: int(v), "chromadb metadata 'created_at' is 1795556812, "),
+        ("active", lambda v: False, "chromadb metadata 'active' is False, SQLite says True"),
+        ("scope", lambda v: "agent:b", "chromadb metadata 'scope' is 'agent:b', SQLite says"),
+    ],
+)
+def test_check_still_reports_a_real_metadata_mismatch(tmp_path, key, change, shown):
+    path = tmp_path / "s"
+    with MemoryStore(path) as store:
+        mid = store.store("note", source_agent="a", now=WALL[0], embedding=unit(0)).id
+        keep = store.store("other", source_agent="a", now=WALL[1], embedding=unit(1)).id
+        store.flush_chroma(wait=True)
+        meta = store._chroma.get([mid])["metadatas"][0]
+        store._chroma.update_metadata([mid], [{**meta, key: change(meta[key])}])
+        problems = store.check()
+        assert len(problems) == 1
+        assert problems[0].startswith(f"memory {mid}: {shown}")
+        assert keep not in problems[0]

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -66,6 +67,35 @@ def test_status_codes(tmp_path: Path) -> None:
     assert client.post("/memories", json={"x": 1}, headers=AUTH).status_code == 422
     assert client.get("/health").json() == {"status": "ok", "memories": 3, "chroma_backlog": 0}
     assert validate_dataset(tmp_path / "rec") == []
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "body is not JSON: nested too deeply"),
+        (b'{"memories":' + b"[" * 5000 + b"]" * 5000 + b"}", "body is not JSON: nested too deeply"),
+        (b"[" + b"9" * 5000 + b"]", "body is not JSON: Exceeds the limit (4300 digits)"),
+        (b'["\xff"]', "body is not JSON: 'utf-8' codec can't decode byte 0xff"),
+    ],
+)
+def test_any_unparsable_body_is_422_never_500(tmp_path: Path, body: bytes, why: str) -> None:
+    client = _client(tmp_path)  # raises the server's exception instead of a 500, if any
+    res = client.post("/memories", content=body, headers=AUTH)
+    assert res.status_code == 422
+    assert res.json()["error"].startswith(why)
+    assert client.get("/health").json()["memories"] == 0
+
+
+def test_a_parser_failure_of_any_type_is_422(tmp_path: Path, monkeypatch) -> None:
+    import memlab.serve.http as http
+
+    def broken(body: bytes) -> None:
+        raise MemoryError("out of memory while parsing")
+
+    monkeypatch.setattr(http, "json", SimpleNamespace(loads=broken))
+    res = _client(tmp_path).post("/memories", content=b"[]", headers=AUTH)
+    assert res.status_code == 422
+    assert res.json() == {"error": "body is not JSON: MemoryError: out of memory while parsing"}
 
 
 def test_the_token_decides_the_principal(tmp_path: Path) -> None:

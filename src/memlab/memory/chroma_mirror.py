@@ -9,6 +9,7 @@ open it is reconciled with SQLite (ids SQLite lacks are quarantined, never delet
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,28 @@ from memlab.timeutil import coerce_ts
 log = logging.getLogger("memlab.store")
 
 _QUARANTINE = {"orphan": True, "active": False, "forgotten": True}
+
+
+#: How far (units in the last place) a float metadata value may come back from chromadb.
+_CHROMA_FLOAT_ULPS = 2
+
+
+def _same_meta(got: Any, want: Any) -> bool:
+    """Whether chromadb's metadata value ``got`` faithfully mirrors SQLite's ``want``.
+
+    chromadb (1.x) keeps a float metadata value as a 64-bit float, but it passes through decimal
+    JSON text on the way in and is parsed back by a parser that is not correctly rounded: it
+    comes back up to :data:`_CHROMA_FLOAT_ULPS` units in the last place away (1 ULP is 0.24 µs
+    for a timestamp in 2026). So floats are equal when they are within that many ULPs; anything
+    else (bools, strings, a float against a non-float) must be exactly equal.
+    """
+    if isinstance(want, float) and not isinstance(want, bool):
+        if not isinstance(got, float):
+            return False
+        if got == want:
+            return True
+        return math.isfinite(want) and abs(got - want) <= _CHROMA_FLOAT_ULPS * math.ulp(want)
+    return type(got) is type(want) and got == want
 
 
 class ChromaMirror:
@@ -191,7 +214,7 @@ class ChromaMirror:
                 if not np.allclose(np.asarray(emb), self.vectors.matrix[idx], atol=1e-5):
                     differ.append((mid, "vector differs between SQLite and chromadb"))
                 for key, value in self._chroma_meta(idx).items():
-                    if meta.get(key) != value:
+                    if not _same_meta(meta.get(key), value):
                         differ.append(
                             (
                                 mid,

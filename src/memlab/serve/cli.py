@@ -41,30 +41,68 @@ def _service(args: argparse.Namespace) -> Any:
     store_dir = Path(args.store_dir)
     if store_dir.exists() and not store_dir.is_dir():
         raise CLIError(f"{store_dir}: not a directory")
-    recorder = Recorder(args.record) if args.record else None
     if args.chroma_idle < 0:
         raise CLIError("--chroma-idle must be >= 0")
-    store = MemoryStore(
-        store_dir,
-        embedder=_embedder(args.embedder, not args.no_cache),
-        chroma=False if args.no_chroma else None,
-        chroma_sync="deferred" if args.chroma_idle > 0 else "commit",
-    )
-    kwargs: dict[str, Any] = {}
-    if clock is not None:
-        kwargs["clock"] = clock
-    return MemoryService(
-        store,
-        pipeline,
-        principal=principal,
-        client_id=args.client,
-        recorder=recorder,
-        touch_k=args.touch_k,
-        ttl_days=args.ttl_days,
-        expire=not args.no_expire,
-        chroma_idle=args.chroma_idle if args.chroma_idle > 0 and not args.no_chroma else None,
-        **kwargs,
-    )
+    if args.record:
+        _check_record_dir(Path(args.record), store_dir)
+    embedder = _embedder(args.embedder, not args.no_cache)
+    recorder = Recorder(args.record) if args.record else None
+    store = None
+    try:
+        store = MemoryStore(
+            store_dir,
+            embedder=embedder,
+            chroma=False if args.no_chroma else None,
+            chroma_sync="deferred" if args.chroma_idle > 0 else "commit",
+        )
+        kwargs: dict[str, Any] = {}
+        if clock is not None:
+            kwargs["clock"] = clock
+        return MemoryService(
+            store,
+            pipeline,
+            principal=principal,
+            client_id=args.client,
+            recorder=recorder,
+            touch_k=args.touch_k,
+            ttl_days=args.ttl_days,
+            expire=not args.no_expire,
+            chroma_idle=args.chroma_idle if args.chroma_idle > 0 and not args.no_chroma else None,
+            **kwargs,
+        )
+    except BaseException:
+        # nothing serves: release the recording's lock and the store's
+        if store is not None:
+            store.close()
+        if recorder is not None:
+            recorder.close()
+        raise
+
+
+def _check_record_dir(record: Path, store_dir: Path) -> None:
+    """Refuse a recording directory that is the store directory, inside it, or around it.
+
+    Raises:
+        CLIError: The two directories overlap (symlinks resolved).
+    """
+    from memlab.cli import CLIError
+
+    rec, store = record.resolve(), store_dir.resolve()
+    if rec == store:
+        raise CLIError(
+            f"--record {record}: is the store directory {store_dir}; record into a directory "
+            "outside the store"
+        )
+    if store in rec.parents:
+        raise CLIError(
+            f"--record {record}: is inside the store directory {store_dir}; record into a "
+            "directory outside the store"
+        )
+    if rec in store.parents:
+        raise CLIError(
+            f"store directory {store_dir}: is inside the recording --record {record}; keep the "
+            "store outside the recording"
+        )
 
 
 def _close(service: Any) -> None:

@@ -7,8 +7,9 @@ A Starlette app served by uvicorn. The request body is a JSON array of memories 
 ``store`` tool (:meth:`MemoryService.store_many`: scrubbing, dedup, supersession, recording).
 
 Responses (JSON): ``200`` when every item is stored, ``207`` when some fail (per-item results in
-``results``, in request order), ``422`` when the body is not a batch of objects or every item
-fails, ``401`` without the right token, ``413`` when the body or the batch is too large.
+``results``, in request order), ``422`` when the body is not a batch of objects (a body the
+JSON parser cannot read at all, e.g. nested too deeply, included) or every item fails, ``401``
+without the right token, ``413`` when the body or the batch is too large.
 
 The token decides the principal: the server is started for one agent (``--agent``, its
 projects with ``--project``) or for a human (``--human``). An item's ``agent`` must then be
@@ -33,6 +34,24 @@ from memlab.serve.service import MemoryService
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+def _parse_body(body: bytes) -> Any:
+    """The request body as JSON.
+
+    Raises:
+        ValueError: Whatever makes the body unparsable — bad UTF-8, bad JSON, nesting deeper
+            than the parser can follow (``RecursionError``), a number too long to convert, or
+            anything else :func:`json.loads` raises — so that it is answered 422, never 500.
+    """
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit integer
+        raise ValueError(str(exc)) from None
+    except Exception as exc:  # any other parser failure is the body's fault too
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
 
 
 def build_app(
@@ -70,8 +89,8 @@ def build_app(
             if len(body) > max_request_bytes:
                 return _error(413, f"request body larger than {max_request_bytes} bytes")
         try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+            payload = _parse_body(bytes(body))
+        except ValueError as exc:
             return _error(422, f"body is not JSON: {exc}")
         items = payload.get("memories") if isinstance(payload, dict) else payload
         if isinstance(payload, dict) and set(payload) - {"memories"}:
