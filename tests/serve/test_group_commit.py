@@ -18,18 +18,18 @@ from memlab.serve.service import MemoryService, ServiceError
 
 
 class CountingRecorder(Recorder):
-    """A recorder that counts its durable appends of write lines."""
+    """A recorder that counts the write lines of its durable appends."""
 
     def __init__(self, path: Path, *, fail: bool = False) -> None:
         super().__init__(path)
         self.appends: list[int] = []
         self.fail = fail
 
-    def memories(self, lines: Any) -> None:
+    def append_all(self, lines: Any) -> dict[str, int]:
         if self.fail:
             raise OSError(28, "No space left on device")
-        self.appends.append(len(lines))
-        super().memories(lines)
+        self.appends.append(len(lines.get("memories.jsonl", [])))
+        return super().append_all(lines)
 
 
 def _items(call: int, n: int) -> list[dict[str, Any]]:
@@ -112,6 +112,9 @@ def test_a_failed_append_fails_every_call_of_the_group(tmp_path: Path) -> None:
     outcomes, _ = _queued_calls(svc, [_items(0, 2), _items(1, 2)])
     assert [type(out) for out in outcomes] == [OSError, OSError]
     assert rec.appends == []
+    # the append comes before the commit: the group's writes were rolled back
+    assert len(store) == 0
+    assert (tmp_path / "rec" / "memories.jsonl").read_bytes() == b""
 
 
 def test_group_items_and_chroma_idle_are_checked() -> None:

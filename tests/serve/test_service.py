@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -440,3 +441,109 @@ def test_cli_validates_and_evaluates_a_recording(tmp_path: Path, capsys) -> None
     for q in ds.queries:
         got = rankings.filter(pl.col("qid") == q.qid).sort("rank")["mem_id"].to_list()
         assert got[: len(q.served)] == list(q.served)
+
+
+_KILLED_BETWEEN_APPEND_AND_COMMIT = """
+import os, signal, sys
+from memlab.embed import HashingEmbedder
+from memlab.memory.store import MemoryStore
+from memlab.pipeline import load_pipeline
+from memlab.serve.recording import Recorder
+from memlab.serve.service import MemoryService
+
+store = MemoryStore(sys.argv[1], embedder=HashingEmbedder(dim=64), chroma=False)
+rec = Recorder(sys.argv[2])
+svc = MemoryService(store, load_pipeline("bm25"), recorder=rec, clock=lambda: 1.77e9)
+svc.store_memory("committed and recorded", "fact")
+real = rec.append_all
+
+def append_then_die(lines):
+    real(lines)  # durable in the recording; the store's commit never comes
+    os.kill(os.getpid(), signal.SIGKILL)
+
+rec.append_all = append_then_die
+svc.store_memory("recorded, never committed", "fact")
+"""
+
+
+def test_a_server_killed_between_append_and_commit_is_made_whole_at_the_next_start(
+    tmp_path: Path, caplog
+) -> None:
+    import subprocess
+    import sys
+
+    store_dir, rec_dir = tmp_path / "store", tmp_path / "rec"
+    run = subprocess.run(
+        [sys.executable, "-c", _KILLED_BETWEEN_APPEND_AND_COMMIT, str(store_dir), str(rec_dir)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == -9, run.stderr
+    lines = (rec_dir / "memories.jsonl").read_text().splitlines()
+    assert [json.loads(x)["text"] for x in lines] == [
+        "committed and recorded", "recorded, never committed",
+    ]
+    first = len(lines[0]) + 1
+    with caplog.at_level("WARNING", logger="memlab.serve"):
+        store = MemoryStore(store_dir, embedder=HashingEmbedder(dim=64), chroma=False)
+        svc = MemoryService(store, load_pipeline("bm25"), recorder=Recorder(rec_dir),
+                            clock=StepClock(2e9))
+    # the line of the write that never committed is cut; the store and recording agree
+    assert (rec_dir / "memories.jsonl").stat().st_size == first
+    assert [store.get(i).text for i in store.ids] == ["committed and recorded"]
+    assert f"cut {len(lines[1]) + 1} bytes of memories.jsonl" in caplog.text
+    # cut from the recording, kept beside it
+    assert (rec_dir / ".memories.jsonl.uncommitted").read_text() == lines[1] + "\n"
+    svc.store_memory("after the restart", "fact")
+    svc.close()
+    texts = [json.loads(x)["text"] for x in (rec_dir / "memories.jsonl").read_text().splitlines()]
+    assert texts == ["committed and recorded", "after the restart"]
+    assert validate_dataset(rec_dir) == []
+
+
+def test_a_failed_commit_takes_its_lines_back_out_of_the_recording(tmp_path: Path) -> None:
+    rec_dir = tmp_path / "rec"
+    store = MemoryStore(tmp_path / "store", embedder=HashingEmbedder(dim=64), chroma=False)
+    svc = _service(store, None, recorder=Recorder(rec_dir))
+    svc.store_memory("kept", "fact")
+    before = (rec_dir / "memories.jsonl").read_bytes()
+    real_exec = store._exec
+
+    def failing_commit(sql: str, params: Any = ()) -> Any:
+        if sql == "COMMIT":
+            raise OSError(5, "Input/output error")
+        return real_exec(sql, params)
+
+    store._exec = failing_commit  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="Input/output error"):
+        svc.store_memory("never committed", "fact")
+    with pytest.raises(OSError, match="Input/output error"):
+        svc.recall("kept")  # a recall's accesses and its query line, alike
+    store._exec = real_exec  # type: ignore[method-assign]
+    assert (rec_dir / "memories.jsonl").read_bytes() == before
+    assert (rec_dir / "queries.jsonl").read_bytes() == b""
+    assert [store.get(i).text for i in store.ids] == ["kept"]
+    svc.close()
+
+
+def test_a_recording_cut_short_behind_the_store_is_refused(tmp_path: Path) -> None:
+    rec_dir = tmp_path / "rec"
+    store = MemoryStore(tmp_path / "store", embedder=HashingEmbedder(dim=64), chroma=False)
+    svc = _service(store, None, recorder=Recorder(rec_dir))
+    svc.store_memory("one", "fact")
+    svc.store_memory("two", "fact")
+    svc.close()
+    data = (rec_dir / "memories.jsonl").read_bytes()
+    (rec_dir / "memories.jsonl").write_bytes(data[: data.index(b"\n") + 1])
+    store = MemoryStore(tmp_path / "store", embedder=HashingEmbedder(dim=64), chroma=False)
+    recorder = Recorder(rec_dir)
+    with pytest.raises(ValueError, match=r"memories.jsonl: \d+ bytes, but the store .* committed "
+                                         r"calls recorded up to byte \d+: the recording was cut"):
+        _service(store, None, recorder=recorder)
+    recorder.close()
+    store.close()
+    # a new recording of the same store starts where the store is
+    svc = _service(MemoryStore(tmp_path / "store", embedder=HashingEmbedder(dim=64),
+                               chroma=False), None, recorder=Recorder(tmp_path / "rec2"))
+    svc.store_memory("three", "fact")
+    svc.close()
+    assert len((tmp_path / "rec2" / "memories.jsonl").read_text().splitlines()) == 1

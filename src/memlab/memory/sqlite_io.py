@@ -271,6 +271,29 @@ class SQLiteIO:
         with self._transaction():
             yield
 
+    def meta(self, key: str) -> str | None:
+        """The value stored under ``key`` in the store's ``meta`` table (``None``: absent).
+
+        Other components keep small facts about the store there, written in the same
+        transaction as the writes they describe (a live server: how far its recording had
+        been appended when a write committed)."""
+        if not isinstance(key, str):
+            raise TypeError(f"field 'key' must be a string, got {type(key).__name__}")
+        rows = self._exec("SELECT value FROM meta WHERE key = ?", (key,)).fetchall()
+        return rows[0][0] if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key`` in the ``meta`` table; inside a :meth:`batch` it
+        commits (or rolls back) with the batch's writes."""
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError("meta keys and values are strings")
+        with self._transaction():
+            self._exec(
+                "INSERT INTO meta (key, value) VALUES (?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement; SQLite and OS errors become one :class:`StoreError` naming the
         file (never quoting memory text). A store that defers SQLite queues a write and runs a

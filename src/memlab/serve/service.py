@@ -39,18 +39,23 @@ milliseconds and strictly increasing, so recorded timestamps order the calls as 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import math
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
+from memlab.datasets.format import MEMORIES_FILE, QUERIES_FILE
 from memlab.memory.consolidate import consolidate_scope, expire_events
 from memlab.memory.records import (
     GLOBAL_CLIENT,
@@ -68,6 +73,8 @@ from memlab.pipeline import Pipeline
 from memlab.stages.base import QueryContext
 from memlab.timeutil import coerce_ts, to_iso
 from memlab.tokens import count_tokens
+
+logger = logging.getLogger("memlab.serve")
 
 #: Design §D4.1's memory types and how they are stored (type, payload defaults).
 SEED004_TYPES: dict[str, tuple[str, dict[str, str]]] = {
@@ -305,9 +312,11 @@ class MemoryService:
         self.chroma_max_backlog = chroma_max_backlog
         self._queue: deque[_Ticket] = deque()
         self._queue_lock = threading.Lock()
-        self._turns = threading.Condition()
-        self._next_turn = 0
-        self._done_turn = 0
+        # The recording lines of the write unit under way (see _unit), by file.
+        self._pending: dict[str, list[dict[str, Any]]] | None = None
+        self._mark_key = ""
+        if recorder is not None:
+            self._reconcile_recording()
         self._last_call = time.monotonic()
         self._closed = threading.Event()
         self._idle_thread: threading.Thread | None = None
@@ -318,17 +327,14 @@ class MemoryService:
             self._idle_thread.start()
 
     def close(self) -> None:
-        """Stop the idle flusher, let pending appends finish, close the store (it flushes
-        chromadb) and the recording (idempotent)."""
+        """Stop the idle flusher, close the store (it flushes chromadb) and the recording
+        (idempotent; a call under way holds the lock, and ends first)."""
         if self._closed.is_set():
             return
         self._closed.set()
         if self._idle_thread is not None:
             self._idle_thread.join()
         with self.lock:
-            with self._turns:  # appends of committed groups finish first
-                while self._done_turn < self._next_turn:
-                    self._turns.wait()
             try:
                 self.store.close()
             finally:
@@ -408,29 +414,81 @@ class MemoryService:
             raise ServiceError(f"field 'scope': agent {who!r} may not read {scope!r}")
         return scope
 
-    def _turn(self) -> int:
-        """The next place in ``memories.jsonl`` (the caller holds the lock: places follow the
-        order in which writes commit)."""
-        seq = self._next_turn
-        self._next_turn += 1
-        return seq
+    def _reconcile_recording(self) -> None:
+        """Bring the recording back to the calls the store committed (at start-up).
 
-    def _record(self, lines: list[dict[str, Any]], turn: int | None = None) -> None:
-        """Append write lines in turn: a group commit appends after releasing the lock, so each
-        append waits for the appends of the writes committed before it (the recording stays in
-        commit order, as a replay reads it). Without ``turn`` the caller holds the lock."""
-        if turn is None:
-            turn = self._turn()
-        with self._turns:
-            while self._done_turn < turn:
-                self._turns.wait()
+        Each write unit appends its lines before its SQLite commit and records, in the same
+        transaction, how long the recording's files then are (:meth:`_unit`). A server killed
+        between the append and the commit leaves lines of writes the store never made past
+        that mark: they are cut here, and kept in ``.FILE.uncommitted`` beside it (a warning
+        says how many bytes).
+        A recording shorter than the mark was cut or replaced by someone else: refused. A
+        recording this store has not seen before starts at its present length."""
+        rec = self.recorder
+        assert rec is not None
+        self._mark_key = f"recording:{Path(rec.path).resolve()}"
+        sizes = rec.sizes()
+        stored = self.store.meta(self._mark_key)
+        if stored is None:
+            self.store.set_meta(self._mark_key, json.dumps(sizes, sort_keys=True))
+            return
+        marks = {str(k): int(v) for k, v in json.loads(stored).items()}
+        for fname, mark in sorted(marks.items()):
+            size = sizes.get(fname, 0)
+            if size < mark:
+                raise ValueError(
+                    f"{Path(rec.path) / fname}: {size} bytes, but the store "
+                    f"{self.store.path or '(in memory)'} committed calls recorded up to byte "
+                    f"{mark}: the recording was cut or replaced; restore it, or record into a "
+                    "new directory"
+                )
+        extra = {f: sizes[f] - m for f, m in marks.items() if sizes.get(f, 0) > m}
+        if extra:
+            rec.cut_to(marks, keep=True)
+            logger.warning(
+                "%s: cut %s (kept in .FILE.uncommitted): lines appended by a call whose writes "
+                "the store never committed (the server stopped between the two)",
+                rec.path, ", ".join(f"{n} bytes of {f}" for f, n in sorted(extra.items())),
+            )
+
+    @contextmanager
+    def _unit(self) -> Iterator[None]:
+        """One call's writes to the store and its lines in the recording, all or nothing
+        (caller holds the lock; a unit inside a unit joins it).
+
+        The store's writes run in one transaction (:meth:`MemoryStore.batch`); the lines the
+        call records (:meth:`_record`, and a recall's query line) are appended and made
+        durable before the commit, and the lengths of the recording's files go into the
+        store's ``meta`` table in the same transaction. So a commit is never missing from the
+        recording: if the commit fails, the appended lines are cut again; if the process dies
+        between append and commit, the next start cuts them (:meth:`_reconcile_recording`).
+        A killed server loses at most the calls in flight, from both alike."""
+        if self._pending is not None:
+            yield
+            return
+        self._pending = {MEMORIES_FILE: [], QUERIES_FILE: []}
+        rec = self.recorder
+        marks: dict[str, int] | None = None
         try:
-            if self.recorder is not None and lines:
-                self.recorder.memories(lines)
+            with self.store.batch():
+                yield
+                pending = {f: lines for f, lines in self._pending.items() if lines}
+                if rec is not None and pending:
+                    marks = rec.sizes()
+                    ends = rec.append_all(pending)
+                    self.store.set_meta(self._mark_key, json.dumps(ends, sort_keys=True))
+        except BaseException:
+            if marks is not None and rec is not None:
+                rec.cut_to(marks)  # this unit's lines: its writes did not commit
+            raise
         finally:
-            with self._turns:
-                self._done_turn = turn + 1
-                self._turns.notify_all()
+            self._pending = None
+
+    def _record(self, lines: list[dict[str, Any]], fname: str = MEMORIES_FILE) -> None:
+        """Lines for the recording, appended when the call's unit commits (:meth:`_unit`)."""
+        if self._pending is None:
+            raise RuntimeError("a recorded write must run inside a write unit")
+        self._pending[fname].extend(lines)
 
     @staticmethod
     def describe(rec: MemoryRecord, score: float | None = None) -> dict[str, Any]:
@@ -481,7 +539,7 @@ class MemoryService:
         Returns ``{id, action, superseded, redactions, scope, memory_type}``; ``action`` is
         ``created``, ``deduplicated`` or ``corroborated``.
         """
-        with self.lock:
+        with self.lock, self._unit():
             return self._store_locked(
                 content, memory_type, scope=scope, tags=tags, confidence=confidence, key=key,
                 subject=subject, status_value=status_value, importance=importance,
@@ -585,17 +643,14 @@ class MemoryService:
         next one to get the lock writes the waiting calls together (up to ``group_items``
         items) in one transaction with a savepoint per item (a failing item is undone alone),
         scrubs and embeds their texts once (:meth:`MemoryStore.prepared`) and appends their
-        lines to the recording with one durable append. Each call returns once its items are
-        committed and recorded; if the commit or the append fails, every call of the group
-        raises.
+        lines to the recording with one durable append before the commit (:meth:`_unit`).
+        Each call returns once its items are recorded and committed; if the append or the
+        commit fails, every call of the group raises.
         """
         ticket = _Ticket(items)
         with self._queue_lock:
             self._queue.append(ticket)
         group: list[_Ticket] = []
-        lines: list[dict[str, Any]] = []
-        failed = False
-        turn = -1
         with self.lock:
             with self._queue_lock:
                 size = 0
@@ -605,21 +660,14 @@ class MemoryService:
                     size += len(group[-1].items)
             if group:
                 try:
-                    lines = self._store_group(group)
+                    with self._unit():
+                        self._record(self._store_group(group))
                 except BaseException as exc:
-                    failed = True
                     for t in group:
                         t.error = exc
-                turn = self._turn()
-        if group:
-            try:
-                self._record([] if failed else lines, turn)
-            except BaseException as exc:
-                for t in group:
-                    t.error = exc
-            finally:
-                for t in group:
-                    t.done.set()
+                finally:
+                    for t in group:
+                        t.done.set()
         ticket.done.wait()
         if ticket.error is not None:
             raise ticket.error
@@ -721,7 +769,7 @@ class MemoryService:
         (an agent: its own; a human: ``team``), so that only principals who read that scope
         see it (properties are kept in the recording; the graph keeps the relation's
         strength)."""
-        with self.lock:
+        with self.lock, self._unit():
             out, line = self._relate_locked(
                 from_entity, relation, to_entity, properties, scope=None, now=self.now()
             )
@@ -779,7 +827,7 @@ class MemoryService:
         meta = {"entity": {"name": name, "type": etype, "properties": props}}
         with self.lock:
             now = self.now()
-            with self.store.batch():
+            with self._unit():
                 out, line = self._store_locked(
                     text, "fact", now=now, record=False, scope=scope,
                     key=f"entity:{etype}:{name}", metadata=meta,
@@ -793,14 +841,14 @@ class MemoryService:
                     )
                     out["relations"].append(answer)
                     lines.append(rel_line)
-            self._record(lines)
+                self._record(lines)
         return out
 
     # ------------------------------------------------------------------ lifecycle
     def forget(self, memory_id: Any, reason: Any) -> dict[str, Any]:
         """``forget``: soft-delete a memory (never returned again; decisions refuse)."""
         reason = _text(reason, "reason", max_chars=2000)
-        with self.lock:
+        with self.lock, self._unit():
             rec = self._record_of(memory_id, change=True)
             now = self.now()
             try:
@@ -817,7 +865,7 @@ class MemoryService:
         """``supersede`` / ``correct``: replace a memory with corrected text, linked both ways."""
         new_content = _text(new_content, "new_content", max_chars=self.store.max_text_chars)
         reason = _text(reason, "reason", max_chars=2000)
-        with self.lock:
+        with self.lock, self._unit():
             rec = self._record_of(old_id, "old_id", change=True)
             now = self.now()
             try:
@@ -836,7 +884,7 @@ class MemoryService:
 
     def promote(self, memory_id: Any) -> dict[str, Any]:
         """``promote``: move a memory the principal can read to the ``team`` scope."""
-        with self.lock:
+        with self.lock, self._unit():
             rec = self._record_of(memory_id, change=True)
             now = self.now()
             try:
@@ -859,7 +907,7 @@ class MemoryService:
                     f"{scope!r}: an agent consolidates its own scope or its projects'"
                 )
         t_since = _ts(since, "since")
-        with self.lock:
+        with self.lock, self._unit():
             now = self.now()
             report = consolidate_scope(
                 self.store, now=now, client_id=self.client_id, scope=scope, since=t_since
@@ -898,7 +946,7 @@ class MemoryService:
                 )
         meta = {"episode_id": episode}
         with self.lock:
-            with self.store.batch():
+            with self._unit():
                 first, line = self._store_locked(
                     summary, "event", now=self.now(), record=False, scope=scope, metadata=meta
                 )
@@ -922,7 +970,7 @@ class MemoryService:
                         ) from None
                     ids.append(res["id"])
                     lines.append(line)
-            self._record(lines)
+                self._record(lines)
         return {"episode_id": episode, "summary_id": first["id"], "observation_ids": ids}
 
     # ------------------------------------------------------------------ reads
@@ -957,7 +1005,7 @@ class MemoryService:
         fmt = _choice(format, "format", FORMATS)
         budget = None if token_budget is None else _int(token_budget, "token_budget", 1, 10**6)
         t_at = _ts(at_time, "at_time")
-        with self.lock:
+        with self.lock, self._unit():
             now = self.now()
             if t_at is not None and t_at > now:
                 raise ServiceError(f"field 'at_time': {to_iso(t_at)} is in the future")
@@ -1017,7 +1065,7 @@ class MemoryService:
                 if include_superseded:
                     line["include_superseded"] = True
                 line.update({"text": text, "relevant": {}, "tags": ["live"], "served": ids})
-                self.recorder.query(line)
+                self._record([line], QUERIES_FILE)
         out: dict[str, Any] = {"recall_id": recall_id, "ids": ids}
         described = [self.describe(rec, score) for rec, score in served]
         if fmt == "json":
