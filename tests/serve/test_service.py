@@ -225,6 +225,29 @@ def test_episodes_and_entities_are_stored_all_or_nothing(tmp_path: Path) -> None
     assert [x.get("op", "store") for x in lines] == ["store"] * 4 + ["relate"]
 
 
+def test_text_that_is_not_text_and_overlong_timestamps_are_refused_by_name(
+    store: MemoryStore,
+) -> None:
+    svc = _service(store, None)
+    for kwargs, field in (
+        ({"key": "deploy-\ud800"}, "key"),
+        ({"subject": "\udfff"}, "subject"),
+        ({"status_value": "green\ud800"}, "status_value"),
+        ({"tags": ["ok", "bad\ud800"]}, "tags[1]"),
+    ):
+        with pytest.raises(ServiceError, match=re.escape(f"field '{field}' holds a lone "
+                                                         "surrogate")):
+            svc.store_memory("The deploy window is Friday", "fact", **kwargs)
+    with pytest.raises(ServiceError, match=re.escape("field 'content' holds a lone surrogate")):
+        svc.store_memory("text \ud800", "fact")
+    with pytest.raises(ServiceError, match="field 'since' is longer than 64 characters"):
+        svc.consolidate(since="2026" * 75_000)
+    with pytest.raises(ServiceError, match="field 'at_time': '2026-03-01T10:00:00' has no time "
+                                           "zone"):
+        svc.recall("deploy", at_time="2026-03-01T10:00:00")
+    assert len(store) == 0
+
+
 def test_recall_filters_and_formats(store: MemoryStore) -> None:
     svc = _service(store, None)
     a = svc.store_memory("CI fails when cyclomatic complexity exceeds 15", "rule",

@@ -39,7 +39,11 @@ ScopeArg = Annotated[
 Tags = Annotated[list[Annotated[str, Field(min_length=1, max_length=100)]] | None,
                  Field(default=None, max_length=50)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
-Timestamp = Annotated[str | None, Field(default=None, description="ISO 8601, UTC if naive")]
+Timestamp = Annotated[
+    str | None,
+    Field(default=None, max_length=64,
+          description="ISO 8601 with a time zone: Z (UTC) or an offset such as +02:00"),
+]
 
 
 def build_server(service: MemoryService, *, name: str = "memlab") -> Any:

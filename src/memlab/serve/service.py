@@ -124,6 +124,9 @@ def _text(value: Any, name: str, *, max_chars: int = 20_000, optional: bool = Fa
         raise ServiceError(f"field '{name}' must not be empty")
     if len(value) > max_chars:
         raise ServiceError(f"field '{name}' is longer than {max_chars} characters")
+    found = json_problem(value)
+    if found is not None:  # a lone surrogate: not text, and no file can hold it
+        raise ServiceError(f"field '{name}' {found[1]}")
     return value
 
 
@@ -172,6 +175,8 @@ def _strings(value: Any, name: str, *, max_items: int = 50) -> list[str]:
         raise ServiceError(f"field '{name}' must be an array of non-empty strings")
     if len(value) > max_items:
         raise ServiceError(f"field '{name}' holds more than {max_items} items")
+    for i, v in enumerate(value):
+        _text(v, f"{name}[{i}]")
     return list(dict.fromkeys(value))
 
 
@@ -179,6 +184,11 @@ def _ts(value: Any, name: str) -> float | None:
     """A timestamp argument, quantised to the millisecond a recording keeps."""
     if value is None:
         return None
+    if isinstance(value, str) and len(value) > 64:
+        raise ServiceError(
+            f"field '{name}' is longer than 64 characters; expected an ISO 8601 timestamp "
+            "such as 2026-03-01T10:00:00Z"
+        )
     try:
         t = coerce_ts(value, field=name)
     except (TypeError, ValueError) as exc:
@@ -576,6 +586,8 @@ class MemoryService:
         subject = _text(subject, "subject", max_chars=500, optional=True)
         if status_value is not None and not isinstance(status_value, str):
             raise ServiceError("field 'status_value' must be a string")
+        if status_value is not None and json_problem(status_value) is not None:
+            raise ServiceError(f"field 'status_value' {json_problem(status_value)[1]}")
         if importance is not None:
             _choice(importance, "importance", IMPORTANCE_LEVELS)
         t_valid = _ts(valid_from, "valid_from")
