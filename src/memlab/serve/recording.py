@@ -184,6 +184,15 @@ def _torn_append(tail: bytes) -> bool:
     return _compact_object_prefix(text)
 
 
+def _write_durably(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (opened ``O_APPEND``) and ``fsync`` it."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    os.fsync(fd)
+
+
 class Recorder:
     """Appends a live server's calls to a dataset directory.
 
@@ -391,12 +400,7 @@ class Recorder:
             return
         data = "".join(_dumps(obj) + "\n" for obj in lines).encode("utf-8")
         with self._lock:
-            fd = self._fds[fname]
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
+            _write_durably(self._fds[fname], data)
 
     def sizes(self) -> dict[str, int]:
         """Byte lengths of the files a store's commits mark (:data:`MARKED_FILES`)."""
@@ -416,12 +420,7 @@ class Recorder:
         }
         with self._lock:
             for fname, blob in data.items():
-                fd = self._fds[fname]
-                view = memoryview(blob)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fsync(fd)
+                _write_durably(self._fds[fname], blob)
             return {f: os.fstat(self._fds[f]).st_size for f in MARKED_FILES}
 
     def cut_to(self, sizes: Mapping[str, int], *, keep: bool = False) -> None:
