@@ -326,3 +326,22 @@ def test_one_pipeline_in_shards_draws_the_charts_of_a_serial_run(tmp_path):
     names = ("metrics.svg", "metrics.png", "tags.svg", "tags.png", "rankings.parquet")
     for name in names:
         assert (tmp_path / "s" / name).read_bytes() == (tmp_path / "p" / name).read_bytes()
+
+
+def _interrupted_here(parent_pid, task):
+    if os.getpid() == parent_pid:
+        raise KeyboardInterrupt
+    time.sleep(task)
+    return task
+
+
+def test_an_interrupt_here_stops_the_workers_instead_of_waiting_for_them():
+    # The worker's task would take a minute; Ctrl-C in this process's task ends the map at
+    # once, and the next map starts a new pool.
+    ex = make_executor("joblib", n_jobs=2)
+    assert ex.map(_square_plus, {"offset": 0}, [1, 2]) == [1, 4]  # the worker is up
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ex.map(_interrupted_here, os.getpid(), [60, 0])
+    assert time.monotonic() - start < 30
+    assert ex.map(_square_plus, {"offset": 1}, [2, 3]) == [5, 10]

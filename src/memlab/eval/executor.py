@@ -286,11 +286,19 @@ class JoblibExecutor:
             while (i := take()) is not None:
                 try:
                     out[i] = fn(shared, tasks[i])
-                except BaseException as exc:
+                except Exception as exc:  # noqa: BLE001 - raised below, in task order
                     with lock:
                         errors[i] = exc
             if not errors:
                 _quietly(meanwhile)
+        except BaseException:
+            # Interrupted (Ctrl-C): no task starts, and the workers are stopped rather than
+            # waited for.
+            with lock:
+                errors[-1] = RuntimeError("interrupted")
+            self._pool = 0
+            _shutdown_pool(kill=True)
+            raise
         finally:
             for feeder in feeders:
                 feeder.join()
