@@ -95,9 +95,6 @@ MALFORMED: dict[str, Callable[[], Variant]] = {
     "decision key reused": lambda: Variant()
     .add_mem(_store(id="d1", type="decision", key="k", text="We use Postgres."))
     .add_mem(_store(id="d2", type="decision", key="k", text="We use MySQL.")),
-    "decision key reused in another client": lambda: Variant()
-    .add_mem(_store(id="d1", type="decision", key="k", text="We use Postgres."))
-    .add_mem(_store(id="d2", type="decision", key="k", text="We use MySQL.", client_id="b")),
     # text that is not Unicode
     "lone surrogate in text": lambda: Variant().mem(0, text="broken \ud800 text"),
     "lone surrogate in a metadata value": lambda: Variant().add_mem(
@@ -214,6 +211,12 @@ VALID: dict[str, Callable[[], Variant]] = {
     "two decisions with different keys": lambda: Variant()
     .add_mem(_store(id="d1", type="decision", key="k1", text="We use Postgres."))
     .add_mem(_store(id="d2", type="decision", key="k2", text="We use MySQL.")),
+    # a decision key holds within its client and scope, as dedup and supersession do
+    "a decision key reused in another client and another scope": lambda: Variant()
+    .add_mem(_store(id="d1", type="decision", key="k", text="We use Postgres."))
+    .add_mem(_store(id="d2", type="decision", key="k", text="We use MySQL.", client_id="b"))
+    .add_mem(_store(id="d3", type="decision", key="k", text="We use SQLite.",
+                    scope="agent:hera")),
 }
 
 

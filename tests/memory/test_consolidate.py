@@ -75,3 +75,24 @@ def test_merged_fact_goes_through_exact_and_semantic_dedup():
     assert (merged.type, merged.source_agent) == ("fact", "consolidation-engine")
     assert store.get(s1.id).superseded_by == res.id
     assert not store.get(s1.id).active
+
+
+def test_a_cycle_over_one_scope_leaves_the_shared_graph_alone():
+    from memlab.embed import HashingEmbedder
+    from memlab.memory.consolidate import consolidate_scope
+    from memlab.memory.store import MemoryStore
+
+    store = MemoryStore(embedder=HashingEmbedder(dim=32))
+    store.store("Acme uses Postgres for billing", "fact", key="acme-db", now=1.7e9)
+    store.store("Hera notes Acme pays late", "fact", key="late", scope="agent:hera", now=1.7e9)
+    before = store.graph.edge_rows()
+    assert any(rel == "co_occurrence" for _, _, rel, _ in before)
+    for i in range(30):  # an agent consolidating its own scope, again and again
+        consolidate_scope(store, now=1.7e9 + 60 * (i + 1), scope="agent:hera")
+    assert store.graph.edge_rows() == before
+    # a cycle over every scope decays co-occurrence by the consolidator's 0.98, and the team
+    # memory it processes co-activates its two entities (learning rate 1.0)
+    consolidate_scope(store, now=1.7e9 + 3600)
+    assert [w for _, _, r, w in store.graph.edge_rows() if r == "co_occurrence"] == [
+        1.0 * 0.98 + 1.0
+    ]

@@ -211,3 +211,26 @@ def test_a_purge_unlinks_the_memorys_entities_for_good(tmp_path):
         assert again.graph.entities_of(row_gone) == []
         assert again.graph.entities_of(row_kept) == kept_links
         assert again.check() == []
+
+
+def test_vectors_read_back_bit_for_bit_after_a_reopen_and_a_rollback(tmp_path):
+    # Stored vectors are the index's unit vectors: reading them back must not normalise them
+    # again (float32 bits would move, and scores that tie in a replay would stop tying).
+    from memlab.embed import HashingEmbedder
+    from memlab.memory.records import MemoryInputError
+
+    texts = [f"note {i} about deploys, billing and the {i % 7} runbook" for i in range(60)]
+    with MemoryStore(tmp_path / "s", embedder=HashingEmbedder(dim=64), chroma=False) as store:
+        for i, text in enumerate(texts):
+            store.store(text, "event", now=1.7e9 + i)
+        first = store.vectors.matrix.copy()
+        with pytest.raises(MemoryInputError):
+            store.relate("billing", "uses", "Billing")  # refused: rolled back, reloaded
+        store._reload()
+        assert store.vectors.matrix.tobytes() == first.tobytes()
+    with MemoryStore(tmp_path / "s", embedder=HashingEmbedder(dim=64), chroma=False) as again:
+        assert again.vectors.matrix.tobytes() == first.tobytes()
+    # and they are what one normalisation of the embedder's vectors gives, as in a replay
+    raw = HashingEmbedder(dim=64).embed(texts).astype(np.float32)
+    once = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    assert first.tobytes() == once.astype(np.float32).tobytes()

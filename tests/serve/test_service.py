@@ -177,7 +177,86 @@ def test_relations_are_seen_in_the_scopes_they_were_written_in(tmp_path: Path) -
                         progress=False).run(load_pipeline("bm25")).store
     graph = replayed.graph
     a, b = graph.find("Initech"), graph.find("Project Nightfall")
-    assert graph.relation_scopes(a, b, "works_on") == {"agent:atlas"}
+    assert graph.relation_scopes(a, b, "works_on") == {"agent:atlas": 1.0}
+
+
+def test_an_agent_cannot_replace_a_team_memory_by_promoting_one_with_its_key(
+    store: MemoryStore,
+) -> None:
+    human = _service(store, None)
+    hera = _service(store, "hera")
+    team = human.store_memory("The deploy freeze ends Friday", "fact", key="freeze")["id"]
+    mine = hera.store_memory("There is no deploy freeze", "fact", key="freeze")["id"]
+    with pytest.raises(ServiceError, match=re.escape(
+        f"memory {mine}: the team scope holds key 'freeze' as {team}; promoting would "
+        "supersede it, and only a human changes team memories"
+    )):
+        hera.promote(mine)
+    assert store.get(team).active and store.get(mine).scope == "agent:hera"
+    status = human.store_memory("green", "status", subject="ci")["id"]
+    own = hera.store_memory("red", "status", subject="ci")["id"]
+    with pytest.raises(ServiceError, match="the team scope holds subject 'ci'"):
+        hera.promote(own)
+    assert store.get(status).active
+    # a human's promotion supersedes, as the write path always has
+    assert human.promote(mine)["superseded"] == team
+    assert not store.get(team).active
+
+
+def test_decision_keys_are_per_scope(store: MemoryStore) -> None:
+    bob = _service(store, "bob")
+    alice = _service(store, "alice")
+    mine = bob.store_decision("Acquire Initech", key="acquisition")["id"]
+    # alice neither learns bob's decision id nor is blocked by his private key
+    theirs = alice.store_decision("Do not acquire anyone this year", key="acquisition")["id"]
+    assert theirs != mine and store.get(theirs).scope == "agent:alice"
+    with pytest.raises(ServiceError, match=f"decision {mine} has key 'acquisition'"):
+        bob.store_decision("Acquire Initech and Globex", key="acquisition")
+
+
+def test_an_agent_sees_neither_the_direction_nor_the_count_of_others_relations(
+    store: MemoryStore,
+) -> None:
+    clock = StepClock()
+    human = _service(store, None, clock=clock)
+    bob = _service(store, "bob", clock=clock)
+    alice = _service(store, "alice", clock=clock)
+    human.relate("Billing", "uses", "Ledger")
+    bob.relate("Ledger", "uses", "Billing")
+    for _ in range(3):
+        bob.relate("Billing", "competitor_of", "Zephyr")
+    assert [(r["from"], r["to"], r["strength"]) for r in alice.get_entity("Ledger")["relations"]
+            ] == [("Billing", "Ledger", 1.0)]
+    assert alice.trace("Ledger", "Billing")["path"] == [
+        {"from": "Ledger", "relation": "uses", "to": "Billing", "reverse": True}
+    ]
+    # her own write of bob's relation counts hers alone; the graph (a human) counts all four
+    assert alice.relate("Billing", "competitor_of", "Zephyr")["strength"] == 1.0
+    assert bob.relate("Billing", "competitor_of", "Zephyr")["strength"] == 4.0
+    rels = {(r["from"], r["relation"], r["to"]): r["strength"]
+            for r in human.get_entity("Billing")["relations"]}
+    assert rels == {("Billing", "uses", "Ledger"): 1.0, ("Ledger", "uses", "Billing"): 1.0,
+                    ("Billing", "competitor_of", "Zephyr"): 5.0}
+    assert [r["strength"] for r in alice.get_entity("Zephyr")["relations"]] == [1.0]
+
+
+def test_caller_metadata_may_not_set_the_keys_memlab_reads(store: MemoryStore) -> None:
+    svc = _service(store, None)
+    with pytest.raises(ServiceError, match=re.escape(
+        "field 'metadata.tags' is set by memlab, not by a caller (give it as 'tags')"
+    )):
+        svc.store_memory("deploys need approval", "fact", metadata={"tags": 5})
+    for key in ("memory_type", "entity", "episode_id", "decision", "conflicts_with"):
+        with pytest.raises(ServiceError, match=f"field 'metadata.{key}' is set by memlab"):
+            svc.store_memory("deploys need approval", "fact", metadata={key: "x"})
+    out = svc.store_many([{"content": "ok"}, {"content": "x", "metadata": {"tags": "a"}}])
+    assert [r["ok"] for r in out] == [True, False]
+    # metadata written around the service (a dataset, the Python API) cannot break a recall
+    odd = store.store("deploys need two approvals", "fact", client_id="acme", now=svc.now(),
+                      metadata={"tags": 5, "memory_type": 7})
+    got = svc.recall("deploys approvals", format="json")
+    described = {m["id"]: m for m in got["memories"]}[odd.id]
+    assert (described["tags"], described["memory_type"]) == ([], "fact")
 
 
 def test_relate_checks_properties_before_it_writes(tmp_path: Path) -> None:

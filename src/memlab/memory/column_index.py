@@ -261,8 +261,11 @@ class ColumnIndex:
         cols["metadata"] = [json.dumps(v, sort_keys=True) for v in cols["metadata"]]
         return pl.DataFrame(cols, strict=False, infer_schema_length=None)
 
-    def _index_in_memory(self, rec: MemoryRecord, vector: np.ndarray | None) -> int:
-        """Add a record to the in-memory columns, vectors and lookup tables; return its row."""
+    def _index_in_memory(
+        self, rec: MemoryRecord, vector: np.ndarray | None, *, unit: bool = False
+    ) -> int:
+        """Add a record to the in-memory columns, vectors and lookup tables; return its row
+        (``unit``: the vector is the unit vector this index stored, read back)."""
         idx = self._cols.append()
         self._records.append(rec)
         self._index[rec.id] = idx
@@ -273,7 +276,7 @@ class ColumnIndex:
         c.scope[idx] = self._scopes.setdefault(rec.scope, len(self._scopes))
         c.valid_from[idx] = rec.valid_from if rec.valid_from is not None else rec.created_at
         self._sync_columns(idx)
-        self.vectors.set(idx, vector)
+        self.vectors.set(idx, vector, unit=unit)
         if rec.active:
             self._register_active(idx)
         return idx

@@ -82,12 +82,37 @@ class EntityIndexing:
         Names resolve through the alias cache and the graph (an unknown name becomes a new
         entity of ``from_type`` / ``to_type``). ``scope`` is the namespace it is written in
         (``team``, ``agent:{name}``, ``project:{name}``): a principal sees a relation written
-        in a scope it reads (:meth:`~memlab.memory.graph.EntityGraph.relation_scopes`). The
-        strength is the graph's, summed over scopes, which retrieval stages use.
+        in a scope it reads, with the strength written there
+        (:meth:`~memlab.memory.graph.EntityGraph.relation_scopes`). The strength returned is
+        the graph's, summed over scopes, which retrieval stages use (:meth:`relate_edge` also
+        tells the entities and the strength in ``scope``).
 
         Raises:
             MemoryInputError: A bad relation or name, or both names naming one entity (nothing
                 is written).
+        """
+        return self.relate_edge(
+            from_entity, relation, to_entity, from_type=from_type, to_type=to_type, now=now,
+            scope=scope,
+        )[3]
+
+    def relate_edge(
+        self,
+        from_entity: str,
+        relation: str,
+        to_entity: str,
+        *,
+        from_type: str = "concept",
+        to_type: str = "concept",
+        now: float | str | None = None,
+        scope: str = TEAM,
+    ) -> tuple[int, int, float, float]:
+        """:meth:`relate`, returning ``(source, target, strength in scope, strength)``: the
+        graph indices of the two entities, and the relation's strength among the writes of
+        ``scope`` and over every scope.
+
+        Raises:
+            MemoryInputError: As :meth:`relate`.
         """
         _check_choice(relation, "relation", RELATION_TYPES, optional=False)
         _check_str(from_entity, "from", optional=False)
@@ -116,13 +141,15 @@ class EntityIndexing:
             b = found_b if found_b is not None else self._entity_idx(ent_b)
             strength = self.graph.add_relation(a, b, relation)
             self._save_relations([(a, b)], relation)
-            if self.graph.add_relation_scope(a, b, relation, scope):
-                self._exec(
-                    "INSERT INTO relation_scopes (src, dst, relation, scope) VALUES (?, ?, ?, ?)",
-                    (a, b, relation, scope),
-                )
+            in_scope = self.graph.add_relation_scope(a, b, relation, scope)
+            self._exec(
+                "INSERT INTO relation_scopes (src, dst, relation, scope, strength)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (src, dst, relation, scope)"
+                " DO UPDATE SET strength = excluded.strength",
+                (a, b, relation, scope, in_scope),
+            )
             self.version += 1
-        return float(strength)
+        return a, b, float(in_scope), float(strength)
 
     def _lookup_entity(self, name: str, type_: str) -> tuple[int | None, Entity]:
         """A named entity and its graph index (``None`` when new): known name, alias, or the

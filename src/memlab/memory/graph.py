@@ -107,8 +107,9 @@ class EntityGraph:
         self._nbr: list[dict[int, int]] = []
         self._version = 0
         self._cache: dict[Any, Any] = {}
-        # The scopes each typed relation was written in (what a principal may see of it).
-        self._rel_scopes: dict[tuple[int, int, str], set[str]] = {}
+        # The scopes each typed relation was written in, with the strength written in each
+        # (what a principal may see of it).
+        self._rel_scopes: dict[tuple[int, int, str], dict[str, float]] = {}
 
     # ------------------------------------------------------------------ basics
     @property
@@ -333,19 +334,20 @@ class EntityGraph:
         eid = self._eid.get(self._edge_key(s, d, self._check_relation(relation)))
         return 0.0 if eid is None else self._str[eid]
 
-    def add_relation_scope(self, src: int, dst: int, relation: str, scope: str) -> bool:
-        """Note that the typed relation ``src -relation-> dst`` was written in ``scope``;
-        whether that is new."""
-        scopes = self._rel_scopes.setdefault((int(src), int(dst), relation), set())
-        if scope in scopes:
-            return False
-        scopes.add(scope)
-        return True
+    def add_relation_scope(
+        self, src: int, dst: int, relation: str, scope: str, increment: float = 1.0
+    ) -> float:
+        """Note that the typed relation ``src -relation-> dst`` was written in ``scope``
+        (``increment`` more); its strength in that scope."""
+        scopes = self._rel_scopes.setdefault((int(src), int(dst), relation), {})
+        scopes[scope] = scopes.get(scope, 0.0) + float(increment)
+        return scopes[scope]
 
-    def relation_scopes(self, src: int, dst: int, relation: str) -> frozenset[str]:
-        """The scopes the typed relation ``src -relation-> dst`` was written in (empty for a
-        relation written before relations had scopes, and for co-occurrence)."""
-        return frozenset(self._rel_scopes.get((int(src), int(dst), relation), ()))
+    def relation_scopes(self, src: int, dst: int, relation: str) -> dict[str, float]:
+        """The scopes the typed relation ``src -relation-> dst`` was written in, each with its
+        strength there (empty for a relation written before relations had scopes, and for
+        co-occurrence). The graph's own strength (:meth:`strength`) is their sum."""
+        return dict(self._rel_scopes.get((int(src), int(dst), relation), {}))
 
     def neighbours(self, idx: int) -> list[tuple[int, str, float]]:
         """``(other entity, relation, strength)`` for every edge touching ``idx``."""

@@ -72,6 +72,7 @@ CREATE TABLE IF NOT EXISTS relation_scopes (
     dst INTEGER NOT NULL,
     relation TEXT NOT NULL,
     scope TEXT NOT NULL,
+    strength REAL NOT NULL,
     PRIMARY KEY (src, dst, relation, scope)
 );
 """

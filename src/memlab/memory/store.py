@@ -361,7 +361,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             data = json.loads(payload)
             rec = MemoryRecord(**{k: data[k] for k in _RECORD_FIELDS if k in data})
             vector = None if blob is None else np.frombuffer(blob, dtype=np.float32)
-            self._index_in_memory(rec, vector)
+            self._index_in_memory(rec, vector, unit=True)  # stored normalised
         for idx, name, type_ in self._exec("SELECT idx, name, type FROM entities ORDER BY idx"):
             got = self.graph.add_entity(Entity(name, type_))
             if got != idx:
@@ -376,7 +376,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             self.graph.add_relation(src, dst, rel, increment=strength)
         tables = {r[0] for r in self._exec("SELECT name FROM sqlite_master WHERE type='table'")}
         if "relation_scopes" in tables:  # absent from a store opened read-only before it
-            for src, dst, rel, scope in self._exec(
-                "SELECT src, dst, relation, scope FROM relation_scopes ORDER BY rowid"
+            for src, dst, rel, scope, strength in self._exec(
+                "SELECT src, dst, relation, scope, strength FROM relation_scopes ORDER BY rowid"
             ):
-                self.graph.add_relation_scope(src, dst, rel, scope)
+                self.graph.add_relation_scope(src, dst, rel, scope, increment=strength)

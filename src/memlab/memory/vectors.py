@@ -215,8 +215,13 @@ class ExactIndex:
         present[: self._n] = self._present[: self._n]
         self._matrix, self._present = matrix, present
 
-    def set(self, row: int, vector: np.ndarray | None) -> None:
-        """Put the vector of row ``row`` (rows are appended in order; ``None`` = no vector)."""
+    def set(self, row: int, vector: np.ndarray | None, *, unit: bool = False) -> None:
+        """Put the vector of row ``row`` (rows are appended in order; ``None`` = no vector).
+
+        The vector is scaled to unit length, unless ``unit`` says it is one already: a vector
+        this index normalised once, read back from disk. Normalising it again would move its
+        last float32 bits, and scores that tie in a replay (which normalises once) would no
+        longer tie in a store reopened from disk."""
         if row < 0:
             raise ValueError(f"vectors.py: field 'row' must be >= 0, got {row}")
         if vector is not None:
@@ -228,7 +233,7 @@ class ExactIndex:
                 raise ValueError(
                     f"field 'embedding': expected dimension {self.dim}, got {vec.shape[0]}"
                 )
-            norm = float(np.linalg.norm(vec))
+            norm = 0.0 if unit else float(np.linalg.norm(vec))
             if norm > 0:
                 vec = vec / norm
         if row < self._n:

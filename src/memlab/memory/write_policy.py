@@ -347,8 +347,9 @@ class WritePolicy:
             else:
                 old_idx = self._by_subject.get((client_id, scope, subject))
         elif type == "decision" and key is not None:
-            for rec in self._records:
-                if rec.type == "decision" and rec.active and rec.key == key:
+            for rec in self._records:  # within the client and scope, as dedup and supersession
+                if (rec.type == "decision" and rec.active and rec.key == key
+                        and rec.client_id == client_id and rec.scope == scope):
                     raise DecisionImmutableError(
                         f"decision {rec.id} has key {key!r}: decisions are immutable and "
                         "can never be superseded; store a new decision with another key"
@@ -726,12 +727,16 @@ class WritePolicy:
             self._save(new_idx, None, t_now)
         return WriteResult(result.id, "created", old.id, result.redactions)
 
-    def promote(self, memory_id: str, *, now: float | str | None = None) -> WriteResult:
+    def promote(
+        self, memory_id: str, *, now: float | str | None = None, supersede: bool = True
+    ) -> WriteResult:
         """Move a memory to the ``team`` scope (docs/design.md §D3.5 ``promote``).
 
         An active team fact with the same key (a status with the same subject) is superseded by
-        the promoted memory. Promoting text that the team scope already holds is refused: the
-        team copy is named in the error.
+        the promoted memory; with ``supersede=False`` (an agent promoting: team memories are
+        not its to change) such a promotion is refused instead, naming the team memory.
+        Promoting text that the team scope already holds is refused: the team copy is named in
+        the error.
         """
         idx = self.idx(memory_id)
         rec = self._records[idx]
@@ -751,6 +756,12 @@ class WritePolicy:
             old_idx = self._by_key.get((rec.client_id, TEAM, rec.key))
         elif rec.type == "status" and rec.subject is not None:
             old_idx = self._by_subject.get((rec.client_id, TEAM, rec.subject))
+        if not supersede and old_idx is not None and old_idx != idx:
+            what = f"key {rec.key!r}" if rec.type == "fact" else f"subject {rec.subject!r}"
+            raise MemoryInputError(
+                f"memory {memory_id}: the team scope holds {what} as {self._records[old_idx].id}; "
+                "promoting would supersede it, and only a human changes team memories"
+            )
         with self.batch():
             self._deactivate(idx)
             rec.scope = TEAM

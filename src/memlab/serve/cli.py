@@ -46,15 +46,18 @@ def _service(args: argparse.Namespace) -> Any:
     if args.record:
         _check_record_dir(Path(args.record), store_dir)
     embedder = _embedder(args.embedder, not args.no_cache)
-    recorder = Recorder(args.record) if args.record else None
+    recorder = None
     store = None
     try:
+        # The store first: a store another server holds refuses the start before a new
+        # recording directory is made.
         store = MemoryStore(
             store_dir,
             embedder=embedder,
             chroma=False if args.no_chroma else None,
             chroma_sync="deferred" if args.chroma_idle > 0 else "commit",
         )
+        recorder = Recorder(args.record) if args.record else None
         kwargs: dict[str, Any] = {}
         if clock is not None:
             kwargs["clock"] = clock

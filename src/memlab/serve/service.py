@@ -86,6 +86,12 @@ TOOL_MEMORY_TYPES: tuple[str, ...] = (*MEMORY_TYPES, *SEED004_TYPES)
 FORMATS: tuple[str, ...] = ("bullets", "json", "xml")
 WRITABLE_RELATIONS: tuple[str, ...] = tuple(r for r in RELATION_TYPES if r != "co_occurrence")
 DECISION_STATUSES: tuple[str, ...] = ("active", "superseded", "all")
+#: Metadata keys the service and the lifecycle write and read themselves: a caller's
+#: ``metadata`` may not set them (``tags`` and ``memory_type`` have their own arguments).
+RESERVED_METADATA: frozenset[str] = frozenset({
+    "tags", "memory_type", "entity", "decision", "episode_id", "conflicts_with", "contradicts",
+    "clarification_question", "clarification_surfaced",
+})
 
 
 class ServiceError(ValueError):
@@ -128,6 +134,17 @@ def _text(value: Any, name: str, *, max_chars: int = 20_000, optional: bool = Fa
     if found is not None:  # a lone surrogate: not text, and no file can hold it
         raise ServiceError(f"field '{name}' {found[1]}")
     return value
+
+
+def _meta_str(value: Any) -> str | None:
+    """A string read back from a memory's metadata (``None`` when it is not one: metadata from
+    elsewhere, e.g. a dataset, is not checked by this service)."""
+    return value if isinstance(value, str) else None
+
+
+def _meta_strs(value: Any) -> list[str]:
+    """The strings of a list read back from a memory's metadata (others are left out)."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _properties(value: Any, name: str) -> dict[str, Any]:
@@ -506,14 +523,14 @@ class MemoryService:
         out: dict[str, Any] = {
             "id": rec.id,
             "text": rec.text,
-            "memory_type": rec.metadata.get("memory_type", rec.type),
+            "memory_type": _meta_str(rec.metadata.get("memory_type")) or rec.type,
             "type": rec.type,
             "scope": rec.scope,
             "client_id": rec.client_id,
             "source_agent": rec.source_agent,
             "confidence": rec.confidence,
             "importance": rec.importance,
-            "tags": list(rec.metadata.get("tags", [])),
+            "tags": _meta_strs(rec.metadata.get("tags")),
             "created_at": to_iso(rec.created_at),
             "active": rec.active,
         }
@@ -543,6 +560,7 @@ class MemoryService:
         metadata: Any = None,
         source_agent: Any = None,
         _record: bool = True,
+        _own_meta: bool = False,
     ) -> dict[str, Any]:
         """``store``: one memory through the store's full write path.
 
@@ -554,7 +572,7 @@ class MemoryService:
                 content, memory_type, scope=scope, tags=tags, confidence=confidence, key=key,
                 subject=subject, status_value=status_value, importance=importance,
                 valid_from=valid_from, metadata=metadata, source_agent=source_agent,
-                now=self.now(), record=_record,
+                now=self.now(), record=_record, own_meta=_own_meta,
             )[0]
 
     def _store_locked(
@@ -575,7 +593,11 @@ class MemoryService:
         metadata: Any = None,
         source_agent: Any = None,
         category: str | None = None,
+        own_meta: bool = False,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One store (caller holds the lock); its answer and recording line. ``own_meta``: the
+        metadata is the service's own (a decision's, an entity's, an episode's), which may set
+        :data:`RESERVED_METADATA` keys; a caller's may not."""
         content = _text(content, "content", max_chars=self.store.max_text_chars)
         memory_type = _choice(memory_type, "memory_type", TOOL_MEMORY_TYPES)
         mtype, defaults = SEED004_TYPES.get(memory_type, (memory_type, {}))
@@ -593,6 +615,14 @@ class MemoryService:
         t_valid = _ts(valid_from, "valid_from")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise ServiceError(f"field 'metadata' must be an object, got {type(metadata).__name__}")
+        if metadata and not own_meta:
+            taken = sorted(k for k in metadata if k in RESERVED_METADATA)
+            if taken:
+                raise ServiceError(
+                    f"field 'metadata.{taken[0]}' is set by memlab, not by a caller"
+                    + (f" (give it as '{taken[0]}')" if taken[0] in ("tags", "memory_type")
+                       else "")
+                )
         agent = source_agent if source_agent is not None else self.source_agent
         _text(agent, "source_agent", max_chars=200)
         meta: dict[str, Any] = _scrub_value(dict(metadata or {}))
@@ -771,7 +801,8 @@ class MemoryService:
             text += f" Participants: {', '.join(people)}."
         meta = {"decision": {"rationale": rationale, "alternatives": alts, "participants": people}}
         return self.store_memory(
-            text, "decision", scope=scope, tags=tags, key=key, importance="high", metadata=meta
+            text, "decision", scope=scope, tags=tags, key=key, importance="high", metadata=meta,
+            _own_meta=True,
         )
 
     def relate(
@@ -800,9 +831,13 @@ class MemoryService:
         target_scope = self._write_scope(scope)
         props = _properties(properties, f"{where}properties")
         try:
-            strength = self.store.relate(src, rel, dst, now=now, scope=target_scope)
+            a, b, _, total = self.store.relate_edge(
+                src, rel, dst, now=now, scope=target_scope
+            )
         except (TypeError, ValueError) as exc:
             raise ServiceError(str(exc)) from None
+        # what the caller may see: a human the graph's strength, an agent its scopes' writes
+        strength = total if self.principal is None else self._visible_strength(a, b, rel)
         line: dict[str, Any] = {
             "ts": to_iso(now), "op": "relate", "from": src, "relation": rel, "to": dst,
             "scope": target_scope,
@@ -842,7 +877,7 @@ class MemoryService:
             with self._unit():
                 out, line = self._store_locked(
                     text, "fact", now=now, record=False, scope=scope,
-                    key=f"entity:{etype}:{name}", metadata=meta,
+                    key=f"entity:{etype}:{name}", metadata=meta, own_meta=True,
                 )
                 lines = [line]
                 out["relations"] = []
@@ -900,7 +935,7 @@ class MemoryService:
             rec = self._record_of(memory_id, change=True)
             now = self.now()
             try:
-                res = self.store.promote(rec.id, now=now)
+                res = self.store.promote(rec.id, now=now, supersede=self.principal is None)
             except (TypeError, ValueError) as exc:
                 raise ServiceError(str(exc)) from None
             self._record([{"ts": to_iso(now), "op": "promote", "target": rec.id}])
@@ -960,7 +995,8 @@ class MemoryService:
         with self.lock:
             with self._unit():
                 first, line = self._store_locked(
-                    summary, "event", now=self.now(), record=False, scope=scope, metadata=meta
+                    summary, "event", now=self.now(), record=False, scope=scope, metadata=meta,
+                    own_meta=True,
                 )
                 lines = [line]
                 ids = []
@@ -975,6 +1011,7 @@ class MemoryService:
                             tags=obs.get("tags"),
                             confidence=obs.get("confidence", 1.0),
                             metadata=meta,
+                            own_meta=True,
                         )
                     except ServiceError as exc:
                         raise ServiceError(
@@ -1051,7 +1088,7 @@ class MemoryService:
                     continue
                 if mtype is not None and mtype not in (rec.type, rec.metadata.get("memory_type")):
                     continue
-                if tag_list and not set(tag_list) <= set(rec.metadata.get("tags", [])):
+                if tag_list and not set(tag_list) <= set(_meta_strs(rec.metadata.get("tags"))):
                     continue
                 if min_conf is not None and rec.confidence < min_conf:
                     continue
@@ -1064,6 +1101,9 @@ class MemoryService:
                 if len(served) >= limit:
                     break
             ids = [rec.id for rec, _ in served]
+            # Described inside the unit: a memory that cannot be described undoes the call
+            # (its accesses and its query line), rather than recording ids never served.
+            described = [self.describe(rec, score) for rec, score in served]
             self._remember(recall_id, ids)
             if self.recorder is not None:
                 line: dict[str, Any] = {"qid": recall_id, "ts": to_iso(now),
@@ -1079,7 +1119,6 @@ class MemoryService:
                 line.update({"text": text, "relevant": {}, "tags": ["live"], "served": ids})
                 self._record([line], QUERIES_FILE)
         out: dict[str, Any] = {"recall_id": recall_id, "ids": ids}
-        described = [self.describe(rec, score) for rec, score in served]
         if fmt == "json":
             out["memories"] = described
         elif fmt == "bullets":
@@ -1206,36 +1245,46 @@ class MemoryService:
     def _entity_rows_visible(self, entity: int, visible: np.ndarray) -> list[int]:
         return [m for m in self.store.graph.memories_of(entity) if visible[m]]
 
-    def _edges(self, entity: int, visible: np.ndarray) -> list[tuple[int, str, float]]:
-        """Edges of ``entity`` the principal may see: typed relations, and co-occurrences
-        backed by a memory it can read."""
+    def _edges(
+        self, entity: int, visible: np.ndarray
+    ) -> list[tuple[int, str, float, int, int]]:
+        """Edges of ``entity`` the principal may see, as ``(other, relation, strength, source,
+        target)``: each direction of a typed relation written in a scope it reads, with the
+        strength written there (:meth:`_visible_strength`), and co-occurrences backed by a
+        memory it can read (for an agent, their strength is the number of such memories)."""
         graph = self.store.graph
-        out = []
+        out: dict[tuple[int, str, int, int], float] = {}
         mine = set(self._entity_rows_visible(entity, visible))
         for other, rel, strength in graph.neighbours(entity):
             if rel == "co_occurrence":
-                if not mine & set(self._entity_rows_visible(other, visible)):
-                    continue
-            elif not self._relation_visible(entity, other, rel):
+                shared = mine & set(self._entity_rows_visible(other, visible))
+                if shared:
+                    out[(other, rel, entity, other)] = (
+                        float(strength) if self.principal is None else float(len(shared))
+                    )
                 continue
-            out.append((other, rel, float(strength)))
-        return sorted(out, key=lambda e: (graph.entity(e[0]).name, e[1]))
+            for src, dst in ((entity, other), (other, entity)):
+                w = self._visible_strength(src, dst, rel)
+                if w > 0:
+                    out[(other, rel, src, dst)] = w
+        return sorted(
+            ((o, r, w, a, b) for (o, r, a, b), w in out.items()),
+            key=lambda e: (graph.entity(e[0]).name, e[1], e[3] != entity),
+        )
 
-    def _relation_visible(self, a: int, b: int, rel: str) -> bool:
-        """Whether the principal may see the typed relation between ``a`` and ``b``: it was
-        written in a scope the principal reads (a relation from before relations had scopes
-        counts as ``team``'s)."""
-        if self.principal is None:
-            return True
+    def _visible_strength(self, src: int, dst: int, rel: str) -> float:
+        """The strength of the typed relation ``src -rel-> dst`` that the principal may see:
+        for a human, the graph's; for an agent, what was written in the scopes it reads (0:
+        none; a relation from a store made before relations had scopes counts as ``team``'s).
+        So neither the relation nor how often others wrote it shows through."""
         graph = self.store.graph
-        scopes = graph.relation_scopes(a, b, rel) | graph.relation_scopes(b, a, rel)
-        return any(self.principal.can_read(s) for s in scopes or (TEAM,))
-
-    def _direction(self, a: int, b: int, rel: str) -> tuple[int, int]:
-        """``(source, target)`` of the edge between ``a`` and ``b`` (co-occurrence: as given)."""
-        if rel == "co_occurrence" or self.store.graph.strength(a, b, rel) > 0:
-            return a, b
-        return b, a
+        total = float(graph.strength(src, dst, rel))
+        if total <= 0 or self.principal is None:
+            return total
+        scopes = graph.relation_scopes(src, dst, rel)
+        if not scopes:
+            return total if self.principal.can_read(TEAM) else 0.0
+        return float(sum(w for sc, w in scopes.items() if self.principal.can_read(sc)))
 
     def _find_entity(self, name: Any, field_name: str, visible: np.ndarray) -> int:
         _text(name, field_name, max_chars=200)
@@ -1246,11 +1295,7 @@ class MemoryService:
             if resolved is not None:
                 idx = graph.find(resolved.name, resolved.type)
         if idx is None or not (
-            self._entity_rows_visible(idx, visible)
-            or any(
-                rel != "co_occurrence" and self._relation_visible(idx, other, rel)
-                for other, rel, _ in graph.neighbours(idx)
-            )
+            self._entity_rows_visible(idx, visible) or self._edges(idx, visible)
         ):
             raise ServiceError(f"field '{field_name}': unknown entity {name!r}")
         return idx
@@ -1270,8 +1315,7 @@ class MemoryService:
             for _ in range(depth):
                 nxt = []
                 for e in frontier:
-                    for other, rel, strength in self._edges(e, visible):
-                        src, dst = self._direction(e, other, rel)
+                    for other, rel, strength, src, dst in self._edges(e, visible):
                         a, b = graph.entity(src).name, graph.entity(dst).name
                         relations.append({"from": a, "relation": rel, "to": b,
                                           "strength": strength})
@@ -1313,16 +1357,16 @@ class MemoryService:
             a = self._find_entity(from_entity, "from", visible)
             b = self._find_entity(to_entity, "to", visible)
             graph = self.store.graph
-            parent: dict[int, tuple[int, str] | None] = {a: None}
+            parent: dict[int, tuple[int, str, int] | None] = {a: None}
             frontier = [a]
             for _ in range(max_depth):
                 if b in parent:
                     break
                 nxt = []
                 for e in frontier:
-                    for other, rel, _ in self._edges(e, visible):
+                    for other, rel, _, src, _ in self._edges(e, visible):
                         if other not in parent:
-                            parent[other] = (e, rel)
+                            parent[other] = (e, rel, src)
                             nxt.append(other)
                 frontier = nxt
             if b not in parent:
@@ -1330,8 +1374,7 @@ class MemoryService:
             steps = []
             node = b
             while parent[node] is not None:
-                prev, rel = parent[node]  # type: ignore[misc]
-                src, _ = self._direction(prev, node, rel)
+                prev, rel, src = parent[node]  # type: ignore[misc]
                 steps.append({"from": graph.entity(prev).name, "relation": rel,
                               "to": graph.entity(node).name, "reverse": src != prev})
                 node = prev
