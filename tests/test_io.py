@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
+import memlab.io as mio
 from memlab.io import OUTPUT_MARKER, OutputDirError, atomic_directory, check_output_dir
+
+# The fields every pre-marker memlab experiment manifest carried.
+_LEGACY_MANIFEST = {
+    "dataset": {"name": "d"},
+    "pipelines": {"bm25": {}},
+    "baseline": "bm25",
+    "metrics": ["MRR"],
+    "seed": 0,
+    "tests": ["paired_t"],
+    "correction": "holm",
+    "exclude_tags": [],
+    "replay": {},
+}
 
 
 def _publish(out: Path, files: dict[str, str], kind: str = "experiment") -> None:
@@ -101,12 +117,139 @@ def test_foreign_file_with_a_result_name_is_refused(tmp_path: Path) -> None:
 def test_result_written_before_the_marker_is_recognised(tmp_path: Path) -> None:
     out = tmp_path / "old-run"
     out.mkdir()
-    (out / "manifest.json").write_text(json.dumps({"pipelines": {}, "dataset": {}}))
+    (out / "manifest.json").write_text(json.dumps(_LEGACY_MANIFEST))
+    (out / "metrics.json").write_text("{}")
+    (out / "report.md").write_text("# r\n\n![metrics](metrics.png) ([svg](metrics.svg))\n")
     (out / "metrics.png").write_text("png")
+    (out / "metrics.svg").write_text("svg")
+    (out / "architecture.png").write_text("mine")  # not linked by memlab's report: not claimed
+    (out / "extra.parquet").write_text("mine")  # not a name memlab wrote: not claimed
     (out / "README.txt").write_text("mine")
     _publish(out, {"manifest.json": "{}"})
-    assert not (out / "metrics.png").exists()
+    assert sorted(p.name for p in out.iterdir()) == [
+        OUTPUT_MARKER, "README.txt", "architecture.png", "extra.parquet", "manifest.json"
+    ]
+    assert (out / "architecture.png").read_text() == "mine"
+    assert (out / "extra.parquet").read_text() == "mine"
     assert (out / "README.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old-run"]
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        {"pipelines": ["etl"]},
+        {"pipelines": {}, "dataset": {}},
+        {**_LEGACY_MANIFEST, "seed": "zero"},
+        {k: v for k, v in _LEGACY_MANIFEST.items() if k != "replay"},
+    ],
+)
+def test_folder_that_does_not_prove_itself_memlabs_is_refused_untouched(
+    tmp_path: Path, manifest: dict[str, object]
+) -> None:
+    out = tmp_path / "proj"
+    out.mkdir()
+    files = {
+        "manifest.json": json.dumps(manifest),
+        "report.md": "my own report",
+        "architecture.png": "PNGDATA",
+        "data.parquet": "mine",
+        "notes.txt": "notes",
+    }
+    for name, text in files.items():
+        (out / name).write_text(text)
+    with pytest.raises(
+        OutputDirError, match=r"^output directory .*/proj: exists, is not empty and is not a memlab"
+    ):
+        _publish(out, {"manifest.json": "{}", "report.md": "# generated"})
+    assert {p.name: p.read_text() for p in out.iterdir()} == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]
+
+
+def test_interrupt_mid_swap_keeps_the_users_files_and_the_old_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    _publish(out, {"metrics.json": "old", "report.md": "old report"})
+    (out / "my_notes.txt").write_text("irreplaceable")
+    (out / "plots").mkdir()
+    (out / "plots" / "p.png").write_text("mine too")
+    real_replace = os.replace
+    interrupted: list[bool] = []
+
+    def replace(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
+        real_replace(src, dst)
+        # every instant of the swap: the user's files are in OUT under their own names
+        assert (out / "my_notes.txt").read_text() == "irreplaceable"
+        assert (out / "plots" / "p.png").read_text() == "mine too"
+        new_entry_moved_in = Path(src).parent.name.startswith(".run.tmp-") and Path(dst) == (
+            out / "metrics.json"
+        )
+        if new_entry_moved_in and not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt  # ... and the user presses Ctrl-C now
+
+    monkeypatch.setattr(mio.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        _publish(out, {"metrics.json": "new", "report.md": "new report"})
+    monkeypatch.setattr(mio.os, "replace", real_replace)
+    assert interrupted  # the old metrics.json was out of OUT, the new one in it
+    assert (out / "my_notes.txt").read_text() == "irreplaceable"
+    assert (out / "plots" / "p.png").read_text() == "mine too"
+    assert (out / "metrics.json").read_text() == "old"
+    assert (out / "report.md").read_text() == "old report"
+    marker = json.loads((out / OUTPUT_MARKER).read_text())
+    assert marker == {"memlab": "experiment", "entries": ["metrics.json", "report.md"]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    _publish(out, {"metrics.json": "new"})  # the next run still replaces it
+    assert sorted(p.name for p in out.iterdir()) == [
+        OUTPUT_MARKER, "metrics.json", "my_notes.txt", "plots"
+    ]
+
+
+def test_sigint_during_the_swap_is_delivered_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    _publish(out, {"metrics.json": "old", "stale.json": "old"})
+    (out / "my_notes.txt").write_text("irreplaceable")
+    real_replace = os.replace
+    sent: list[bool] = []
+
+    def replace(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
+        real_replace(src, dst)
+        if not sent and str(src) == str(out / "stale.json"):  # mid-swap: OUT is old and new
+            sent.append(True)
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C: held until the swap is done
+
+    monkeypatch.setattr(mio.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        _publish(out, {"metrics.json": "new"})
+    assert sent
+    assert (out / "metrics.json").read_text() == "new"  # the new complete result
+    assert sorted(p.name for p in out.iterdir()) == [OUTPUT_MARKER, "metrics.json", "my_notes.txt"]
+    assert (out / "my_notes.txt").read_text() == "irreplaceable"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_symlinked_output_directory_is_refused_and_left_intact(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    _publish(real, {"metrics.json": "old"})
+    (real / "usernote.txt").write_text("mine")
+    link = tmp_path / "link"
+    link.symlink_to("real")
+    with pytest.raises(OutputDirError, match=r"^output directory .*/link: is a symbolic link"):
+        _publish(link, {"metrics.json": "new"})
+    assert link.is_symlink() and os.readlink(link) == "real"
+    assert sorted(p.name for p in real.iterdir()) == [OUTPUT_MARKER, "metrics.json", "usernote.txt"]
+    assert (real / "metrics.json").read_text() == "old"
+    assert (real / "usernote.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to("nowhere")
+    with pytest.raises(OutputDirError, match="dangling: is a symbolic link"):
+        _publish(dangling, {"metrics.json": "new"})
+    assert dangling.is_symlink() and not (tmp_path / "nowhere").exists()
 
 
 def test_failure_leaves_the_old_result(tmp_path: Path) -> None:
