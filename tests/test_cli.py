@@ -366,3 +366,42 @@ def test_parsing_a_command_line_loads_neither_stages_nor_the_scrubber():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_eval_refuses_bad_metrics_and_replay_numbers_before_any_replay(tmp_path, capsys):
+    out = tmp_path / "run"
+    common = ["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--no-cache",
+              "--quiet", "--out", str(out)]
+    cases = {
+        ("--metric", "RBP(p=2)"): "memlab: error: metric 'RBP(p=2)': invalid param p=2",
+        ("--metric", "P@0"): "memlab: error: metric 'P@0': cutoff must be an integer in "
+                             "[1, 100000], got 0",
+        ("--metric", "ERR@5"): "memlab: error: metric 'ERR@5': ERR@5 is computed only by gdeval, "
+                               "which runs an external program; memlab computes measures "
+                               "in-process only",
+        ("--consolidation-hours", "1e-300"): "memlab: error: --consolidation-hours: field "
+            "'interval_hours' must be 0 (no cycles) or at least 0.000277777778 (one second), "
+            "got 1e-300",
+        ("--touch-k", "9" * 30): "memlab: error: --touch-k: field 'touch_k' must be at most "
+                                 "1000000, got " + "9" * 30,
+    }
+    for flags, message in cases.items():
+        assert main([*common, *flags]) == 2, flags
+        captured = capsys.readouterr()
+        assert captured.err.splitlines()[-1] == message
+        assert "replay bm25" not in captured.err  # refused before the replay
+        assert not out.exists()
+
+
+def test_eval_of_a_dataset_without_queries_says_so(tmp_path, capsys):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(HANDMADE, data)
+    (data / "queries.jsonl").write_text("")
+    for command in (["eval", str(data), "--pipelines", "bm25"],
+                    ["sweep", str(data), "--pipeline", "hybrid", "--grid", "rrf__k=1,2"]):
+        assert main([*command, "--embedder", "hashing", "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"memlab: error: {data / 'queries.jsonl'}: the dataset has no queries to "
+                       "evaluate (the file holds none)\n")

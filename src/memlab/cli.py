@@ -147,13 +147,20 @@ def _generator(name: str | None, dataset: Any) -> Any:
     return make_generator(name)
 
 
-def _load_dataset(path: str) -> Any:
-    from memlab.datasets.format import load_dataset
+def _load_dataset(path: str, *, queries: bool = False) -> Any:
+    """The dataset at ``path``; with ``queries``, one without a query is refused (``CLIError``:
+    an evaluation of it would have nothing to score)."""
+    from memlab.datasets.format import QUERIES_FILE, load_dataset
 
     p = Path(path)
     if not p.is_dir():
         raise CLIError(f"{path}: no such dataset directory")
-    return load_dataset(p)
+    dataset = load_dataset(p)
+    if queries and not dataset.queries:
+        raise CLIError(
+            f"{p / QUERIES_FILE}: the dataset has no queries to evaluate (the file holds none)"
+        )
+    return dataset
 
 
 def _replay_config(args: argparse.Namespace, dataset: Any) -> Any:
@@ -161,14 +168,23 @@ def _replay_config(args: argparse.Namespace, dataset: Any) -> Any:
     from memlab.eval.replay import ReplayConfig
 
     expire = None if args.expire is None else args.expire
+    flags = {
+        "ttl_days": ("--ttl-days", args.ttl_days),
+        "expire": ("--expire", expire),
+        "touch_k": ("--touch-k", args.touch_k),
+        "depth": ("--depth", getattr(args, "depth", None)),
+        "consolidation__interval_hours": ("--consolidation-hours", args.consolidation_hours),
+        "conflict_policy": ("--conflict-policy", args.conflict_policy),
+    }
+    base = ReplayConfig.from_dataset(dataset)  # the dataset's own errors name dataset.toml
+    for key, (flag, value) in flags.items():  # each flag checked alone: its error names it
+        if value is not None:
+            try:
+                base.with_params(**{key: value})
+            except (TypeError, ValueError) as exc:
+                raise CLIError(f"{flag}: {str(exc).split(': ', 1)[-1]}") from None
     return ReplayConfig.from_dataset(
-        dataset,
-        ttl_days=args.ttl_days,
-        expire=expire,
-        touch_k=args.touch_k,
-        depth=getattr(args, "depth", None),
-        consolidation__interval_hours=args.consolidation_hours,
-        conflict_policy=args.conflict_policy,
+        dataset, **{key: value for key, (_, value) in flags.items()}
     )
 
 
@@ -223,7 +239,7 @@ def _run_eval(
 
     if metrics:
         check_metrics(metrics)
-    ds = _load_dataset(args.dataset)
+    ds = _load_dataset(args.dataset, queries=True)
     metrics = metrics or default_metrics(ds)
     pipes = [load_pipeline(p) for p in (chosen or DEFAULT_PIPELINES)]
     if chosen is None and args.generator is None:
@@ -343,7 +359,7 @@ def _run_sweep(args: argparse.Namespace, grid: Any, out: str, executor: Any) -> 
     """``memlab sweep``'s run, with the flags given."""
     from memlab.eval.sweep import run_sweep
 
-    ds = _load_dataset(args.dataset)
+    ds = _load_dataset(args.dataset, queries=True)
     config = _replay_config(args, ds)
     _print_replay(config)
     return run_sweep(

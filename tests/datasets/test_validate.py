@@ -645,3 +645,79 @@ def test_no_cache_directory_means_the_write_check_runs(tmp_path: Path, monkeypat
     assert "memories.jsonl:8: memory m1 is already in the team scope" in [
         str(p) for p in validate_dataset(root)
     ]
+
+
+# --------------------------------------------------------------------------- number bounds
+
+
+def test_confidence_too_large_for_a_float_is_a_located_problem(tmp_path: Path) -> None:
+    root = make(tmp_path, memories=with_memory(1, confidence=10**400))
+    problems = validate_dataset(root)
+    assert len(problems) == 1
+    assert (problems[0].file, problems[0].line, problems[0].field) == (M, 2, "confidence")
+    assert problems[0].message == (
+        "must lie in [0, 1], got " + "1" + "0" * 29 + "... (401 characters)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ("[replay]\ntouch_k = " + "9" * 400,
+         "[replay]: field 'touch_k' must be at most 1000000, got an integer of 400 digits"),
+        ("[replay]\ndepth = " + "9" * 400,
+         "[replay]: field 'depth' must be at most 1000000, got an integer of 400 digits"),
+        ("[replay]\nttl_days = " + "9" * 400,
+         "[replay]: field 'ttl_days' is too large, got an integer of 400 digits"),
+        ("[replay.consolidation]\nhebbian_rate = " + "9" * 400,
+         "[replay] [consolidation]: field 'hebbian_rate' is too large, got an integer of 400 "
+         "digits"),
+        ("[replay.consolidation]\ninterval_hours = 1e-12",
+         "[replay] [consolidation]: field 'interval_hours' must be 0 (no cycles) or at least "
+         "0.000277777778 (one second), got 1e-12"),
+        ("[replay]\nclock_origin = -1e300",
+         "[replay]: field 'clock_origin' must be at least -62135596800.0, got -1e+300"),
+    ],
+)
+def test_replay_table_number_out_of_range_is_a_located_problem(
+    tmp_path: Path, table: str, expected: str
+) -> None:
+    root = make(tmp_path, meta=META + "\n" + table + "\n")
+    problems = validate_dataset(root)
+    assert problems == [Problem("dataset.toml", 7, "replay", expected)]
+
+
+def test_other_problems_are_still_listed_next_to_a_huge_number(tmp_path: Path) -> None:
+    memories = with_memory(1, confidence=10**400)
+    memories[2] = {**memories[2], "type": "nope"}
+    root = make(tmp_path, memories=memories, meta=META + "\n[replay]\ntouch_k = " + "9" * 400)
+    assert [(p.file, p.line, p.field) for p in validate_dataset(root)] == [
+        ("dataset.toml", 7, "replay"), (M, 2, "confidence"), (M, 3, "type"),
+    ]
+
+
+def test_grade_above_the_maximum_is_refused(tmp_path: Path) -> None:
+    from memlab.datasets.validate import MAX_GRADE
+
+    assert MAX_GRADE == 1_000_000
+    root = make(tmp_path, queries=with_query(0, relevant={"m1": 10**30}))
+    assert validate_dataset(root) == [
+        Problem(Q, 1, "relevant",
+                "grade of 'm1' must be at most 1000000, got 1000000000000000000000000000000")
+    ]
+    # eval reads the dataset through the same checks: it refuses it too
+    with pytest.raises(ValueError, match="must be at most 1000000"):
+        load_dataset(root)
+    (tmp_path / "ok").mkdir()
+    ok = make(tmp_path / "ok", queries=with_query(0, relevant={"m1": MAX_GRADE}))
+    assert validate_dataset(ok) == []
+
+
+def test_empty_queries_file_is_valid_with_a_warning(tmp_path: Path) -> None:
+    root = make(tmp_path, queries=[])
+    out = io.StringIO()
+    assert main_validate(root, out=out) == 0
+    assert out.getvalue().splitlines() == [
+        f"{root}: ok (5 operations, 0 queries)",
+        f"{root}: warning: queries.jsonl holds no queries: memlab eval has nothing to evaluate",
+    ]

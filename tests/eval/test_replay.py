@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import numpy as np
 import polars as pl
 import pytest
@@ -174,3 +176,46 @@ def test_memory_texts_are_scrubbed_once_in_prepare_and_adopted_by_every_replay(s
         assert res.store.texts == [rep.scrubs_[op.text][0] for op in ds.ops]
         assert key not in res.store.texts[0]
     assert not set(scrub_calls) & set(rep.scrubs_)  # no memory text scrubbed again
+
+
+# --------------------------------------------------------------------------- number bounds
+
+
+def test_consolidation_interval_below_one_second_is_refused():
+    from memlab.eval.replay import MIN_INTERVAL_HOURS, ConsolidationConfig, ReplayConfig
+
+    assert MIN_INTERVAL_HOURS == 1 / 3600
+    for hours in (1e-12, 1e-300, MIN_INTERVAL_HOURS / 2):
+        with pytest.raises(ValueError, match="must be 0 \\(no cycles\\) or at least"):
+            ReplayConfig(consolidation=ConsolidationConfig(interval_hours=hours))
+    assert ReplayConfig(consolidation=ConsolidationConfig(interval_hours=0.0)).consolidation
+    ReplayConfig(consolidation=ConsolidationConfig(interval_hours=MIN_INTERVAL_HOURS))
+
+
+def test_huge_integers_are_value_errors_naming_the_field():
+    from memlab.eval.replay import ReplayConfig
+
+    huge = 10**400
+    cases = {
+        "touch_k": "[replay]: field 'touch_k' must be at most 1000000, got an integer of 401 "
+                   "digits",
+        "ttl_days": "[replay]: field 'ttl_days' is too large, got an integer of 401 digits",
+        "forget_retention_days": "[replay]: field 'forget_retention_days' is too large, got an "
+                                 "integer of 401 digits",
+    }
+    for name, message in cases.items():
+        with pytest.raises(ValueError) as info:
+            ReplayConfig.from_mapping({name: huge}, where="[replay]")
+        assert str(info.value) == message
+
+
+def test_clock_cannot_spin_on_a_step_below_float_precision():
+    from memlab.eval.replay import _Run
+
+    run = _Run.__new__(_Run)
+    run.config = SimpleNamespace(consolidation=SimpleNamespace(interval_hours=1e-12))
+    run.origin, run.step, run.tick = 1.7e9, 1e-12 * 3600, 1
+    run.next_tick = run.origin + run.step
+    with pytest.raises(ValueError, match="does not advance the clock"):
+        run._next_tick()
+

@@ -118,3 +118,36 @@ def test_the_tag_chart_lists_its_cells_by_pipeline_then_tag_whatever_the_input_o
     assert tag_chart(per_tag.reverse(), "R_all@10").to_json() == tag_chart(
         per_tag, "R_all@10"
     ).to_json()
+
+
+def test_control_characters_in_chart_text_are_escaped():
+    import json as _json
+
+    from memlab.eval.report import sanitize_spec
+
+    spec = {"title": "a\x00b", "data": {"values": [{"pipe\x07": "x\x1fy\ud800", "v": 1}]},
+            "encoding": {"x": {"field": "pipe\x07"}}}
+    clean = _json.loads(sanitize_spec(_json.dumps(spec)))
+    assert clean == {"title": "a\\x00b", "data": {"values": [{"pipe\\x07": "x\\x1fy\\ud800",
+                                                               "v": 1}]},
+                     "encoding": {"x": {"field": "pipe\\x07"}}}
+
+
+def test_a_nul_in_a_pipeline_name_does_not_crash_the_renderer():
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "from memlab.eval.report import render_specs\n"
+        "spec = {'$schema': 'https://vega.github.io/schema/vega-lite/v5.json', 'mark': 'bar',\n"
+        "        'data': {'values': [{'p': 'bm\\x0025', 'v': 1}, {'p': 'a\\x07', 'v': 2}]},\n"
+        "        'encoding': {'x': {'field': 'p', 'type': 'nominal'},\n"
+        "                     'y': {'field': 'v', 'type': 'quantitative'}}}\n"
+        "svg, png = render_specs({'c': json.dumps(spec)})['c']\n"
+        "print('bm\\\\x0025' in svg, png[:4] == b'\\x89PNG')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.split() == ["True", "True"]

@@ -5,7 +5,8 @@ line and field at fault, e.g. ``memories.jsonl:12: field 'ts': goes backwards ..
 missing files, bytes that are not UTF-8, unparsable TOML or JSON, lines that are not objects,
 missing, unknown or mistyped fields, unknown types, ops and relations, empty text, duplicate ids
 and qids, timestamps that do not parse or go backwards, relevant and stale ids that do not exist
-or are written after the query, grades that are not integers ≥ 1, and forget targets that are
+or are written after the query, grades that are not integers in ``[1, MAX_GRADE]``, numbers too
+large to convert (a 400-digit ``confidence`` or ``touch_k``), and forget targets that are
 unknown, written later or decisions (which are immutable); the same for the targets of correct
 and promote lines. An optional ``judgments.jsonl`` is checked line by line (known qid, grade 0-2,
 source, judge, ts).
@@ -76,6 +77,10 @@ _QUERY_KEYS = (
     "relevant", "stale", "tags", "answer", "served",
 )
 _JUDGMENT_KEYS = ("qid", "mem_id", "grade", "source", "judge", "ts", "note")
+MAX_GRADE = 1_000_000
+"""The largest relevance grade of ``queries.jsonl`` (grades are small integers: 1, 2, 3 on the
+usual scales; the bound keeps every grade a 32-bit integer, as trec_eval and the metric frames
+read it, and bounds an ir_measures ``rel`` threshold)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +212,8 @@ class _LineChecker:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.add(name, f"must be a number, got {_type_name(value)}")
             return None
-        if not 0.0 <= float(value) <= 1.0:
-            self.add(name, f"must lie in [0, 1], got {value!r}")
+        if not 0.0 <= value <= 1.0:  # compared exactly: a huge int is not converted
+            self.add(name, f"must lie in [0, 1], got {_short(value)}")
             return None
         return float(value)
 
@@ -216,6 +221,14 @@ class _LineChecker:
         for key in self.obj:
             if key not in allowed:
                 self.add(key, f"unknown field for {what}")
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a 400-digit number is not echoed whole)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 10]}... ({len(text)} characters)"
 
 
 def _refuse_constant(name: str) -> Any:
@@ -354,7 +367,7 @@ def _check_meta(path: Path, result: ReadResult) -> None:
         line = text.count("\n", 0, at) + 1 if at >= 0 else _toml_line(text, "replay")
         try:
             ReplayConfig.from_mapping(meta["replay"], where="[replay]")
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             problems.append(Problem(META_FILE, line, "replay", str(exc)))
     if "evaluation" in meta:
         from memlab.eval.protocol import EvalProtocol
@@ -363,7 +376,7 @@ def _check_meta(path: Path, result: ReadResult) -> None:
         line = text.count("\n", 0, at) + 1 if at >= 0 else _toml_line(text, "evaluation")
         try:
             EvalProtocol.from_mapping(meta["evaluation"], where="[evaluation]")
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             problems.append(Problem(META_FILE, line, "evaluation", str(exc)))
     result.problems += problems
     result.meta = meta
@@ -714,7 +727,15 @@ def _check_queries(
             relevant = {}
             for key, grade in obj["relevant"].items():
                 if isinstance(grade, bool) or not isinstance(grade, int) or grade < 1:
-                    chk.add("relevant", f"grade of {key!r} must be an integer >= 1, got {grade!r}")
+                    chk.add(
+                        "relevant", f"grade of {key!r} must be an integer >= 1, got {_short(grade)}"
+                    )
+                    relevant = None
+                elif grade > MAX_GRADE:
+                    chk.add(
+                        "relevant",
+                        f"grade of {key!r} must be at most {MAX_GRADE}, got {_short(grade)}",
+                    )
                     relevant = None
                 elif relevant is not None:
                     relevant[key] = grade
@@ -800,7 +821,7 @@ def _check_judgments(
         else:
             grade = obj["grade"]
             if isinstance(grade, bool) or not isinstance(grade, int) or not 0 <= grade <= 2:
-                chk.add("grade", f"must be an integer 0, 1 or 2, got {grade!r}")
+                chk.add("grade", f"must be an integer 0, 1 or 2, got {_short(grade)}")
         if qid is not None and qid not in qids:
             chk.add("qid", f"{qid!r} is not a qid of {QUERIES_FILE}")
         result.problems += chk.problems
@@ -868,4 +889,10 @@ def main_validate(path: str | os.PathLike[str], *, out: TextIO | None = None) ->
         print(f"{path}: {len(result.problems)} problem(s)", file=stream)
         return 1
     print(f"{path}: ok ({len(result.ops)} operations, {len(result.queries)} queries)", file=stream)
+    if not result.queries:
+        print(
+            f"{path}: warning: {QUERIES_FILE} holds no queries: memlab eval has nothing to "
+            "evaluate",
+            file=stream,
+        )
     return 0

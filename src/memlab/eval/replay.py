@@ -50,6 +50,7 @@ import json
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,23 @@ def _mode(progress: bool | str | None) -> bool | str:
 
 MERGERS: tuple[str, ...] = ("none", "extractive", "generator")
 SECONDS_PER_HOUR = 3600.0
+MIN_INTERVAL_HOURS = 1.0 / SECONDS_PER_HOUR
+"""The shortest consolidation interval (one simulated second; 0 runs no cycles). With clock
+times within years 1 to 9999 a step of a second always advances the clock, and the number of
+cycles stays bounded by the simulated span in seconds."""
+MAX_COUNT = 1_000_000
+"""The largest ``touch_k`` and ``depth`` (hits per query; far beyond any store replayed)."""
+CLOCK_RANGE = (datetime(1, 1, 1, tzinfo=UTC).timestamp(),
+               datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp())
+"""The epoch seconds ``clock_origin`` may take (years 1 to 9999 in UTC, as timestamps)."""
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a 400-digit number is not echoed whole)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _check_field(where: str, name: str, value: Any, kind: str, low: float | None = None,
@@ -104,13 +122,20 @@ def _check_field(where: str, name: str, value: Any, kind: str, low: float | None
     ok = isinstance(value, int) if kind == "int" else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok:
         raise TypeError(f"{where}: field '{name}' must be a{'n' if kind == 'int' else ''} "
-                        f"{kind}, got {value!r}")
-    if not math.isfinite(float(value)):
+                        f"{kind}, got {_shown(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{where}: field '{name}' must be finite, got {value!r}")
+    if kind == "number" and isinstance(value, int):
+        try:
+            float(value)
+        except OverflowError:  # an integer beyond a float's range (400 digits)
+            raise ValueError(
+                f"{where}: field '{name}' is too large, got {_shown(value)}"
+            ) from None
     if low is not None and value < low:
-        raise ValueError(f"{where}: field '{name}' must be at least {low}, got {value!r}")
+        raise ValueError(f"{where}: field '{name}' must be at least {low}, got {_shown(value)}")
     if high is not None and value > high:
-        raise ValueError(f"{where}: field '{name}' must be at most {high}, got {value!r}")
+        raise ValueError(f"{where}: field '{name}' must be at most {high}, got {_shown(value)}")
 
 
 @dataclass(frozen=True)
@@ -118,7 +143,8 @@ class ConsolidationConfig:
     """Consolidation during a replay (docs/design.md §D0.10's engine on the simulated clock).
 
     Attributes:
-        interval_hours: Simulated hours between cycles (design §D0.10: 6); ``None`` or 0 runs none.
+        interval_hours: Simulated hours between cycles (design §D0.10: 6); ``None`` or 0 runs none;
+            otherwise at least :data:`MIN_INTERVAL_HOURS` (one second).
         merge: ``"extractive"`` (LLM-free: a cluster's texts joined into one fact),
             ``"generator"`` (design §D3.6: the replay's generator summarises each cluster) or
             ``"none"``.
@@ -152,6 +178,11 @@ class ConsolidationConfig:
         """Raise ``TypeError``/``ValueError`` naming ``where`` and the bad field."""
         w = f"{where} [consolidation]"
         _check_field(w, "interval_hours", self.interval_hours, "number", low=0.0, optional=True)
+        if self.interval_hours is not None and 0 < self.interval_hours < MIN_INTERVAL_HOURS:
+            raise ValueError(
+                f"{w}: field 'interval_hours' must be 0 (no cycles) or at least "
+                f"{MIN_INTERVAL_HOURS:.9g} (one second), got {self.interval_hours!r}"
+            )
         _check_field(w, "merge", self.merge, "str", choices=MERGERS)
         _check_field(w, "merge_threshold", self.merge_threshold, "number", low=1e-6, high=1.0)
         _check_field(w, "dedup_threshold", self.dedup_threshold, "number", low=-1.0, high=1.0)
@@ -182,10 +213,12 @@ class ReplayConfig:
     Attributes:
         ttl_days: Event TTL (docs/design.md §D0.10: 30 days).
         expire: Run the TTL cleanup before each query.
-        touch_k: How many top hits of each query count as accesses.
-        depth: How many candidates per query are kept in the rankings.
+        touch_k: How many top hits of each query count as accesses (at most
+            :data:`MAX_COUNT`).
+        depth: How many candidates per query are kept in the rankings (at most
+            :data:`MAX_COUNT`).
         clock_origin: Epoch seconds the consolidation ticks count from (``None``: midnight UTC
-            of the day of the first write).
+            of the day of the first write); within :data:`CLOCK_RANGE`.
         consolidation: Consolidation during the replay.
         conflict_policy: A registered conflict policy applied when a new memory contradicts an
             existing one (``None``: contradictions are not resolved at write time).
@@ -217,9 +250,10 @@ class ReplayConfig:
         """Raise ``TypeError``/``ValueError`` naming ``where`` and the bad field."""
         _check_field(where, "ttl_days", self.ttl_days, "number", low=0.0)
         _check_field(where, "expire", self.expire, "bool")
-        _check_field(where, "touch_k", self.touch_k, "int", low=0)
-        _check_field(where, "depth", self.depth, "int", low=1)
-        _check_field(where, "clock_origin", self.clock_origin, "number", optional=True)
+        _check_field(where, "touch_k", self.touch_k, "int", low=0, high=MAX_COUNT)
+        _check_field(where, "depth", self.depth, "int", low=1, high=MAX_COUNT)
+        _check_field(where, "clock_origin", self.clock_origin, "number", optional=True,
+                     low=CLOCK_RANGE[0], high=CLOCK_RANGE[1])
         if not isinstance(self.consolidation, ConsolidationConfig):
             raise TypeError(f"{where}: field 'consolidation' must be a ConsolidationConfig")
         self.consolidation.check(where)
@@ -281,7 +315,12 @@ class ReplayConfig:
                     f"{', '.join(sorted(names))}, consolidation__<field>"
                 )
         if isinstance(top.get("ttl_days"), int) and not isinstance(top["ttl_days"], bool):
-            top["ttl_days"] = float(top["ttl_days"])
+            try:
+                top["ttl_days"] = float(top["ttl_days"])
+            except OverflowError:
+                raise ValueError(
+                    f"{_where}: field 'ttl_days' is too large, got {_shown(top['ttl_days'])}"
+                ) from None
         source = dict(self.source)
         if _origin:
             source.update({k: _origin for k in top})
@@ -536,9 +575,12 @@ class _Run:
                 first = self.ops[0].ts if self.ops else 0.0
                 origin = math.floor(first / 86400.0) * 86400.0
             self.step = step
-            self.next_tick = origin + step
-            while self.ops and self.next_tick < self.ops[0].ts - step:
-                self.next_tick += step
+            self.origin = origin
+            # Tick n is origin + n × step; the first is the last one before the first write.
+            self.tick = 1
+            if self.ops and origin + step < self.ops[0].ts - step:
+                self.tick = max(1, math.ceil((self.ops[0].ts - step - origin) / step))
+            self.next_tick = origin + self.tick * step
 
     # ------------------------------------------------------------------ the clock
     def advance(self, t: float) -> None:
@@ -547,9 +589,22 @@ class _Run:
             self._writes(self.next_tick)
             self._purges(self.next_tick)
             self._cycle(self.next_tick)
-            self.next_tick += self.step
+            self._next_tick()
         self._writes(t)
         self._purges(t)
+
+    def _next_tick(self) -> None:
+        """Move the clock to the next tick; refuse a step too small to move it (``ValueError``)
+        rather than run cycles at one instant for ever."""
+        previous = self.next_tick
+        self.tick += 1
+        self.next_tick = self.origin + self.tick * self.step
+        if not self.next_tick > previous:
+            raise ValueError(
+                f"replay configuration [consolidation]: interval_hours = "
+                f"{self.config.consolidation.interval_hours!r} does not advance the clock at "
+                f"{previous!r}"
+            )
 
     def _writes(self, t: float) -> None:
         while self.pos < len(self.ops) and self.ops[self.pos].ts <= t:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,37 @@ def stable_svg_ids(svg: str) -> str:
     return pattern.sub(lambda m: changed[m.group(1) or m.group(2)], svg)
 
 
+def _escape_control(text: str) -> str:
+    """``text`` with each control character (Unicode categories Cc and Cs) written as its
+    escape (``\\x00``, ``\\ud800``): the chart renderer aborts the process on some of them, and
+    the escape keeps two names that differ only there apart."""
+    if all(unicodedata.category(c) not in _CONTROL for c in text):
+        return text
+    return "".join(
+        c if unicodedata.category(c) not in _CONTROL else repr(c)[1:-1] for c in text
+    )
+
+
+_CONTROL = ("Cc", "Cs")
+
+
+def sanitize_spec(spec: str) -> str:
+    """A Vega-Lite spec (JSON) whose every string, keys included, has its control characters
+    escaped (:func:`_escape_control`), so that no pipeline name, tag or metric can crash the
+    renderer. Keys and values are rewritten alike: a field stays the field its data carries."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return _escape_control(value)
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {_escape_control(k): clean(v) for k, v in value.items()}
+        return value
+
+    return json.dumps(clean(json.loads(spec)))
+
+
 _WARM: list[bool] = [False]
 """Whether this process has rendered a chart (vl-convert's runtime is running)."""
 
@@ -83,13 +115,14 @@ def render_specs(specs: Mapping[str, str]) -> dict[str, tuple[str, bytes]]:
     chart's bytes do not depend on what the process rendered before. A module-level function
     of plain data, so that an idle worker process can render a report's charts while this one
     runs its paired tests (vl-convert holds the GIL, and its first call starts a JavaScript
-    runtime: most of a second).
+    runtime: most of a second). Control characters in any text of a spec are escaped first
+    (:func:`sanitize_spec`).
     """
     import vl_convert as vlc
 
     out: dict[str, tuple[str, bytes]] = {}
     for name, spec in specs.items():
-        svg = stable_svg_ids(vlc.vegalite_to_svg(spec))
+        svg = stable_svg_ids(vlc.vegalite_to_svg(sanitize_spec(spec)))
         out[name] = (svg, vlc.svg_to_png(svg, scale=2))
         _WARM[0] = True
     return out

@@ -73,3 +73,34 @@ def test_unknown_and_uncomputable_names_are_refused():
         parse_metric("alpha_nDCG@10")
     with pytest.raises(ValueError, match="needs qrels"):
         evaluate(make_rankings(RANKINGS), None, ["P@5"])
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("RBP(p=2)", "metric 'RBP(p=2)': invalid param p=2"),
+        ("P@0", "metric 'P@0': cutoff must be an integer in [1, 100000], got 0"),
+        ("P@99999999999999999999",
+         "metric 'P@99999999999999999999': cutoff must be an integer in [1, 100000], got "
+         "99999999999999999999"),
+        ("P(rel=0)@5", "metric 'P(rel=0)@5': parameter 'rel' must be an integer in [1, 1000000], "
+         "got 0"),
+        ("Compat(p=1e400)", "metric 'Compat(p=1e400)': parameter 'p' must be finite and at most "
+         "1000000 in size, got inf"),
+        ("ERR@5", "metric 'ERR@5': ERR@5 is computed only by gdeval, which runs an external "
+         "program; memlab computes measures in-process only"),
+        ("NERR10(max_rel=0)", "metric 'NERR10(max_rel=0)': NERR10(max_rel=0) cannot be computed: "
+         "min_rel must be less than max_rel"),
+        ("nDCG@0", "metric 'nDCG@0': cutoff k must be >= 1 and <= 100000, got 0"),
+        ("nDCG@100001", "metric 'nDCG@100001': cutoff k must be >= 1 and <= 100000, got 100001"),
+    ],
+)
+def test_bad_measure_names_are_refused_when_parsed(name, message):
+    with pytest.raises(ValueError) as info:
+        check_metrics(["P@5", name])
+    assert str(info.value) == message
+
+
+def test_largest_cutoff_is_accepted():
+    assert parse_metric("P@100000").name == "P@100000"
+    assert parse_metric("nDCG@100000").k == 100000

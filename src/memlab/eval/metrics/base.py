@@ -29,6 +29,8 @@ judged), ``exposure`` (memories that should not be shown: stale, leaked, duplica
 (context size)."""
 
 _NAME_PATTERN = re.compile(r"^(?P<family>[A-Za-z][A-Za-z_]*)(?:@(?P<k>[0-9]+))?$")
+MAX_CUTOFF = 100_000
+"""The largest cutoff ``@k`` a metric name may carry (memlab's families and ir_measures')."""
 VALUE_SCHEMA = {"qid": pl.String, "value": pl.Float64}
 """The schema of a metric function's result."""
 _RESULT_SCHEMA = {"qid": pl.String, "metric": pl.String, "value": pl.Float64}
@@ -232,7 +234,7 @@ def parse_metric(name: str) -> MetricSpec:
     Raises:
         TypeError: If ``name`` is not a string.
         ValueError: If the family is unknown (the message lists the known families), or the
-            cutoff is missing, forbidden or smaller than 1.
+            cutoff is missing, forbidden, smaller than 1 or larger than :data:`MAX_CUTOFF`.
     """
     if not isinstance(name, str):
         raise TypeError(f"metric name must be a str, got {type(name).__name__}: {name!r}")
@@ -255,8 +257,8 @@ def parse_metric(name: str) -> MetricSpec:
         raise ValueError(f"metric {name!r} needs a cutoff: write it as {family.pattern}")
     if k is not None and family.cutoff == "none":
         raise ValueError(f"metric {name!r} takes no cutoff: write it as {family.pattern}")
-    if k is not None and k < 1:
-        raise ValueError(f"metric {name!r}: cutoff k must be >= 1, got {k}")
+    if k is not None and not 1 <= k <= MAX_CUTOFF:
+        raise ValueError(f"metric {name!r}: cutoff k must be >= 1 and <= {MAX_CUTOFF}, got {k}")
     return MetricSpec(family.name, k, higher_is_better=family.higher_is_better)
 
 
