@@ -29,13 +29,24 @@ Configuration files (``eval/configs/NAME.toml``)::
 
 :meth:`Pipeline.to_config` writes the same structure back (every parameter spelled out), and
 :func:`load_pipeline` reads it, naming the file, the step and the key of any error.
+:meth:`Pipeline.to_toml` quotes every key that is not a bare TOML key (``["my step.x"]``), so
+``load → to_toml → load`` gives back an equal configuration.
+
+Limits checked at load time (a :class:`ConfigError` naming the file and the field):
+
+* parallel steps nest at most :data:`MAX_NESTING` deep (a parallel step whose branch is a
+  parallel step is depth 2), and a TOML file too deeply nested for the parser is refused;
+* the pipeline ``name`` and every step name hold no control character (``U+0000``–``U+001F``,
+  ``U+007F``–``U+009F``): names end up in file names, charts and reports.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 import tomllib
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,6 +70,12 @@ from memlab.stages.base import (
 
 CONFIG_DIR_ENV = "MEMLAB_CONFIG_DIR"
 
+MAX_NESTING = 32
+"""How deep parallel steps may nest inside each other in a configuration file."""
+
+RESERVED_KEYS = ("name", "description", "steps")
+"""Top-level keys of a configuration, never step names."""
+
 Observer = Callable[[str, Stage, pl.DataFrame, pl.DataFrame], None]
 """Called as ``observer(name, stage, before, after)`` after every stage a pipeline runs (a
 parallel step's branches and fusion stage too, then the step itself), with the frame the stage
@@ -68,6 +85,14 @@ pipeline). A fusion stage's ``before`` is the parallel step's input."""
 
 class ConfigError(ValueError):
     """A pipeline configuration that cannot be loaded (names file, step and key)."""
+
+
+def _control_char(text: str) -> str | None:
+    """The first control character of ``text`` (as ``U+XXXX``), or ``None``."""
+    for ch in text:
+        if unicodedata.category(ch) == "Cc":
+            return f"U+{ord(ch):04X}"
+    return None
 
 
 class Parallel(Stage):
@@ -244,11 +269,19 @@ class Pipeline(Stage):
         )
 
     def validate(self) -> None:
-        """Raise ``ValueError`` if stage names repeat."""
+        """Raise ``ValueError`` if stage names repeat or a name holds a control character."""
+        bad = _control_char(self.name)
+        if bad is not None:
+            raise ValueError(f"pipeline {self.name!r}: the name holds control character {bad}")
         seen: set[str] = set()
         for n, _ in self.named_stages():
             if n in seen:
-                raise ValueError(f"pipeline '{self.name}': stage name {n!r} is used twice")
+                raise ValueError(f"pipeline {self.name!r}: stage name {n!r} is used twice")
+            bad = _control_char(n)
+            if bad is not None:
+                raise ValueError(
+                    f"pipeline {self.name!r}: stage name {n!r} holds control character {bad}"
+                )
             seen.add(n)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -315,7 +348,19 @@ class Pipeline(Stage):
 
     # ------------------------------------------------------------------ configuration
     def to_config(self) -> dict[str, Any]:
-        """The pipeline as a configuration dictionary (every parameter spelled out)."""
+        """The pipeline as a configuration dictionary (every parameter spelled out).
+
+        Raises:
+            ValueError: If a step is named like a top-level key (``name``, ``description``,
+                ``steps``), a parallel step has no fusion stage, a pipeline is nested, or a
+                ``None`` parameter cannot be written.
+        """
+        for n, _ in self.named_stages():
+            if n in RESERVED_KEYS:
+                raise ValueError(
+                    f"step {n!r}: {', '.join(RESERVED_KEYS)} are top-level keys of a "
+                    "configuration, not step names"
+                )
         cfg: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
@@ -370,9 +415,21 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
     for k, v in tables.items():
         if not isinstance(v, dict):
             raise ConfigError(f"{source}: top-level key '{k}' is not a step table")
+    if isinstance(cfg["name"], str):
+        bad = _control_char(cfg["name"])
+        if bad is not None:
+            raise ConfigError(
+                f"{source}: key 'name': the pipeline name holds control character {bad}"
+            )
     used: set[str] = set()
 
-    def build(name: str, parent: str) -> Stage:
+    def build(name: str, parent: str, depth: int = 0) -> Stage:
+        bad = _control_char(name)
+        if bad is not None:
+            raise ConfigError(
+                f"{source}: step {name!r} (named in {parent}): a step name holds no control "
+                f"character, found {bad}"
+            )
         if name not in tables:
             raise ConfigError(f"{source}: step '{name}' (named in {parent}) has no [{name}] table")
         if name in used:
@@ -387,12 +444,21 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
                     f"{source}: step '{name}': unknown key(s) {', '.join(sorted(table))} "
                     "(a parallel step has 'parallel' and 'fuse')"
                 )
-            if not isinstance(branches, list) or not branches:
-                raise ConfigError(f"{source}: step '{name}': key 'parallel' must list branches")
+            if not isinstance(branches, list) or not branches or not all(
+                isinstance(b, str) for b in branches
+            ):
+                raise ConfigError(
+                    f"{source}: step '{name}': key 'parallel' must list branch step names"
+                )
             if not isinstance(fuse, str):
                 raise ConfigError(f"{source}: step '{name}': key 'fuse' must name a fusion step")
-            built = [(b, build(b, f"step '{name}'")) for b in branches]
-            fusion = build(fuse, f"step '{name}'")
+            if depth >= MAX_NESTING:
+                raise ConfigError(
+                    f"{source}: step '{name}': parallel steps nest more than {MAX_NESTING} "
+                    "deep"
+                )
+            built = [(b, build(b, f"step '{name}'", depth + 1)) for b in branches]
+            fusion = build(fuse, f"step '{name}'", depth + 1)
             if not isinstance(fusion, FusionStage):
                 raise ConfigError(
                     f"{source}: step '{name}': key 'fuse': stage '{fuse}' cannot fuse branches"
@@ -490,6 +556,8 @@ def load_pipeline(name_or_path: str | Path) -> Pipeline:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
     return pipeline_from_config(cfg, source=str(path))
 
 
@@ -512,16 +580,30 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _toml_key(key: str) -> str:
+    """``key`` as a TOML key: bare when TOML allows it, a quoted basic string otherwise."""
+    if not isinstance(key, str):
+        raise TypeError(f"cannot write a {type(key).__name__} key to TOML")
+    return key if _BARE_KEY.fullmatch(key) else _toml_value(key)
+
+
 def dumps_toml(cfg: dict[str, Any]) -> str:
-    """Write a configuration (scalars, lists and one level of tables) as TOML."""
+    """Write a configuration (scalars, lists and one level of tables) as TOML.
+
+    Keys that are not bare TOML keys (``A-Za-z0-9_-``) are written quoted, so any string key
+    reads back unchanged.
+    """
     lines = []
     for k, v in cfg.items():
         if not isinstance(v, dict):
-            lines.append(f"{k} = {_toml_value(v)}")
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
     for k, v in cfg.items():
         if isinstance(v, dict):
             lines.append("")
-            lines.append(f"[{k}]")
+            lines.append(f"[{_toml_key(k)}]")
             for kk, vv in v.items():
-                lines.append(f"{kk} = {_toml_value(vv)}")
+                lines.append(f"{_toml_key(kk)} = {_toml_value(vv)}")
     return "\n".join(lines) + "\n"

@@ -120,3 +120,132 @@ def test_import_on_the_command_line(tmp_path, capsys):
     assert main(["datasets", "import", "mcp-memory", str(FILES / "mcp_memory.jsonl"),
                  str(tmp_path / "g"), "--option", "colour=red"]) == 2
     assert os.path.isdir(out)
+
+
+# ---------------------------------------------------------------- malformed sources
+DEEP = "[" * 100_000 + "]" * 100_000
+TS = "2025-01-01T00:00:00Z"
+
+
+def _lines(path, *lines, bom=False):
+    path.write_text(("\ufeff" if bom else "") + "\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_deeply_nested_jsonl_lines_are_not_mapped_with_their_line(tmp_path):
+    mcp = _lines(tmp_path / "m.jsonl", '{"type":"entity","name":"a","entityType":"t",'
+                 '"observations":["x"]}', DEEP)
+    rep = run_importer("mcp-memory", mcp, tmp_path / "o1", ts=TS)
+    assert rep.unmapped == [{"where": "m.jsonl:2", "reason": "invalid JSON: nested too deeply "
+                             "to read"}]
+    log = _lines(tmp_path / "l.jsonl", f'{{"m":"a","t":"{TS}"}}', '{"m":' + DEEP + "}")
+    rep = run_importer("log", log, tmp_path / "o2", mapping="text=m,ts=t")
+    assert rep.unmapped == [{"where": "l.jsonl:2", "reason": "invalid JSON: nested too deeply "
+                             "to read"}]
+    assert rep.counts == {"records": 2, "memories": 1, "not_mapped": 1}
+
+
+def test_an_import_that_maps_nothing_is_an_error_and_writes_nothing(tmp_path):
+    log = _lines(tmp_path / "l.jsonl", DEEP, f'{{"x":"a","t":"{TS}"}}')
+    with pytest.raises(ValueError) as info:
+        run_importer("log", log, tmp_path / "o", mapping="text=m,ts=t")
+    assert str(info.value) == (
+        f"{log}: no record could be mapped to a memory (2 not mapped; first l.jsonl:1: invalid "
+        "JSON: nested too deeply to read); nothing was written"
+    )
+    assert not (tmp_path / "o").exists()
+    mcp = _lines(tmp_path / "m.jsonl", DEEP)
+    with pytest.raises(ValueError, match=r"m.jsonl: no record could be mapped .*m.jsonl:1"):
+        run_importer("mcp-memory", mcp, tmp_path / "o", ts=TS)
+    empty = _lines(tmp_path / "e.jsonl", "")
+    with pytest.raises(ValueError) as info:
+        run_importer("log", empty, tmp_path / "o", mapping="text=m,ts=t")
+    assert str(info.value) == f"{empty}: no records to import; nothing was written"
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    _lines(notes / "a.md", "# Title", "body")
+    with pytest.raises(ValueError, match=r"no record could be mapped .*a.md:1: the file has no "):
+        run_importer("markdown", notes, tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_import_that_maps_nothing_exits_2(tmp_path, capsys):
+    log = _lines(tmp_path / "l.csv", "message,time", "hello,not a time")
+    code = main(["datasets", "import", "log", str(log), str(tmp_path / "o"),
+                 "--option", "mapping=text=message,ts=time"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err == (f"memlab: error: {log}: no record could be mapped to a memory (1 not mapped; "
+                   "first l.csv:2: column 'time' (ts): 'not a time' is not ISO 8601); nothing "
+                   "was written\n")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_csv_row_longer_than_its_header_names_file_and_line(tmp_path):
+    log = _lines(tmp_path / "l.csv", "message,time", f"a,{TS}", f"b,{TS},extra,more")
+    with pytest.raises(ValueError) as info:
+        run_importer("log", log, tmp_path / "o", mapping="text=message,ts=time")
+    assert str(info.value) == f"{log}:3: the row has 4 fields but the header has 2"
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_malformed_csv_names_file_and_line(tmp_path):
+    import csv
+
+    old = csv.field_size_limit(10)
+    try:
+        log = _lines(tmp_path / "l.csv", "message,time", f"{'x' * 50},{TS}")
+        with pytest.raises(ValueError, match=rf"^{log}:2: not a readable CSV row \(field larger"):
+            run_importer("log", log, tmp_path / "o", mapping="text=message,ts=time")
+    finally:
+        csv.field_size_limit(old)
+
+
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+def test_a_utf8_bom_is_dropped(tmp_path, suffix):
+    if suffix == "csv":
+        log = _lines(tmp_path / "l.csv", "message,time", f"hello,{TS}", bom=True)
+        mapping = "text=message,ts=time"
+    else:
+        log = _lines(tmp_path / "l.jsonl", f'{{"message":"hello","time":"{TS}"}}', bom=True)
+        mapping = "text=message,ts=time"
+    rep = run_importer("log", log, tmp_path / "o", mapping=mapping)
+    assert rep.counts == {"records": 1, "memories": 1, "not_mapped": 0}
+    assert rep.notes == []
+    assert [s.text for s in load_dataset(tmp_path / "o").stores()] == ["hello"]
+
+
+def test_a_bom_before_markdown_front_matter_and_mcp_lines_is_dropped(tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    _lines(notes / "a.md", "---", f"date: {TS}", "---", "- remember this", bom=True)
+    rep = run_importer("markdown", notes, tmp_path / "o1")
+    assert rep.counts == {"files": 1, "memories": 1, "not_mapped": 0}
+    mcp = _lines(tmp_path / "m.jsonl", '{"type":"entity","name":"a","entityType":"t",'
+                 '"observations":["x"]}', bom=True)
+    rep = run_importer("mcp-memory", mcp, tmp_path / "o2", ts=TS)
+    assert rep.unmapped == [] and rep.counts["observations"] == 1
+
+
+def test_non_utf8_sources_name_the_file(tmp_path):
+    log = tmp_path / "l.csv"
+    log.write_bytes(b"message,time\n\xff\xfe,x\n")
+    with pytest.raises(ValueError) as info:
+        run_importer("log", log, tmp_path / "o", mapping="text=message,ts=time")
+    assert str(info.value) == f"{log}: not UTF-8 text (byte 13)"
+
+
+def test_duplicates_are_reported_against_the_source_line(tmp_path):
+    log = _lines(tmp_path / "l.jsonl", '{"m":"a","t":"2025-01-02T00:00:00Z","i":"x"}',
+                 '{"m":"b","t":"2025-01-01T00:00:00Z","i":"x"}')
+    with pytest.raises(ValueError) as info:
+        run_importer("log", log, tmp_path / "o", mapping="text=m,ts=t,id=i")
+    assert str(info.value) == f"{log}:2: column 'i' (id): 'x' is already the id of line 1"
+    mcp = _lines(tmp_path / "m.jsonl",
+                 '{"type":"entity","name":"a","entityType":"t","observations":["x"]}',
+                 '{"type":"relation","from":"a","to":"a","relationType":"supersedes"}',
+                 '{"type":"entity","name":"a","entityType":"t","observations":["y"]}')
+    with pytest.raises(ValueError) as info:
+        run_importer("mcp-memory", mcp, tmp_path / "o", ts=TS)
+    assert str(info.value) == f"{mcp}:3: field 'name': entity 'a' is already defined on line 1"
+    assert not (tmp_path / "o").exists()

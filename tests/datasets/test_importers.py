@@ -72,3 +72,12 @@ def test_report_summary() -> None:
         "  unrecoverable c:q2: 'D' (malformed id) - Why?\n"
         "  no evidence c:q2: Why?"
     )
+
+
+def test_longmemeval_deeply_nested_json_names_the_file(tmp_path: Path) -> None:
+    src = tmp_path / "lme.json"
+    src.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError) as info:
+        run_importer("longmemeval", src, tmp_path / "out")
+    assert str(info.value) == f"{src}: not a readable JSON file (nested too deeply to read)"
+    assert not (tmp_path / "out").exists()

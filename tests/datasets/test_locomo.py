@@ -268,3 +268,28 @@ def test_real_locomo_totals(tmp_path: Path) -> None:
     assert len(ds.queries) == 1986
     assert sum("no-evidence" in q.tags for q in ds.queries) == 4
     assert {q.client_id for q in ds.queries} == {op.fields["client_id"] for op in ds.ops}
+
+
+def test_deeply_nested_json_names_the_file(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "1.json").write_text('{"conversation": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ValueError) as info:
+        run_importer("locomo", src, tmp_path / "out")
+    assert str(info.value) == (
+        f"{src / '1.json'}: not a readable JSON file (nested too deeply to read)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_utf8_bom_is_dropped(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("1.json", "2.json"):
+        (src / name).write_bytes(b"\xef\xbb\xbf" + (TINY / name).read_bytes())
+    with_bom = run_importer("locomo", src, tmp_path / "bom")
+    plain = run_importer("locomo", TINY, tmp_path / "plain")
+    assert with_bom.counts == plain.counts
+    assert (tmp_path / "bom" / "memories.jsonl").read_text() == (
+        tmp_path / "plain" / "memories.jsonl"
+    ).read_text()

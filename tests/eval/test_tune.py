@@ -56,3 +56,65 @@ def test_tune_cli_bad_space_is_one_message(tmp_path, capsys):
     assert code == 2
     assert capsys.readouterr().err.startswith("memlab: error: bad space expression")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("rrf__k=float:0:nan", "the high bound nan is not a finite number"),
+        ("rrf__k=float:-inf:1", "the low bound -inf is not a finite number"),
+        ("rrf__k=float:0:inf:log", "the high bound inf is not a finite number"),
+        ("rrf__k=float:NaN:1", "the low bound nan is not a finite number"),
+        ("rrf__k=float:2:1", "the low bound 2.0 must be below the high bound 1.0"),
+        ("rrf__k=int:5:5", "the low bound 5 must be below the high bound 5"),
+        ("rrf__k=float:0:1:log", "a log scale needs a low bound above 0, got 0.0"),
+        ("rrf__k=int:-1:10:log", "a log scale needs a low bound above 0, got -1"),
+    ],
+)
+def test_parse_space_refuses_non_finite_or_empty_ranges(expr, message):
+    with pytest.raises(ValueError) as info:
+        parse_space([expr])
+    assert str(info.value) == f"bad space expression {expr!r}: {message}"
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "space", "message"),
+    [
+        ("dense", {"dense__top_k": od.CategoricalDistribution([1, None])},
+         "search space dense__top_k: value None: step 'dense': parameter 'top_k' is None but "
+         "defaults to 100; TOML has no null, so it cannot be written"),
+        ("rrf", {"rrf__k": od.FloatDistribution(0.0, float("nan"))},
+         "search space rrf__k: the high bound nan is not a finite number"),
+        ("rrf", {"rrf__k": od.FloatDistribution(1.0, float("inf"))},
+         "search space rrf__k: the high bound inf is not a finite number"),
+    ],
+)
+def test_run_tune_checks_the_space_before_creating_the_study(tmp_path, pipeline, space, message):
+    with pytest.raises(ValueError) as info:
+        run_tune(HANDMADE, pipeline, space, trials=2, out=tmp_path / "o",
+                 embedder=HashingEmbedder(dim=64), progress=False)
+    assert str(info.value) == message
+    assert not (tmp_path / "o").exists()
+
+
+def test_every_categorical_value_meets_the_parameter_constraints(tmp_path):
+    space = parse_space(["rrf__k=cat:60,-1"])
+    with pytest.raises(ValueError, match=r"^search space rrf__k: value -1: ") as info:
+        run_tune(HANDMADE, "rrf", space, trials=2, out=tmp_path / "o",
+                 embedder=HashingEmbedder(dim=64), progress=False)
+    assert "'k'" in str(info.value)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "spec", ["rrf__k=float:0:nan", "rrf__k=float:0:inf", "dense__top_k=cat:1,None"]
+)
+def test_tune_cli_refuses_a_bad_space_without_leaving_a_study(tmp_path, capsys, spec):
+    pipeline = spec.partition("__")[0]
+    code = main(["tune", str(HANDMADE), "--pipeline", pipeline, "--space", spec, "--trials", "2",
+                 "--embedder", "hashing", "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("memlab: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert not (tmp_path / "o").exists()

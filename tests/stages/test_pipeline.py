@@ -212,3 +212,110 @@ def test_unused_and_missing_tables() -> None:
 def test_dumps_toml_writes_special_floats() -> None:
     text = dumps_toml({"name": "p", "t": {"min_similarity": float("-inf"), "k": 1e-05}})
     assert tomllib.loads(text)["t"] == {"min_similarity": float("-inf"), "k": 1e-05}
+
+
+# ---------------------------------------------------------------- limits and round trips
+def _nested_toml(depth: int) -> str:
+    """A pipeline whose parallel steps nest ``depth`` deep (p0 holds p1 holds ...)."""
+    lines = ['name = "p"', 'steps = ["p0"]']
+    for i in range(depth):
+        nxt = f"p{i + 1}" if i + 1 < depth else "leaf"
+        lines += [f"[p{i}]", f'parallel = ["{nxt}"]', f'fuse = "f{i}"', f"[f{i}]", 'stage = "rrf"']
+    lines += ["[leaf]", 'stage = "bm25"']
+    return "\n".join(lines) + "\n"
+
+
+def test_parallel_nesting_up_to_the_bound_loads(tmp_path: Path) -> None:
+    from memlab.pipeline import MAX_NESTING
+
+    pipe = load_pipeline(_write(tmp_path, _nested_toml(MAX_NESTING)))
+    assert len(list(pipe.named_stages())) == 2 * MAX_NESTING + 1
+
+
+@pytest.mark.parametrize("depth", [33, 1200])
+def test_parallel_nesting_past_the_bound_is_one_config_error(tmp_path: Path, depth: int) -> None:
+    path = _write(tmp_path, _nested_toml(depth))
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert str(info.value) == f"{path}: step 'p32': parallel steps nest more than 32 deep"
+
+
+def test_toml_nested_too_deeply_for_the_parser_names_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, 'name = "p"\nsteps = []\nx = ' + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert str(info.value) == f"{path}: not valid TOML: arrays or tables nested too deeply"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('name = "a\\u0000b"\nsteps = ["s"]\n[s]\nstage = "bm25"\n',
+         "key 'name': the pipeline name holds control character U+0000"),
+        ('name = "a\\u001bb"\nsteps = ["s"]\n[s]\nstage = "bm25"\n',
+         "key 'name': the pipeline name holds control character U+001B"),
+        ('name = "p"\nsteps = ["s\\tx"]\n["s\\tx"]\nstage = "bm25"\n',
+         "step 's\\tx' (named in 'steps'): a step name holds no control character, found U+0009"),
+        ('name = "p"\nsteps = ["r"]\n[r]\nparallel = ["b\\u0085"]\nfuse = "f"\n'
+         '["b\\u0085"]\nstage = "bm25"\n[f]\nstage = "rrf"\n',
+         "step 'b\\x85' (named in step 'r'): a step name holds no control character, found U+0085"),
+    ],
+)
+def test_control_characters_in_names_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_validate_refuses_control_characters_in_built_pipelines() -> None:
+    with pytest.raises(ValueError, match=r"the name holds control character U\+0000"):
+        Pipeline([("bm25", BM25())], name="a\x00b").validate()
+    with pytest.raises(ValueError, match=r"stage name 'b\\nm' holds control character U\+000A"):
+        Pipeline([("b\nm", BM25())], name="p").validate()
+
+
+AWKWARD = [
+    "my step.x", "with space", 'say "hi"', "back\\slash", "ünïcødé", "日本", "a=b", "[x]",
+    "#hash", "'single'", "", "1.5", "tab-free_ok-9",
+]
+
+
+@pytest.mark.parametrize("step", AWKWARD)
+def test_awkward_names_round_trip_through_to_toml(tmp_path: Path, step: str) -> None:
+    name = f"pipe {step}"
+    fuse = f"fuse {step}"
+    pipe = Pipeline(
+        [(step, Parallel(branches=[(f"{step}/b", BM25(top_k=3))], fuse=(fuse, RRF()))),
+         (f"{step}.mmr", MMR(top_k=2))],
+        name=name, description=f"desc {step}",
+    )
+    text = pipe.to_toml()
+    path = tmp_path / "rt.toml"
+    path.write_text(text, encoding="utf-8")
+    loaded = load_pipeline(path)
+    assert loaded.to_config() == pipe.to_config()
+    assert loaded.to_toml() == text
+    assert loaded.name == name and [n for n, _ in loaded.named_stages()] == [
+        step, f"{step}/b", fuse, f"{step}.mmr"
+    ]
+
+
+def test_a_quoted_step_name_is_written_quoted(tmp_path: Path) -> None:
+    path = _write(tmp_path, 'name = "p"\nsteps = ["my step.x"]\n["my step.x"]\nstage = "bm25"\n')
+    text = load_pipeline(path).to_toml()
+    assert '\n["my step.x"]\nstage = "bm25"\n' in text
+    assert 'steps = ["my step.x"]' in text
+    assert load_pipeline(_write(tmp_path, text)).to_config() == load_pipeline(path).to_config()
+
+
+def test_bare_keys_stay_bare() -> None:
+    text = dumps_toml({"name": "p", "a-b_9": {"k": 1}, "a.b": {"k.1": 2}})
+    assert text == 'name = "p"\n\n[a-b_9]\nk = 1\n\n["a.b"]\n"k.1" = 2\n'
+    assert tomllib.loads(text) == {"name": "p", "a-b_9": {"k": 1}, "a.b": {"k.1": 2}}
+
+
+@pytest.mark.parametrize("step", ["name", "steps", "description"])
+def test_a_step_named_like_a_top_level_key_cannot_be_written(step: str) -> None:
+    with pytest.raises(ValueError, match=f"step '{step}': name, description, steps are top-level"):
+        Pipeline([(step, BM25())], name="p").to_config()

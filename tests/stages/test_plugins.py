@@ -90,3 +90,26 @@ def test_a_stage_input_error_stays_a_value_error(make_ctx):
     pipe = Pipeline([("dense", Dense())])
     with pytest.raises(ValueError, match="stage 'dense' \\(Dense\\) failed on query 'q1'"):
         pipe.run(make_ctx("x", embedder=None))
+
+
+@pytest.mark.parametrize(
+    ("source", "cause"),
+    [
+        ("def broken(:\n", "SyntaxError: invalid syntax (memlab_broken_plugin.py, line 1)"),
+        ("raise RuntimeError('no licence key')\n", "RuntimeError: no licence key"),
+        ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
+    ],
+)
+def test_a_plugin_module_that_fails_to_import_is_one_config_error(
+    tmp_path, monkeypatch, source, cause
+):
+    (tmp_path / "memlab_broken_plugin.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "memlab_broken_plugin", raising=False)
+    with pytest.raises(ConfigError) as info:
+        pipeline_from_config(config("memlab_broken_plugin:Stage"), source="p.toml")
+    assert str(info.value) == (
+        "p.toml: step 'custom': key 'stage': stage 'memlab_broken_plugin:Stage': importing "
+        f"module 'memlab_broken_plugin' failed: {cause}"
+    )
+    sys.modules.pop("memlab_broken_plugin", None)

@@ -6,18 +6,28 @@ client_id=user"``: ``text`` and ``ts`` are required; ``type``, ``client_id``, ``
 whose text is empty or whose timestamp is missing or unparsable is reported as not mapped with
 its ``file:line`` (never dated by a guess); source columns no field maps are listed in the
 report. Records are sorted by time (ties: file order).
+
+The file is UTF-8, with or without a byte order mark. A CSV row with more fields than the header,
+a malformed CSV, or a JSONL ``id`` used twice is an error naming ``file:line``; so is an import in
+which no record maps to a memory (nothing is written: an empty dataset is never published).
 """
 
 from __future__ import annotations
 
 import csv
-import json
+import io
 import os
 from pathlib import Path
 from typing import Any
 
 from memlab.datasets.format import MemoryOp, write_dataset
-from memlab.datasets.importers import ImportReport, register_importer
+from memlab.datasets.importers import (
+    ImportReport,
+    parse_json,
+    read_source_text,
+    register_importer,
+    require_memories,
+)
 from memlab.memory.records import MEMORY_TYPES
 from memlab.timeutil import parse_ts
 
@@ -48,17 +58,36 @@ def parse_mapping(text: str) -> dict[str, str]:
 
 
 def _records(file: Path) -> list[tuple[int, Any]]:
+    """``(line, record)`` of every record; a record that does not parse is a ``ValueError``.
+
+    Raises:
+        ValueError: Naming ``file:line`` for a CSV row longer than its header or a malformed
+            CSV, and naming the file when it is not UTF-8.
+    """
+    text = read_source_text(file)  # utf-8-sig: a BOM would rename the first column
     if file.suffix.lower() == ".csv":
-        with open(file, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            return [(reader.line_num, row) for row in reader]
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        out: list[tuple[int, Any]] = []
+        try:
+            for row in reader:
+                if None in row:  # DictReader's restkey: fields beyond the header
+                    raise ValueError(
+                        f"{file}:{reader.line_num}: the row has "
+                        f"{len(reader.fieldnames or []) + len(row[None])} fields but the "
+                        f"header has {len(reader.fieldnames or [])}"
+                    )
+                out.append((reader.line_num, row))
+        except csv.Error as exc:
+            line = reader.reader.line_num  # DictReader.line_num lags behind on an error
+            raise ValueError(f"{file}:{line}: not a readable CSV row ({exc})") from None
+        return out
     rows: list[tuple[int, Any]] = []
-    for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(text.splitlines(), start=1):
         if raw.strip():
             try:
-                rows.append((number, json.loads(raw)))
-            except json.JSONDecodeError as exc:
-                rows.append((number, ValueError(f"invalid JSON: {exc.msg}")))
+                rows.append((number, parse_json(raw)))
+            except ValueError as exc:
+                rows.append((number, exc))
     return rows
 
 
@@ -86,6 +115,7 @@ class LogImporter:
         report = ImportReport("log", str(file), str(out))
         found: list[tuple[float, int, MemoryOp]] = []
         seen_columns: set[str] = set()
+        id_lines: dict[str, int] = {}
         m = self.mapping
         for number, row in _records(file):
             where = f"{file.name}:{number}"
@@ -119,10 +149,17 @@ class LogImporter:
                 if f in m and row.get(m[f]) not in (None, "")
             }
             ident = str(row[m["id"]]) if "id" in m and row.get(m["id"]) else f"L{number}"
+            if ident in id_lines:  # checked here, so the error names the source line
+                raise ValueError(
+                    f"{file}:{number}: column {m.get('id', 'id')!r} (id): {ident!r} is "
+                    f"already the id of line {id_lines[ident]}"
+                )
+            id_lines[ident] = number
             found.append((when, number, MemoryOp.store(ident, when, text, mtype, **extra)))
         unused = sorted(seen_columns - set(m.values()))
         if unused:
             report.notes.append(f"columns not mapped: {', '.join(unused)}")
+        require_memories(report, len(found))
         found.sort(key=lambda t: (t[0], t[1]))
         report.counts = {"records": len(found) + len(report.unmapped), "memories": len(found),
                          "not_mapped": len(report.unmapped)}

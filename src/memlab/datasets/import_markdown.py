@@ -16,7 +16,12 @@ import re
 from pathlib import Path
 
 from memlab.datasets.format import MemoryOp, write_dataset
-from memlab.datasets.importers import ImportReport, register_importer
+from memlab.datasets.importers import (
+    ImportReport,
+    read_source_text,
+    register_importer,
+    require_memories,
+)
 from memlab.memory.records import MEMORY_TYPES
 from memlab.timeutil import parse_ts, to_iso
 
@@ -93,7 +98,7 @@ class MarkdownNotesImporter:
         files = sorted(root.rglob("*.md"))
         for file in files:
             rel = file.relative_to(root).as_posix()
-            lines = file.read_text(encoding="utf-8").splitlines()
+            lines = read_source_text(file).splitlines()  # a BOM would hide the front matter
             meta, start = _front_matter(lines)
             body = list(enumerate(lines, start=1))[start:]
             items = self._items(body)
@@ -131,6 +136,7 @@ class MarkdownNotesImporter:
                     source_agent=self.source_agent, metadata={"file": rel, "line": number},
                 )
                 found.append((when, rel, number, op))
+        require_memories(report, len(found))
         found.sort(key=lambda t: (t[0], t[1], t[2]))
         report.counts = {
             "files": len(files), "memories": len(found), "not_mapped": len(report.unmapped),

@@ -9,17 +9,27 @@ memlab's writable relations becomes a ``relate`` line, any other is reported as 
 The file carries no timestamps: ``ts`` must be given, either an ISO 8601 time or ``"mtime"``
 (the file's modification time), and the report says which was used. The graph has no queries:
 ``queries.jsonl`` is empty until queries are recorded or written.
+
+The file is UTF-8, with or without a byte order mark. A line that is not JSON (or is nested too
+deeply to read) is reported as not mapped with its ``file:line``; an entity name used on two lines
+is an error naming both lines (its memory ids would repeat), and so is a file from which no
+memory is mapped (an empty dataset is never published).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from memlab.datasets.format import WRITABLE_RELATIONS, MemoryOp, write_dataset
-from memlab.datasets.importers import ImportReport, register_importer
+from memlab.datasets.importers import (
+    ImportReport,
+    parse_json,
+    read_source_text,
+    register_importer,
+    require_memories,
+)
 from memlab.timeutil import parse_ts, to_iso
 
 
@@ -68,14 +78,15 @@ class MCPMemoryImporter:
         stores: list[MemoryOp] = []
         relates: list[MemoryOp] = []
         counts = {"entities": 0, "observations": 0, "relations": 0}
-        for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        entity_lines: dict[str, int] = {}
+        for number, raw in enumerate(read_source_text(file).splitlines(), start=1):
             if not raw.strip():
                 continue
             where = f"{file.name}:{number}"
             try:
-                obj: Any = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                report.unmapped.append({"where": where, "reason": f"invalid JSON: {exc.msg}"})
+                obj: Any = parse_json(raw)
+            except ValueError as exc:
+                report.unmapped.append({"where": where, "reason": str(exc)})
                 continue
             kind = obj.get("type") if isinstance(obj, dict) else None
             if kind == "entity":
@@ -87,6 +98,13 @@ class MCPMemoryImporter:
                         {"where": where, "reason": "entity without a name or observations"}
                     )
                     continue
+                if name in entity_lines:  # its memory ids NAME#i would repeat
+                    raise ValueError(
+                        f"{file}:{number}: field 'name': entity {name!r} is already defined "
+                        f"on line "
+                        f"{entity_lines[name]}"
+                    )
+                entity_lines[name] = number
                 counts["entities"] += 1
                 for i, text in enumerate(observations, start=1):
                     if not isinstance(text, str) or not text.strip():
@@ -117,6 +135,7 @@ class MCPMemoryImporter:
                 relates.append(MemoryOp.relate(when, a, rel, b))
             else:
                 report.unmapped.append({"where": where, "reason": f"unknown line type {kind!r}"})
+        require_memories(report, len(stores))
         report.counts = counts | {"not_mapped": len(report.unmapped)}
         meta = {
             "name": file.stem,

@@ -8,9 +8,11 @@ plug in by decorating their own class; nothing else changes.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from memlab.datasets.format import Dataset, MemoryOp, Query, write_dataset
@@ -108,6 +110,55 @@ def time_ordered_dataset(
     stores = sorted(stores, key=lambda item: (item[0], item[1]))
     queries = sorted(queries, key=lambda item: (item[0], item[1]))
     return Dataset(None, meta, [s[2] for s in stores], [q[2] for q in queries])
+
+
+def read_source_text(file: Path) -> str:
+    """The text of a source file, UTF-8 with or without a byte order mark (the BOM is dropped).
+
+    Raises:
+        ValueError: Naming the file when it cannot be read or is not UTF-8.
+    """
+    try:
+        return file.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{file}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ValueError(f"{file}: cannot be read ({exc.strerror or exc})") from None
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads(text)``, every parse failure a ``ValueError`` with a one-line reason.
+
+    Raises:
+        ValueError: ``"invalid JSON: <reason>"`` (nesting too deep for the parser included).
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ValueError("invalid JSON: nested too deeply to read") from None
+
+
+def require_memories(report: ImportReport, n_memories: int) -> None:
+    """Refuse an import of an agent-memory file that maps no memory at all.
+
+    Such an import would publish an empty dataset and exit 0 (e.g. a column mapping that
+    matches nothing); it is an error naming the source and the first record not mapped.
+
+    Raises:
+        ValueError: When ``n_memories`` is 0.
+    """
+    if n_memories:
+        return
+    if report.unmapped:
+        first = report.unmapped[0]
+        raise ValueError(
+            f"{report.source}: no record could be mapped to a memory "
+            f"({len(report.unmapped)} not mapped; first {first['where']}: {first['reason']}); "
+            "nothing was written"
+        )
+    raise ValueError(f"{report.source}: no records to import; nothing was written")
 
 
 IMPORTERS: Registry[Callable[..., Importer]] = Registry("importer")

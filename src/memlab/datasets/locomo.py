@@ -219,9 +219,13 @@ class LocomoImporter(BuildingImporter):
 
         for file in track(files, f"reading {src}", unit="files"):
             try:
-                data = json.loads(file.read_text(encoding="utf-8"))
+                data = json.loads(file.read_text(encoding="utf-8-sig"))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise ValueError(f"{file}: not a readable JSON file ({exc})") from None
+            except RecursionError:
+                raise ValueError(
+                    f"{file}: not a readable JSON file (nested too deeply to read)"
+                ) from None
             if not isinstance(data, dict):
                 raise ValueError(f"{file}: expected a JSON object per conversation")
             conv = data.get("conversation") if isinstance(data.get("conversation"), dict) else data

@@ -125,9 +125,13 @@ class LongMemEvalImporter(BuildingImporter):
                                  f"{len(found)}; name the file")
             path = found[0]
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8-sig"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}: not a readable JSON file ({exc})") from None
+        except RecursionError:
+            raise ValueError(
+                f"{path}: not a readable JSON file (nested too deeply to read)"
+            ) from None
         if not isinstance(data, list):
             raise ValueError(f"{path}: expected a JSON list of question instances")
         report = ImportReport("longmemeval", str(path), "")

@@ -13,6 +13,11 @@ Search spaces are written ``stage__param=KIND:…``::
 
     rrf__k=int:1:200:log          lifecycle__decay_factor=float:0.9:1.0
     mmr__lambda_=float:0:1        bm25__statistics=cat:store,scope
+
+A range's bounds are finite numbers with ``low < high`` (``low > 0`` on a log scale). Before the
+study is created (so a bad space leaves no ``study.db``), :func:`check_space` sets both bounds of
+every range, and every value of a categorical space, on a copy of the pipeline: each must pass
+the parameter's constraints and be writable to the pipeline's TOML configuration.
 """
 
 from __future__ import annotations
@@ -85,15 +90,59 @@ def parse_space(expressions: Sequence[str]) -> dict[str, Any]:
                 raise ValueError(hint)
             if kind == "int":
                 lo, hi = int(parts[0]), int(parts[1])
+                _check_bounds(lo, hi, log)
                 space[name] = od.IntDistribution(lo, hi, log=log)
             elif kind == "float":
                 lo_f, hi_f = float(parts[0]), float(parts[1])
+                _check_bounds(lo_f, hi_f, log)
                 space[name] = od.FloatDistribution(lo_f, hi_f, log=log)
             else:
                 raise ValueError(f"unknown kind {kind!r} (int, float, cat)")
         except ValueError as error:
             raise ValueError(f"bad space expression {expr!r}: {error}") from None
     return space
+
+
+def _check_bounds(low: Any, high: Any, log: bool) -> None:
+    """Raise ``ValueError`` unless ``low < high`` are finite numbers (``low > 0`` when ``log``)."""
+    for what, value in (("low", low), ("high", high)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"the {what} bound {value!r} is not a number")
+        if not math.isfinite(value):
+            raise ValueError(f"the {what} bound {value!r} is not a finite number")
+    if not low < high:
+        raise ValueError(f"the low bound {low!r} must be below the high bound {high!r}")
+    if log and low <= 0:
+        raise ValueError(f"a log scale needs a low bound above 0, got {low!r}")
+
+
+def check_space(pipeline: Pipeline, space: Mapping[str, Any]) -> None:
+    """Check a search space against ``pipeline`` before any work.
+
+    Every range's bounds must be finite with ``low < high`` (``low > 0`` on a log scale); both
+    bounds of a range and every value of a categorical space are set on a copy of the pipeline
+    (the parameter's constraints) and the copy written as a configuration (``best.toml`` and
+    the run manifest must be able to hold it).
+
+    Raises:
+        ValueError: Naming the parameter and the value at fault.
+    """
+    for name, dist in space.items():
+        if hasattr(dist, "choices"):
+            values = list(dist.choices)
+        elif hasattr(dist, "low") and hasattr(dist, "high"):
+            try:
+                _check_bounds(dist.low, dist.high, bool(getattr(dist, "log", False)))
+            except ValueError as error:
+                raise ValueError(f"search space {name}: {error}") from None
+            values = [dist.low, dist.high]
+        else:
+            raise ValueError(f"search space {name}: {dist!r} is not a range or a choice")
+        for value in values:
+            try:
+                pipeline.clone().set_params(**{name: value}).to_config()
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"search space {name}: value {value!r}: {error}") from None
 
 
 @dataclass
@@ -183,8 +232,7 @@ def run_tune(
         raise ValueError("the search space is empty: give at least one --space")
     base = pipeline.clone() if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
     params = base.get_params()
-    for name, dist in space.items():  # unknown names and bad types fail before any work
-        base.clone().set_params(**{name: _first(dist)})
+    check_space(base, space)  # bounds, constraints, writability: before any work or study.db
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
     train, test = split_queries(ds.queries, test_fraction=test_fraction, seed=seed, by=split_by)
     if not train or not test:
@@ -320,11 +368,6 @@ def trials_table(study: Any, names: Sequence[str]) -> pl.DataFrame:
         row |= {f"param_{n}": t.params.get(n) for n in names}
         rows.append(row)
     return pl.DataFrame(rows, strict=False)
-
-
-def _first(dist: Any) -> Any:
-    """A value inside the distribution (to check the name before any work)."""
-    return dist.choices[0] if hasattr(dist, "choices") else dist.low
 
 
 def _redact(url: str) -> str:

@@ -290,7 +290,13 @@ def stage_error(step: str, stage: object, qid: str, cause: BaseException) -> Sta
 
 
 def _import_stage(path: str) -> type[Stage]:
-    """The class named by ``"package.module:ClassName"``."""
+    """The class named by ``"package.module:ClassName"``.
+
+    Raises:
+        ValueError: One line naming ``path``, the module and the cause, whatever importing the
+            module raised (``ImportError``, a ``SyntaxError`` in the plugin, an exception at its
+            top level).
+    """
     import importlib
 
     module_name, _, attr = path.partition(":")
@@ -300,9 +306,22 @@ def _import_stage(path: str) -> type[Stage]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"stage {path!r}: cannot import module {module_name!r} ({exc})") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin is bad input
+        # SyntaxError, or whatever the module's top level raised (a sys.exit() included; only
+        # KeyboardInterrupt goes through): one line naming the cause.
+        raise ValueError(
+            f"stage {path!r}: importing module {module_name!r} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
     obj: Any = module
     for part in attr.split("."):
-        obj = getattr(obj, part, None)
+        try:
+            obj = getattr(obj, part, None)
+        except Exception as exc:  # noqa: BLE001 - a module __getattr__ that raises
+            raise ValueError(
+                f"stage {path!r}: reading {attr!r} from module {module_name!r} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
         if obj is None:
             raise ValueError(f"stage {path!r}: module {module_name!r} has no {attr!r}")
     if not (isinstance(obj, type) and issubclass(obj, Stage)):
