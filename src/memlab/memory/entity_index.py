@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from memlab.memory.entities import Entity, EntityMention
 from memlab.memory.records import (
@@ -91,29 +92,28 @@ class EntityIndexing:
             MemoryInputError: A bad relation or name, or both names naming one entity (nothing
                 is written).
         """
-        return self.relate_edge(
-            from_entity, relation, to_entity, from_type=from_type, to_type=to_type, now=now,
-            scope=scope,
-        )[3]
+        return self._relate(from_entity, relation, to_entity, from_type, to_type, now, scope)[3]
 
     def relate_edge(
-        self,
-        from_entity: str,
-        relation: str,
-        to_entity: str,
-        *,
-        from_type: str = "concept",
-        to_type: str = "concept",
-        now: float | str | None = None,
-        scope: str = TEAM,
+        self, from_entity: str, relation: str, to_entity: str, **options: Any
     ) -> tuple[int, int, float, float]:
-        """:meth:`relate`, returning ``(source, target, strength in scope, strength)``: the
-        graph indices of the two entities, and the relation's strength among the writes of
-        ``scope`` and over every scope.
+        """:meth:`relate` (the same arguments), returning ``(source, target, strength in
+        scope, strength)``: the graph indices of the two entities, and the relation's strength
+        among the writes of ``scope`` and over every scope.
 
         Raises:
             MemoryInputError: As :meth:`relate`.
+            TypeError: An option :meth:`relate` does not take.
         """
+        defaults = {"from_type": "concept", "to_type": "concept", "now": None, "scope": TEAM}
+        unknown = sorted(set(options) - set(defaults))
+        if unknown:
+            raise TypeError(f"relate_edge() got unexpected option(s) {unknown}")
+        opts = {**defaults, **options}
+        return self._relate(from_entity, relation, to_entity, *(opts[k] for k in defaults))
+
+    def _relate(self, from_entity: str, relation: str, to_entity: str, from_type: str,
+                to_type: str, now: float | str | None, scope: str) -> tuple[int, int, float, float]:
         _check_choice(relation, "relation", RELATION_TYPES, optional=False)
         _check_str(from_entity, "from", optional=False)
         _check_str(to_entity, "to", optional=False)
