@@ -214,6 +214,35 @@ def test_out_dot_is_refused(tmp_path, capsys, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
+def test_an_empty_out_or_one_under_a_file_is_refused_before_any_work(tmp_path, capsys,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("keep")
+    for out, message in (
+        ("", "memlab: error: --out '': is empty; give a directory\n"),
+        ("a-file/run", f"memlab: error: --out a-file/run: {tmp_path / 'a-file'} is a file, not "
+                       "a directory\n"),
+    ):
+        for argv in (
+            ["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--out", out],
+            ["sweep", HANDMADE, "--pipeline", "bm25", "--grid", "bm25__k1=1.2", "--out", out],
+        ):
+            assert main(argv) == 2
+            assert capsys.readouterr().err == message
+    assert [p.name for p in tmp_path.iterdir()] == ["a-file"]  # no reports/ fallback
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    parsed = SimpleNamespace(func=interrupted)  # a command whose work is interrupted
+    monkeypatch.setattr(cli, "build_parser",
+                        lambda: SimpleNamespace(parse_args=lambda argv: parsed))
+    assert main(["eval", "somewhere"]) == 130
+    assert capsys.readouterr().err == "memlab: interrupted\n"
+
+
 def test_eval_replaces_its_own_run_and_keeps_added_files(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--no-cache",

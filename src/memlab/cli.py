@@ -204,7 +204,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     metrics = _split(args.metrics, "--metrics")
     if args.metric:
         metrics = [*(metrics or []), *(m.strip() for m in args.metric)]
-    out = args.out or f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    out = args.out if args.out is not None else (
+        f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    )
     # Check everything that can be checked before the expensive part.
     check_output_dir(out, what="--out")
     executor = _executor(args)
@@ -333,7 +335,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     if not args.grid:
         raise CLIError("give at least one --grid stage__param=v1,v2")
-    out = args.out or f"reports/sweep-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    out = args.out if args.out is not None else (
+        f"reports/sweep-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    )
     check_output_dir(out, what="--out")
     grid = parse_grid(args.grid)
     executor = _executor(args)
@@ -847,6 +851,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C: what was written is whole (outputs publish atomically)
+        print("memlab: interrupted", file=sys.stderr)
+        return 130
     except CLIError as exc:
         from memlab.memory.scrub import scrub_message
 

@@ -169,7 +169,12 @@ def check_output_dir(out: str | os.PathLike[str], *, what: str = "output directo
     Raises:
         OutputDirError: Naming the directory and what is wrong, in one line.
     """
+    if not str(out).strip():
+        raise OutputDirError(f"{what} {str(out)!r}: is empty; give a directory")
     path = Path(out).expanduser().absolute()
+    for parent in path.parents:  # a file on the way: no directory can be made there
+        if parent.exists() and not parent.is_dir():
+            raise OutputDirError(f"{what} {out}: {parent} is a file, not a directory")
     if path.is_symlink():
         raise OutputDirError(
             f"{what} {out}: is a symbolic link (to {os.readlink(path)}); give the directory "
