@@ -269,12 +269,13 @@ class Pipeline(Stage):
         )
 
     def validate(self) -> None:
-        """Raise ``ValueError`` if stage names repeat or a name holds a control character."""
+        """Raise ``ValueError`` if stage names repeat, a name holds a control character, or
+        a fusion stage's weights do not match the branches it fuses."""
         bad = _control_char(self.name)
         if bad is not None:
             raise ValueError(f"pipeline {self.name!r}: the name holds control character {bad}")
         seen: set[str] = set()
-        for n, _ in self.named_stages():
+        for n, s in self.named_stages():
             if n in seen:
                 raise ValueError(f"pipeline {self.name!r}: stage name {n!r} is used twice")
             bad = _control_char(n)
@@ -283,6 +284,13 @@ class Pipeline(Stage):
                     f"pipeline {self.name!r}: stage name {n!r} holds control character {bad}"
                 )
             seen.add(n)
+            if isinstance(s, Parallel) and s.fuse is not None:
+                weights = getattr(s.fuse[1], "weights", None)
+                if isinstance(weights, (list, tuple)) and len(weights) != len(s.branches):
+                    raise ValueError(
+                        f"pipeline {self.name!r}: stage {s.fuse[0]!r} has {len(weights)} "
+                        f"weight(s) for the {len(s.branches)} branches of {n!r}"
+                    )
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -496,7 +504,10 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
     if not isinstance(cfg["name"], str) or not isinstance(desc, str):
         raise ConfigError(f"{source}: keys 'name' and 'description' must be strings")
     pipe = Pipeline(steps=steps, name=cfg["name"], description=desc)
-    pipe.validate()
+    try:
+        pipe.validate()
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     return pipe
 
 

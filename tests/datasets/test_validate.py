@@ -721,3 +721,22 @@ def test_empty_queries_file_is_valid_with_a_warning(tmp_path: Path) -> None:
         f"{root}: ok (5 operations, 0 queries)",
         f"{root}: warning: queries.jsonl holds no queries: memlab eval has nothing to evaluate",
     ]
+
+
+def test_a_judgments_file_that_is_not_a_file_is_a_problem(tmp_path: Path) -> None:
+    root = make(tmp_path)
+    (root / "judgments.jsonl").mkdir()
+    assert validate_dataset(root) == [Problem("judgments.jsonl", None, None, "not a file")]
+    (root / "judgments.jsonl").rmdir()
+    (root / "queries.jsonl").unlink()
+    (root / "queries.jsonl").mkdir()
+    assert validate_dataset(root) == [Problem("queries.jsonl", None, None, "not a file")]
+
+
+def test_folds_beyond_the_maximum_are_a_located_problem(tmp_path: Path) -> None:
+    meta = META + "\n[evaluation]\nfolds = " + "9" * 400 + "\n"
+    [problem] = validate_dataset(make(tmp_path, meta=meta))
+    assert (problem.file, problem.field) == ("dataset.toml", "evaluation")
+    assert problem.message == (
+        "[evaluation]: field 'folds' must be at most 10000, got an integer of 400 digits"
+    )

@@ -319,3 +319,22 @@ def test_bare_keys_stay_bare() -> None:
 def test_a_step_named_like_a_top_level_key_cannot_be_written(step: str) -> None:
     with pytest.raises(ValueError, match=f"step '{step}': name, description, steps are top-level"):
         Pipeline([(step, BM25())], name="p").to_config()
+
+
+def test_fusion_weights_that_do_not_match_the_branches_are_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    text = (
+        'name = "w"\nsteps = ["both"]\n\n[both]\nparallel = ["dense", "bm25"]\nfuse = "rrf"\n\n'
+        '[dense]\nstage = "dense"\n\n[bm25]\nstage = "bm25"\n\n'
+        '[rrf]\nstage = "rrf"\nweights = [1.0, 2.0, 3.0]\n'
+    )
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert str(info.value) == (
+        f"{path}: pipeline 'w': stage 'rrf' has 3 weight(s) for the 2 branches of 'both'"
+    )
+    # as many weights as branches load
+    two = text.replace("[1.0, 2.0, 3.0]", "[1.0, 2.0]")
+    assert load_pipeline(_write(tmp_path, two)).name == "w"

@@ -248,7 +248,8 @@ def _read_lines(
     """Decode and parse a JSONL file; problems go into ``result``. ``None`` if it is missing."""
     file = path / name
     if not file.is_file():
-        problem = Problem(name, None, None, "missing file")
+        what = "not a file" if file.exists() or file.is_symlink() else "missing file"
+        problem = Problem(name, None, None, what)
         result.problems.append(problem)
         result.unreadable.append(problem)
         return None
@@ -853,7 +854,7 @@ def read_dataset(path: str | os.PathLike[str]) -> ReadResult:
     query_lines = _read_lines(root, QUERIES_FILE, result)
     if query_lines is not None:
         _check_queries(query_lines, result, written, forgotten)
-    if (root / JUDGMENTS_FILE).is_file():
+    if (root / JUDGMENTS_FILE).exists() or (root / JUDGMENTS_FILE).is_symlink():
         judgment_lines = _read_lines(root, JUDGMENTS_FILE, result)
         qids = {str(obj.get("qid")) for _, obj in query_lines or []}
         _check_judgments(judgment_lines or [], result, qids)

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 GROUP_BY: tuple[str, ...] = ("query", "client")
 """Group keys of the fold assignment."""
 DEFAULT_FOLDS = 5
+MAX_FOLDS = 10_000
+"""The most folds a cross-fit may ask for (each fold needs a group of queries)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,10 @@ class EvalProtocol:
             raise TypeError(f"{where}: field 'folds' must be an integer, got {self.folds!r}")
         if self.folds < 2:
             raise ValueError(f"{where}: field 'folds' must be at least 2, got {self.folds}")
+        if self.folds > MAX_FOLDS:
+            digits = len(str(self.folds))
+            got = str(self.folds) if digits <= 20 else f"an integer of {digits} digits"
+            raise ValueError(f"{where}: field 'folds' must be at most {MAX_FOLDS}, got {got}")
         if self.group_by not in GROUP_BY:
             raise ValueError(
                 f"{where}: field 'group_by' must be one of {', '.join(GROUP_BY)}, "
