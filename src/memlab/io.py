@@ -107,6 +107,11 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _marker_text(kind: str, entries: list[str]) -> str:
+    """The text of :data:`OUTPUT_MARKER` for a result of ``kind`` holding ``entries``."""
+    return json.dumps({"memlab": kind, "entries": entries}, indent=2) + "\n"
+
+
 def _read_marker(out: Path) -> dict[str, object] | None:
     try:
         data = json.loads((out / OUTPUT_MARKER).read_text(encoding="utf-8"))
@@ -282,12 +287,9 @@ def replace_directory(
                 if OUTPUT_MARKER in present:
                     shutil.copy2(out / OUTPUT_MARKER, backup / OUTPUT_MARKER)
                     old_marker_saved = True
-                kind = json.loads((tmp / OUTPUT_MARKER).read_text(encoding="utf-8"))["memlab"]
+                kind = str((_read_marker(tmp) or {})["memlab"])
                 union = sorted((set(mine) | set(new)) - {OUTPUT_MARKER})
-                atomic_write_text(
-                    out / OUTPUT_MARKER,
-                    json.dumps({"memlab": kind, "entries": union}, indent=2) + "\n",
-                )
+                atomic_write_text(out / OUTPUT_MARKER, _marker_text(kind, union))
                 union_written = True
             for name in mine:
                 if name != OUTPUT_MARKER:
@@ -338,9 +340,7 @@ def atomic_directory(out: Path, *, kind: str = "result") -> Iterator[Path]:
         os.chmod(tmp, 0o755)
         yield tmp
         entries = sorted(e.name for e in tmp.iterdir())
-        (tmp / OUTPUT_MARKER).write_text(
-            json.dumps({"memlab": kind, "entries": entries}, indent=2) + "\n", encoding="utf-8"
-        )
+        (tmp / OUTPUT_MARKER).write_text(_marker_text(kind, entries), encoding="utf-8")
         out = check_output_dir(out)  # it may have changed while the result was computed
         owned = owned_entries(out) if out.exists() and any(out.iterdir()) else None
         replace_directory(tmp, out, owned=owned)

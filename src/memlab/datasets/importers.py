@@ -140,6 +140,21 @@ def parse_json(text: str) -> Any:
         raise ValueError("invalid JSON: nested too deeply to read") from None
 
 
+def read_json_file(file: Path) -> Any:
+    """A whole JSON source file (UTF-8, with or without a byte order mark), parsed.
+
+    Raises:
+        ValueError: ``"<file>: not a readable JSON file (<reason>)"`` when it cannot be read,
+            is not UTF-8 or not JSON (nesting too deep for the parser included).
+    """
+    try:
+        return json.loads(file.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{file}: not a readable JSON file ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{file}: not a readable JSON file (nested too deeply to read)") from None
+
+
 def require_memories(report: ImportReport, n_memories: int) -> None:
     """Refuse an import of an agent-memory file that maps no memory at all.
 

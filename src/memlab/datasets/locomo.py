@@ -23,7 +23,6 @@ keeps ``relevant = {}`` and gets the tag ``no-evidence``. The data is licensed C
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -35,6 +34,7 @@ from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.datasets.importers import (
     BuildingImporter,
     ImportReport,
+    read_json_file,
     register_importer,
     run_importer,
     time_ordered_dataset,
@@ -218,14 +218,7 @@ class LocomoImporter(BuildingImporter):
         from memlab.progress import track
 
         for file in track(files, f"reading {src}", unit="files"):
-            try:
-                data = json.loads(file.read_text(encoding="utf-8-sig"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ValueError(f"{file}: not a readable JSON file ({exc})") from None
-            except RecursionError:
-                raise ValueError(
-                    f"{file}: not a readable JSON file (nested too deeply to read)"
-                ) from None
+            data = read_json_file(file)
             if not isinstance(data, dict):
                 raise ValueError(f"{file}: expected a JSON object per conversation")
             conv = data.get("conversation") if isinstance(data.get("conversation"), dict) else data

@@ -26,7 +26,6 @@ licensed MIT.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from datetime import UTC, datetime
@@ -37,6 +36,7 @@ from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.datasets.importers import (
     BuildingImporter,
     ImportReport,
+    read_json_file,
     register_importer,
     time_ordered_dataset,
 )
@@ -124,14 +124,7 @@ class LongMemEvalImporter(BuildingImporter):
                 raise ValueError(f"{path}: expected one LongMemEval *.json file, found "
                                  f"{len(found)}; name the file")
             path = found[0]
-        try:
-            data = json.loads(path.read_text(encoding="utf-8-sig"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: not a readable JSON file ({exc})") from None
-        except RecursionError:
-            raise ValueError(
-                f"{path}: not a readable JSON file (nested too deeply to read)"
-            ) from None
+        data = read_json_file(path)
         if not isinstance(data, list):
             raise ValueError(f"{path}: expected a JSON list of question instances")
         report = ImportReport("longmemeval", str(path), "")

@@ -77,8 +77,9 @@ class EvalProtocol:
         if self.folds < 2:
             raise ValueError(f"{where}: field 'folds' must be at least 2, got {self.folds}")
         if self.folds > MAX_FOLDS:
-            digits = len(str(self.folds))
-            got = str(self.folds) if digits <= 20 else f"an integer of {digits} digits"
+            from memlab.eval.replay import shown
+
+            got = shown(self.folds)
             raise ValueError(f"{where}: field 'folds' must be at most {MAX_FOLDS}, got {got}")
         if self.group_by not in GROUP_BY:
             raise ValueError(

@@ -91,7 +91,7 @@ CLOCK_RANGE = (datetime(1, 1, 1, tzinfo=UTC).timestamp(),
 """The epoch seconds ``clock_origin`` may take (years 1 to 9999 in UTC, as timestamps)."""
 
 
-def _shown(value: Any, limit: int = 40) -> str:
+def shown(value: Any, limit: int = 40) -> str:
     """``repr(value)`` cut to ``limit`` characters (a 400-digit number is not echoed whole)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
         return f"an integer of {len(str(abs(value)))} digits"
@@ -122,7 +122,7 @@ def _check_field(where: str, name: str, value: Any, kind: str, low: float | None
     ok = isinstance(value, int) if kind == "int" else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok:
         raise TypeError(f"{where}: field '{name}' must be a{'n' if kind == 'int' else ''} "
-                        f"{kind}, got {_shown(value)}")
+                        f"{kind}, got {shown(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{where}: field '{name}' must be finite, got {value!r}")
     if kind == "number" and isinstance(value, int):
@@ -130,12 +130,12 @@ def _check_field(where: str, name: str, value: Any, kind: str, low: float | None
             float(value)
         except OverflowError:  # an integer beyond a float's range (400 digits)
             raise ValueError(
-                f"{where}: field '{name}' is too large, got {_shown(value)}"
+                f"{where}: field '{name}' is too large, got {shown(value)}"
             ) from None
     if low is not None and value < low:
-        raise ValueError(f"{where}: field '{name}' must be at least {low}, got {_shown(value)}")
+        raise ValueError(f"{where}: field '{name}' must be at least {low}, got {shown(value)}")
     if high is not None and value > high:
-        raise ValueError(f"{where}: field '{name}' must be at most {high}, got {_shown(value)}")
+        raise ValueError(f"{where}: field '{name}' must be at most {high}, got {shown(value)}")
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ class ReplayConfig:
                 top["ttl_days"] = float(top["ttl_days"])
             except OverflowError:
                 raise ValueError(
-                    f"{_where}: field 'ttl_days' is too large, got {_shown(top['ttl_days'])}"
+                    f"{_where}: field 'ttl_days' is too large, got {shown(top['ttl_days'])}"
                 ) from None
         source = dict(self.source)
         if _origin:

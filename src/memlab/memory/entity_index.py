@@ -86,20 +86,20 @@ class EntityIndexing:
         in a scope it reads, with the strength written there
         (:meth:`~memlab.memory.graph.EntityGraph.relation_scopes`). The strength returned is
         the graph's, summed over scopes, which retrieval stages use (:meth:`relate_edge` also
-        tells the entities and the strength in ``scope``).
+        tells the two entities).
 
         Raises:
             MemoryInputError: A bad relation or name, or both names naming one entity (nothing
                 is written).
         """
-        return self._relate(from_entity, relation, to_entity, from_type, to_type, now, scope)[3]
+        return self._relate(from_entity, relation, to_entity, from_type, to_type, now, scope)[2]
 
     def relate_edge(
         self, from_entity: str, relation: str, to_entity: str, **options: Any
-    ) -> tuple[int, int, float, float]:
-        """:meth:`relate` (the same arguments), returning ``(source, target, strength in
-        scope, strength)``: the graph indices of the two entities, and the relation's strength
-        among the writes of ``scope`` and over every scope.
+    ) -> tuple[int, int, float]:
+        """:meth:`relate` (the same arguments), returning ``(source, target, strength)``: the
+        graph indices of the two entities and the relation's new strength (the strength per
+        scope is :meth:`~memlab.memory.graph.EntityGraph.relation_scopes`).
 
         Raises:
             MemoryInputError: As :meth:`relate`.
@@ -113,7 +113,7 @@ class EntityIndexing:
         return self._relate(from_entity, relation, to_entity, *(opts[k] for k in defaults))
 
     def _relate(self, from_entity: str, relation: str, to_entity: str, from_type: str,
-                to_type: str, now: float | str | None, scope: str) -> tuple[int, int, float, float]:
+                to_type: str, now: float | str | None, scope: str) -> tuple[int, int, float]:
         _check_choice(relation, "relation", RELATION_TYPES, optional=False)
         _check_str(from_entity, "from", optional=False)
         _check_str(to_entity, "to", optional=False)
@@ -149,7 +149,7 @@ class EntityIndexing:
                 (a, b, relation, scope, in_scope),
             )
             self.version += 1
-        return a, b, float(in_scope), float(strength)
+        return a, b, float(strength)
 
     def _lookup_entity(self, name: str, type_: str) -> tuple[int | None, Entity]:
         """A named entity and its graph index (``None`` when new): known name, alias, or the

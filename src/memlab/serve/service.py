@@ -343,7 +343,7 @@ class MemoryService:
         self._pending: dict[str, list[dict[str, Any]]] | None = None
         self._mark_key = ""
         if recorder is not None:
-            self._reconcile_recording()
+            self._reconcile_recording(recorder)
         self._last_call = time.monotonic()
         self._closed = threading.Event()
         self._idle_thread: threading.Thread | None = None
@@ -441,7 +441,7 @@ class MemoryService:
             raise ServiceError(f"field 'scope': agent {who!r} may not read {scope!r}")
         return scope
 
-    def _reconcile_recording(self) -> None:
+    def _reconcile_recording(self, rec: Any) -> None:
         """Bring the recording back to the calls the store committed (at start-up).
 
         Each write unit appends its lines before its SQLite commit and records, in the same
@@ -451,8 +451,6 @@ class MemoryService:
         says how many bytes).
         A recording shorter than the mark was cut or replaced by someone else: refused. A
         recording this store has not seen before starts at its present length."""
-        rec = self.recorder
-        assert rec is not None
         self._mark_key = f"recording:{Path(rec.path).resolve()}"
         sizes = rec.sizes()
         stored = self.store.meta(self._mark_key)
@@ -608,8 +606,9 @@ class MemoryService:
         subject = _text(subject, "subject", max_chars=500, optional=True)
         if status_value is not None and not isinstance(status_value, str):
             raise ServiceError("field 'status_value' must be a string")
-        if status_value is not None and json_problem(status_value) is not None:
-            raise ServiceError(f"field 'status_value' {json_problem(status_value)[1]}")
+        found = None if status_value is None else json_problem(status_value)
+        if found is not None:
+            raise ServiceError(f"field 'status_value' {found[1]}")
         if importance is not None:
             _choice(importance, "importance", IMPORTANCE_LEVELS)
         t_valid = _ts(valid_from, "valid_from")
@@ -831,13 +830,10 @@ class MemoryService:
         target_scope = self._write_scope(scope)
         props = _properties(properties, f"{where}properties")
         try:
-            a, b, _, total = self.store.relate_edge(
-                src, rel, dst, now=now, scope=target_scope
-            )
+            a, b, _ = self.store.relate_edge(src, rel, dst, now=now, scope=target_scope)
         except (TypeError, ValueError) as exc:
             raise ServiceError(str(exc)) from None
-        # what the caller may see: a human the graph's strength, an agent its scopes' writes
-        strength = total if self.principal is None else self._visible_strength(a, b, rel)
+        strength = self._visible_strength(a, b, rel)  # a human: the graph's; an agent: its own
         line: dict[str, Any] = {
             "ts": to_iso(now), "op": "relate", "from": src, "relation": rel, "to": dst,
             "scope": target_scope,
