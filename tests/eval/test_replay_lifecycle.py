@@ -109,3 +109,38 @@ def test_archival_and_purge():
     assert score_rankings(ds, res, ["archived@10"])["value"].to_list() == [1.0]
     assert res.purged == [(T0 + 31 * DAY, "gone")]
     assert res.store.get("gone").text == ""
+
+
+def test_more_cycles_than_the_bound_are_refused_before_any_write():
+    from memlab.eval import replay as rp
+
+    ops = [MemoryOp.store("a", T0, "Acme uses Jenkins", "fact", client_id="c")]
+    # One cycle a second (the shortest interval) from midnight to a query 12 days later:
+    # ticks at T0 + 1 s … T0 + 12 × 86,400 s, 1,036,800 of them (above 1,000,000).
+    qs = [Query(0, "q", T0 + 12 * DAY, "builds", client_id="c")]
+    cons = ConsolidationConfig(interval_hours=1 / 3600, merge="none")
+    ds = Dataset(None, {"name": "t"}, ops, qs)
+    rep = Replayer(ds, embedder=HashingEmbedder(dim=64), progress=False,
+                   config=ReplayConfig(consolidation=cons))
+    with pytest.raises(ValueError) as info:
+        rep.run(Pipeline([("all", AllVisible())], name="all"))
+    assert str(info.value) == (
+        "replay configuration [consolidation]: field 'interval_hours' = 0.0002777777777777778 "
+        "would run 1,036,800 cycles over the 12.0 simulated days replayed (at most 1,000,000): "
+        "use a longer interval"
+    )
+    assert rp.MAX_CYCLES == 1_000_000
+    # 11 days (950,400 cycles) stays within the bound: the check lets it through.
+    run = rp._Run(rep, rep.config, "all")
+    run.check_cycles(T0 + 11 * DAY)
+
+
+def test_a_replay_says_no_write_warnings(caplog):
+    import logging
+
+    ops = [MemoryOp.store("a", T0, "Acme uses Jenkins", "fact", client_id="c"),
+           MemoryOp.store("b", T0, "Deploy is green", "status", client_id="c")]
+    with caplog.at_level(logging.WARNING, logger="memlab.store"):
+        _, res = replay(ops, [Query(0, "q", T0 + HOUR, "jenkins", client_id="c")])
+    assert [r.getMessage() for r in caplog.records] == []
+    assert len(res.store) == 2

@@ -116,6 +116,15 @@ def test_missing_key_or_subject_warns_once_per_store(store, caplog):
     ]
 
 
+def test_a_store_with_write_warnings_off_says_nothing(store, caplog):
+    store.warn_writes = False
+    with caplog.at_level(logging.WARNING, logger="memlab.store"):
+        store.store("A fact", "fact", source_agent="a", now=T0)
+        store.store("A status", "status", source_agent="a", now=T0)
+    assert caplog.records == []
+    assert len(store) == 2
+
+
 def test_decisions_are_immutable(store):
     d = store.store("We chose Qdrant", "decision", source_agent="a", key="vdb", now=T0)
     with pytest.raises(DecisionImmutableError, match="immutable"):

@@ -86,6 +86,10 @@ times within years 1 to 9999 a step of a second always advances the clock, and t
 cycles stays bounded by the simulated span in seconds."""
 MAX_COUNT = 1_000_000
 """The largest ``touch_k`` and ``depth`` (hits per query; far beyond any store replayed)."""
+MAX_CYCLES = 1_000_000
+"""The most consolidation cycles one replay runs (an hourly cycle over a century is 876,600):
+an interval far shorter than the replayed span is refused before the replay starts rather
+than run for hours."""
 CLOCK_RANGE = (datetime(1, 1, 1, tzinfo=UTC).timestamp(),
                datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp())
 """The epoch seconds ``clock_origin`` may take (years 1 to 9999 in UTC, as timestamps)."""
@@ -528,6 +532,7 @@ class _Run:
         embed = _CachedEmbed(replayer.embedder, replayer.cache)
         # A replay never reads SQLite back: its statements wait until something does.
         self.store = MemoryStore(embedder=embed, defer_sqlite=True)
+        self.store.warn_writes = False  # said to live writers, not once per pipeline replayed
         self.store.adopt_scrubs(replayer.scrubs_, default_scrubber())
         self.id_map: dict[str, str] = {}
         self.pos = 0
@@ -581,6 +586,21 @@ class _Run:
             if self.ops and origin + step < self.ops[0].ts - step:
                 self.tick = max(1, math.ceil((self.ops[0].ts - step - origin) / step))
             self.next_tick = origin + self.tick * step
+
+    def check_cycles(self, until: float) -> None:
+        """Refuse (``ValueError``) a replay up to ``until`` that would run more than
+        :data:`MAX_CYCLES` consolidation cycles, naming the interval and the span."""
+        if self.consolidator is None or not until >= self.next_tick:
+            return
+        cycles = math.floor((until - self.origin) / self.step) - self.tick + 1
+        if cycles > MAX_CYCLES:
+            days = (until - self.next_tick) / 86400.0
+            raise ValueError(
+                f"replay configuration [consolidation]: field 'interval_hours' = "
+                f"{self.config.consolidation.interval_hours!r} would run {cycles:,} cycles over "
+                f"the {days:,.1f} simulated days replayed (at most {MAX_CYCLES:,}): use a longer "
+                f"interval"
+            )
 
     # ------------------------------------------------------------------ the clock
     def advance(self, t: float) -> None:
@@ -851,6 +871,8 @@ class Replayer:
         state = _Run(self, cfg, pipeline.name)
         store = state.store
         qs = replay_order(self.dataset.queries if queries is None else queries)
+        if qs:
+            state.check_cycles(max(q.ts for q in qs))
         n_prefix = cacheable_prefix(pipeline)
         prefix_key = _prefix_key(pipeline, n_prefix) if n_prefix else ""
         rank_rows: dict[str, list[Any]] = {k: [] for k in ("qid", "rank", "mem_id", "score")}

@@ -158,6 +158,9 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self.path = None if path is None else Path(path)
         self.chroma_sync = chroma_sync
         self.embedder = embedder
+        # Write warnings (a keyless fact …) are for whoever writes live; a replay of a dataset
+        # turns them off rather than repeat them for every pipeline replayed.
+        self.warn_writes = True
         self.max_observed_by = max_observed_by
         self.max_text_chars = max_text_chars
         self.scrubber = scrubber if scrubber is not None else default_scrubber()

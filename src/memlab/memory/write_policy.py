@@ -220,7 +220,10 @@ class WritePolicy:
 
     def _warn_once(self, message: str) -> None:
         """Log ``message`` as a warning the first time this store meets it (a replayed log
-        of keyless facts would otherwise repeat it at every write)."""
+        of keyless facts would otherwise repeat it at every write); nothing when the store's
+        ``warn_writes`` is off (a replay)."""
+        if not self.warn_writes:
+            return
         said: set[str] = self.__dict__.setdefault("_warned", set())
         if message not in said:
             said.add(message)
