@@ -434,3 +434,40 @@ def test_eval_of_a_dataset_without_queries_says_so(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err == (f"memlab: error: {data / 'queries.jsonl'}: the dataset has no queries to "
                        "evaluate (the file holds none)\n")
+
+
+def test_sigterm_unwinds_like_ctrl_c_and_leaves_no_temporary_output(tmp_path, monkeypatch,
+                                                                   capsys):
+    import os
+    import signal
+
+    from memlab.io import atomic_directory
+
+    out = tmp_path / "run"
+
+    def terminated_while_writing(args):
+        with atomic_directory(out) as tmp:
+            (tmp / "metrics.json").write_text("{}", encoding="utf-8")
+            os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` or a CI timeout sends it
+            raise AssertionError("SIGTERM did not interrupt the command")
+        return 0
+
+    parsed = SimpleNamespace(func=terminated_while_writing, command="eval")
+    monkeypatch.setattr(cli, "build_parser",
+                        lambda: SimpleNamespace(parse_args=lambda argv: parsed))
+    assert main(["eval", "somewhere"]) == 143
+    assert capsys.readouterr().err == "memlab: terminated\n"
+    assert list(tmp_path.iterdir()) == []  # neither OUT nor a .run.tmp-* sibling
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the old handler is back
+
+
+def test_serve_keeps_its_own_sigterm_handling(monkeypatch):
+    import signal
+
+    seen = []
+    parsed = SimpleNamespace(func=lambda args: seen.append(signal.getsignal(signal.SIGTERM)) or 0,
+                             command="serve")
+    monkeypatch.setattr(cli, "build_parser",
+                        lambda: SimpleNamespace(parse_args=lambda argv: parsed))
+    assert main(["serve"]) == 0
+    assert seen == [signal.SIG_DFL]

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
+import threading
 import typing
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -835,6 +837,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread by ``SIGTERM`` (:func:`main`): what Ctrl-C does (worker
+    processes stopped, temporary outputs removed, published outputs whole), then exit 143."""
+
+
+def _terminate_by_exception(args: argparse.Namespace) -> typing.Callable[[], None]:
+    """Make ``SIGTERM`` raise :class:`Terminated` for the command's duration, so that it
+    unwinds as Ctrl-C does rather than leave a half-written ``.OUT.tmp-*`` behind; returns
+    what puts the old handler back. Not for ``serve`` (its servers stop on ``SIGTERM`` their
+    own way), off the main thread, or when the caller already set a handler."""
+    if (getattr(args, "command", None) == "serve"
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return lambda: None
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, terminate)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``memlab`` console script."""
     import os
@@ -849,8 +873,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error already printed (2)
         return exc.code if isinstance(exc.code, int) else 2
+    restore = _terminate_by_exception(args)
+    try:
+        return _run(args)
+    finally:
+        restore()
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; bad input, Ctrl-C and SIGTERM become one line and a status."""
     try:
         return int(args.func(args))
+    except Terminated:  # SIGTERM: as Ctrl-C, with the exit status of the signal
+        print("memlab: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:  # Ctrl-C: what was written is whole (outputs publish atomically)
         print("memlab: interrupted", file=sys.stderr)
         return 130
