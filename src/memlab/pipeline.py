@@ -36,8 +36,9 @@ Limits checked at load time (a :class:`ConfigError` naming the file and the fiel
 
 * parallel steps nest at most :data:`MAX_NESTING` deep (a parallel step whose branch is a
   parallel step is depth 2), and a TOML file too deeply nested for the parser is refused;
-* the pipeline ``name`` and every step name hold no control character (``U+0000``–``U+001F``,
-  ``U+007F``–``U+009F``): names end up in file names, charts and reports.
+* the pipeline ``name``, its ``description`` and every step name hold no control character
+  (``U+0000``–``U+001F``, ``U+007F``–``U+009F``, a newline included): names end up in file
+  names, charts and reports, and the description is one line of a report's table.
 """
 
 from __future__ import annotations
@@ -274,6 +275,11 @@ class Pipeline(Stage):
         bad = _control_char(self.name)
         if bad is not None:
             raise ValueError(f"pipeline {self.name!r}: the name holds control character {bad}")
+        bad = _control_char(self.description)
+        if bad is not None:
+            raise ValueError(
+                f"pipeline {self.name!r}: the description holds control character {bad}"
+            )
         seen: set[str] = set()
         for n, s in self.named_stages():
             if n in seen:
@@ -503,6 +509,10 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
     desc = cfg.get("description", "")
     if not isinstance(cfg["name"], str) or not isinstance(desc, str):
         raise ConfigError(f"{source}: keys 'name' and 'description' must be strings")
+    bad = _control_char(desc)
+    if bad is not None:
+        raise ConfigError(f"{source}: key 'description' holds control character {bad} (it is "
+                          f"one line of a report)")
     pipe = Pipeline(steps=steps, name=cfg["name"], description=desc)
     try:
         pipe.validate()

@@ -259,6 +259,8 @@ def test_toml_nested_too_deeply_for_the_parser_names_the_file(tmp_path: Path) ->
         ('name = "p"\nsteps = ["r"]\n[r]\nparallel = ["b\\u0085"]\nfuse = "f"\n'
          '["b\\u0085"]\nstage = "bm25"\n[f]\nstage = "rrf"\n',
          "step 'b\\x85' (named in step 'r'): a step name holds no control character, found U+0085"),
+        ('name = "p"\ndescription = """two\nlines"""\nsteps = ["s"]\n[s]\nstage = "bm25"\n',
+         "key 'description' holds control character U+000A (it is one line of a report)"),
     ],
 )
 def test_control_characters_in_names_are_refused(tmp_path: Path, text: str, message: str) -> None:
@@ -273,6 +275,9 @@ def test_validate_refuses_control_characters_in_built_pipelines() -> None:
         Pipeline([("bm25", BM25())], name="a\x00b").validate()
     with pytest.raises(ValueError, match=r"stage name 'b\\nm' holds control character U\+000A"):
         Pipeline([("b\nm", BM25())], name="p").validate()
+    with pytest.raises(ValueError) as info:
+        Pipeline([("bm25", BM25())], name="p", description="a\rb").validate()
+    assert str(info.value) == "pipeline 'p': the description holds control character U+000D"
 
 
 AWKWARD = [
