@@ -73,6 +73,23 @@ def test_warmed_workers_import_ahead_and_serve_the_next_map(tmp_path, monkeypatc
     executor_module._shutdown_pool(kill=False)  # the next test's pool starts without the path
 
 
+def _pid_and_clock(shared, task):
+    return os.getpid(), time.time()
+
+
+def test_map_does_not_wait_for_the_warm_up_to_start_here(tmp_path, monkeypatch):
+    # The worker spends three seconds importing; this process takes its task at once, and the
+    # worker takes the first task once its import is done (queued behind it).
+    ex = _warming_up(tmp_path, monkeypatch, "memlab_three_second_import", 3)
+    out = ex.map(_pid_and_clock, None, [0, 1])
+    (worker_pid, worker_at), (here_pid, here_at) = out
+    assert here_pid == os.getpid() and worker_pid != here_pid
+    assert worker_at - here_at > 1.5  # this task ran while the worker was still importing
+    assert ex._pending == []  # the warm-up's future is collected by the end of map
+    monkeypatch.undo()
+    executor_module._shutdown_pool(kill=False)
+
+
 def test_closing_a_pool_that_only_warmed_up_stops_it_without_waiting(tmp_path, monkeypatch):
     # A warm-up whose import would take ten minutes: close() must not wait for it (a refused
     # command, or one that ran in its own process, exits at once).

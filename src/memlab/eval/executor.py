@@ -253,8 +253,11 @@ class JoblibExecutor:
         jobs = self._jobs(len(tasks))
         if jobs <= 1:  # here, without waiting for a warm-up (close() does)
             return SerialExecutor().map(fn, shared, tasks)
-        self._drain()  # the warm-up's imports are done
         workers = jobs - 1
+        if self._pool != workers:  # a pool of another size is resized: its warm-up ends first
+            self._drain()
+        # Otherwise nothing waits for the warm-up: this process starts on its first task at
+        # once, and each worker takes its first after its own imports (queued behind them).
         pool = _loky_pool(workers)
         self._pool, self._used = workers, True
         token, blob = uuid.uuid4().hex, pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
@@ -302,6 +305,7 @@ class JoblibExecutor:
         finally:
             for feeder in feeders:
                 feeder.join()
+        self._drain()  # the warm-up's imports ran before the tasks queued behind them
         if errors:
             raise errors[min(errors)]
         return out
