@@ -99,3 +99,30 @@ def test_bm25_scope_statistics_cover_only_readable_namespaces(store: MemoryStore
     assert {store.record_at(int(r)).scope for r in index.rows} == READABLE
     assert len(index.rows) == 30
     assert np.array_equal(index.rows, np.sort(index.rows))
+
+
+@pytest.mark.parametrize("statistics", ["store", "scope"])
+def test_an_agents_bm25_scores_ignore_what_it_cannot_read(statistics: str) -> None:
+    # Atlas's one memory holds "merger"; hera writes it into 0 or 5 private memories. Were
+    # hera's counted, idf(merger) and so atlas's score would tell atlas how many there are.
+    def atlas_score(hera_private: int) -> float:
+        s = MemoryStore(embedder=HashingEmbedder(dim=64))
+        s.store("The merger closes Friday", "event", client_id="acme", scope="agent:atlas",
+                now=1.0, source_agent="atlas")
+        s.store("Lunch is at noon", "event", client_id="acme", scope="agent:atlas",
+                now=2.0, source_agent="atlas")
+        s.store("Badges renew in May", "event", client_id="acme", scope="agent:atlas",
+                now=2.5, source_agent="atlas")
+        for i in range(hera_private):
+            s.store(f"merger note {i}", "event", client_id="acme", scope="agent:hera",
+                    now=3.0 + i, source_agent="hera")
+        ctx = QueryContext(qid="q", text="merger", store=s, now=100.0, client_id="acme",
+                           principal=Principal.of("atlas"))
+        out = BM25(statistics=statistics, k1=1.5, b=0.75).transform(None, ctx)
+        assert _scopes(s, out) == {"agent:atlas"}
+        return out["score"][0]
+
+    # Over atlas's three memories idf(merger) = ln((3 - 1 + 0.5) / (1 + 0.5)) > 0; counting
+    # hera's five as well it would be ln((8 - 6 + 0.5) / (6 + 0.5)) < 0 (floored at epsilon ×
+    # the mean idf): a different score. Atlas sees the same corpus either way.
+    assert atlas_score(5) == atlas_score(0) > 0
