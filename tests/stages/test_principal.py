@@ -8,13 +8,14 @@ chromadb and CRAG's fallbacks all have a path to the private memories if they ig
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 
 from memlab.embed import HashingEmbedder
 from memlab.memory.scopes import Principal
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Pipeline, load_pipeline
-from memlab.stages.base import QueryContext
+from memlab.stages.base import QueryContext, candidates_from_rows
 from memlab.stages.bm25 import BM25
 from memlab.stages.crag import CRAG
 from memlab.stages.dense import Dense
@@ -126,3 +127,102 @@ def test_an_agents_bm25_scores_ignore_what_it_cannot_read(statistics: str) -> No
     # hera's five as well it would be ln((8 - 6 + 0.5) / (6 + 0.5)) < 0 (floored at epsilon ×
     # the mean idf): a different score. Atlas sees the same corpus either way.
     assert atlas_score(5) == atlas_score(0) > 0
+
+
+def _graph_world(hera_writes: str) -> MemoryStore:
+    """Atlas's two memories (one names Vercel, one PostgreSQL; each also links the client
+    ``acme`` and the agent ``atlas``), and what hera adds privately: nothing, a memory naming
+    Vercel with PostgreSQL, or the relation Vercel uses PostgreSQL."""
+    s = MemoryStore(embedder=HashingEmbedder(dim=64))
+    s.store("Vercel deploys run nightly", "event", client_id="acme", scope="agent:atlas",
+            now=1.0, source_agent="atlas")
+    s.store("PostgreSQL backups run nightly", "event", client_id="acme", scope="agent:atlas",
+            now=2.0, source_agent="atlas")
+    if hera_writes == "memory":
+        s.store("Vercel now talks to PostgreSQL", "event", client_id="acme",
+                scope="agent:hera", now=3.0, source_agent="hera")
+    elif hera_writes == "relation":
+        s.relate("Vercel", "uses", "PostgreSQL", now=3.0, scope="agent:hera")
+    return s
+
+
+def _graph_hits(s: MemoryStore, principal: Principal | None) -> dict[str, float]:
+    ctx = QueryContext(qid="q", text="Vercel", store=s, now=100.0, client_id="acme",
+                       principal=principal)
+    out = Graph(top_k=None).transform(None, ctx)
+    return {s.get(m).text: round(v, 12) for m, v in zip(out["mem_id"], out["score"],
+                                                         strict=True)}
+
+
+# The seed Vercel has activation 1.0; a co-occurrence of strength c carries 0.8 × min(c/5, 1),
+# a typed relation of strength r 0.8 × 2.0 (causal boost) × min(r/5, 1); a memory sums the
+# activations of its entities. Atlas alone: acme and atlas (each named with Vercel once) get
+# 0.16; PostgreSQL, two hops away, would get 0.16 × 0.8 × 1/5 < 0.1 and is not reached.
+ALONE = {"Vercel deploys run nightly": 1.32, "PostgreSQL backups run nightly": 0.32}
+
+
+@pytest.mark.parametrize("hera_writes", ["memory", "relation"])
+def test_an_agents_graph_ranking_ignores_what_it_cannot_read(hera_writes: str) -> None:
+    atlas = Principal.of("atlas")
+    assert _graph_hits(_graph_world("nothing"), atlas) == ALONE
+    assert _graph_hits(_graph_world(hera_writes), atlas) == ALONE
+    human = _graph_hits(_graph_world(hera_writes), None)
+    if hera_writes == "memory":
+        # acme now named with Vercel twice (0.32), hera and PostgreSQL once (0.16 each)
+        assert human == {"Vercel deploys run nightly": 1.48,
+                         "PostgreSQL backups run nightly": 0.64,
+                         "Vercel now talks to PostgreSQL": 1.64}
+    else:
+        # PostgreSQL through the relation: 0.8 × 2.0 × 1/5 = 0.32
+        assert human == {"Vercel deploys run nightly": 1.32,
+                         "PostgreSQL backups run nightly": 0.64}
+
+
+def test_an_agent_counts_the_relation_strength_written_where_it_reads() -> None:
+    s = _graph_world("relation")  # Vercel uses PostgreSQL, once in agent:hera
+    s.relate("Vercel", "uses", "PostgreSQL", now=4.0, scope="team")  # and once in team
+    # atlas reads team's 1: PostgreSQL 0.8 × 2.0 × 1/5 = 0.32; a human the graph's 2: 0.64
+    assert _graph_hits(s, Principal.of("atlas"))["PostgreSQL backups run nightly"] == 0.64
+    assert _graph_hits(s, None)["PostgreSQL backups run nightly"] == 0.96
+
+
+def test_an_agents_lif_synapses_are_its_view_of_the_graph(monkeypatch) -> None:
+    seen: list[np.ndarray] = []
+    simulate = LIF.simulate
+
+    def spy(self, graph, current):
+        seen.append(graph.adjacency().toarray())
+        return simulate(self, graph, current)
+
+    monkeypatch.setattr(LIF, "simulate", spy)
+    s = _graph_world("memory")
+    ctx = QueryContext(qid="q", text="Vercel deploys", store=s, now=100.0, client_id="acme",
+                       embedder=s.embedder, principal=Principal.of("atlas"))
+    Pipeline([("dense", Dense(top_k=1)), ("lif", LIF(top_k=None))]).run(ctx)
+    # Entities in order of first mention: acme 0, atlas 1, Vercel 2, PostgreSQL 3, hera 4.
+    # Atlas's two memories name acme and atlas together twice, each of them with Vercel once
+    # and with PostgreSQL once; hera's memory (Vercel with PostgreSQL, hera) is not counted.
+    assert [e.name for e in map(s.graph.entity, range(5))] == [
+        "acme", "atlas", "Vercel", "PostgreSQL", "hera"]
+    assert seen[0].tolist() == [[0, 2, 1, 1, 0], [2, 0, 1, 1, 0], [1, 1, 0, 0, 0],
+                                [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("hera_between", [False, True])
+def test_an_agents_neighbours_skip_what_it_cannot_read(hera_between: bool) -> None:
+    s = MemoryStore(embedder=HashingEmbedder(dim=64))
+    s.store("Question: where do backups go?", "event", client_id="acme", scope="agent:atlas",
+            now=10.0, source_agent="atlas")
+    if hera_between:  # another agent's private note, written between atlas's two turns
+        s.store("Private note", "event", client_id="acme", scope="agent:hera", now=11.0,
+                source_agent="hera")
+    s.store("Answer: to the cold bucket", "event", client_id="acme", scope="agent:atlas",
+            now=12.0, source_agent="atlas")
+    ctx = QueryContext(qid="q", text="backups", store=s, now=100.0, client_id="acme",
+                       principal=Principal.of("atlas"))
+    q_row = s.rows_of(pl.Series([s.ids[0]]))[0]
+    frame = candidates_from_rows(ctx, np.asarray([q_row]), np.asarray([1.0]), "dense_score")
+    out = Neighbors(weight=0.5, window=1, add_missing=True).transform(frame, ctx)
+    # the answer is atlas's next turn either way: it enters with 0.5 × 1.0
+    assert dict(zip([s.get(m).text for m in out["mem_id"]], out["score"], strict=True)) == {
+        "Question: where do backups go?": 1.0, "Answer: to the cold bucket": 0.5}

@@ -651,6 +651,62 @@ class EntityGraph:
             schema={"entity_idx": pl.Int64, "mem_idx": pl.Int64, "role": pl.String},
         )
 
+    def restricted(
+        self,
+        readable_memories: np.ndarray,
+        relation_strength: Any,
+    ) -> EntityGraph:
+        """A read-only view of this graph with the edges one reader may see (an agent that
+        reads some namespaces only): the same entities and links, and
+
+        * one ``co_occurrence`` edge per pair of entities named together in a memory of
+          ``readable_memories`` (a boolean mask over memory indices), of strength the number
+          of such memories (the counts the edges were made of; Hebbian upkeep is the shared
+          graph's and not in the view);
+        * each typed relation with strength ``relation_strength(src, dst, relation,
+          strength)`` (what the reader may see of it; dropped when 0).
+
+        Spreading activation and :meth:`adjacency` of the view then read only those edges. It
+        shares the entity and link tables with this graph: never write to it.
+        """
+        readable = np.asarray(readable_memories, dtype=bool)
+        ent, mem, _ = self.link_arrays()
+        keep = mem < len(readable)
+        keep[keep] = readable[mem[keep]]
+        n_ent = len(self._entities)
+        inc = sp.csr_matrix(
+            (np.ones(int(keep.sum()), dtype=np.float64), (ent[keep], mem[keep])),
+            shape=(n_ent, len(readable)),
+        )
+        inc.sum_duplicates()
+        inc.data[:] = 1.0  # an entity named twice in a memory (two roles) counts once
+        pairs = sp.triu(inc @ inc.T, k=1).tocoo()  # [a, b]: memories naming both, a < b
+        order = np.lexsort((pairs.col, pairs.row))
+        src = pairs.row[order].astype(np.int64).tolist()
+        dst = pairs.col[order].astype(np.int64).tolist()
+        strengths = pairs.data[order].astype(np.float64).tolist()
+        rels = [_CO] * len(src)
+        for s_, d_, r_, w_ in zip(self._src, self._dst, self._rel, self._str, strict=True):
+            if r_ == _CO:
+                continue
+            seen = float(relation_strength(s_, d_, RELATION_TYPES[r_], w_))
+            if seen > 0:
+                src.append(s_)
+                dst.append(d_)
+                rels.append(r_)
+                strengths.append(seen)
+        view = EntityGraph.__new__(EntityGraph)
+        view.__dict__.update(self.__dict__)  # entities and links: shared, read only
+        view._rel_scopes = {}
+        view._cache = {}
+        view._src, view._dst, view._rel, view._str = src, dst, rels, strengths
+        view._eid = {(a, b, r): i for i, (a, b, r) in enumerate(zip(src, dst, rels, strict=True))}
+        view._nbr = [{} for _ in range(n_ent)]
+        for i, (a, b) in enumerate(zip(src, dst, strict=True)):
+            view._nbr[a][i] = b
+            view._nbr[b][i] = a
+        return view
+
     @property
     def has_unlinked(self) -> bool:
         """Whether a memory was unlinked (links are then no longer in the order made)."""

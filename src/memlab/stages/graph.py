@@ -28,6 +28,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from memlab.memory.records import ENTITY_ROLES
+from memlab.memory.scopes import TEAM
 from memlab.stages.base import (
     QueryContext,
     Stage,
@@ -210,6 +211,36 @@ def entity_currents(
     return out
 
 
+def visible_graph(ctx: QueryContext) -> EntityGraph:
+    """The entity graph the query's reader may spread activation over: the store's whole graph
+    for a human (no principal), and for an agent the view of what it may read
+    (:meth:`EntityGraph.restricted`): co-occurrences counted over the memories of the
+    namespaces it reads (in every client, like the whole graph), and each typed relation with
+    the strength written in those namespaces (one written before relations had scopes counts
+    as ``team``'s), as ``get_entity`` tells it. Otherwise other agents' private memories and
+    relations would move its graph rankings, and so show through them. Cached until the store
+    gains a row, the graph changes or a memory changes namespace."""
+    store = ctx.store
+    principal = ctx.principal
+    if principal is None:
+        return store.graph
+    graph = store.graph
+    stamp = (len(store), graph.version, store.scope_version)
+
+    def strength(src: int, dst: int, relation: str, total: float) -> float:
+        scopes = graph.relation_scopes(src, dst, relation)
+        if not scopes:
+            return total if principal.can_read(TEAM) else 0.0
+        return sum(w for scope, w in scopes.items() if principal.can_read(scope))
+
+    def build() -> EntityGraph:
+        n = len(store)
+        readable = np.isin(store.column("scope")[:n], store.scope_codes(principal))
+        return graph.restricted(readable, strength)
+
+    return cached(ctx, ("visible-graph", principal), store, stamp, build)
+
+
 def entity_names(store: MemoryStore, idxs: Sequence[int]) -> dict[int, str]:
     """``{entity index: name}`` for notebooks and traces."""
     keys = [int(i) for i in idxs]
@@ -292,7 +323,7 @@ class Graph(Stage):
                                  "names": {}, "n_memories": 0}
         if not seeds:
             return mem_act, trace
-        act, levels = store.graph.spread_activation(
+        act, levels = visible_graph(ctx).spread_activation(
             seeds,
             hop_decay=self.hop_decay,
             causal_boost=self.causal_boost,

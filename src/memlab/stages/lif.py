@@ -68,7 +68,12 @@ from memlab.stages.base import (
 )
 from memlab.stages.constraints import Integral, Interval, Options, Real, SequenceOf
 from memlab.stages.features import max_normalise
-from memlab.stages.graph import check_roles, entity_currents, memory_activation
+from memlab.stages.graph import (
+    check_roles,
+    entity_currents,
+    memory_activation,
+    visible_graph,
+)
 
 if TYPE_CHECKING:
     from memlab.memory.graph import EntityGraph
@@ -280,7 +285,7 @@ class LIF(Stage):
         # incidence[:, seeds] @ (gain × score) and incidence.T @ spike counts, from the links
         # sorted once (graph.py): the sums of the sparse products, without building them
         current = entity_currents(ctx, roles, seed_rows, gain * score_norm[: len(seed_rows)])
-        trace = self.simulate(store.graph, current)
+        trace = self.simulate(visible_graph(ctx), current)
 
         counts = trace.spike_counts.astype(np.float64)
         mem_act = memory_activation(ctx, roles, counts)

@@ -11,7 +11,8 @@ the question, the detail after the announcement). For each candidate ``d``::
 where ``N(d)`` are the ``window`` memories on each side of ``d`` in the client's write order,
 each written within ``max_gap_seconds`` of the next (a pause ends the stream), and ``score(n)``
 is ``n``'s incoming score (0 when ``n`` is not a candidate). With ``add_missing`` a visible
-neighbour that was not a candidate enters with its inherited score alone. memlab's own stage.
+neighbour that was not a candidate enters with its inherited score alone. For an agent the
+write order holds only the memories of the namespaces it reads. memlab's own stage.
 """
 
 from __future__ import annotations
@@ -77,9 +78,16 @@ class Neighbors(Stage):
         self.top_k = top_k
 
     def links(self, ctx: QueryContext) -> tuple[np.ndarray, np.ndarray]:
-        """Previous and next row of every store row in its client's stream (-1 = none)."""
+        """Previous and next row of every store row in its client's stream (-1 = none).
+
+        For an agent (the query's principal) the stream holds only the memories of the
+        namespaces it reads: another agent's private memory written between two of its own
+        neither separates them nor shows through their scores."""
         store = ctx.store
-        key = (len(store), self.max_gap_seconds)
+        principal = ctx.principal
+        key: tuple[object, ...] = (len(store), self.max_gap_seconds)
+        if principal is not None:
+            key = (*key, principal, store.scope_version)
         ref = getattr(self, "store_", None)
         if ref is not None and ref() is store and getattr(self, "links_key_", None) == key:
             return self.links_
@@ -87,9 +95,12 @@ class Neighbors(Stage):
         client = store.column("client")
         created = store.column("created_at")
         order = np.lexsort((np.arange(n), created, client))
+        if principal is not None:
+            readable = np.isin(store.column("scope")[:n], store.scope_codes(principal))
+            order = order[readable[order]]
         prev = np.full(n, -1, dtype=np.int64)
         nxt = np.full(n, -1, dtype=np.int64)
-        if n > 1:
+        if len(order) > 1:
             a, b = order[:-1], order[1:]
             ok = (client[a] == client[b]) & (created[b] - created[a] <= self.max_gap_seconds)
             prev[b[ok]] = a[ok]
