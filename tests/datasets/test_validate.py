@@ -687,6 +687,26 @@ def test_replay_table_number_out_of_range_is_a_located_problem(
     assert problems == [Problem("dataset.toml", 7, "replay", expected)]
 
 
+def test_more_consolidation_cycles_than_a_replay_allows_is_a_located_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memlab.eval import replay
+
+    # One cycle a second from the first write (2025-01-01T00:00Z) to the last query
+    # (2025-01-06T00:00Z): 5 × 86,400 = 432,000 cycles, above a bound of 400,000.
+    monkeypatch.setattr(replay, "MAX_CYCLES", 400_000)
+    table = "[replay.consolidation]\ninterval_hours = 0.0002777777777777778"
+    root = make(tmp_path, meta=META + "\n" + table + "\n")
+    assert validate_dataset(root) == [Problem(
+        "dataset.toml", 7, "replay",
+        "replay configuration [consolidation]: field 'interval_hours' = 0.0002777777777777778 "
+        "would run 432,000 cycles over the 5.0 simulated days replayed (at most 400,000): use "
+        "a longer interval",
+    )]
+    monkeypatch.setattr(replay, "MAX_CYCLES", 432_000)  # exactly at the bound: accepted
+    assert validate_dataset(root) == []
+
+
 def test_other_problems_are_still_listed_next_to_a_huge_number(tmp_path: Path) -> None:
     memories = with_memory(1, confidence=10**400)
     memories[2] = {**memories[2], "type": "nope"}

@@ -828,6 +828,29 @@ def _check_judgments(
         result.problems += chk.problems
 
 
+def _check_cycle_count(root: Path, result: ReadResult) -> None:
+    """A ``[replay]`` consolidation interval that would run more cycles than a replay allows
+    over the dataset's span (:func:`memlab.eval.replay.check_cycle_count`) is a problem of
+    ``dataset.toml``'s ``[replay]`` table (a bad table is reported by :func:`_check_meta`)."""
+    table = result.meta.get("replay")
+    if not isinstance(table, dict) or not result.queries:
+        return
+    from memlab.eval.replay import ReplayConfig, check_cycle_count
+
+    try:
+        config = ReplayConfig.from_mapping(table, where="[replay]")
+    except (TypeError, ValueError, OverflowError):
+        return  # the table itself is bad: _check_meta said so
+    try:
+        first = result.ops[0].ts if result.ops else None
+        check_cycle_count(config, first, max(q.ts for q in result.queries))
+    except ValueError as exc:
+        text = (root / META_FILE).read_text(encoding="utf-8")
+        at = text.find("[replay")
+        line = text.count("\n", 0, at) + 1 if at >= 0 else None
+        result.problems.append(Problem(META_FILE, line, "replay", str(exc)))
+
+
 def read_dataset(path: str | os.PathLike[str]) -> ReadResult:
     """Read and check a dataset directory without raising on bad input.
 
@@ -858,6 +881,7 @@ def read_dataset(path: str | os.PathLike[str]) -> ReadResult:
         judgment_lines = _read_lines(root, JUDGMENTS_FILE, result)
         qids = {str(obj.get("qid")) for _, obj in query_lines or []}
         _check_judgments(judgment_lines or [], result, qids)
+    _check_cycle_count(root, result)
     order = {name: i for i, name in enumerate((*DATASET_FILES, JUDGMENTS_FILE))}
 
     def key(p: Problem) -> tuple[int, int]:

@@ -362,6 +362,42 @@ class ReplayConfig:
         )
 
 
+def cycle_clock(config: ReplayConfig, first_write: float | None) -> tuple[float, float, int]:
+    """The consolidation clock of a replay under ``config`` whose first write is at
+    ``first_write`` (``None``: no writes): ``(origin, step, tick)``. Tick ``n`` is at ``origin
+    + n × step`` seconds; ``tick`` is the first one run, the last before the first write (the
+    origin is ``clock_origin``, or midnight UTC of the day of the first write)."""
+    step = float(config.consolidation.interval_hours or 0.0) * SECONDS_PER_HOUR
+    origin = config.clock_origin
+    if origin is None:
+        first = first_write if first_write is not None else 0.0
+        origin = math.floor(first / 86400.0) * 86400.0
+    tick = 1
+    if first_write is not None and origin + step < first_write - step:
+        tick = max(1, math.ceil((first_write - step - origin) / step))
+    return origin, step, tick
+
+
+def check_cycle_count(config: ReplayConfig, first_write: float | None, until: float) -> None:
+    """Raise ``ValueError`` if a replay under ``config`` (first write at ``first_write``) run
+    up to ``until`` would run more than :data:`MAX_CYCLES` consolidation cycles, naming the
+    interval and the span; nothing when no cycles run."""
+    if not config.consolidation.enabled:
+        return
+    origin, step, tick = cycle_clock(config, first_write)
+    first_tick = origin + tick * step
+    if not until >= first_tick:
+        return
+    cycles = math.floor((until - origin) / step) - tick + 1
+    if cycles > MAX_CYCLES:
+        days = (until - first_tick) / 86400.0
+        raise ValueError(
+            f"replay configuration [consolidation]: field 'interval_hours' = "
+            f"{config.consolidation.interval_hours!r} would run {cycles:,} cycles over the "
+            f"{days:,.1f} simulated days replayed (at most {MAX_CYCLES:,}): use a longer interval"
+        )
+
+
 def _flatten(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
@@ -574,33 +610,16 @@ class _Run:
                     replayer.generator, embed, similarity_threshold=cons.merge_threshold
                 )
             self.consolidator = config.consolidator(merger=merger, detector=self.detector)
-            step = float(cons.interval_hours or 0.0) * SECONDS_PER_HOUR
-            origin = config.clock_origin
-            if origin is None:
-                first = self.ops[0].ts if self.ops else 0.0
-                origin = math.floor(first / 86400.0) * 86400.0
-            self.step = step
-            self.origin = origin
-            # Tick n is origin + n × step; the first is the last one before the first write.
-            self.tick = 1
-            if self.ops and origin + step < self.ops[0].ts - step:
-                self.tick = max(1, math.ceil((self.ops[0].ts - step - origin) / step))
-            self.next_tick = origin + self.tick * step
+            self.origin, self.step, self.tick = cycle_clock(
+                config, self.ops[0].ts if self.ops else None
+            )
+            self.next_tick = self.origin + self.tick * self.step
 
     def check_cycles(self, until: float) -> None:
         """Refuse (``ValueError``) a replay up to ``until`` that would run more than
-        :data:`MAX_CYCLES` consolidation cycles, naming the interval and the span."""
-        if self.consolidator is None or not until >= self.next_tick:
-            return
-        cycles = math.floor((until - self.origin) / self.step) - self.tick + 1
-        if cycles > MAX_CYCLES:
-            days = (until - self.next_tick) / 86400.0
-            raise ValueError(
-                f"replay configuration [consolidation]: field 'interval_hours' = "
-                f"{self.config.consolidation.interval_hours!r} would run {cycles:,} cycles over "
-                f"the {days:,.1f} simulated days replayed (at most {MAX_CYCLES:,}): use a longer "
-                f"interval"
-            )
+        :data:`MAX_CYCLES` consolidation cycles (:func:`check_cycle_count`)."""
+        if self.consolidator is not None:
+            check_cycle_count(self.config, self.ops[0].ts if self.ops else None, until)
 
     # ------------------------------------------------------------------ the clock
     def advance(self, t: float) -> None:
