@@ -444,3 +444,23 @@ def test_id_sort_keys_follow_the_ids_order_as_the_store_grows(store):
             range(len(ids)), key=lambda r: ids[r]
         )
         assert sorted(keys.tolist()) == list(range(len(ids)))
+
+
+def test_an_id_does_not_depend_on_memories_the_writer_cannot_read():
+    def hera_id(atlas_private: int) -> str:
+        s = MemoryStore()
+        for i in range(atlas_private):
+            s.store(f"atlas note {i}", "event", source_agent="atlas", scope="agent:atlas",
+                    now=T0 + i)
+        return s.store("Hera's note", "event", source_agent="hera", scope="agent:hera",
+                       now=T0 + 100).id
+
+    assert hera_id(3) == hera_id(0) == hera_id(17)
+
+
+def test_the_same_text_at_the_same_instant_in_two_scopes_gets_two_ids():
+    s = MemoryStore()
+    a = s.store("Same words", "event", source_agent="atlas", scope="agent:atlas", now=T0)
+    b = s.store("Same words", "event", source_agent="hera", scope="agent:hera", now=T0)
+    assert a.id != b.id and len(s) == 2
+    assert [s.get(a.id).scope, s.get(b.id).scope] == ["agent:atlas", "agent:hera"]

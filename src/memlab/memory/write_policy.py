@@ -364,7 +364,7 @@ class WritePolicy:
                 raw = self.embedder.embed([scrubbed])[0]
             vector = self._check_vector(raw, "embedding (from the embedder)")
 
-        mem_id = id if id is not None else self._new_id(h, client_id, type, t_now)
+        mem_id = id if id is not None else self._new_id(h, client_id, type, t_now, scope)
         mentions = self.extractor.extract(
             scrubbed,
             client_id=None if client_id == GLOBAL_CLIENT else client_id,
@@ -419,9 +419,22 @@ class WritePolicy:
             )
         return vector
 
-    def _new_id(self, h: str, client_id: str, type_: str, t_now: float) -> str:
-        seed = f"{h}|{client_id}|{type_}|{t_now!r}|{len(self._records)}".encode()
-        return str(uuid.UUID(bytes=hashlib.sha256(seed).digest()[:16], version=4))
+    def _new_id(self, h: str, client_id: str, type_: str, t_now: float, scope: str) -> str:
+        """A new memory's id: a hash of its text, client, type and time, and of how many
+        memories its scope holds (the writer may read all of them: the id tells nothing of
+        memories it cannot read, as a store-wide count would), re-hashed with a suffix in the
+        rare case the id is taken (the same text written at the same instant in another scope
+        holding as many memories). Deterministic, so a replay gives the same ids."""
+        n = len(self._records)
+        in_scope = int(np.count_nonzero(self._cols.scope[:n] == self._scopes.get(scope, -1)))
+        seed = f"{h}|{client_id}|{type_}|{t_now!r}|{in_scope}"
+        mem_id = str(uuid.UUID(bytes=hashlib.sha256(seed.encode()).digest()[:16], version=4))
+        again = 0
+        while mem_id in self._index:
+            again += 1
+            digest = hashlib.sha256(f"{seed}|{again}".encode()).digest()
+            mem_id = str(uuid.UUID(bytes=digest[:16], version=4))
+        return mem_id
 
     def _append(self, rec: MemoryRecord, vector: np.ndarray | None) -> int:
         idx = self._index_in_memory(rec, vector)
