@@ -85,6 +85,30 @@ def test_markdown_notes(tmp_path):
     assert _eval(tmp_path / "n")["MRR"] == 1.0
 
 
+def test_a_written_memory_the_format_refuses_is_named_at_its_source_line(tmp_path):
+    from memlab.datasets.format import DatasetError
+    from memlab.datasets.validate import Problem
+
+    log = tmp_path / "chat.csv"
+    log.write_text("time,message\n2025-01-01T10:00:00Z,fine\n"
+                   f"2025-01-01T10:01:00Z,{'x' * 20_001}\n", encoding="utf-8")
+    with pytest.raises(DatasetError) as info:
+        run_importer("log", log, tmp_path / "out", mapping="text=message,ts=time")
+    assert info.value.problems == [Problem(
+        str(log), 3, None,
+        "field 'text' is 20001 characters long; the limit is 20000 (written as "
+        "memories.jsonl:2)",
+    )]
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("---\ndate: 2025-01-01T00:00:00Z\n---\n- short\n- "
+                                + "y" * 20_001 + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError) as info:
+        run_importer("markdown", notes, tmp_path / "out")
+    assert [(p.file, p.line) for p in info.value.problems] == [(str(notes / "a.md"), 5)]
+    assert not (tmp_path / "out").exists()
+
+
 def test_csv_and_jsonl_logs_with_a_column_mapping(tmp_path):
     rep = run_importer("log", FILES / "chat.csv", tmp_path / "c",
                        mapping="text=message,ts=time,client_id=user,type=kind")

@@ -56,7 +56,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -147,6 +147,8 @@ class MemoryOp:
         relation: Relation type of a relate line.
         to_entity: Target entity name of a relate line.
         properties: Properties of a relate line (kept in the log only).
+        origin: Where an importer read it (``("chat.csv", 3)``: the source file and line), so
+            that a problem :func:`write_dataset` finds names the source; never written.
 
     A correct line has ``id`` (the new memory), ``target``, ``text``, ``reason`` and
     ``fields={"source_agent": …}``; a promote line has ``target``; a consolidate line keeps
@@ -166,19 +168,22 @@ class MemoryOp:
     relation: str | None = None
     to_entity: str | None = None
     properties: dict[str, Any] | None = None
+    origin: tuple[str, int] | None = field(default=None, compare=False)
 
     @classmethod
     def store(
-        cls, id: str, ts: float | str, text: str, type: str, *, line: int = 0, **fields: Any
+        cls, id: str, ts: float | str, text: str, type: str, *, line: int = 0,
+        origin: tuple[str, int] | None = None, **fields: Any
     ) -> MemoryOp:
-        """Build a store operation; ``fields`` are payload fields (``None`` values dropped)."""
+        """Build a store operation; ``fields`` are payload fields (``None`` values dropped);
+        ``origin``: where an importer read it."""
         unknown = sorted(set(fields) - set(PAYLOAD_FIELDS))
         if unknown:
             raise TypeError(f"unknown payload field(s) {unknown}; expected {list(PAYLOAD_FIELDS)}")
         kept = {k: fields[k] for k in PAYLOAD_FIELDS if fields.get(k) is not None}
         if "valid_from" in kept:
             kept["valid_from"] = coerce_ts(kept["valid_from"], field="valid_from")
-        return cls(line, "store", id, float(coerce_ts(ts)), text, type, kept)
+        return cls(line, "store", id, float(coerce_ts(ts)), text, type, kept, origin=origin)
 
     @classmethod
     def forget(
@@ -525,6 +530,21 @@ def _coerce_parts(ds_or_parts: Any) -> Dataset:
     return Dataset(None, dict(meta), list(ops), list(queries))
 
 
+def _at_origin(problem: Any, ops: Sequence[MemoryOp]) -> Any:
+    """``problem`` of a written ``memories.jsonl`` line, moved to the source line an importer
+    read it from (:attr:`MemoryOp.origin`), the written line kept in the message."""
+    from memlab.datasets.validate import Problem
+
+    line = problem.line
+    if problem.file != MEMORIES_FILE or line is None or not 1 <= line <= len(ops):
+        return problem
+    origin = ops[line - 1].origin
+    if origin is None:
+        return problem
+    return Problem(origin[0], origin[1], problem.field,
+                   f"{problem.message} (written as {MEMORIES_FILE}:{line})")
+
+
 def write_dataset(
     ds_or_parts: Dataset | tuple[Mapping[str, Any], Iterable[MemoryOp], Iterable[Query]],
     out_dir: str | os.PathLike[str],
@@ -579,7 +599,7 @@ def write_dataset(
         result = read_dataset(tmp)
         problems = result.problems if validate else result.unreadable
         if problems:
-            raise DatasetError(out, problems)
+            raise DatasetError(out, [_at_origin(p, ds.ops) for p in problems])
         # Files memlab did not write (recorded generations, notes) are carried over.
         replace_directory(tmp, out, owned=set(files).__contains__)
     finally:

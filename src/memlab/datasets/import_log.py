@@ -155,7 +155,8 @@ class LogImporter:
                     f"already the id of line {id_lines[ident]}"
                 )
             id_lines[ident] = number
-            found.append((when, number, MemoryOp.store(ident, when, text, mtype, **extra)))
+            found.append((when, number, MemoryOp.store(ident, when, text, mtype,
+                                                       origin=(str(file), number), **extra)))
         unused = sorted(seen_columns - set(m.values()))
         if unused:
             report.notes.append(f"columns not mapped: {', '.join(unused)}")

@@ -134,6 +134,7 @@ class MarkdownNotesImporter:
                 op = MemoryOp.store(
                     f"{rel}:{number}", when, text, mtype, client_id=client,
                     source_agent=self.source_agent, metadata={"file": rel, "line": number},
+                    origin=(str(file), number),
                 )
                 found.append((when, rel, number, op))
         require_memories(report, len(found))

@@ -119,6 +119,7 @@ class MCPMemoryImporter:
                             subject=name, client_id=self.client_id,
                             source_agent=self.source_agent,
                             metadata={"entity": name, "entityType": obj.get("entityType")},
+                            origin=(str(file), number),
                         )
                     )
             elif kind == "relation":
