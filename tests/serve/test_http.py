@@ -41,7 +41,8 @@ def _client(tmp_path: Path, principal: Principal | None = None, **limits: int) -
 
 def test_status_codes(tmp_path: Path) -> None:
     client = _client(tmp_path, max_batch=3, max_request_bytes=2000)
-    assert client.get("/health").json() == {"status": "ok", "memories": 0, "chroma_backlog": 0}
+    assert client.get("/health", headers=AUTH).json() == {
+        "status": "ok", "memories": 0, "chroma_backlog": 0}
     ok = client.post("/memories", json=[{"content": "a"}, {"content": "b"}], headers=AUTH)
     assert ok.status_code == 200
     assert [r["action"] for r in ok.json()["results"]] == ["created", "created"]
@@ -65,7 +66,9 @@ def test_status_codes(tmp_path: Path) -> None:
     assert bad.status_code == 422 and bad.json()["error"].startswith("body is not JSON")
     assert client.post("/memories", json=[], headers=AUTH).status_code == 422
     assert client.post("/memories", json={"x": 1}, headers=AUTH).status_code == 422
-    assert client.get("/health").json() == {"status": "ok", "memories": 3, "chroma_backlog": 0}
+    assert client.get("/health", headers=AUTH).json() == {
+        "status": "ok", "memories": 3, "chroma_backlog": 0}
+    assert client.get("/health").json() == {"status": "ok"}  # no token: no counts
     assert validate_dataset(tmp_path / "rec") == []
 
 
@@ -83,7 +86,7 @@ def test_any_unparsable_body_is_422_never_500(tmp_path: Path, body: bytes, why: 
     res = client.post("/memories", content=body, headers=AUTH)
     assert res.status_code == 422
     assert res.json()["error"].startswith(why)
-    assert client.get("/health").json()["memories"] == 0
+    assert client.get("/health", headers=AUTH).json()["memories"] == 0
 
 
 def test_a_parser_failure_of_any_type_is_422(tmp_path: Path, monkeypatch) -> None:
@@ -108,6 +111,19 @@ def test_the_token_decides_the_principal(tmp_path: Path) -> None:
     assert out[0]["scope"] == "agent:atlas"
     assert "not the token's agent 'atlas'" in out[1]["error"]
     assert "promote" in out[2]["error"]
+
+
+def test_an_agents_health_counts_only_what_it_reads(tmp_path: Path) -> None:
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    for i in range(5):  # hera's private memories, in the same store
+        store.store(f"hera note {i}", "event", scope="agent:hera", now=1.0 + i,
+                    source_agent="hera")
+    service = MemoryService(store, load_pipeline("bm25"), principal=Principal.of("atlas"),
+                            recorder=Recorder(tmp_path / "rec"), clock=lambda: 1.77e9)
+    client = TestClient(build_app(service, token=TOKEN))
+    client.post("/memories", json=[{"content": "mine"}], headers=AUTH)
+    assert client.get("/health", headers=AUTH).json() == {"status": "ok", "memories": 1}
+    assert client.get("/health").json() == {"status": "ok"}
 
 
 def test_same_write_path_as_store(tmp_path: Path) -> None:

@@ -649,3 +649,31 @@ def test_a_recording_cut_short_behind_the_store_is_refused(tmp_path: Path) -> No
     svc.store_memory("three", "fact")
     svc.close()
     assert len((tmp_path / "rec2" / "memories.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("atlas_events", [0, 4])
+def test_consolidate_reports_only_the_expired_events_the_agent_reads(
+    store: MemoryStore, atlas_events: int
+) -> None:
+    clock = StepClock()
+    atlas, hera = _service(store, "atlas", clock=clock), _service(store, "hera", clock=clock)
+    for i in range(atlas_events):
+        atlas.store_memory(f"atlas private event {i}", memory_type="event")
+    hera.store_memory("hera's own event", memory_type="event")
+    clock.t += 31 * 86_400.0  # past the 30-day event TTL: every event above expires
+    assert hera.consolidate()["expired"] == 1  # hera's own, whatever atlas wrote
+    assert sum(1 for i in range(len(store)) if store.record_at(i).expired_at is not None) == (
+        atlas_events + 1)  # the cleanup itself is store-wide, as a recall's is
+
+
+@pytest.mark.parametrize("atlas_writes", [False, True])
+def test_a_private_entity_of_the_same_name_never_hides_the_one_an_agent_sees(
+    store: MemoryStore, atlas_writes: bool
+) -> None:
+    clock = StepClock()
+    atlas, hera = _service(store, "atlas", clock=clock), _service(store, "hera", clock=clock)
+    if atlas_writes:  # links the agent entity "atlas" (type agent), named first
+        atlas.store_memory("my private scratch note")
+    hera.store_memory('We met the "Atlas" vendor; they use Redis')
+    assert hera.get_entity("Atlas")["entity"] == {"name": "Atlas", "type": "concept"}
+    assert hera.trace("Atlas", "Redis")["found"] is True

@@ -203,6 +203,10 @@ class EntityGraph:
         hits = self._by_name.get(key)
         return hits[0] if hits else None
 
+    def find_all(self, name: str) -> list[int]:
+        """Indices of every entity called ``name`` (any case, any type), oldest first."""
+        return list(self._by_name.get(_key(name), ()))
+
     def names(self, idxs: Sequence[int]) -> list[str]:
         """The names of the entities at ``idxs`` (each ``0 <= idx < n_entities``)."""
         ents = self._entities

@@ -1,4 +1,5 @@
-"""HTTP bulk ingest (docs/design.md §D4.5): ``POST /memories`` with a Bearer token, ``GET /health``.
+"""HTTP bulk ingest (docs/design.md §D4.5): ``POST /memories`` with a Bearer token, ``GET /health``
+(counts only with the token).
 
 A Starlette app served by uvicorn. The request body is a JSON array of memories or an object
 ``{"memories": [...]}``; each item has ``content`` and optional ``memory_type``, ``scope``,
@@ -111,6 +112,9 @@ def build_app(
         return JSONResponse(summary, status_code=207)
 
     async def health(request: Request) -> JSONResponse:
+        # Anyone may ask whether the server is up; only a client with the token is told counts.
+        if not authorised(request):
+            return JSONResponse({"status": "ok"})
         return JSONResponse(await run_in_threadpool(service.health))
 
     return Starlette(

@@ -398,6 +398,14 @@ class MemoryService:
             principal=self.principal,
         )
 
+    def _readable(self, rec: MemoryRecord) -> bool:
+        """Whether the principal reads ``rec``'s namespace in this server's client (or
+        ``global``), whatever the memory's state."""
+        if self.principal is None:
+            return True
+        return (self.principal.can_read(rec.scope)
+                and rec.client_id in (self.client_id, GLOBAL_CLIENT))
+
     def _record_of(self, memory_id: Any, name: str = "id", *, change: bool = False) -> MemoryRecord:
         """The record of a memory the principal may see (else: unknown, as if absent); with
         ``change``, one it may also change (forget, correct, promote): an agent changes the
@@ -962,10 +970,13 @@ class MemoryService:
             if t_since is not None:
                 line["since"] = to_iso(t_since)
             self._record([line])
+        # The TTL cleanup a cycle runs retires old events store-wide (as every recall's does);
+        # the caller is told of the ones it may read only.
+        expired = [self.store.get(mid) for mid in report.expired]
         return {
             "processed": report.processed,
             "reclassified": len(report.reclassified),
-            "expired": len(report.expired),
+            "expired": sum(1 for rec in expired if self._readable(rec)),
         }
 
     def capture_episode(
@@ -1283,18 +1294,21 @@ class MemoryService:
         return float(sum(w for sc, w in scopes.items() if self.principal.can_read(sc)))
 
     def _find_entity(self, name: Any, field_name: str, visible: np.ndarray) -> int:
+        """The first entity called ``name`` (of any type; else its alias's) that the principal
+        sees through a memory or a relation: an entity of the same name that only memories it
+        cannot read made never hides the one it sees."""
         _text(name, field_name, max_chars=200)
         graph = self.store.graph
-        idx = graph.find(name)
-        if idx is None:
+        candidates = graph.find_all(name)
+        if not candidates:
             resolved = self.store.extractor.resolve(name)
             if resolved is not None:
-                idx = graph.find(resolved.name, resolved.type)
-        if idx is None or not (
-            self._entity_rows_visible(idx, visible) or self._edges(idx, visible)
-        ):
-            raise ServiceError(f"field '{field_name}': unknown entity {name!r}")
-        return idx
+                found = graph.find(resolved.name, resolved.type)
+                candidates = [] if found is None else [found]
+        for idx in candidates:
+            if self._entity_rows_visible(idx, visible) or self._edges(idx, visible):
+                return idx
+        raise ServiceError(f"field '{field_name}': unknown entity {name!r}")
 
     def get_entity(self, name: Any, depth: Any = 1, *, scope: Any = None) -> dict[str, Any]:
         """``get_entity``: an entity, its relations up to ``depth`` hops and the memories
@@ -1381,11 +1395,21 @@ class MemoryService:
         return self.get_entity(entity, 1, scope=scope)
 
     def health(self) -> dict[str, Any]:
-        """Counts for ``GET /health``: memories, and committed vectors chromadb does not hold
-        yet (``chroma_backlog``; chromadb is an index that catches up, never the truth)."""
+        """Counts for an authorised ``GET /health``: the memories the principal may read (a
+        human: every memory), and for a human the committed vectors chromadb does not hold yet
+        (``chroma_backlog``; chromadb is an index that catches up, never the truth). An agent
+        is told nothing of the memories it cannot read, not even how many there are."""
         with self.lock:
-            return {"status": "ok", "memories": len(self.store),
-                    "chroma_backlog": self.store.chroma_backlog}
+            if self.principal is None:
+                return {"status": "ok", "memories": len(self.store),
+                        "chroma_backlog": self.store.chroma_backlog}
+            n = len(self.store)
+            readable = np.isin(self.store.column("scope")[:n],
+                               self.store.scope_codes(self.principal))
+            clients = [self.store.client_code(self.client_id),
+                       self.store.client_code(GLOBAL_CLIENT)]
+            readable &= np.isin(self.store.column("client")[:n], clients)
+            return {"status": "ok", "memories": int(readable.sum())}
 
 
 def _xml(memories: Iterable[Mapping[str, Any]]) -> str:
