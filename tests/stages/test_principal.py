@@ -226,3 +226,52 @@ def test_an_agents_neighbours_skip_what_it_cannot_read(hera_between: bool) -> No
     # the answer is atlas's next turn either way: it enters with 0.5 × 1.0
     assert dict(zip([s.get(m).text for m in out["mem_id"]], out["score"], strict=True)) == {
         "Question: where do backups go?": 1.0, "Answer: to the cold bucket": 0.5}
+
+
+@pytest.mark.parametrize("atlas_in_the_pause", [False, True])
+def test_an_agents_sessions_ignore_what_it_cannot_read(atlas_in_the_pause: bool) -> None:
+    from memlab.stages.cluster_smoothing import session_ids
+
+    s = MemoryStore(embedder=HashingEmbedder(dim=64))
+    # hera writes at 0 s and 5,000 s: two sessions with a one-hour gap
+    s.store("First", "event", client_id="acme", scope="agent:hera", now=1_000.0,
+            source_agent="hera")
+    if atlas_in_the_pause:  # atlas's private note half-way: 2,500 s from each
+        s.store("Private", "event", client_id="acme", scope="agent:atlas", now=3_500.0,
+                source_agent="atlas")
+    s.store("Second", "event", client_id="acme", scope="agent:hera", now=6_000.0,
+            source_agent="hera")
+    ctx = QueryContext(qid="q", text="x", store=s, now=9_000.0, client_id="acme",
+                       principal=Principal.of("hera"))
+    ids = session_ids(ctx, 3600.0)
+    first, second = (s.rows_of(pl.Series([s.ids[i]]))[0]
+                     for i in ((0, 2) if atlas_in_the_pause else (0, 1)))
+    assert [ids[first], ids[second]] == [0, 1]  # two sessions either way
+
+
+@pytest.mark.parametrize("statistics", ["store", "scope"])
+def test_another_tenants_project_memories_stay_out_of_an_agents_statistics_and_graph(
+    statistics: str,
+) -> None:
+    # hera (client acme) and atlas (client globex) are both on project apollo; hera cannot
+    # read globex's memories, so atlas's writes there must not move hera's scores.
+    def hera_scores(globex_writes: int) -> tuple[dict[str, float], dict[str, float]]:
+        s = MemoryStore(embedder=HashingEmbedder(dim=64))
+        for i, text in enumerate(["The merger uses Redis", "Lunch is at noon",
+                                  "Vercel hosts the merger site"]):
+            s.store(text, "event", client_id="acme", scope="project:apollo", now=1.0 + i,
+                    source_agent="hera")
+        for i in range(globex_writes):
+            s.store(f"merger with Redis and Vercel {i}", "event", client_id="globex",
+                    scope="project:apollo", now=10.0 + i, source_agent="atlas")
+        hera = Principal.of("hera", ["apollo"])
+        ctx = QueryContext(qid="q", text="merger Redis", store=s, now=100.0,
+                           client_id="acme", principal=hera)
+        bm25 = BM25(statistics=statistics).transform(None, ctx)
+        graph = Graph(top_k=None).transform(None, ctx)
+        return (dict(zip([s.get(m).text for m in bm25["mem_id"]], bm25["score"], strict=True)),
+                dict(zip([s.get(m).text for m in graph["mem_id"]], graph["score"], strict=True)))
+
+    alone = hera_scores(0)
+    assert alone[0] and alone[1]  # both stages find hera's memories
+    assert hera_scores(4) == alone

@@ -13,11 +13,11 @@ that scope can ever see (the client's and the ``global`` ones, active or not): o
 vocabulary then never shifts another tenant's idf, and a per-conversation benchmark such as
 LoCoMo gets per-conversation statistics. Either way superseded and forgotten memories still
 count in the statistics (a documented approximation of a live index). A query with a principal
-(an agent, :mod:`memlab.memory.scopes`) gets an index over the namespaces that agent reads only
-(with ``statistics="store"``, in every client; with ``"scope"``, in the query's), so the private
-memories of other agents never shape its idf: with scores a recall shows, an agent could
-otherwise count how many memories it cannot read hold a word. A promotion (which moves a memory
-between namespaces) rebuilds those indexes.
+(an agent, :mod:`memlab.memory.scopes`) gets, with either setting, the index of its scope: the
+memories of the namespaces that agent reads, in the query's client (and ``global``), so the
+memories of other agents and tenants never shape its idf: with scores a recall shows, an agent
+could otherwise count how many memories it cannot read hold a word. A promotion (which moves a
+memory between namespaces) rebuilds those indexes.
 
 The stage keeps each fitted index (``indexes_``, by scope) between queries. A text changes
 after it is written only when a purge erases it (``store.content_version``), which rebuilds the
@@ -174,12 +174,11 @@ class BM25(Stage):
                 f"bm25: statistics must be one of {', '.join(_STATISTICS)}, "
                 f"got {self.statistics!r}"
             )
-        scoped = self.statistics == "scope"
+        # An agent's statistics are always its scope's: what it may read in the query's client
+        scoped = self.statistics == "scope" or principal is not None
         key: Any = None
         if scoped:
             key = client_id if principal is None else (client_id, principal)
-        elif principal is not None:  # the store's memories this agent may read, every client
-            key = (None, principal)
         ref = getattr(self, "store_", None)
         indexes: dict[Any, ScopedIndex] | None = getattr(self, "indexes_", None)
         if indexes is None or ref is None or ref() is not store:

@@ -56,23 +56,33 @@ def minmax(x: np.ndarray) -> np.ndarray:
 
 def session_ids(ctx: QueryContext, max_gap_seconds: float) -> np.ndarray:
     """A session id for every store row: a client's writes in time order, cut at every pause
-    longer than ``max_gap_seconds`` (cached until the store gains a row)."""
+    longer than ``max_gap_seconds`` (cached until the store gains a row).
+
+    For an agent (the query's principal) only the memories of the namespaces it reads make
+    sessions (the others get -1): another agent's private write in a pause would otherwise
+    join two of its sessions, and show through their scores."""
     store = ctx.store
+    principal = ctx.principal
 
     def build() -> np.ndarray:
         n = len(store)
         client = store.column("client")
         created = store.column("created_at")
         order = np.lexsort((np.arange(n), created, client))
-        new = np.ones(n, dtype=bool)
-        if n > 1:
+        if principal is not None:
+            readable = np.isin(store.column("scope")[:n], store.scope_codes(principal))
+            order = order[readable[order]]
+        new = np.ones(len(order), dtype=bool)
+        if len(order) > 1:
             a, b = order[:-1], order[1:]
             new[1:] = (client[a] != client[b]) | (created[b] - created[a] > max_gap_seconds)
-        ids = np.empty(n, dtype=np.int64)
+        ids = np.full(n, -1, dtype=np.int64)
         ids[order] = np.cumsum(new) - 1
         return ids
 
-    return cached(ctx, ("sessions", float(max_gap_seconds)), store, len(store), build)
+    key = ("sessions", float(max_gap_seconds), principal)
+    stamp = (len(store), None if principal is None else store.scope_version)
+    return cached(ctx, key, store, stamp, build)
 
 
 def mean_of_others(groups: sp.csr_matrix, values: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from memlab.memory.records import ENTITY_ROLES
+from memlab.memory.records import ENTITY_ROLES, GLOBAL_CLIENT
 from memlab.memory.scopes import TEAM
 from memlab.stages.base import (
     QueryContext,
@@ -215,7 +215,7 @@ def visible_graph(ctx: QueryContext) -> EntityGraph:
     """The entity graph the query's reader may spread activation over: the store's whole graph
     for a human (no principal), and for an agent the view of what it may read
     (:meth:`EntityGraph.restricted`): co-occurrences counted over the memories of the
-    namespaces it reads (in every client, like the whole graph), and each typed relation with
+    namespaces it reads in the query's client (and ``global``), and each typed relation with
     the strength written in those namespaces (one written before relations had scopes counts
     as ``team``'s), as ``get_entity`` tells it. Otherwise other agents' private memories and
     relations would move its graph rankings, and so show through them. Cached until the store
@@ -236,9 +236,12 @@ def visible_graph(ctx: QueryContext) -> EntityGraph:
     def build() -> EntityGraph:
         n = len(store)
         readable = np.isin(store.column("scope")[:n], store.scope_codes(principal))
+        if ctx.client_id is not None:  # and in the query's client (or global) only
+            clients = [store.client_code(ctx.client_id), store.client_code(GLOBAL_CLIENT)]
+            readable &= np.isin(store.column("client")[:n], clients)
         return graph.restricted(readable, strength)
 
-    return cached(ctx, ("visible-graph", principal), store, stamp, build)
+    return cached(ctx, ("visible-graph", principal, ctx.client_id), store, stamp, build)
 
 
 def entity_names(store: MemoryStore, idxs: Sequence[int]) -> dict[int, str]:
