@@ -169,15 +169,35 @@ def test_relations_are_seen_in_the_scopes_they_were_written_in(tmp_path: Path) -
     assert len(again.get_entity("Initech")["relations"]) == 1
     reopened.close()
     lines = [json.loads(x) for x in (rec_dir / "memories.jsonl").read_text().splitlines()]
-    assert [(x["from"], x["scope"]) for x in lines if x.get("op") == "relate"] == [
-        ("Initech", "agent:atlas"), ("Globex", "agent:atlas"), ("Initech", "team"),
+    assert [(x["from"], x["client_id"], x["scope"]) for x in lines
+            if x.get("op") == "relate"] == [
+        ("Initech", "acme", "agent:atlas"), ("Globex", "acme", "agent:atlas"),
+        ("Initech", "acme", "team"),
     ]
     assert validate_dataset(rec_dir) == []
     replayed = Replayer(load_dataset(rec_dir), embedder=HashingEmbedder(dim=64),
                         progress=False).run(load_pipeline("bm25")).store
     graph = replayed.graph
     a, b = graph.find("Initech"), graph.find("Project Nightfall")
-    assert graph.relation_scopes(a, b, "works_on") == {"agent:atlas": 1.0}
+    assert graph.relation_scopes(a, b, "works_on") == {"acme|agent:atlas": 1.0}
+
+
+def test_a_relation_is_seen_only_in_the_client_it_was_written_in(store: MemoryStore) -> None:
+    # atlas of client globex and hera of client acme are both on project apollo
+    atlas = MemoryService(store, load_pipeline("graph"), principal=Principal.of(
+        "atlas", ["apollo"]), client_id="globex", clock=StepClock())
+    hera = MemoryService(store, load_pipeline("graph"), principal=Principal.of(
+        "hera", ["apollo"]), client_id="acme", clock=StepClock(2e9))
+    globex_human = MemoryService(store, load_pipeline("graph"), client_id="globex",
+                                 clock=StepClock(3e9))
+    hera.store_memory("Vercel deploys the storefront", scope="project:apollo")
+    atlas.relate("Vercel", "uses", "PostgreSQL")  # globex's agent:atlas
+    globex_human.relate("Vercel", "works_on", "Redis")  # globex's team
+    atlas.store_memory("Vercel talks to Kafka", scope="project:apollo")
+    assert [(r["relation"], r["to"]) for r in hera.get_entity("Vercel")["relations"]
+            if r["relation"] != "co_occurrence"] == []
+    assert {(r["relation"], r["to"]) for r in atlas.get_entity("Vercel")["relations"]
+            if r["relation"] != "co_occurrence"} == {("uses", "PostgreSQL"), ("works_on", "Redis")}
 
 
 def test_an_agent_cannot_replace_a_team_memory_by_promoting_one_with_its_key(

@@ -20,9 +20,10 @@ A dataset is a directory holding three files:
     the client: ``team`` (default), ``agent:{name}`` or ``project:{name}``). ``op`` is
     ``"store"`` by default; ``"forget"`` lines carry ``target`` and ``reason``; ``"relate"``
     lines carry ``from``, ``relation`` and ``to`` (entity names; relation one of the typed
-    relations of design §D0.2), optional ``scope`` (where the relation is written, ``team`` by
-    default: a principal sees relations of the scopes it reads) and optional ``properties`` (an
-    object, kept in the log only);
+    relations of design §D0.2), optional ``scope`` and ``client_id`` (where the relation is
+    written, ``team`` of ``global`` by default: an agent sees relations of the scopes it reads
+    in its client and ``global``) and optional ``properties`` (an object, kept in the log
+    only);
     ``"correct"`` lines carry ``id`` (the new memory), ``target``, ``text``, ``reason`` and
     optional ``source_agent``; ``"promote"`` lines carry ``target`` (moved to ``team``);
     ``"consolidate"`` lines run one consolidation cycle (no merger) over ``client_id``'s
@@ -209,15 +210,17 @@ class MemoryOp:
         id: str | None = None,
         line: int = 0,
         scope: str | None = None,
+        client_id: str | None = None,
     ) -> MemoryOp:
         """Build a relate operation between two entity names (``scope``: where it is
-        written; ``None``: ``team``)."""
+        written, ``None``: ``team``; ``client_id``: of which client, ``None``: ``global``)."""
+        fields = {k: v for k, v in (("client_id", client_id), ("scope", scope)) if v is not None}
         return cls(
             line,
             "relate",
             id,
             float(coerce_ts(ts)),
-            fields={} if scope is None else {"scope": scope},
+            fields=fields,
             from_entity=from_entity,
             relation=relation,
             to_entity=to_entity,
@@ -251,6 +254,8 @@ class MemoryOp:
             out["from"] = self.from_entity
             out["relation"] = self.relation
             out["to"] = self.to_entity
+            if self.fields.get("client_id") is not None:
+                out["client_id"] = self.fields["client_id"]
             if self.fields.get("scope") is not None:
                 out["scope"] = self.fields["scope"]
             if self.properties:

@@ -63,7 +63,7 @@ _COMMON_KEYS = ("op", "id", "ts")
 _OP_KEYS: dict[str, tuple[str, ...]] = {
     "store": ("text", "type", *PAYLOAD_FIELDS),
     "forget": ("target", "reason"),
-    "relate": ("from", "relation", "to", "scope", "properties"),
+    "relate": ("from", "relation", "to", "client_id", "scope", "properties"),
     "correct": ("target", "text", "reason", "source_agent"),
     "promote": ("target",),
     "consolidate": ("client_id", "scope", "since"),
@@ -487,15 +487,17 @@ def _check_memory_line(
     else:
         relation = chk.enum("relation", WRITABLE_RELATIONS, required=True, what="relation")
     dst = chk.string("to", required=True)
+    client = chk.string("client_id", required=False)
     scope = chk.scope("scope")
     properties = obj.get("properties")
     if properties is not None and not isinstance(properties, dict):
         chk.add("properties", f"must be an object, got {_type_name(properties)}")
     built = None
     if not chk.problems and ts is not None and None not in (src, relation, dst):
+        where = {k: v for k, v in (("client_id", client), ("scope", scope)) if v is not None}
         built = MemoryOp(
             number, "relate", ident, ts, from_entity=src, relation=relation, to_entity=dst,
-            properties=properties or None, fields={} if scope is None else {"scope": scope},
+            properties=properties or None, fields=where,
         )
     return chk, kind, ident, ts, built
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from memlab.datasets.format import MEMORIES_FILE, MemoryOp
+from memlab.memory.records import GLOBAL_CLIENT
 from memlab.memory.scopes import TEAM
 
 if TYPE_CHECKING:
@@ -74,7 +75,8 @@ def apply_op(
                          now=op.ts)
         elif op.op == "relate":
             store.relate(op.from_entity, op.relation, op.to_entity, now=op.ts,
-                         scope=op.fields.get("scope", TEAM))
+                         scope=op.fields.get("scope", TEAM),
+                         client_id=op.fields.get("client_id", GLOBAL_CLIENT))
         elif op.op == "correct":
             res = store.correct(
                 id_map.get(str(op.target), str(op.target)),

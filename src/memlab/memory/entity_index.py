@@ -13,10 +13,11 @@ from typing import Any
 
 from memlab.memory.entities import Entity, EntityMention
 from memlab.memory.records import (
+    GLOBAL_CLIENT,
     RELATION_TYPES,
     MemoryInputError,
 )
-from memlab.memory.scopes import TEAM, check_scope
+from memlab.memory.scopes import TEAM, check_scope, relation_scope_key
 from memlab.memory.scrub import scrub_message
 from memlab.memory.write_policy import _check_choice, _check_str, _check_time
 
@@ -77,14 +78,16 @@ class EntityIndexing:
         to_type: str = "concept",
         now: float | str | None = None,
         scope: str = TEAM,
+        client_id: str = GLOBAL_CLIENT,
     ) -> float:
         """Record a typed relationship between two entities; returns its new strength.
 
         Names resolve through the alias cache and the graph (an unknown name becomes a new
         entity of ``from_type`` / ``to_type``). ``scope`` is the namespace it is written in
-        (``team``, ``agent:{name}``, ``project:{name}``): a principal sees a relation written
-        in a scope it reads, with the strength written there
-        (:meth:`~memlab.memory.graph.EntityGraph.relation_scopes`). The strength returned is
+        (``team``, ``agent:{name}``, ``project:{name}``) of ``client_id``: an agent sees a
+        relation written in a scope it reads of its client (or ``global``), with the strength
+        written there (:meth:`~memlab.memory.graph.EntityGraph.relation_scopes`, keyed by
+        :func:`~memlab.memory.scopes.relation_scope_key`). The strength returned is
         the graph's, summed over scopes, which retrieval stages use (:meth:`relate_edge` also
         tells the two entities).
 
@@ -92,7 +95,8 @@ class EntityIndexing:
             MemoryInputError: A bad relation or name, or both names naming one entity (nothing
                 is written).
         """
-        return self._relate(from_entity, relation, to_entity, from_type, to_type, now, scope)[2]
+        return self._relate(from_entity, relation, to_entity, from_type, to_type, now, scope,
+                            client_id)[2]
 
     def relate_edge(
         self, from_entity: str, relation: str, to_entity: str, **options: Any
@@ -105,7 +109,8 @@ class EntityIndexing:
             MemoryInputError: As :meth:`relate`.
             TypeError: An option :meth:`relate` does not take.
         """
-        defaults = {"from_type": "concept", "to_type": "concept", "now": None, "scope": TEAM}
+        defaults = {"from_type": "concept", "to_type": "concept", "now": None, "scope": TEAM,
+                    "client_id": GLOBAL_CLIENT}
         unknown = sorted(set(options) - set(defaults))
         if unknown:
             raise TypeError(f"relate_edge() got unexpected option(s) {unknown}")
@@ -113,7 +118,8 @@ class EntityIndexing:
         return self._relate(from_entity, relation, to_entity, *(opts[k] for k in defaults))
 
     def _relate(self, from_entity: str, relation: str, to_entity: str, from_type: str,
-                to_type: str, now: float | str | None, scope: str) -> tuple[int, int, float]:
+                to_type: str, now: float | str | None, scope: str,
+                client_id: str = GLOBAL_CLIENT) -> tuple[int, int, float]:
         _check_choice(relation, "relation", RELATION_TYPES, optional=False)
         _check_str(from_entity, "from", optional=False)
         _check_str(to_entity, "to", optional=False)
@@ -122,6 +128,7 @@ class EntityIndexing:
         _check_str(from_type, "from_type", optional=False)
         _check_str(to_type, "to_type", optional=False)
         check_scope(scope)
+        _check_str(client_id, "client_id", optional=False)
         if now is not None:
             _check_time(now, "now")
         found_a, ent_a = self._lookup_entity(from_entity, from_type)
@@ -141,12 +148,13 @@ class EntityIndexing:
             b = found_b if found_b is not None else self._entity_idx(ent_b)
             strength = self.graph.add_relation(a, b, relation)
             self._save_relations([(a, b)], relation)
-            in_scope = self.graph.add_relation_scope(a, b, relation, scope)
+            key = relation_scope_key(client_id, scope)
+            in_scope = self.graph.add_relation_scope(a, b, relation, key)
             self._exec(
                 "INSERT INTO relation_scopes (src, dst, relation, scope, strength)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (src, dst, relation, scope)"
                 " DO UPDATE SET strength = excluded.strength",
-                (a, b, relation, scope, in_scope),
+                (a, b, relation, key, in_scope),
             )
             self.version += 1
         return a, b, float(strength)

@@ -23,6 +23,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from memlab.memory.records import GLOBAL_CLIENT
+
 TEAM = "team"
 SCOPE_KINDS: tuple[str, ...] = ("agent", "project")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@/-]{0,127}$")
@@ -112,3 +114,28 @@ class Principal:
 def can_read(principal: Principal | None, scope: str) -> bool:
     """Whether ``principal`` (``None`` = a human, who reads everything) may read ``scope``."""
     return principal is None or principal.can_read(scope)
+
+
+def relation_scope_key(client_id: str, scope: str) -> str:
+    """How the graph keys a typed relation's strength written in ``scope`` of ``client_id``:
+    the scope itself for the ``global`` client (as relations without a client always were),
+    else ``client|scope`` (a scope name holds no ``|``)."""
+    return scope if client_id == GLOBAL_CLIENT else f"{client_id}|{scope}"
+
+
+def split_relation_scope(key: str) -> tuple[str, str]:
+    """``(client_id, scope)`` of a :func:`relation_scope_key`."""
+    client, sep, scope = key.rpartition("|")
+    return (client, scope) if sep else (GLOBAL_CLIENT, key)
+
+
+def reads_relation(principal: Principal | None, client_id: str | None, key: str) -> bool:
+    """Whether ``principal`` (``None``: a human, who reads every relation) asking in
+    ``client_id`` (``None``: any client) sees what was written under ``key``
+    (:func:`relation_scope_key`): a scope it reads, of that client or ``global``."""
+    if principal is None:
+        return True
+    client, scope = split_relation_scope(key)
+    if client_id is not None and client not in (client_id, GLOBAL_CLIENT):
+        return False
+    return principal.can_read(scope)

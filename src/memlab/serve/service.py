@@ -66,7 +66,7 @@ from memlab.memory.records import (
     UnknownMemoryError,
     json_problem,
 )
-from memlab.memory.scopes import TEAM, Principal, check_name, check_scope
+from memlab.memory.scopes import TEAM, Principal, check_name, check_scope, reads_relation
 from memlab.memory.scrub import keyed_secret, scrub
 from memlab.memory.store import MemoryStore, WriteResult
 from memlab.pipeline import Pipeline
@@ -816,9 +816,9 @@ class MemoryService:
         self, from_entity: Any, relation: Any, to_entity: Any, properties: Any = None
     ) -> dict[str, Any]:
         """``relate``: a typed relation between two entities, written in the principal's scope
-        (an agent: its own; a human: ``team``), so that only principals who read that scope
-        see it (properties are kept in the recording; the graph keeps the relation's
-        strength)."""
+        (an agent: its own; a human: ``team``) of this server's client, so that only
+        principals who read that scope of that client see it (properties are kept in the
+        recording; the graph keeps the relation's strength)."""
         with self.lock, self._unit():
             out, line = self._relate_locked(
                 from_entity, relation, to_entity, properties, scope=None, now=self.now()
@@ -838,7 +838,8 @@ class MemoryService:
         target_scope = self._write_scope(scope)
         props = _properties(properties, f"{where}properties")
         try:
-            a, b, _ = self.store.relate_edge(src, rel, dst, now=now, scope=target_scope)
+            a, b, _ = self.store.relate_edge(src, rel, dst, now=now, scope=target_scope,
+                                             client_id=self.client_id)
         except (TypeError, ValueError) as exc:
             raise ServiceError(str(exc)) from None
         strength = self._visible_strength(a, b, rel)  # a human: the graph's; an agent: its own
@@ -846,6 +847,8 @@ class MemoryService:
             "ts": to_iso(now), "op": "relate", "from": src, "relation": rel, "to": dst,
             "scope": target_scope,
         }
+        if self.client_id != GLOBAL_CLIENT:
+            line["client_id"] = self.client_id
         if props:
             line["properties"] = props
         return {"from": src, "relation": rel, "to": dst, "strength": strength}, line
@@ -1291,7 +1294,8 @@ class MemoryService:
         scopes = graph.relation_scopes(src, dst, rel)
         if not scopes:
             return total if self.principal.can_read(TEAM) else 0.0
-        return float(sum(w for sc, w in scopes.items() if self.principal.can_read(sc)))
+        return float(sum(w for key, w in scopes.items()
+                         if reads_relation(self.principal, self.client_id, key)))
 
     def _find_entity(self, name: Any, field_name: str, visible: np.ndarray) -> int:
         """The first entity called ``name`` (of any type; else its alias's) that the principal

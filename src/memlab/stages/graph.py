@@ -28,7 +28,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from memlab.memory.records import ENTITY_ROLES, GLOBAL_CLIENT
-from memlab.memory.scopes import TEAM
+from memlab.memory.scopes import TEAM, reads_relation
 from memlab.stages.base import (
     QueryContext,
     Stage,
@@ -216,10 +216,10 @@ def visible_graph(ctx: QueryContext) -> EntityGraph:
     for a human (no principal), and for an agent the view of what it may read
     (:meth:`EntityGraph.restricted`): co-occurrences counted over the memories of the
     namespaces it reads in the query's client (and ``global``), and each typed relation with
-    the strength written in those namespaces (one written before relations had scopes counts
-    as ``team``'s), as ``get_entity`` tells it. Otherwise other agents' private memories and
-    relations would move its graph rankings, and so show through them. Cached until the store
-    gains a row, the graph changes or a memory changes namespace."""
+    the strength written in those namespaces of that client (one written before relations had
+    scopes counts as ``team``'s), as ``get_entity`` tells it. Otherwise other agents' private
+    memories and relations would move its graph rankings, and so show through them. Cached
+    until the store gains a row, the graph changes or a memory changes namespace."""
     store = ctx.store
     principal = ctx.principal
     if principal is None:
@@ -231,7 +231,8 @@ def visible_graph(ctx: QueryContext) -> EntityGraph:
         scopes = graph.relation_scopes(src, dst, relation)
         if not scopes:
             return total if principal.can_read(TEAM) else 0.0
-        return sum(w for scope, w in scopes.items() if principal.can_read(scope))
+        return sum(w for key, w in scopes.items()
+                   if reads_relation(principal, ctx.client_id, key))
 
     def build() -> EntityGraph:
         n = len(store)
