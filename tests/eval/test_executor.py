@@ -37,6 +37,9 @@ def test_executors_return_results_in_task_order():
     for name in ("serial", "joblib"):
         ex = make_executor(name, n_jobs=2)
         assert ex.map(_square_plus, {"offset": 10}, tasks) == [19, 11, 14, 35]
+    # loky's resource tracker starts with this -W option: its exit report of a semaphore it
+    # removes itself stays off the user's terminal
+    assert "ignore:resource_tracker:UserWarning" in sys.warnoptions
 
 
 def _pid_and_modules(shared, task):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -142,6 +143,9 @@ def _shutdown_pool(*, kill: bool) -> None:
             pass
 
 
+_QUIET_TRACKER = "ignore:resource_tracker:UserWarning"
+"""The ``-W`` option loky's resource tracker is started with (see :func:`_loky_pool`)."""
+
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS")
 """Thread-pool sizes of numerical libraries, set in the workers' environment."""
@@ -157,6 +161,11 @@ def _loky_pool(workers: int) -> Any:
     reused rather than restarted."""
     from joblib.externals.loky import cpu_count, get_reusable_executor
 
+    # loky's resource tracker (a process it starts with this interpreter's -W options) can
+    # report at exit a semaphore "leaked" by the pool's shutdown, which it then removes itself:
+    # a harmless line on every user's terminal, so it is silenced there.
+    if _QUIET_TRACKER not in sys.warnoptions:
+        sys.warnoptions.append(_QUIET_TRACKER)
     threads = str(max(cpu_count() // (workers + 1), 1))
     env = {var: os.environ.get(var, threads) for var in _THREAD_VARS}
     return get_reusable_executor(max_workers=workers, timeout=300, env=env)
