@@ -447,15 +447,18 @@ def test_id_sort_keys_follow_the_ids_order_as_the_store_grows(store):
 
 
 def test_an_id_does_not_depend_on_memories_the_writer_cannot_read():
-    def hera_id(atlas_private: int) -> str:
+    def hera_id(atlas_private: int, other_tenant: int = 0) -> str:
         s = MemoryStore()
         for i in range(atlas_private):
             s.store(f"atlas note {i}", "event", source_agent="atlas", scope="agent:atlas",
                     now=T0 + i)
+        for i in range(other_tenant):  # another client's agent called hera
+            s.store(f"globex note {i}", "event", source_agent="hera", scope="agent:hera",
+                    client_id="globex", now=T0 + 50 + i)
         return s.store("Hera's note", "event", source_agent="hera", scope="agent:hera",
                        now=T0 + 100).id
 
-    assert hera_id(3) == hera_id(0) == hera_id(17)
+    assert hera_id(3) == hera_id(0) == hera_id(17) == hera_id(0, other_tenant=4)
 
 
 def test_the_same_text_at_the_same_instant_in_two_scopes_gets_two_ids():
