@@ -96,3 +96,35 @@ def test_a_cycle_over_one_scope_leaves_the_shared_graph_alone():
     assert [w for _, _, r, w in store.graph.edge_rows() if r == "co_occurrence"] == [
         1.0 * 0.98 + 1.0
     ]
+
+
+class _MergeAll:
+    """A merger that joins every batch it is given into one fact (what scope it sees is the
+    test's question)."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def merge(self, texts):
+        self.batches.append(list(texts))
+        return [(" + ".join(texts), list(range(len(texts))))] if len(texts) > 1 else []
+
+
+def test_memories_merge_only_within_their_client_and_scope():
+    from memlab.embed import HashingEmbedder
+
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    for i, scope in enumerate(["agent:hera", "agent:hera", "agent:atlas", "team"]):
+        store.store(f"billing note {i}", "fact", source_agent="x", scope=scope, client_id="acme",
+                    now=T0 + i)
+    store.store("billing note 9", "fact", source_agent="x", scope="agent:hera",
+                client_id="globex", now=T0 + 9)
+    merger = _MergeAll()
+    report = Consolidator(merger=merger).run(store, now=T0 + DAY)
+    # one batch per (client, scope), sorted: (acme, agent:atlas), (acme, agent:hera), (acme,
+    # team), (globex, agent:hera); only hera's two acme notes can merge
+    assert merger.batches == [["billing note 2"], ["billing note 0", "billing note 1"],
+                              ["billing note 3"], ["billing note 9"]]
+    (merged,) = report.merged
+    assert (store.get(merged).scope, store.get(merged).client_id) == ("agent:hera", "acme")
+    assert store.get(merged).text == "billing note 0 + billing note 1"

@@ -30,6 +30,7 @@ import numpy as np
 
 from memlab.memory.conflicts import ContradictionDetector, contradiction_candidates
 from memlab.memory.decay import decay_score
+from memlab.memory.scopes import TEAM
 from memlab.memory.store import MemoryStore, WriteResult, content_hash
 from memlab.timeutil import SECONDS_PER_DAY, coerce_ts
 
@@ -237,14 +238,17 @@ class Consolidator:
         now: float,
         key: str | None = None,
         embedding: np.ndarray | None = None,
+        scope: str = TEAM,
     ) -> WriteResult | None:
-        """Store a merged fact unless an exact or semantic duplicate is active (then ``None``).
+        """Store a merged fact in ``scope`` of ``client_id`` unless an exact or semantic
+        duplicate is active there (then ``None``).
 
         The new fact supersedes its sources, in one all-or-nothing write.
         """
         with store.batch():
             return self._store_merged_fact(
-                store, text, sources, client_id=client_id, now=now, key=key, embedding=embedding
+                store, text, sources, client_id=client_id, now=now, key=key, embedding=embedding,
+                scope=scope,
             )
 
     def _store_merged_fact(
@@ -257,10 +261,12 @@ class Consolidator:
         now: float,
         key: str | None = None,
         embedding: np.ndarray | None = None,
+        scope: str = TEAM,
     ) -> WriteResult | None:
         scrubbed, _ = store.prepare_text(text)
         h = content_hash(scrubbed)
         mask = store.visible_mask(client_id=client_id, now=now)
+        mask &= store.column("scope") == store.scope_code(scope)
         rows = np.flatnonzero(mask)
         if any(store.record_at(int(i)).content_hash == h for i in rows):
             return None
@@ -286,6 +292,7 @@ class Consolidator:
             now=now,
             embedding=vec,
             metadata={"merged_from": list(sources)},
+            scope=scope,
         )
         with store.batch():
             for sid in sources:
@@ -362,17 +369,20 @@ class Consolidator:
         if self.detector is not None:
             self._flag_contradictions(store, todo, t_now, report)
         if self.merger is not None:
-            by_client: dict[str, list[int]] = {}
+            # Memories merge only with memories of their own client and scope, and the merged
+            # fact stays there: a private memory never reaches another scope through a merge.
+            by_place: dict[tuple[str, str], list[int]] = {}
             for i in todo:
-                if store.record_at(i).active:
-                    by_client.setdefault(store.record_at(i).client_id, []).append(i)
-            for client, rows in sorted(by_client.items()):
+                rec = store.record_at(i)
+                if rec.active:
+                    by_place.setdefault((rec.client_id, rec.scope), []).append(i)
+            for (client, scope), rows in sorted(by_place.items()):
                 texts = [store.record_at(i).text for i in rows]
                 for merged_text, picks in self.merger.merge(texts):
                     valid = [rows[p] for p in picks if 0 <= p < len(rows)]
                     sources = [store.record_at(i).id for i in valid]
                     res = self.store_merged_fact(
-                        store, merged_text, sources, client_id=client, now=t_now
+                        store, merged_text, sources, client_id=client, now=t_now, scope=scope
                     )
                     if res is None:
                         report.skipped_duplicates += 1
