@@ -98,6 +98,20 @@ def test_a_cycle_over_one_scope_leaves_the_shared_graph_alone():
     ]
 
 
+def test_a_cycle_over_one_client_leaves_the_shared_graph_alone():
+    from memlab.embed import HashingEmbedder
+    from memlab.memory.consolidate import consolidate_scope
+    from memlab.memory.store import MemoryStore
+
+    store = MemoryStore(embedder=HashingEmbedder(dim=32))
+    store.store("Acme uses Postgres for billing", "fact", client_id="acme", now=1.7e9)
+    store.store("Globex uses Postgres for billing", "fact", client_id="globex", now=1.7e9)
+    before = store.graph.edge_rows()
+    report = consolidate_scope(store, now=1.7e9 + 60, client_id="acme")  # a human of acme
+    assert report.processed == 1
+    assert store.graph.edge_rows() == before  # globex's edges (shared entities) untouched
+
+
 class _MergeAll:
     """A merger that joins every batch it is given into one fact (what scope it sees is the
     test's question)."""

@@ -697,3 +697,26 @@ def test_a_private_entity_of_the_same_name_never_hides_the_one_an_agent_sees(
     hera.store_memory('We met the "Atlas" vendor; they use Redis')
     assert hera.get_entity("Atlas")["entity"] == {"name": "Atlas", "type": "concept"}
     assert hera.trace("Atlas", "Redis")["found"] is True
+
+
+def test_a_human_served_for_one_client_sees_nothing_of_another_tenant(
+    store: MemoryStore,
+) -> None:
+    acme = MemoryService(store, load_pipeline("graph"), client_id="acme", clock=StepClock())
+    globex = MemoryService(store, load_pipeline("graph"), client_id="globex",
+                           clock=StepClock(2e9))
+    acme.store_memory("Vercel deploys the storefront with PostgreSQL")
+    acme.relate("Vercel", "uses", "PostgreSQL")
+    globex.store_memory("Vercel also runs PostgreSQL backups here")
+    globex.relate("Vercel", "uses", "PostgreSQL")
+    globex.relate("Initech", "works_on", "Nightfall")
+    edges = {(r["relation"], r["to"]): r["strength"]
+             for r in acme.get_entity("Vercel")["relations"]}
+    # acme wrote "uses" once and named the pair in one memory: globex's writes count for neither
+    assert edges[("uses", "PostgreSQL")] == 1.0
+    assert edges[("co_occurrence", "PostgreSQL")] == 1.0
+    assert store.graph.strength(store.graph.find("Vercel"), store.graph.find("PostgreSQL"),
+                                "uses") == 2.0  # the shared graph holds both tenants'
+    with pytest.raises(ServiceError, match="unknown entity 'Initech'"):
+        acme.get_entity("Initech")
+    assert acme.health()["memories"] == 1 and globex.health()["memories"] == 1

@@ -92,17 +92,19 @@ def consolidate_scope(
     only when given, created at or after ``since`` when given. A live server and a replay of its
     recording both call this.
 
-    The entity graph is shared by every scope: a cycle over one scope leaves its co-occurrence
-    strengths alone (no Hebbian decay), so that consolidating an agent's own memories never
-    weakens the edges that other principals' graph stages rank with. A cycle over every scope
-    decays them as :class:`Consolidator` does.
+    The entity graph is shared by every scope and every client: a cycle over one client or one
+    scope leaves its co-occurrence strengths alone (no Hebbian decay or strengthening), so that
+    consolidating one tenant's or one agent's memories never moves the edges that other
+    principals' graph stages rank with. Only a cycle over the whole store (no client, no
+    scope) runs the Hebbian upkeep, as :class:`Consolidator` does.
     """
     mask = store.visible_mask(client_id=client_id, now=now)
     if scope is not None:
         mask &= store.column("scope") == store.scope_code(scope)
     if since is not None:
         mask &= store.column("created_at") >= coerce_ts(since, field="since")
-    cycle = Consolidator() if scope is None else Consolidator(hebbian_decay=1.0)
+    whole = client_id is None and scope is None
+    cycle = Consolidator() if whole else Consolidator(hebbian_rate=0.0, hebbian_decay=1.0)
     return cycle.run(store, now=now, rows=np.flatnonzero(mask))
 
 

@@ -130,12 +130,10 @@ def split_relation_scope(key: str) -> tuple[str, str]:
 
 
 def reads_relation(principal: Principal | None, client_id: str | None, key: str) -> bool:
-    """Whether ``principal`` (``None``: a human, who reads every relation) asking in
+    """Whether ``principal`` (``None``: a human, who reads every scope) asking in
     ``client_id`` (``None``: any client) sees what was written under ``key``
     (:func:`relation_scope_key`): a scope it reads, of that client or ``global``."""
-    if principal is None:
-        return True
     client, scope = split_relation_scope(key)
     if client_id is not None and client not in (client_id, GLOBAL_CLIENT):
         return False
-    return principal.can_read(scope)
+    return principal is None or principal.can_read(scope)

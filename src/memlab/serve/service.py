@@ -1259,19 +1259,18 @@ class MemoryService:
         self, entity: int, visible: np.ndarray
     ) -> list[tuple[int, str, float, int, int]]:
         """Edges of ``entity`` the principal may see, as ``(other, relation, strength, source,
-        target)``: each direction of a typed relation written in a scope it reads, with the
-        strength written there (:meth:`_visible_strength`), and co-occurrences backed by a
-        memory it can read (for an agent, their strength is the number of such memories)."""
+        target)``: each direction of a typed relation written in a scope it reads of this
+        client, with the strength written there (:meth:`_visible_strength`), and
+        co-occurrences backed by a memory it can read, of strength the number of such memories
+        (the shared graph's own strength also counts other tenants' memories)."""
         graph = self.store.graph
         out: dict[tuple[int, str, int, int], float] = {}
         mine = set(self._entity_rows_visible(entity, visible))
-        for other, rel, strength in graph.neighbours(entity):
+        for other, rel, _ in graph.neighbours(entity):
             if rel == "co_occurrence":
                 shared = mine & set(self._entity_rows_visible(other, visible))
                 if shared:
-                    out[(other, rel, entity, other)] = (
-                        float(strength) if self.principal is None else float(len(shared))
-                    )
+                    out[(other, rel, entity, other)] = float(len(shared))
                 continue
             for src, dst in ((entity, other), (other, entity)):
                 w = self._visible_strength(src, dst, rel)
@@ -1284,16 +1283,17 @@ class MemoryService:
 
     def _visible_strength(self, src: int, dst: int, rel: str) -> float:
         """The strength of the typed relation ``src -rel-> dst`` that the principal may see:
-        for a human, the graph's; for an agent, what was written in the scopes it reads (0:
-        none; a relation from a store made before relations had scopes counts as ``team``'s).
-        So neither the relation nor how often others wrote it shows through."""
+        what was written in the scopes it reads (a human: every scope) of this client and
+        ``global`` (0: none; a relation from a store made before relations had scopes counts as
+        ``team``'s of ``global``). So neither the relation nor how often other agents or
+        tenants wrote it shows through."""
         graph = self.store.graph
         total = float(graph.strength(src, dst, rel))
-        if total <= 0 or self.principal is None:
+        if total <= 0:
             return total
         scopes = graph.relation_scopes(src, dst, rel)
         if not scopes:
-            return total if self.principal.can_read(TEAM) else 0.0
+            return total if self.principal is None or self.principal.can_read(TEAM) else 0.0
         return float(sum(w for key, w in scopes.items()
                          if reads_relation(self.principal, self.client_id, key)))
 
@@ -1399,20 +1399,21 @@ class MemoryService:
         return self.get_entity(entity, 1, scope=scope)
 
     def health(self) -> dict[str, Any]:
-        """Counts for an authorised ``GET /health``: the memories the principal may read (a
-        human: every memory), and for a human the committed vectors chromadb does not hold yet
+        """Counts for an authorised ``GET /health``: the memories the principal may read in
+        this client and ``global`` (a human: every scope), and for a human the committed
+        vectors chromadb does not hold yet
         (``chroma_backlog``; chromadb is an index that catches up, never the truth). An agent
         is told nothing of the memories it cannot read, not even how many there are."""
         with self.lock:
-            if self.principal is None:
-                return {"status": "ok", "memories": len(self.store),
-                        "chroma_backlog": self.store.chroma_backlog}
             n = len(self.store)
-            readable = np.isin(self.store.column("scope")[:n],
-                               self.store.scope_codes(self.principal))
             clients = [self.store.client_code(self.client_id),
                        self.store.client_code(GLOBAL_CLIENT)]
-            readable &= np.isin(self.store.column("client")[:n], clients)
+            readable = np.isin(self.store.column("client")[:n], clients)
+            if self.principal is None:
+                return {"status": "ok", "memories": int(readable.sum()),
+                        "chroma_backlog": self.store.chroma_backlog}
+            readable &= np.isin(self.store.column("scope")[:n],
+                                self.store.scope_codes(self.principal))
             return {"status": "ok", "memories": int(readable.sum())}
 
 
