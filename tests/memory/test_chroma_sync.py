@@ -25,10 +25,11 @@ def test_deferred_vectors_wait_for_a_flush_then_all_arrive(tmp_path):
                    for i in range(3)]
         later = store.store("note 3", source_agent="a", now=T0 + 3, embedding=unit(3)).id
         assert store.chroma_backlog == 4
+        assert store.chroma_backlog_rows().tolist() == [0, 1, 2, 3]  # the rows they belong to
         assert store._chroma.count() == 0  # nothing sent at commit
         store.flush_chroma()  # hands them over in the background, never blocks
         store.flush_chroma(wait=True)
-        assert store.chroma_backlog == 0
+        assert store.chroma_backlog == 0 and store.chroma_backlog_rows().tolist() == []
         assert sorted(store._chroma.ids()) == sorted([*ids, later])
         store.store("note 4", source_agent="a", now=T0 + 4, embedding=unit(4))
         assert store.chroma_backlog == 1

@@ -720,3 +720,36 @@ def test_a_human_served_for_one_client_sees_nothing_of_another_tenant(
     with pytest.raises(ServiceError, match="unknown entity 'Initech'"):
         acme.get_entity("Initech")
     assert acme.health()["memories"] == 1 and globex.health()["memories"] == 1
+
+
+def test_a_tenants_server_changes_no_memory_of_global(store: MemoryStore) -> None:
+    shared = MemoryService(store, load_pipeline("bm25"), client_id="global", clock=StepClock())
+    rule = shared.store_memory("All tenants deploy on Tuesdays")["id"]
+    acme_human = MemoryService(store, load_pipeline("bm25"), client_id="acme",
+                               clock=StepClock(2e9))
+    assert acme_human.list_memories()["memories"][0]["id"] == rule  # read, yes
+    message = (f"memory '{rule}' belongs to client 'global': this server changes only "
+               "memories of its client 'acme'")
+    for field, change in (("id", lambda: acme_human.forget(rule, "wrong")),
+                          ("old_id", lambda: acme_human.correct(rule, "On Mondays", "changed")),
+                          ("id", lambda: acme_human.promote(rule))):
+        with pytest.raises(ServiceError, match=re.escape(f"field '{field}': {message}")):
+            change()
+    assert store.get(rule).active and store.get(rule).text == "All tenants deploy on Tuesdays"
+    # a tenant's consolidation leaves global's memories to global's
+    assert acme_human.consolidate()["processed"] == 0
+    assert shared.consolidate()["processed"] == 1
+
+
+def test_a_promoted_memory_does_not_name_the_private_one_it_superseded(
+    store: MemoryStore,
+) -> None:
+    hera, atlas = _service(store, "hera"), _service(store, "atlas")
+    old = hera.store_memory("The build runs on Jenkins", key="ci")["id"]
+    new = hera.store_memory("The build runs on GitHub Actions", key="ci")
+    assert new["superseded"] == old
+    hera.promote(new["id"])
+    (seen,) = [m for m in atlas.list_memories()["memories"] if m["id"] == new["id"]]
+    assert "supersedes" not in seen  # hera's private first version stays unnamed
+    (own,) = [m for m in hera.list_memories()["memories"] if m["id"] == new["id"]]
+    assert own["supersedes"] == old

@@ -84,6 +84,12 @@ class ChromaMirror:
         """Committed vectors chromadb does not hold yet (pending or in the upsert in flight)."""
         return len(self._chroma_pending) + len(self._chroma_job_ids)
 
+    def chroma_backlog_rows(self) -> np.ndarray:
+        """The store rows of :attr:`chroma_backlog`'s vectors (``int64``), so that a reader
+        can count those of the memories it reads."""
+        rows = [*self._chroma_pending.values(), *self._chroma_job_ids.values()]
+        return np.asarray(rows, dtype=np.int64)
+
     def flush_chroma(self, *, wait: bool = False) -> None:
         """Hand the pending (committed) vectors to chromadb now.
 

@@ -88,7 +88,8 @@ def consolidate_scope(
     since: float | str | None = None,
 ) -> ConsolidationReport:
     """One consolidation cycle without a merger over a slice of the store (docs/design.md §D3.6
-    ``consolidate(scope, since)``): the memories of ``client_id`` (and ``global``), of ``scope``
+    ``consolidate(scope, since)``): the memories of ``client_id`` (not those of ``global``,
+    which belong to every client: a cycle for ``global`` itself processes them), of ``scope``
     only when given, created at or after ``since`` when given. A live server and a replay of its
     recording both call this.
 
@@ -99,6 +100,8 @@ def consolidate_scope(
     scope) runs the Hebbian upkeep, as :class:`Consolidator` does.
     """
     mask = store.visible_mask(client_id=client_id, now=now)
+    if client_id is not None:  # its own memories: those of 'global' belong to every client
+        mask &= store.column("client") == store.client_code(client_id)
     if scope is not None:
         mask &= store.column("scope") == store.scope_code(scope)
     if since is not None:

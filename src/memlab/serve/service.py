@@ -398,6 +398,14 @@ class MemoryService:
             principal=self.principal,
         )
 
+    def _readable_id(self, memory_id: str) -> bool:
+        """Whether the memory ``memory_id`` exists and the principal reads it
+        (:meth:`_readable`)."""
+        try:
+            return self._readable(self.store.get(memory_id))
+        except UnknownMemoryError:
+            return False
+
     def _readable(self, rec: MemoryRecord) -> bool:
         """Whether the principal reads ``rec``'s namespace in this server's client (or
         ``global``), whatever the memory's state."""
@@ -418,6 +426,12 @@ class MemoryService:
         rec = self.store.record_at(idx)
         if rec.forgotten_reason is not None or not self._visible(include_superseded=True)[idx]:
             raise ServiceError(f"field '{name}': unknown memory id {memory_id!r}")
+        if change and rec.client_id != self.client_id:
+            raise ServiceError(
+                f"field '{name}': memory {rec.id!r} belongs to client {rec.client_id!r}: this "
+                f"server changes only memories of its client {self.client_id!r} (a memory of "
+                "'global', shared by every client, is changed by a server of 'global')"
+            )
         if change and self.principal is not None and not self.principal.can_write(rec.scope):
             raise ServiceError(
                 f"field '{name}': agent {self.principal.agent!r} may not change memory "
@@ -523,9 +537,9 @@ class MemoryService:
             raise RuntimeError("a recorded write must run inside a write unit")
         self._pending[fname].extend(lines)
 
-    @staticmethod
-    def describe(rec: MemoryRecord, score: float | None = None) -> dict[str, Any]:
-        """A memory as the tools return it."""
+    def describe(self, rec: MemoryRecord, score: float | None = None) -> dict[str, Any]:
+        """A memory as the tools return it; a ``supersedes``/``superseded_by`` link to a memory
+        the principal cannot read is left out (a promotion can carry one into ``team``)."""
         out: dict[str, Any] = {
             "id": rec.id,
             "text": rec.text,
@@ -540,9 +554,13 @@ class MemoryService:
             "created_at": to_iso(rec.created_at),
             "active": rec.active,
         }
-        for name in ("key", "subject", "status_value", "supersedes", "superseded_by"):
+        for name in ("key", "subject", "status_value"):
             if getattr(rec, name) is not None:
                 out[name] = getattr(rec, name)
+        for name in ("supersedes", "superseded_by"):
+            linked = getattr(rec, name)
+            if linked is not None and self._readable_id(linked):
+                out[name] = linked
         if rec.valid_from is not None:
             out["valid_from"] = to_iso(rec.valid_from)
         if score is not None:
@@ -1401,7 +1419,7 @@ class MemoryService:
     def health(self) -> dict[str, Any]:
         """Counts for an authorised ``GET /health``: the memories the principal may read in
         this client and ``global`` (a human: every scope), and for a human the committed
-        vectors chromadb does not hold yet
+        vectors of those memories chromadb does not hold yet
         (``chroma_backlog``; chromadb is an index that catches up, never the truth). An agent
         is told nothing of the memories it cannot read, not even how many there are."""
         with self.lock:
@@ -1410,8 +1428,9 @@ class MemoryService:
                        self.store.client_code(GLOBAL_CLIENT)]
             readable = np.isin(self.store.column("client")[:n], clients)
             if self.principal is None:
+                backlog = self.store.chroma_backlog_rows()
                 return {"status": "ok", "memories": int(readable.sum()),
-                        "chroma_backlog": self.store.chroma_backlog}
+                        "chroma_backlog": int(readable[backlog[backlog < n]].sum())}
             readable &= np.isin(self.store.column("scope")[:n],
                                 self.store.scope_codes(self.principal))
             return {"status": "ok", "memories": int(readable.sum())}
