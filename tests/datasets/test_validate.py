@@ -699,9 +699,9 @@ def test_more_consolidation_cycles_than_a_replay_allows_is_a_located_problem(
     root = make(tmp_path, meta=META + "\n" + table + "\n")
     assert validate_dataset(root) == [Problem(
         "dataset.toml", 7, "replay",
-        "replay configuration [consolidation]: field 'interval_hours' = 0.0002777777777777778 "
-        "would run 432,000 cycles over the 5.0 simulated days replayed (at most 400,000): use "
-        "a longer interval",
+        "[replay] [consolidation]: field 'interval_hours' = 0.0002777777777777778 would run "
+        "432,000 cycles over the 5.0 simulated days replayed (at most 400,000): use a longer "
+        "interval",
     )]
     monkeypatch.setattr(replay, "MAX_CYCLES", 432_000)  # exactly at the bound: accepted
     assert validate_dataset(root) == []

@@ -130,6 +130,14 @@ def test_more_cycles_than_the_bound_are_refused_before_any_write():
         "use a longer interval"
     )
     assert rp.MAX_CYCLES == 1_000_000
+    # a shard of the replay (an early query only) is refused over the whole replay's span
+    early = Query(0, "early", T0 + DAY, "builds", client_id="c")
+    ds2 = Dataset(None, {"name": "t"}, ops, [early, *qs])
+    rep2 = Replayer(ds2, embedder=HashingEmbedder(dim=64), progress=False,
+                    config=ReplayConfig(consolidation=cons))
+    with pytest.raises(ValueError) as again:
+        rep2.run(Pipeline([("all", AllVisible())], name="all"), queries=[early])
+    assert str(again.value) == str(info.value)
     # 11 days (950,400 cycles) stays within the bound: the check lets it through.
     run = rp._Run(rep, rep.config, "all")
     run.check_cycles(T0 + 11 * DAY)

@@ -753,3 +753,16 @@ def test_a_promoted_memory_does_not_name_the_private_one_it_superseded(
     assert "supersedes" not in seen  # hera's private first version stays unnamed
     (own,) = [m for m in hera.list_memories()["memories"] if m["id"] == new["id"]]
     assert own["supersedes"] == old
+
+
+def test_a_humans_consolidate_counts_no_other_tenants_expired_events(
+    store: MemoryStore,
+) -> None:
+    clock = StepClock()
+    globex = MemoryService(store, load_pipeline("bm25"), client_id="globex", clock=clock)
+    acme = MemoryService(store, load_pipeline("bm25"), client_id="acme", clock=clock)
+    for i in range(3):
+        globex.store_memory(f"globex event {i}", memory_type="event")
+    acme.store_memory("acme event", memory_type="event")
+    clock.t += 31 * 86_400.0
+    assert acme.consolidate()["expired"] == 1  # its own; globex's three expire unreported

@@ -845,7 +845,7 @@ def _check_cycle_count(root: Path, result: ReadResult) -> None:
         return  # the table itself is bad: _check_meta said so
     try:
         first = result.ops[0].ts if result.ops else None
-        check_cycle_count(config, first, max(q.ts for q in result.queries))
+        check_cycle_count(config, first, max(q.ts for q in result.queries), where="[replay]")
     except ValueError as exc:
         text = (root / META_FILE).read_text(encoding="utf-8")
         at = text.find("[replay")

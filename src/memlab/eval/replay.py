@@ -378,10 +378,11 @@ def cycle_clock(config: ReplayConfig, first_write: float | None) -> tuple[float,
     return origin, step, tick
 
 
-def check_cycle_count(config: ReplayConfig, first_write: float | None, until: float) -> None:
-    """Raise ``ValueError`` if a replay under ``config`` (first write at ``first_write``) run
-    up to ``until`` would run more than :data:`MAX_CYCLES` consolidation cycles, naming the
-    interval and the span; nothing when no cycles run."""
+def check_cycle_count(config: ReplayConfig, first_write: float | None, until: float,
+                      where: str = "replay configuration") -> None:
+    """Raise ``ValueError`` (naming ``where``, the interval and the span) if a replay under
+    ``config`` (first write at ``first_write``) run up to ``until`` would run more than
+    :data:`MAX_CYCLES` consolidation cycles; nothing when no cycles run."""
     if not config.consolidation.enabled:
         return
     origin, step, tick = cycle_clock(config, first_write)
@@ -392,7 +393,7 @@ def check_cycle_count(config: ReplayConfig, first_write: float | None, until: fl
     if cycles > MAX_CYCLES:
         days = (until - first_tick) / 86400.0
         raise ValueError(
-            f"replay configuration [consolidation]: field 'interval_hours' = "
+            f"{where} [consolidation]: field 'interval_hours' = "
             f"{config.consolidation.interval_hours!r} would run {cycles:,} cycles over the "
             f"{days:,.1f} simulated days replayed (at most {MAX_CYCLES:,}): use a longer interval"
         )
@@ -890,8 +891,8 @@ class Replayer:
         state = _Run(self, cfg, pipeline.name)
         store = state.store
         qs = replay_order(self.dataset.queries if queries is None else queries)
-        if qs:
-            state.check_cycles(max(q.ts for q in qs))
+        if self.dataset.queries:  # the whole replay's span, whichever shard this run is
+            state.check_cycles(max(q.ts for q in self.dataset.queries))
         n_prefix = cacheable_prefix(pipeline)
         prefix_key = _prefix_key(pipeline, n_prefix) if n_prefix else ""
         rank_rows: dict[str, list[Any]] = {k: [] for k in ("qid", "rank", "mem_id", "score")}

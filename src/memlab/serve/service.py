@@ -407,12 +407,11 @@ class MemoryService:
             return False
 
     def _readable(self, rec: MemoryRecord) -> bool:
-        """Whether the principal reads ``rec``'s namespace in this server's client (or
-        ``global``), whatever the memory's state."""
-        if self.principal is None:
-            return True
-        return (self.principal.can_read(rec.scope)
-                and rec.client_id in (self.client_id, GLOBAL_CLIENT))
+        """Whether ``rec`` is of this server's client (or ``global``) and the principal reads
+        its namespace (a human: every one), whatever the memory's state."""
+        if rec.client_id not in (self.client_id, GLOBAL_CLIENT):
+            return False
+        return self.principal is None or self.principal.can_read(rec.scope)
 
     def _record_of(self, memory_id: Any, name: str = "id", *, change: bool = False) -> MemoryRecord:
         """The record of a memory the principal may see (else: unknown, as if absent); with
