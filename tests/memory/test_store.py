@@ -461,6 +461,24 @@ def test_an_id_does_not_depend_on_memories_the_writer_cannot_read():
     assert hera_id(3) == hera_id(0) == hera_id(17) == hera_id(0, other_tenant=4)
 
 
+def test_an_id_counts_no_memories_at_all():
+    # promoted to team, an id is read by others: it must not tell how many memories its
+    # writer's scope held before it (forgotten ones included)
+    def promoted_id(earlier: int) -> str:
+        s = MemoryStore()
+        for i in range(earlier):
+            rec = s.store(f"draft {i}", "event", source_agent="hera", scope="agent:hera",
+                          now=T0 + i)
+            if i % 2:
+                s.forget(rec.id, "stale", now=T0 + i)
+        mem = s.store("Ship on Friday", "fact", source_agent="hera", scope="agent:hera",
+                      now=T0 + 100)
+        s.promote(mem.id, now=T0 + 101)
+        return mem.id
+
+    assert promoted_id(0) == promoted_id(5) == promoted_id(12)
+
+
 def test_the_same_text_at_the_same_instant_in_two_scopes_gets_two_ids():
     s = MemoryStore()
     a = s.store("Same words", "event", source_agent="atlas", scope="agent:atlas", now=T0)

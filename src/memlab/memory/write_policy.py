@@ -420,17 +420,12 @@ class WritePolicy:
         return vector
 
     def _new_id(self, h: str, client_id: str, type_: str, t_now: float, scope: str) -> str:
-        """A new memory's id: a hash of its text, client, type and time, and of how many
-        memories its scope of its client holds (the writer may read all of them: the id tells
-        nothing of memories it cannot read, as a store-wide count would), re-hashed with a
-        suffix in the rare case the id is taken (the same text written at the same instant in
-        another scope holding as many memories). Deterministic: a replay gives the same ids."""
-        n = len(self._records)
-        in_scope = int(np.count_nonzero(
-            (self._cols.scope[:n] == self._scopes.get(scope, -1))
-            & (self._cols.client[:n] == self._clients.get(client_id, -1))
-        ))
-        seed = f"{h}|{client_id}|{type_}|{t_now!r}|{in_scope}"
+        """A new memory's id: a hash of its text, client, scope, type and time, re-hashed with a
+        suffix in the rare case the id is taken (the same text at the same instant in the same
+        scope, its first copy forgotten). Nothing in it counts other memories, so an id tells
+        its readers nothing of memories they cannot read, even once promoted to ``team``.
+        Deterministic: a replay gives the same ids."""
+        seed = f"{h}|{client_id}|{scope}|{type_}|{t_now!r}"
         mem_id = str(uuid.UUID(bytes=hashlib.sha256(seed.encode()).digest()[:16], version=4))
         again = 0
         while mem_id in self._index:
