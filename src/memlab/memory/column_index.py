@@ -230,12 +230,9 @@ class ColumnIndex:
         """
         c = self._cols
         n = c.n
-        mask = np.ones(n, dtype=bool)
+        mask = self.readable_mask(principal, client_id=client_id)
         if now is not None:
             mask &= c.created_at[:n] <= coerce_ts(now, field="now")
-        if client_id is not None:
-            codes = [self._clients.get(client_id, -2), self._clients.get(GLOBAL_CLIENT, -2)]
-            mask &= np.isin(c.client[:n], codes)
         if at_time is not None:
             t = coerce_ts(at_time, field="at_time")
             mask &= (c.valid_from[:n] <= t) & (t < c.valid_to[:n]) & ~c.forgotten[:n]
@@ -243,6 +240,20 @@ class ColumnIndex:
             mask &= ~c.forgotten[:n]
         else:
             mask &= c.active[:n]
+        return mask
+
+    def readable_mask(
+        self, principal: Principal | None, *, client_id: str | None = None
+    ) -> np.ndarray:
+        """Which rows ``principal`` may read whatever their state: those of the scopes it
+        reads (``None``, a human: every scope), of ``client_id`` and ``"global"`` when given.
+        What a principal's statistics, graph view and streams are built from."""
+        c = self._cols
+        n = c.n
+        mask = np.ones(n, dtype=bool)
+        if client_id is not None:
+            codes = [self._clients.get(client_id, -2), self._clients.get(GLOBAL_CLIENT, -2)]
+            mask &= np.isin(c.client[:n], codes)
         if principal is not None:
             mask &= np.isin(c.scope[:n], self.scope_codes(principal))
         return mask

@@ -1422,17 +1422,12 @@ class MemoryService:
         (``chroma_backlog``; chromadb is an index that catches up, never the truth). An agent
         is told nothing of the memories it cannot read, not even how many there are."""
         with self.lock:
-            n = len(self.store)
-            clients = [self.store.client_code(self.client_id),
-                       self.store.client_code(GLOBAL_CLIENT)]
-            readable = np.isin(self.store.column("client")[:n], clients)
-            if self.principal is None:
-                backlog = self.store.chroma_backlog_rows()
-                return {"status": "ok", "memories": int(readable.sum()),
-                        "chroma_backlog": int(readable[backlog[backlog < n]].sum())}
-            readable &= np.isin(self.store.column("scope")[:n],
-                                self.store.scope_codes(self.principal))
-            return {"status": "ok", "memories": int(readable.sum())}
+            readable = self.store.readable_mask(self.principal, client_id=self.client_id)
+            if self.principal is not None:
+                return {"status": "ok", "memories": int(readable.sum())}
+            backlog = self.store.chroma_backlog_rows()
+            return {"status": "ok", "memories": int(readable.sum()),
+                    "chroma_backlog": int(readable[backlog[backlog < len(readable)]].sum())}
 
 
 def _xml(memories: Iterable[Mapping[str, Any]]) -> str:

@@ -70,8 +70,7 @@ def session_ids(ctx: QueryContext, max_gap_seconds: float) -> np.ndarray:
         created = store.column("created_at")
         order = np.lexsort((np.arange(n), created, client))
         if principal is not None:
-            readable = np.isin(store.column("scope")[:n], store.scope_codes(principal))
-            order = order[readable[order]]
+            order = order[store.readable_mask(principal)[order]]
         new = np.ones(len(order), dtype=bool)
         if len(order) > 1:
             a, b = order[:-1], order[1:]

@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from memlab.memory.records import ENTITY_ROLES, GLOBAL_CLIENT
+from memlab.memory.records import ENTITY_ROLES
 from memlab.memory.scopes import TEAM, reads_relation
 from memlab.stages.base import (
     QueryContext,
@@ -235,12 +235,8 @@ def visible_graph(ctx: QueryContext) -> EntityGraph:
                    if reads_relation(principal, ctx.client_id, key))
 
     def build() -> EntityGraph:
-        n = len(store)
-        readable = np.isin(store.column("scope")[:n], store.scope_codes(principal))
-        if ctx.client_id is not None:  # and in the query's client (or global) only
-            clients = [store.client_code(ctx.client_id), store.client_code(GLOBAL_CLIENT)]
-            readable &= np.isin(store.column("client")[:n], clients)
-        return graph.restricted(readable, strength)
+        return graph.restricted(store.readable_mask(principal, client_id=ctx.client_id),
+                                strength)
 
     return cached(ctx, ("visible-graph", principal, ctx.client_id), store, stamp, build)
 

@@ -96,8 +96,7 @@ class Neighbors(Stage):
         created = store.column("created_at")
         order = np.lexsort((np.arange(n), created, client))
         if principal is not None:
-            readable = np.isin(store.column("scope")[:n], store.scope_codes(principal))
-            order = order[readable[order]]
+            order = order[store.readable_mask(principal)[order]]
         prev = np.full(n, -1, dtype=np.int64)
         nxt = np.full(n, -1, dtype=np.int64)
         if len(order) > 1:
