@@ -520,10 +520,13 @@ class EntityGraph:
         return dropped
 
     def _rebuild_edges(self, keep: list[int]) -> None:
-        src = [self._src[e] for e in keep]
-        dst = [self._dst[e] for e in keep]
-        rel = [self._rel[e] for e in keep]
-        strength = [self._str[e] for e in keep]
+        self._set_edges([self._src[e] for e in keep], [self._dst[e] for e in keep],
+                        [self._rel[e] for e in keep], [self._str[e] for e in keep])
+
+    def _set_edges(self, src: list[int], dst: list[int], rel: list[int],
+                   strength: list[float]) -> None:
+        """Replace every edge by these, in this order, with their lookup and neighbour
+        tables."""
         self._src, self._dst, self._rel, self._str = src, dst, rel, strength
         self._eid = {(s, d, r): i for i, (s, d, r) in enumerate(zip(src, dst, rel, strict=True))}
         self._nbr = [{} for _ in self._entities]
@@ -703,12 +706,7 @@ class EntityGraph:
         view.__dict__.update(self.__dict__)  # entities and links: shared, read only
         view._rel_scopes = {}
         view._cache = {}
-        view._src, view._dst, view._rel, view._str = src, dst, rels, strengths
-        view._eid = {(a, b, r): i for i, (a, b, r) in enumerate(zip(src, dst, rels, strict=True))}
-        view._nbr = [{} for _ in range(n_ent)]
-        for i, (a, b) in enumerate(zip(src, dst, strict=True)):
-            view._nbr[a][i] = b
-            view._nbr[b][i] = a
+        view._set_edges(src, dst, rels, strengths)
         return view
 
     @property

@@ -137,3 +137,16 @@ def reads_relation(principal: Principal | None, client_id: str | None, key: str)
     if client_id is not None and client not in (client_id, GLOBAL_CLIENT):
         return False
     return principal is None or principal.can_read(scope)
+
+
+def seen_strength(
+    scopes: dict[str, float], total: float, principal: Principal | None, client_id: str | None
+) -> float:
+    """The strength of a typed relation that ``principal`` asking in ``client_id`` sees: the
+    sum of what was written under the keys it reads (:func:`reads_relation`), from
+    ``scopes`` (key → strength written there). A relation written before relations had scopes
+    (no keys) counts as ``team``'s of ``global``: ``total`` for whoever reads ``team``."""
+    if not scopes:
+        return total if principal is None or principal.can_read(TEAM) else 0.0
+    return float(sum(w for key, w in scopes.items()
+                     if reads_relation(principal, client_id, key)))

@@ -66,7 +66,7 @@ from memlab.memory.records import (
     UnknownMemoryError,
     json_problem,
 )
-from memlab.memory.scopes import TEAM, Principal, check_name, check_scope, reads_relation
+from memlab.memory.scopes import TEAM, Principal, check_name, check_scope, seen_strength
 from memlab.memory.scrub import keyed_secret, scrub
 from memlab.memory.store import MemoryStore, WriteResult
 from memlab.pipeline import Pipeline
@@ -1308,11 +1308,8 @@ class MemoryService:
         total = float(graph.strength(src, dst, rel))
         if total <= 0:
             return total
-        scopes = graph.relation_scopes(src, dst, rel)
-        if not scopes:
-            return total if self.principal is None or self.principal.can_read(TEAM) else 0.0
-        return float(sum(w for key, w in scopes.items()
-                         if reads_relation(self.principal, self.client_id, key)))
+        return seen_strength(graph.relation_scopes(src, dst, rel), total, self.principal,
+                             self.client_id)
 
     def _find_entity(self, name: Any, field_name: str, visible: np.ndarray) -> int:
         """The first entity called ``name`` (of any type; else its alias's) that the principal

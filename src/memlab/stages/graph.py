@@ -28,7 +28,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from memlab.memory.records import ENTITY_ROLES
-from memlab.memory.scopes import TEAM, reads_relation
+from memlab.memory.scopes import seen_strength
 from memlab.stages.base import (
     QueryContext,
     Stage,
@@ -228,11 +228,8 @@ def visible_graph(ctx: QueryContext) -> EntityGraph:
     stamp = (len(store), graph.version, store.scope_version)
 
     def strength(src: int, dst: int, relation: str, total: float) -> float:
-        scopes = graph.relation_scopes(src, dst, relation)
-        if not scopes:
-            return total if principal.can_read(TEAM) else 0.0
-        return sum(w for key, w in scopes.items()
-                   if reads_relation(principal, ctx.client_id, key))
+        return seen_strength(graph.relation_scopes(src, dst, relation), total, principal,
+                             ctx.client_id)
 
     def build() -> EntityGraph:
         return graph.restricted(store.readable_mask(principal, client_id=ctx.client_id),
