@@ -211,9 +211,11 @@ class MemoryOp:
         line: int = 0,
         scope: str | None = None,
         client_id: str | None = None,
+        properties: dict[str, Any] | None = None,
     ) -> MemoryOp:
         """Build a relate operation between two entity names (``scope``: where it is
-        written, ``None``: ``team``; ``client_id``: of which client, ``None``: ``global``)."""
+        written, ``None``: ``team``; ``client_id``: of which client, ``None``: ``global``;
+        ``properties``: kept in the log only)."""
         fields = {k: v for k, v in (("client_id", client_id), ("scope", scope)) if v is not None}
         return cls(
             line,
@@ -224,6 +226,7 @@ class MemoryOp:
             from_entity=from_entity,
             relation=relation,
             to_entity=to_entity,
+            properties=properties,
         )
 
     def to_json(self) -> dict[str, Any]:

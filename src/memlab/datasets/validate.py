@@ -323,6 +323,13 @@ def _toml_line(text: str, key: str) -> int | None:
     return None if match is None else text.count("\n", 0, match.start()) + 1
 
 
+def _table_line(text: str, name: str) -> int | None:
+    """The line of ``dataset.toml`` where table ``name`` starts (its ``[name`` header, else its
+    ``name = …`` key)."""
+    at = text.find(f"[{name}")
+    return text.count("\n", 0, at) + 1 if at >= 0 else _toml_line(text, name)
+
+
 def _check_meta(path: Path, result: ReadResult) -> None:
     file = path / META_FILE
     problems: list[Problem] = []
@@ -364,21 +371,19 @@ def _check_meta(path: Path, result: ReadResult) -> None:
     if "replay" in meta:
         from memlab.eval.replay import ReplayConfig
 
-        at = text.find("[replay")
-        line = text.count("\n", 0, at) + 1 if at >= 0 else _toml_line(text, "replay")
         try:
             ReplayConfig.from_mapping(meta["replay"], where="[replay]")
         except (TypeError, ValueError, OverflowError) as exc:
-            problems.append(Problem(META_FILE, line, "replay", str(exc)))
+            problems.append(Problem(META_FILE, _table_line(text, "replay"), "replay", str(exc)))
     if "evaluation" in meta:
         from memlab.eval.protocol import EvalProtocol
 
-        at = text.find("[evaluation")
-        line = text.count("\n", 0, at) + 1 if at >= 0 else _toml_line(text, "evaluation")
         try:
             EvalProtocol.from_mapping(meta["evaluation"], where="[evaluation]")
         except (TypeError, ValueError, OverflowError) as exc:
-            problems.append(Problem(META_FILE, line, "evaluation", str(exc)))
+            problems.append(
+                Problem(META_FILE, _table_line(text, "evaluation"), "evaluation", str(exc))
+            )
     result.problems += problems
     result.meta = meta
 
@@ -494,11 +499,8 @@ def _check_memory_line(
         chk.add("properties", f"must be an object, got {_type_name(properties)}")
     built = None
     if not chk.problems and ts is not None and None not in (src, relation, dst):
-        where = {k: v for k, v in (("client_id", client), ("scope", scope)) if v is not None}
-        built = MemoryOp(
-            number, "relate", ident, ts, from_entity=src, relation=relation, to_entity=dst,
-            properties=properties or None, fields=where,
-        )
+        built = MemoryOp.relate(ts, src, relation, dst, id=ident, line=number, scope=scope,
+                                client_id=client, properties=properties or None)
     return chk, kind, ident, ts, built
 
 
@@ -848,9 +850,8 @@ def _check_cycle_count(root: Path, result: ReadResult) -> None:
         check_cycle_count(config, first, max(q.ts for q in result.queries), where="[replay]")
     except ValueError as exc:
         text = (root / META_FILE).read_text(encoding="utf-8")
-        at = text.find("[replay")
-        line = text.count("\n", 0, at) + 1 if at >= 0 else None
-        result.problems.append(Problem(META_FILE, line, "replay", str(exc)))
+        result.problems.append(Problem(META_FILE, _table_line(text, "replay"), "replay",
+                                       str(exc)))
 
 
 def read_dataset(path: str | os.PathLike[str]) -> ReadResult:
