@@ -1,4 +1,5 @@
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -188,6 +189,49 @@ def test_meanwhile_errors_are_ignored_and_a_map_here_skips_it(tmp_path):
     assert calls == ["called"]
 
 
+def _idle_mark(folder):
+    """An ``idle``: after a second, leave ``idle-PID`` in ``folder``."""
+    time.sleep(1.0)
+    (Path(folder) / f"idle-{os.getpid()}").write_text("", encoding="utf-8")
+
+
+def _idle_marks(folder):
+    return sorted(p.name for p in Path(folder).iterdir() if p.name.startswith("idle-"))
+
+
+def test_idle_runs_on_a_worker_after_its_last_task_and_nobody_waits_for_it(tmp_path):
+    # Two jobs: the worker's task (0.2 s) ends, then it runs the idle work (1 s) while this
+    # process's task runs on; map returns without waiting for it, and a submitted task queues
+    # behind it on the worker.
+    ex = make_executor("joblib", n_jobs=2)
+    out = ex.map(_mark_then_sleep, str(tmp_path), [0.2, 0.4],
+                 idle=functools.partial(_idle_mark, str(tmp_path)))
+    worker = out[0][0]
+    assert worker != os.getpid() and out[1][0] == os.getpid()
+    assert _idle_marks(tmp_path) == []  # not waited for: still sleeping
+    assert ex.submit(_square_plus, {"offset": 1}, 2)() == 5
+    assert _idle_marks(tmp_path) == [f"idle-{worker}"]  # once, on the worker, before that
+    # a map here (one task) skips it, and so does the serial executor
+    idle = functools.partial(_idle_mark, str(tmp_path))
+    assert ex.map(_square_plus, {"offset": 1}, [4], idle=idle) == [17]
+    assert make_executor("serial").map(_square_plus, {"offset": 1}, [4], idle=idle) == [17]
+    time.sleep(1.5)
+    assert _idle_marks(tmp_path) == [f"idle-{worker}"]
+
+
+def test_close_stops_the_workers_without_waiting_for_their_idle_work(tmp_path):
+    # The idle work would take ten minutes: close() stops the worker instead of waiting.
+    ex = make_executor("joblib", n_jobs=2)
+    assert ex.map(_square_plus, {"offset": 0}, [1, 2],
+                  idle=functools.partial(time.sleep, 600)) == [1, 4]
+    closing = threading.Thread(target=ex.close)
+    closing.start()
+    closing.join(timeout=60)
+    assert not closing.is_alive()
+    assert ex._pending == [] and ex._pool == 0
+    assert ex.map(_square_plus, {"offset": 1}, [2, 3]) == [5, 10]  # a new pool
+
+
 def _fails_on_two(shared, task):
     if task == 2:
         raise ValueError(f"task {task} failed ({shared})")
@@ -335,8 +379,8 @@ def test_tail_loads_preload_the_tests_and_warm_the_renderer_in_a_fresh_process()
 
 
 def test_one_pipeline_in_shards_draws_the_charts_of_a_serial_run(tmp_path):
-    # The parent warms its renderer while the second shard runs, then draws the charts itself:
-    # the same bytes as a serial run.
+    # The worker warms its renderer once its shard ends and draws the charts: the same bytes
+    # as a serial run, which draws them here.
     ds = load_dataset(LIFECYCLE)
     config = dataclasses.replace(ReplayConfig.from_dataset(ds), touch_k=0, expire=False)
     kw = dict(pipelines=["hybrid"], embedder=HashingEmbedder(dim=64), replay=config,

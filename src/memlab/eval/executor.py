@@ -48,12 +48,15 @@ class Executor(Protocol):
     """Runs ``fn(shared, task)`` for every task; results in task order."""
 
     def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T], *,
-            meanwhile: Meanwhile | None = None) -> list[R]:
+            meanwhile: Meanwhile | None = None, idle: Meanwhile | None = None) -> list[R]:
         """Return ``[fn(shared, t) for t in tasks]``, computed wherever the executor runs.
 
         ``meanwhile``: work for this process while it waits for the tasks (loading what it
-        needs next); an executor that runs the tasks here may skip it. Its errors are ignored:
-        what needs the work does it again and fails there.
+        needs next); an executor that runs the tasks here may skip it. ``idle``: a
+        module-level function each worker runs once no task is left for it, that nobody waits
+        for (warming what the work after the tasks will ask of that worker); an executor
+        without workers of its own skips it. The errors of both are ignored: what needs the
+        work does it again and fails there.
         """
         ...
 
@@ -104,6 +107,11 @@ def _shared_state(token: str, blob: Any) -> Any:
 
 def _call(fn: Callable[[Any, T], R], token: str, blob: Any, task: T) -> R:
     return fn(_shared_state(token, blob), task)
+
+
+def _idle_call(work: Meanwhile) -> None:
+    """Run ``work`` (an ``idle``) in a worker, ignoring its errors (see :meth:`Executor.map`)."""
+    _quietly(work)
 
 
 def _quietly(work: Meanwhile | None) -> None:
@@ -184,9 +192,9 @@ class SerialExecutor:
         self.n_jobs = n_jobs
 
     def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T], *,
-            meanwhile: Meanwhile | None = None) -> list[R]:
-        """The tasks in order, here (``meanwhile`` is skipped: nothing runs while this
-        process waits)."""
+            meanwhile: Meanwhile | None = None, idle: Meanwhile | None = None) -> list[R]:
+        """The tasks in order, here (``meanwhile`` and ``idle`` are skipped: nothing runs
+        while this process waits, and there is no worker)."""
         return [fn(shared, t) for t in tasks]
 
 
@@ -248,16 +256,19 @@ class JoblibExecutor:
                 pass
 
     def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T], *,
-            meanwhile: Meanwhile | None = None) -> list[R]:
+            meanwhile: Meanwhile | None = None, idle: Meanwhile | None = None) -> list[R]:
         """The tasks on this process and the pool's workers, results in task order.
 
         Tasks are handed out one at a time, in order: the first to the workers, one each, the
         next to this process, and then each to whichever job is free first. ``meanwhile`` runs
         here once no task is left to start (this process's tasks have ended, the workers' last
-        ones are under way): a core is then free, and the work takes none from the tasks. With
-        one job (or one task) the tasks run here and ``meanwhile`` is skipped. If tasks fail,
-        no further task starts, the ones under way end, and the error of the earliest failed
-        task is raised.
+        ones are under way): a core is then free, and the work takes none from the tasks.
+        ``idle`` is handed to the pool as each worker's last task ends, and ``map`` returns
+        without waiting for it: a worker that finishes first warms up for what the caller
+        will :meth:`submit` next (it queues behind), while this process still works. With one
+        job (or one task) the tasks run here and both are skipped. If tasks fail, no further
+        task starts, the ones under way end, and the error of the earliest failed task is
+        raised.
         """
         jobs = self._jobs(len(tasks))
         if jobs <= 1:  # here, without waiting for a warm-up (close() does)
@@ -287,6 +298,10 @@ class JoblibExecutor:
                     with lock:
                         errors[i] = exc
                 i = take()
+            if idle is not None:
+                with lock:
+                    if not errors:  # nobody waits for it (close() does not either)
+                        pool.submit(_idle_call, idle)
 
         # The workers' first tasks are the first ones, then this process takes the next:
         # where each task runs first does not depend on which thread is quicker.
@@ -322,20 +337,18 @@ class JoblibExecutor:
     def close(self) -> None:
         """Stop the worker processes of the pool (a command about to exit).
 
-        A pool that only warmed up (the run was refused, or ran in this process) is stopped
-        at once: its workers hold nothing but imports. Otherwise work still under way (a
-        submitted task nobody asked for) is waited for first, so that nothing is dropped
-        half-done, and the workers wind down as at interpreter exit.
+        Work submitted and still under way (a task nobody asked for) is waited for first, so
+        that nothing is dropped half-done; then the workers, which hold nothing but imports
+        and warm-ups, are stopped at once. Neither a warm-up (of a pool that only warmed up:
+        the run was refused, or ran in this process) nor ``idle`` work is waited for.
         """
         pool, used = self._pool, self._used
         self._pool, self._used = 0, False
-        if pool >= 1 and not used:
-            self._pending = []
-            _shutdown_pool(kill=True)
-            return
-        self._drain()
+        if used:
+            self._drain()
+        self._pending = []
         if pool >= 1:
-            _shutdown_pool(kill=False)
+            _shutdown_pool(kill=True)
 
     def submit(self, fn: Callable[..., R], *args: Any) -> Callable[[], R]:
         """Start ``fn(*args)`` on a worker of the pool the last :meth:`map` (or :meth:`warm`)
@@ -382,9 +395,10 @@ class RayExecutor:
         self.address = address
 
     def map(self, fn: Callable[[Any, T], R], shared: Any, tasks: Sequence[T], *,
-            meanwhile: Meanwhile | None = None) -> list[R]:
+            meanwhile: Meanwhile | None = None, idle: Meanwhile | None = None) -> list[R]:
         """The tasks on the cluster, results in task order; ``meanwhile`` runs here once they
-        are submitted."""
+        are submitted (``idle`` is skipped: nothing is submitted to the cluster after the
+        tasks)."""
         if not tasks:
             return []
         import ray

@@ -322,6 +322,27 @@ def tail_loads(*, tests: bool, charts: bool) -> Meanwhile | None:
     return load
 
 
+def tail_work(executor: Executor, *, tests: bool, charts: bool) -> dict[str, Meanwhile]:
+    """The ``meanwhile`` and ``idle`` (:meth:`~memlab.eval.executor.Executor.map`) of a run on
+    ``executor`` whose work after the tasks is ``tests`` and ``charts`` (see
+    :func:`tail_loads`), as keyword arguments of :func:`~memlab.eval.sweep.run_tasks`.
+
+    An executor that can :meth:`~memlab.eval.executor.JoblibExecutor.submit` the charts to a
+    worker has each worker warm its renderer once its last task ends (``idle``), and the
+    charts go to a warm worker (:func:`charts_on_worker`), while this process loads only its
+    tests (then scores and tests): on two cores, a worker that ends first warms up while this
+    process ends its last task, and the rest of the warm-up runs beside this process's
+    scoring instead of before it. Otherwise this process warms its own renderer."""
+    from memlab.eval.report import warm_renderer
+
+    on_worker = charts and hasattr(executor, "submit")
+    work = {
+        "meanwhile": tail_loads(tests=tests, charts=charts and not on_worker),
+        "idle": warm_renderer if on_worker else None,
+    }
+    return {k: v for k, v in work.items() if v is not None}
+
+
 def charts_on_worker(executor: Executor) -> bool:
     """Whether a run's charts go to an idle worker of ``executor`` while this process runs its
     tests: when it has workers, unless this process warmed its renderer while it waited
@@ -739,9 +760,7 @@ def run_experiment(
                   mode=mode) as bar:
         ran = run_tasks(
             job, _pipeline_task, tasks, ex, probe=False, progress=bar,
-            # Drawn here by a warm renderer, the charts take less than on a worker that
-            # starts vl-convert first (and then takes longer to stop).
-            meanwhile=tail_loads(tests=len(pipes) > 1, charts=out is not None and write_report),
+            **tail_work(ex, tests=len(pipes) > 1, charts=out is not None and write_report),
         )
     parts: dict[int, list[tuple[ReplayResult, pl.DataFrame | None]]] = {}
     for (i, *_), out_ in sorted(zip(tasks, ran, strict=True), key=lambda t: t[0][0]):

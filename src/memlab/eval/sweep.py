@@ -39,7 +39,7 @@ from memlab.eval.experiment import (
     replayer_for,
     score_rankings,
     split_queries,
-    tail_loads,
+    tail_work,
     warm_workers,
 )
 from memlab.eval.grid import REPLAY_PREFIXES as REPLAY_PREFIXES
@@ -193,6 +193,7 @@ def run_tasks(
     probe: bool = True,
     progress: Progress | None = None,
     meanwhile: Meanwhile | None = None,
+    idle: Meanwhile | None = None,
 ) -> list[Any]:
     """Run ``fn(job, task)`` for every task, in task order, on ``executor``.
 
@@ -208,9 +209,9 @@ def run_tasks(
     that runs in this process as it ends, and the others when the executor returns; its
     heartbeat reports while workers run.
 
-    ``meanwhile`` is handed to the executor's ``map`` (:meth:`Executor.map`): what this process
-    loads for the work that follows the tasks, while it waits for them. It is skipped when the
-    tasks run here.
+    ``meanwhile`` and ``idle`` are handed to the executor's ``map`` (:meth:`Executor.map`):
+    what this process, and each worker once it has no task left, loads for the work that
+    follows the tasks. Both are skipped when the tasks run here.
     """
     ex = make_executor(executor) if isinstance(executor, str) else executor
     if not tasks:
@@ -232,10 +233,9 @@ def run_tasks(
         job.replayer.prepare()
     frozen = job.replayer.embedder.freeze()
     shipped = dataclasses.replace(job, replayer=_shippable(job.replayer, frozen))
-    if meanwhile is None:  # an executor of another package may not take it
-        rest = ex.map(fn, shipped, tasks)
-    else:
-        rest = ex.map(fn, shipped, tasks, meanwhile=meanwhile)
+    # an executor of another package may take neither
+    extra = {k: v for k, v in (("meanwhile", meanwhile), ("idle", idle)) if v is not None}
+    rest = ex.map(fn, shipped, tasks, **extra)
     if progress is not None:
         progress.update(len(rest))
     return [*done, *rest]
@@ -444,7 +444,7 @@ def run_sweep(
     with Progress(f"sweep {base.name}", len(tasks), unit="points", mode=mode) as bar:
         frames = run_tasks(
             job, _point_task, tasks, ex, probe=probe, progress=bar,
-            meanwhile=tail_loads(tests=True, charts=out is not None),
+            **tail_work(ex, tests=True, charts=out is not None),
         )
     per_query = pl.concat(
         [
