@@ -69,6 +69,11 @@ def test_model_id_names_directory_and_digest(tmp_path: Path) -> None:
     assert model_digest(b) != model_digest(a)
     (c / "model.safetensors").write_bytes(b"\0" * 385)
     assert model_digest(c) != model_digest(a)
+    # Weights of the same size but other values (a fine-tuned copy): another digest too.
+    d = _fake_model(tmp_path / "tuned")
+    weights = (a / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
+    assert model_digest(d) != model_digest(a)
 
 
 def test_cache_key_follows_the_model_id(tmp_path: Path) -> None:

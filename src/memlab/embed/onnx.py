@@ -11,8 +11,8 @@ sentence-transformers files when the directory has them (``1_Pooling/config.json
 downloaded; onnxruntime runs on the CPU with ``num_threads`` intra-op threads.
 
 ``model_id`` is ``onnx-<directory name>-<digest>``, the digest covering the configuration files
-and the size of every weight file (:func:`~memlab.embed.sentence_transformer.model_digest`), so
-two exports never share an embedding cache entry.
+and the content of every weight file (:func:`~memlab.embed.sentence_transformer.model_digest`),
+so two exports never share an embedding cache entry.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class OnnxEmbedder:
 
     @property
     def model_id(self) -> str:
-        """``onnx-<directory name>-<digest of its configuration and weight sizes>``."""
+        """``onnx-<directory name>-<digest of its configuration and weights>``."""
         path = self._dir()
         return f"onnx-{path.name}-{model_digest(path)}"
 

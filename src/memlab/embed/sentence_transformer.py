@@ -2,8 +2,9 @@
 
 :class:`SentenceTransformerEmbedder` loads a sentence-transformers model directory by path
 (``modules.json`` next to the weights) with the Hugging Face hub switched off, so nothing is
-downloaded. Its ``model_id`` names the directory and a digest of its configuration and weight
-sizes, so two different models never share an embedding cache entry.
+downloaded. Its ``model_id`` names the directory and a digest of its configuration and weights,
+so two different models (two fine-tuned copies of one model too) never share an embedding cache
+entry.
 
 :class:`MPNetEmbedder` is all-mpnet-base-v2 (Song et al., "MPNet", NeurIPS 2020, tuned by
 sentence-transformers on 1B sentence pairs; mean pooling, 768 dimensions), shipped offline by
@@ -46,13 +47,30 @@ def default_model_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "memlab" / "models"
 
 
-def model_digest(path: Path) -> str:
-    """12 hex digits of SHA-256 over a model directory's configuration files and weight sizes.
+_WEIGHT_DIGESTS: dict[tuple[str, int, int, int], bytes] = {}
+"""SHA-256 of a weight file's content by ``(path, size, mtime_ns, inode)``: each file is read
+once per process."""
 
-    Configuration files are hashed by content, weight files (``*.safetensors``, ``*.bin``,
-    ``*.onnx``) by relative path and size: reading hundreds of megabytes on every start would
-    cost more than the check is worth, and a different model has a different configuration or
-    size in practice.
+
+def _weight_digest(f: Path) -> bytes:
+    """SHA-256 of a weight file's content (read once per process while it is unchanged)."""
+    st = f.stat()
+    key = (str(f.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    digest = _WEIGHT_DIGESTS.get(key)
+    if digest is None:
+        with f.open("rb") as fh:
+            digest = _WEIGHT_DIGESTS[key] = hashlib.file_digest(fh, "sha256").digest()
+    return digest
+
+
+def model_digest(path: Path) -> str:
+    """12 hex digits of SHA-256 over a model directory's configuration files and weights.
+
+    Configuration files and weight files (``*.safetensors``, ``*.bin``, ``*.onnx``, by
+    relative path) are hashed by content: two fine-tuned copies of one model have the same
+    configuration and weight sizes, and must not share an embedding cache. A weight file is
+    read once per process (about half a second per 100 MB), then remembered by its path, size,
+    modification time and inode.
     """
     h = hashlib.sha256()
     for name in _CONFIG_FILES:
@@ -60,7 +78,7 @@ def model_digest(path: Path) -> str:
         if f.is_file():
             h.update(name.encode() + b"\0" + f.read_bytes() + b"\0")
     for f in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES):
-        h.update(f"{f.relative_to(path).as_posix()}:{f.stat().st_size}\0".encode())
+        h.update(f"{f.relative_to(path).as_posix()}:".encode() + _weight_digest(f) + b"\0")
     return h.hexdigest()[:12]
 
 
