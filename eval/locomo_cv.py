@@ -41,7 +41,13 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import Dataset, load_dataset
-from memlab.embed.finetune import FineTuneParams, fine_tune, model_dir, pairs_digest
+from memlab.embed.finetune import (
+    FineTuneParams,
+    dataset_pairs,
+    fine_tune,
+    model_dir,
+    pairs_digest,
+)
 from memlab.eval.experiment import ExperimentResult, run_experiment
 from memlab.eval.protocol import EvalProtocol
 from memlab.eval.stats import compare
@@ -167,19 +173,6 @@ def fold_clients(ds: Dataset, seed: int) -> list[set[str]]:
     return [{str(by_qid[k].client_id) for k, f in fold_of.items() if f == i} for i in (0, 1)]
 
 
-def training_pairs(ds: Dataset, clients: set[str]) -> list[tuple[str, str]]:
-    """``(question, evidence turn)`` texts of the scored questions of ``clients``, in dataset
-    order."""
-    text = {op.id: op.text for op in ds.ops if op.op == "store" and op.id is not None}
-    return [
-        (q.text, text[m])
-        for q in ds.queries
-        if q.client_id in clients and q.relevant and not set(EXCLUDED) & set(q.tags)
-        for m in q.relevant
-        if m in text
-    ]
-
-
 def tuned_models(ds: Dataset, seed: int, root: Path) -> dict[int, Path]:
     """For each fold ``h``, MiniLM fine-tuned on the other fold's pairs (trained once, then
     reused): ``h → model directory``."""
@@ -187,7 +180,7 @@ def tuned_models(ds: Dataset, seed: int, root: Path) -> dict[int, Path]:
     params = FineTuneParams()
     out = {}
     for held in (0, 1):
-        pairs = training_pairs(ds, folds[1 - held])
+        pairs = dataset_pairs(ds, clients=sorted(folds[1 - held]), exclude_tags=EXCLUDED)
         name = f"seed{seed}-without-fold{held}-{pairs_digest(pairs)[:12]}"
         print(f"fine-tuning MiniLM on {len(pairs)} pairs of fold {1 - held} -> {root / name}",
               flush=True)

@@ -471,3 +471,23 @@ def test_serve_keeps_its_own_sigterm_handling(monkeypatch):
                         lambda: SimpleNamespace(parse_args=lambda argv: parsed))
     assert main(["serve"]) == 0
     assert seen == [signal.SIG_DFL]
+
+
+def test_finetune_writes_a_model_the_embedder_loads(tmp_path, capsys):
+    out = tmp_path / "tuned"
+    args = ["finetune", HANDMADE, str(out), "--epochs", "1", "--batch-size", "4"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines() == [
+        "fine-tuning minilm on 10 pairs",
+        f"wrote {out} (use it as --embedder path:{out})",
+    ]
+    assert json.loads((out / "finetune.json").read_text(encoding="utf-8"))["pairs"] == 10
+    # asked again with other constants: refused, the model untouched
+    assert main([*args[:3], "--epochs", "2"]) == 2
+    assert "exists and is not a model fine-tuned" in capsys.readouterr().err
+    assert main(["finetune", HANDMADE, str(tmp_path / "x"), "--embedder", "hashing"]) == 2
+    assert "cannot fine-tune embedder 'hashing'" in capsys.readouterr().err
+    assert main(["finetune", HANDMADE, str(tmp_path / "y"), "--epochs", "0"]) == 2
+    assert "epochs must be >= 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

@@ -5,6 +5,7 @@
     memlab eval DATASET [--pipelines a,b,c] [--baseline a] [--metric P@5 …] [--out DIR]
     memlab sweep DATASET --pipeline hybrid --grid rrf__k=10,30,60 [--grid …]
     memlab tune DATASET --pipeline P --space rrf__k=int:1:200:log [--trials 100]
+    memlab finetune DATASET OUT [--embedder minilm] [--clients a,b] [--epochs 2]
     memlab datasets validate DIR
     memlab datasets generate --seed N OUT
     memlab datasets import-locomo SRC OUT
@@ -819,9 +820,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_generations_record)
 
-    from memlab.eval.commands import add_tune_command as add_tune
+    from memlab.eval.commands import add_finetune_command, add_tune_command
 
-    add_tune(sub)
+    add_tune_command(sub)
+    add_finetune_command(sub)
 
     from memlab.eval.commands import add_commands as _publishing
 

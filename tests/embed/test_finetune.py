@@ -5,8 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memlab.datasets.format import load_dataset
 from memlab.embed.finetune import (
     FineTuneParams,
+    dataset_pairs,
     fine_tune,
     model_dir,
     no_duplicate_batches,
@@ -14,6 +16,8 @@ from memlab.embed.finetune import (
 )
 from memlab.embed.minilm import default_minilm_path
 from memlab.embed.sentence_transformer import SentenceTransformerEmbedder, model_digest
+
+HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
 
 PAIRS = [
     ("Which city did Ana move to?", "Ana: I finally moved to Lisbon last spring."),
@@ -126,3 +130,18 @@ def test_an_existing_path_is_never_replaced(tmp_path):
         fine_tune(default_minilm_path(), PAIRS, out, FineTuneParams(epochs=2))
     assert json.loads((out / "finetune.json").read_text(encoding="utf-8"))["epochs"] == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_dataset_pairs_are_judged_memories_as_a_store_holds_them():
+    ds = load_dataset(HANDMADE)
+    pairs = dataset_pairs(ds, clients=["globex"])
+    assert pairs == [
+        ("What happened in INC-1002?", "INC-1002: `claims-engine` timed out."),
+        # the credential is scrubbed, as the store scrubs it
+        ("How does Globex staging reach its database?",
+         "Globex staging database: postgres://app:[REDACTED:password]@db.globex.io:5432/app"),
+    ]
+    assert len(dataset_pairs(ds)) == sum(len(q.relevant) for q in ds.queries)
+    assert dataset_pairs(ds, clients=["globex"], exclude_tags=["credential"]) == pairs[:1]
+    with pytest.raises(ValueError, match="no query of client 'globx'"):
+        dataset_pairs(ds, clients=["globx"])

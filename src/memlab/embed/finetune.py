@@ -31,9 +31,19 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["FineTuneParams", "fine_tune", "model_dir", "no_duplicate_batches", "pairs_digest"]
+if TYPE_CHECKING:
+    from memlab.datasets.format import Dataset
+
+__all__ = [
+    "FineTuneParams",
+    "dataset_pairs",
+    "fine_tune",
+    "model_dir",
+    "no_duplicate_batches",
+    "pairs_digest",
+]
 
 
 def model_dir(name: str) -> Path:
@@ -117,6 +127,48 @@ def pairs_digest(pairs: Sequence[tuple[str, str]]) -> str:
     for query, memory in pairs:
         h.update(query.encode("utf-8") + b"\0" + memory.encode("utf-8") + b"\0\0")
     return h.hexdigest()
+
+
+def dataset_pairs(
+    dataset: Dataset,
+    *,
+    clients: Sequence[str] | None = None,
+    exclude_tags: Sequence[str] = ("adversarial",),
+) -> list[tuple[str, str]]:
+    """``(query, relevant memory)`` texts of a dataset: for each query with judgements, in
+    dataset order, one pair per judged-relevant memory the write log stores, its text scrubbed
+    of credentials as a store holds it (:func:`~memlab.memory.scrub.scrub_text`): a model is
+    never trained on a secret a store would not keep.
+
+    Args:
+        dataset: The dataset.
+        clients: Only the queries of these clients (``None``: every query); a cross-validation
+            trains on one fold's clients and evaluates on the others.
+        exclude_tags: Queries carrying one of these tags are left out (by default those
+            ``memlab eval`` does not score).
+
+    Raises:
+        ValueError: A client of ``clients`` has no query in the dataset (a misspelt name).
+    """
+    if clients is not None:
+        known = {q.client_id for q in dataset.queries}
+        unknown = sorted(set(clients) - known)
+        if unknown:
+            raise ValueError(
+                f"{dataset.path or 'dataset'}: no query of client {', '.join(map(repr, unknown))}"
+            )
+    from memlab.memory.scrub import scrub_text
+
+    wanted = None if clients is None else set(clients)
+    excluded = set(exclude_tags)
+    text = {op.id: op.text for op in dataset.ops if op.op == "store" and op.id is not None}
+    return [
+        (q.text, scrub_text(text[m])[0])
+        for q in dataset.queries
+        if (wanted is None or q.client_id in wanted) and not excluded & set(q.tags)
+        for m, grade in q.relevant.items()
+        if grade > 0 and m in text
+    ]
 
 
 def no_duplicate_batches(

@@ -1,4 +1,5 @@
-"""The ``export``, ``compare`` and ``tune`` subcommands of the ``memlab`` command line.
+"""The ``export``, ``compare``, ``tune`` and ``finetune`` subcommands of the ``memlab`` command
+line.
 
 Light to import: each command loads what it runs when it runs.
 """
@@ -155,3 +156,46 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
 
     add_replay_options(p)
     p.set_defaults(func=cmd_tune)
+
+
+def cmd_finetune(args: argparse.Namespace) -> int:
+    """``memlab finetune``: fine-tune a sentence encoder on a dataset's judged pairs."""
+    from memlab.cli import CLIError, _load_dataset
+    from memlab.embed.finetune import FineTuneParams, dataset_pairs, fine_tune, model_dir
+
+    ds = _load_dataset(args.dataset)
+    clients = [c for c in (args.clients or "").split(",") if c] or None
+    tags = [t for t in (args.exclude_tags or "").split(",") if t]
+    try:
+        base = model_dir(args.embedder)
+        pairs = dataset_pairs(ds, clients=clients, exclude_tags=tags)
+        params = FineTuneParams(
+            epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size,
+            scale=args.scale, seed=args.seed,
+        )
+        print(f"fine-tuning {args.embedder} on {len(pairs)} pairs", flush=True)
+        out = fine_tune(base, pairs, Path(args.out), params)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        raise CLIError(str(exc)) from None
+    print(f"wrote {out} (use it as --embedder path:{out})")
+    return 0
+
+
+def add_finetune_command(sub: argparse._SubParsersAction) -> None:
+    """Register ``memlab finetune`` (torch and sentence-transformers load when it runs)."""
+    p = sub.add_parser(
+        "finetune",
+        help="fine-tune a sentence encoder on a dataset's (query, relevant memory) pairs",
+    )
+    p.add_argument("dataset")
+    p.add_argument("out", help="the new model's directory (must not exist)")
+    p.add_argument("--embedder", default="minilm", help="base model: minilm, mpnet or path:DIR")
+    p.add_argument("--clients", help="comma-separated clients whose queries train (default all)")
+    p.add_argument("--exclude-tags", default="adversarial",
+                   help="comma-separated query tags left out (default: adversarial)")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--learning-rate", type=float, default=2e-5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--scale", type=float, default=20.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_finetune)
