@@ -256,7 +256,7 @@ def test_non_utf8_sources_name_the_file(tmp_path):
     log.write_bytes(b"message,time\n\xff\xfe,x\n")
     with pytest.raises(ValueError) as info:
         run_importer("log", log, tmp_path / "o", mapping="text=message,ts=time")
-    assert str(info.value) == f"{log}: not UTF-8 text (byte 13)"
+    assert str(info.value) == f"{log}:2: not UTF-8 text (byte 13)"
 
 
 def test_duplicates_are_reported_against_the_source_line(tmp_path):

@@ -7,6 +7,12 @@ memories, ``client`` scopes them, ``type`` sets their memory type. Each bullet (
 memory ``"<heading>: <paragraph>"``. A file without a ``date`` is dated by its modification
 time only when ``dates="mtime"`` is given, and the report says so; otherwise its memories are
 reported as not mapped (a timestamp is never guessed silently).
+
+Each file is UTF-8, with or without a byte order mark: text that is not UTF-8, a NUL character
+and a file name that is not UTF-8 are errors naming the file (and line). A file whose ``date``
+does not parse or has no time zone, whose ``type`` is unknown, whose ``client`` is empty or
+whose front matter is never closed is reported as not mapped with its ``file:line``; an import
+that maps no memory is an error and writes nothing.
 """
 
 from __future__ import annotations
@@ -15,22 +21,31 @@ import os
 import re
 from pathlib import Path
 
-from memlab.datasets.format import MemoryOp, write_dataset
+from memlab.datasets.format import MemoryOp
 from memlab.datasets.importers import (
     ImportReport,
+    encoding_problem,
     read_source_text,
     register_importer,
     require_memories,
+    require_utf8_path,
+    shown,
+    source_lines,
+    ts_problem,
+    write_imported,
 )
 from memlab.memory.records import MEMORY_TYPES
 from memlab.timeutil import parse_ts, to_iso
 
-_BULLET = re.compile(r"^\s*[-*+]\s+(?P<text>.+?)\s*$")
-_HEADING = re.compile(r"^#{1,6}\s+(?P<title>.+?)\s*$")
+# The text is stripped after the match: a lazy group followed by ``\s*$`` backtracks
+# quadratically on a line with a long run of inner spaces.
+_BULLET = re.compile(r"^\s*[-*+]\s+(?P<text>.*)$")
+_HEADING = re.compile(r"^#{1,6}\s+(?P<title>.*)$")
 
 
-def _front_matter(lines: list[str]) -> tuple[dict[str, tuple[str, int]], int]:
-    """``{key: (value, line)}`` and the index of the first body line."""
+def _front_matter(lines: list[str]) -> tuple[dict[str, tuple[str, int]], int] | None:
+    """``{key: (value, line)}`` and the index of the first body line; ``None`` when the front
+    matter opened on the first line is never closed."""
     if not lines or lines[0].strip() != "---":
         return {}, 0
     meta: dict[str, tuple[str, int]] = {}
@@ -40,7 +55,7 @@ def _front_matter(lines: list[str]) -> tuple[dict[str, tuple[str, int]], int]:
         key, sep, value = lines[i].partition(":")
         if sep:
             meta[key.strip().lower()] = (value.strip().strip("'\""), i + 1)
-    return {}, 0
+    return None
 
 
 @register_importer("markdown")
@@ -80,10 +95,12 @@ class MarkdownNotesImporter:
             b = _BULLET.match(line)
             if h:
                 flush()
-                heading, para, bullets = (number, h["title"]), [], False
+                title = h["title"].strip()
+                heading, para, bullets = ((number, title) if title else None), [], False
             elif b:
                 bullets = True
-                items.append((number, b["text"]))
+                if b["text"].strip():  # an empty bullet holds no memory
+                    items.append((number, b["text"].strip()))
             elif line.strip():
                 para.append(line.strip())
         flush()
@@ -95,22 +112,29 @@ class MarkdownNotesImporter:
             raise ValueError(f"{root}: not a directory of Markdown notes")
         report = ImportReport("markdown", str(root), str(out))
         found: list[tuple[float, str, int, MemoryOp]] = []
-        files = sorted(root.rglob("*.md"))
+        require_utf8_path(root)
+        files = sorted(p for p in root.rglob("*.md") if p.is_file())
         for file in files:
             rel = file.relative_to(root).as_posix()
-            lines = read_source_text(file).splitlines()  # a BOM would hide the front matter
-            meta, start = _front_matter(lines)
+            if encoding_problem(rel) is not None:  # the memory ids are made of it
+                raise ValueError(f"{file}: the file name is not UTF-8; rename it")
+            lines = source_lines(read_source_text(file))  # a BOM would hide the front matter
+            front = _front_matter(lines)
+            if front is None:
+                report.unmapped.append({"where": f"{rel}:1", "reason": "the front matter opened "
+                                        "here is never closed (no second '---' line)"})
+                continue
+            meta, start = front
             body = list(enumerate(lines, start=1))[start:]
             items = self._items(body)
             if "date" in meta:
                 value, line = meta["date"]
-                try:
-                    when = parse_ts(value, field="date")
-                except ValueError:
-                    report.unmapped.append(
-                        {"where": f"{rel}:{line}", "reason": f"date {value!r} is not ISO 8601"}
-                    )
+                problem = ts_problem(value)
+                if problem is not None:
+                    report.unmapped.append({"where": f"{rel}:{line}",
+                                            "reason": f"field 'date': {problem}"})
                     continue
+                when = parse_ts(value, field="date")
             elif self.dates == "mtime":
                 when = file.stat().st_mtime
                 report.notes.append(f"{rel}: no date; dated by its modification time "
@@ -125,11 +149,14 @@ class MarkdownNotesImporter:
                 continue
             mtype = meta.get("type", (self.type, 0))[0]
             if mtype not in MEMORY_TYPES:
-                report.unmapped.append(
-                    {"where": f"{rel}:{meta['type'][1]}", "reason": f"unknown type {mtype!r}"}
-                )
+                report.unmapped.append({"where": f"{rel}:{meta['type'][1]}",
+                                        "reason": f"field 'type': unknown type {shown(mtype)}"})
                 continue
             client = meta.get("client", (None, 0))[0]
+            if client is not None and not client:
+                report.unmapped.append({"where": f"{rel}:{meta['client'][1]}",
+                                        "reason": "field 'client' is empty"})
+                continue
             for number, text in items:
                 op = MemoryOp.store(
                     f"{rel}:{number}", when, text, mtype, client_id=client,
@@ -149,5 +176,5 @@ class MarkdownNotesImporter:
             "license": "unknown (the source's)",
             "source": "agent memory notes (Markdown)",
         }
-        report.dataset = write_dataset((meta_toml, [t[3] for t in found], []), out)
+        report.dataset = write_imported((meta_toml, [t[3] for t in found], []), out)
         return report

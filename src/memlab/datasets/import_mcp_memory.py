@@ -10,10 +10,14 @@ The file carries no timestamps: ``ts`` must be given, either an ISO 8601 time or
 (the file's modification time), and the report says which was used. The graph has no queries:
 ``queries.jsonl`` is empty until queries are recorded or written.
 
-The file is UTF-8, with or without a byte order mark. A line that is not JSON (or is nested too
-deeply to read) is reported as not mapped with its ``file:line``; an entity name used on two lines
-is an error naming both lines (its memory ids would repeat), and so is a file from which no
-memory is mapped (an empty dataset is never published).
+The file is UTF-8, with or without a byte order mark (text that is not UTF-8 is an error naming
+``file:line``). A line that is not a JSON object (not JSON, ``NaN``, nested too deeply to
+read), an entity or relation whose ``name``, ``entityType``, ``from``, ``to`` or
+``relationType`` is not a string (a number, list, object, boolean or ``null``) or holds a
+character UTF-8 cannot encode (a lone surrogate from a ``\\ud800`` escape), and an observation
+that is not such a string, are reported as not mapped with their ``file:line`` and field; an
+entity name used on two lines is an error naming both lines (its memory ids would repeat), and
+so is a file from which no memory is mapped (an empty dataset is never published).
 """
 
 from __future__ import annotations
@@ -22,13 +26,19 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memlab.datasets.format import WRITABLE_RELATIONS, MemoryOp, write_dataset
+from memlab.datasets.format import WRITABLE_RELATIONS, MemoryOp
 from memlab.datasets.importers import (
     ImportReport,
+    describe,
     parse_json,
     read_source_text,
     register_importer,
     require_memories,
+    require_utf8_path,
+    shown,
+    source_lines,
+    text_problem,
+    write_imported,
 )
 from memlab.timeutil import parse_ts, to_iso
 
@@ -49,6 +59,36 @@ def resolve_ts(ts: str | None, file: Path, what: str) -> tuple[float, str]:
         return when, f"every timestamp is the file's modification time {to_iso(when)}"
     when = parse_ts(ts, field="ts")
     return when, f"every timestamp is the given ts {to_iso(when)}"
+
+
+def _entity_refusal(obj: dict[str, Any]) -> str | None:
+    """Why an entity line cannot be mapped (naming the field), or ``None``."""
+    name, observations = obj.get("name"), obj.get("observations")
+    if name is None or name == "":
+        return "field 'name' is missing or empty: an entity without a name"
+    problem = text_problem(name)
+    if problem is not None:
+        return f"field 'name' {problem}"
+    if "entityType" in obj:
+        problem = text_problem(obj["entityType"], empty_ok=True)
+        if problem is not None:
+            return f"field 'entityType' {problem}"
+    if not isinstance(observations, list):
+        return f"field 'observations' must be a list of strings, got {describe(observations)}"
+    return None
+
+
+def _relation_refusal(obj: dict[str, Any]) -> str | None:
+    """Why a relation line cannot be mapped (naming the field), or ``None``."""
+    for field in ("from", "to", "relationType"):
+        problem = text_problem(obj.get(field))
+        if problem is not None:
+            return f"field '{field}' {problem}"
+    rel = obj["relationType"]
+    if rel not in WRITABLE_RELATIONS:
+        return (f"relation {shown(rel)} has no memlab equivalent "
+                f"(known: {', '.join(WRITABLE_RELATIONS)})")
+    return None
 
 
 @register_importer("mcp-memory")
@@ -73,13 +113,15 @@ class MCPMemoryImporter:
         file = Path(src)
         if not file.is_file():
             raise ValueError(f"{file}: no such file (expected the server's memory.jsonl)")
+        require_utf8_path(file)
         when, note = resolve_ts(self.ts, file, "the MCP memory graph")
         report = ImportReport("mcp-memory", str(file), str(out), notes=[note])
         stores: list[MemoryOp] = []
         relates: list[MemoryOp] = []
         counts = {"entities": 0, "observations": 0, "relations": 0}
         entity_lines: dict[str, int] = {}
-        for number, raw in enumerate(read_source_text(file).splitlines(), start=1):
+        # A NUL is a JSON syntax error: its line is reported as not mapped.
+        for number, raw in enumerate(source_lines(read_source_text(file, nul_ok=True)), start=1):
             if not raw.strip():
                 continue
             where = f"{file.name}:{number}"
@@ -88,16 +130,17 @@ class MCPMemoryImporter:
             except ValueError as exc:
                 report.unmapped.append({"where": where, "reason": str(exc)})
                 continue
-            kind = obj.get("type") if isinstance(obj, dict) else None
+            if not isinstance(obj, dict):
+                report.unmapped.append({"where": where,
+                                        "reason": f"not a JSON object: {describe(obj)}"})
+                continue
+            kind = obj.get("type")
             if kind == "entity":
-                name, observations = obj.get("name"), obj.get("observations")
-                if not isinstance(name, str) or not name.strip() or not isinstance(
-                    observations, list
-                ):
-                    report.unmapped.append(
-                        {"where": where, "reason": "entity without a name or observations"}
-                    )
+                reason = _entity_refusal(obj)
+                if reason is not None:
+                    report.unmapped.append({"where": where, "reason": reason})
                     continue
+                name, observations = obj["name"], obj["observations"]
                 if name in entity_lines:  # its memory ids NAME#i would repeat
                     raise ValueError(
                         f"{file}:{number}: field 'name': entity {name!r} is already defined "
@@ -107,9 +150,10 @@ class MCPMemoryImporter:
                 entity_lines[name] = number
                 counts["entities"] += 1
                 for i, text in enumerate(observations, start=1):
-                    if not isinstance(text, str) or not text.strip():
+                    problem = text_problem(text)
+                    if problem is not None:
                         report.unmapped.append(
-                            {"where": where, "reason": f"observation {i} is not a text"}
+                            {"where": where, "reason": f"field 'observations' item {i} {problem}"}
                         )
                         continue
                     counts["observations"] += 1
@@ -123,20 +167,22 @@ class MCPMemoryImporter:
                         )
                     )
             elif kind == "relation":
-                rel, a, b = obj.get("relationType"), obj.get("from"), obj.get("to")
-                if rel not in WRITABLE_RELATIONS or not isinstance(a, str) or not isinstance(
-                    b, str
-                ):
-                    report.unmapped.append(
-                        {"where": where, "reason": f"relation {rel!r} has no memlab equivalent "
-                         f"(known: {', '.join(WRITABLE_RELATIONS)})"}
-                    )
+                reason = _relation_refusal(obj)
+                if reason is not None:
+                    report.unmapped.append({"where": where, "reason": reason})
                     continue
                 counts["relations"] += 1
-                relates.append(MemoryOp.relate(when, a, rel, b))
+                relates.append(MemoryOp.relate(when, obj["from"], obj["relationType"], obj["to"]))
+            elif kind is None:
+                report.unmapped.append({"where": where, "reason": "field 'type' is missing or "
+                                        "null: neither an entity nor a relation"})
+            elif isinstance(kind, str):
+                report.unmapped.append({"where": where,
+                                        "reason": f"unknown line type {shown(kind)}"})
             else:
-                report.unmapped.append({"where": where, "reason": f"unknown line type {kind!r}"})
-        require_memories(report, len(stores))
+                report.unmapped.append({"where": where, "reason": "field 'type' must be a "
+                                        f"string, got {describe(kind)}"})
+        require_memories(report, len(stores), counts["entities"] + counts["relations"])
         report.counts = counts | {"not_mapped": len(report.unmapped)}
         meta = {
             "name": file.stem,
@@ -145,5 +191,5 @@ class MCPMemoryImporter:
             "license": "unknown (the source's)",
             "source": "@modelcontextprotocol/server-memory",
         }
-        report.dataset = write_dataset((meta, stores + relates, []), out)
+        report.dataset = write_imported((meta, stores + relates, []), out)
         return report

@@ -8,15 +8,19 @@ plug in by decorating their own class; nothing else changes.
 
 from __future__ import annotations
 
+import codecs
 import json
+import math
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from memlab.datasets.format import Dataset, MemoryOp, Query, write_dataset
 from memlab.registry import Registry
+from memlab.timeutil import parse_ts
 
 
 @dataclass(slots=True)
@@ -96,7 +100,7 @@ class BuildingImporter:
     def run(self, src: str | os.PathLike[str], out: str | os.PathLike[str]) -> ImportReport:
         """Import ``src`` and write the dataset to ``out`` atomically."""
         dataset, report = self.build(src)
-        report.dataset = write_dataset(dataset, out)
+        report.dataset = write_imported(dataset, out)
         report.out = str(out)
         return report
 
@@ -112,32 +116,93 @@ def time_ordered_dataset(
     return Dataset(None, meta, [s[2] for s in stores], [q[2] for q in queries])
 
 
-def read_source_text(file: Path) -> str:
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_BYTE_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+
+
+def source_lines(text: str) -> list[str]:
+    """The lines of a source text, split where an editor splits them (``\\n``, ``\\r\\n``,
+    ``\\r``), so that ``file:line`` in a message is the line an editor shows.
+
+    Unlike :meth:`str.splitlines`, a U+2028, U+0085 or form feed stays inside its line: JSON
+    allows the first two raw inside a string, and splitting there would cut a record in two.
+    """
+    lines = _LINE_BREAK.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def line_of(text: str, index: int) -> int:
+    """The 1-based line (as :func:`source_lines` counts) of character ``index`` of ``text``."""
+    return len(_LINE_BREAK.findall(text, 0, index)) + 1
+
+
+def read_source_text(file: Path, *, nul_ok: bool = False) -> str:
     """The text of a source file, UTF-8 with or without a byte order mark (the BOM is dropped).
 
+    Args:
+        file: The source file.
+        nul_ok: Accept NUL characters (a line-oriented reader that reports the line itself).
+
     Raises:
-        ValueError: Naming the file when it cannot be read or is not UTF-8.
+        ValueError: ``"<file>:<line>: not UTF-8 text (byte N)"``, ``"<file>:<line>: holds a NUL
+            character ..."`` (a binary or UTF-16 file), or naming the file when it cannot be
+            read.
     """
     try:
-        return file.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{file}: not UTF-8 text (byte {exc.start})") from None
+        data = file.read_bytes()
     except OSError as exc:
         raise ValueError(f"{file}: cannot be read ({exc.strerror or exc})") from None
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        at = bom + exc.start  # the decoder counts from after the BOM
+        line = len(_BYTE_LINE_BREAK.findall(data, 0, at)) + 1
+        raise ValueError(f"{file}:{line}: not UTF-8 text (byte {at})") from None
+    if not nul_ok and "\x00" in text:
+        line = line_of(text, text.index("\x00"))
+        raise ValueError(
+            f"{file}:{line}: holds a NUL character, which no text file does (a binary or "
+            "UTF-16 file?)"
+        )
+    return text
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` refusing ``NaN`` and ``Infinity`` (not JSON, though Python reads them)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _json_reason(exc: BaseException) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to read"
+    text = str(exc)
+    if "integer string conversion" in text:  # a number of more than 4300 digits
+        return "a number with too many digits to read"
+    return text
 
 
 def parse_json(text: str) -> Any:
     """``json.loads(text)``, every parse failure a ``ValueError`` with a one-line reason.
 
+    ``NaN`` and ``Infinity`` are refused (they are not JSON).
+
     Raises:
-        ValueError: ``"invalid JSON: <reason>"`` (nesting too deep for the parser included).
+        ValueError: ``"invalid JSON: <reason>"`` (nesting too deep for the parser, and numbers
+            too long for it, included).
     """
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON: {exc.msg}") from None
-    except RecursionError:
-        raise ValueError("invalid JSON: nested too deeply to read") from None
+        return _loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"invalid JSON: {_json_reason(exc)}") from None
 
 
 def read_json_file(file: Path) -> Any:
@@ -145,21 +210,161 @@ def read_json_file(file: Path) -> Any:
 
     Raises:
         ValueError: ``"<file>: not a readable JSON file (<reason>)"`` when it cannot be read,
-            is not UTF-8 or not JSON (nesting too deep for the parser included).
+            is not UTF-8 or not JSON (nesting too deep for the parser, numbers too long for it,
+            ``NaN`` and ``Infinity`` included); ``"<file>:<line>: not UTF-8 text"`` when it
+            is not UTF-8.
+    """
+    text = read_source_text(file, nul_ok=True)  # a NUL is a JSON syntax error, reported below
+    try:
+        return _loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{file}: not a readable JSON file ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{file}: not a readable JSON file ({_json_reason(exc)})") from None
+
+
+def describe(value: Any) -> str:
+    """A JSON value's kind and a short rendering, for messages (``"a list [1]"``, ``"null"``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({'true' if value else 'false'})"
+    if isinstance(value, int) and value.bit_length() > 128:
+        return "a number too long to show"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number too large to hold"
+    kind = ("a number" if isinstance(value, (int, float)) else "a list" if isinstance(
+        value, list) else "an object" if isinstance(value, dict) else "a string" if isinstance(
+        value, str) else f"a {type(value).__name__}")
+    try:
+        shown = json.dumps(value, ensure_ascii=True)
+    except (ValueError, TypeError, RecursionError):
+        return kind
+    return f"{kind} {shown if len(shown) <= 40 else shown[:37] + '...'}"
+
+
+def shown(text: str, limit: int = 60) -> str:
+    """``repr(text)``, cut to about ``limit`` characters (a value quoted in a one-line message)."""
+    if len(text) <= limit:
+        return repr(text)
+    return repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
+def ts_problem(value: str) -> str | None:
+    """Why ``value`` is not an ISO 8601 timestamp with a time zone, or ``None``."""
+    try:
+        parse_ts(value, field="ts")
+    except ValueError as exc:
+        message = str(exc)
+        if "has no time zone" in message:
+            return f"{shown(value)} has no time zone; add Z (UTC) or an offset such as +02:00"
+        if "outside years" in message:
+            return f"{shown(value)} is outside years 1 to 9999 in UTC"
+        return f"{shown(value)} is not ISO 8601"
+    return None
+
+
+def encoding_problem(text: str) -> str | None:
+    """Why ``text`` cannot be written as UTF-8 (a lone surrogate, which a JSON ``\\ud800``
+    escape or a file name that is not UTF-8 can put in a string), or ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"holds {text[exc.start]!r} at character {exc.start + 1}, a lone surrogate "
+                "UTF-8 cannot encode")
+    return None
+
+
+def text_problem(value: Any, *, empty_ok: bool = False) -> str | None:
+    """Why ``value`` cannot be a text field of a dataset (not a string, empty, not encodable),
+    as a predicate of the field (``"must be a string, got a list [1]"``), or ``None``."""
+    if value is None:
+        return "is missing or null"
+    if not isinstance(value, str):
+        return f"must be a string, got {describe(value)}"
+    if not empty_ok and not value.strip():
+        return "is empty"
+    return encoding_problem(value)
+
+
+def require_text(value: Any, where: str, field: str, *, empty_ok: bool = False) -> str:
+    """``value`` if it can be a text field, else ``ValueError("<where>: field '<field>' ...")``.
+    """
+    problem = text_problem(value, empty_ok=empty_ok)
+    if problem is not None:
+        raise ValueError(f"{where}: field '{field}' {problem}")
+    return value
+
+
+def require_utf8_path(path: Path) -> None:
+    """Refuse a source path that is not UTF-8 (its name would reach the dataset or the report).
+
+    Raises:
+        ValueError: Naming the path.
+    """
+    problem = encoding_problem(str(path))
+    if problem is not None:
+        raise ValueError(f"{path}: the path is not UTF-8 ({problem}); rename it")
+
+
+def _unencodable(value: Any, path: str) -> tuple[str, str] | None:
+    """``(field path, problem)`` of the first string in ``value`` UTF-8 cannot encode."""
+    if isinstance(value, str):
+        problem = encoding_problem(value)
+        return None if problem is None else (path, problem)
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = _unencodable(str(key), f"{path} key") or _unencodable(
+                item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _unencodable(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def write_imported(
+    parts: Dataset | tuple[Mapping[str, Any], Sequence[MemoryOp], Sequence[Query]],
+    out: str | os.PathLike[str],
+) -> Dataset:
+    """:func:`write_dataset`, a text UTF-8 cannot encode named at its source.
+
+    Each importer refuses such text where it reads it; this is the net under those checks: the
+    memory's source ``file:line`` (:attr:`MemoryOp.origin`), else its id, or the query's id.
+
+    Raises:
+        ValueError: ``"<where>: field '<field>' holds '\\ud800' ..."``; nothing is written.
     """
     try:
-        return json.loads(file.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{file}: not a readable JSON file ({exc})") from None
-    except RecursionError:
-        raise ValueError(f"{file}: not a readable JSON file (nested too deeply to read)") from None
+        return write_dataset(parts, out)
+    except UnicodeEncodeError:
+        if isinstance(parts, Dataset):
+            meta, ops, queries = parts.meta, parts.ops, parts.queries
+        else:
+            meta, ops, queries = parts
+        items: list[tuple[str, Any]] = [("dataset.toml", dict(meta))]
+        for op in ops:
+            where = (f"{op.origin[0]}:{op.origin[1]}" if op.origin
+                     else f"memory {op.id!r}" if op.id else "a memory")
+            items.append((where, op.to_json()))
+        items += [(f"query {q.qid!r}", q.to_json()) for q in queries]
+        for where, value in items:
+            found = _unencodable(value, "")
+            if found:
+                raise ValueError(f"{where}: field '{found[0]}' {found[1]}; nothing was "
+                                 "written") from None
+        raise
 
 
-def require_memories(report: ImportReport, n_memories: int) -> None:
+def require_memories(report: ImportReport, n_memories: int, n_records: int = 0) -> None:
     """Refuse an import of an agent-memory file that maps no memory at all.
 
     Such an import would publish an empty dataset and exit 0 (e.g. a column mapping that
-    matches nothing); it is an error naming the source and the first record not mapped.
+    matches nothing); it is an error naming the source and the first record not mapped (or,
+    all records mapped but none holding a memory, their number ``n_records``).
 
     Raises:
         ValueError: When ``n_memories`` is 0.
@@ -173,6 +378,9 @@ def require_memories(report: ImportReport, n_memories: int) -> None:
             f"({len(report.unmapped)} not mapped; first {first['where']}: {first['reason']}); "
             "nothing was written"
         )
+    if n_records:
+        raise ValueError(f"{report.source}: none of its {n_records} record(s) holds a memory; "
+                         "nothing was written")
     raise ValueError(f"{report.source}: no records to import; nothing was written")
 
 

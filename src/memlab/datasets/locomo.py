@@ -19,10 +19,20 @@ Conversion:
 Malformed evidence is repaired where the intent is clear (several ids in one string, zero-padded
 turn numbers, a stray colon after ``D``) and reported otherwise; a question left without evidence
 keeps ``relevant = {}`` and gets the tag ``no-evidence``. The data is licensed CC BY-NC 4.0.
+
+Everything else that is not in that shape is an error naming the file, the place in it and the
+field, and nothing is written: a file that is not a JSON object, holds no ``session_N`` list of
+turns, or has a ``sample_id`` another file has; a ``sample_id``, ``dia_id``, ``speaker``,
+``text``, ``blip_caption`` or ``question`` that is not a string (a number, list, object, boolean
+or ``null``) or holds a character UTF-8 cannot encode (a lone surrogate from a ``\\ud800``
+escape); an answer that is neither such a string nor a number; a ``category`` that is neither
+an integer nor a string; and a source with no turn at all (an empty dataset is never
+published).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -34,9 +44,14 @@ from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.datasets.importers import (
     BuildingImporter,
     ImportReport,
+    describe,
+    encoding_problem,
     read_json_file,
     register_importer,
+    require_text,
+    require_utf8_path,
     run_importer,
+    shown,
     time_ordered_dataset,
 )
 
@@ -88,9 +103,13 @@ def parse_locomo_datetime(text: str, *, where: str = "") -> float:
         ValueError: If it does not have that shape.
     """
     prefix = f"{where}: " if where else ""
-    match = _DATE_TIME.match(text) if isinstance(text, str) else None
+    if not isinstance(text, str):
+        raise ValueError(f"{prefix}must be a string like '1:56 pm on 8 May, 2023', got "
+                         f"{describe(text)}")
+    match = _DATE_TIME.match(text)
     if match is None or match.group(5).lower() not in _MONTHS:
-        raise ValueError(f"{prefix}not a LoCoMo date-time like '1:56 pm on 8 May, 2023': {text!r}")
+        raise ValueError(f"{prefix}not a LoCoMo date-time like '1:56 pm on 8 May, 2023': "
+                         f"{shown(text)}")
     hour, minute = int(match.group(1)), int(match.group(2))
     if not 1 <= hour <= 12:
         raise ValueError(f"{prefix}hour out of range in {text!r}")
@@ -137,6 +156,20 @@ def repair_evidence(raw: Any, turn_ids: set[str]) -> tuple[list[str], bool, list
         elif canon not in ids:
             ids.append(canon)
     return ids, changed, bad
+
+
+def _answer(item: dict[str, Any], name: str, where: str) -> str | None:
+    """The answer text of a question (a number is written as text), ``None`` when absent.
+
+    Raises:
+        ValueError: Naming the field when it is neither a string nor a finite number.
+    """
+    value = item.get(name)
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    return require_text(value, where, name, empty_ok=True)
 
 
 def _conversation_files(src: Path) -> list[Path]:
@@ -204,6 +237,10 @@ class LocomoImporter(BuildingImporter):
                 (the message names the file and field).
         """
         root = Path(src)
+        if root.is_file():
+            raise ValueError(f"{root}: a file; give the directory that holds the LoCoMo "
+                             "conversation files (*.json, one conversation each)")
+        require_utf8_path(root)
         files = _conversation_files(root) if root.is_dir() else []
         if not files:
             raise ValueError(f"{root}: no LoCoMo conversation files (*.json)")
@@ -217,18 +254,43 @@ class LocomoImporter(BuildingImporter):
         seq = 0
         from memlab.progress import track
 
+        conv_files: dict[str, Path] = {}
         for file in track(files, f"reading {src}", unit="files"):
             data = read_json_file(file)
             if not isinstance(data, dict):
-                raise ValueError(f"{file}: expected a JSON object per conversation")
-            conv = data.get("conversation") if isinstance(data.get("conversation"), dict) else data
-            sample = data.get("sample_id")
-            cid = sample if isinstance(sample, str) and sample else self.client_prefix + file.stem
-            sessions = sorted(
-                int(m.group(1))
-                for k, v in conv.items()
-                if (m := _SESSION.match(k)) and isinstance(v, list)
-            )
+                raise ValueError(f"{file}: expected a JSON object per conversation, got "
+                                 f"{describe(data)}")
+            conv = data.get("conversation", data)
+            if not isinstance(conv, dict):
+                raise ValueError(f"{file}: field 'conversation' must be an object, got "
+                                 f"{describe(conv)}")
+            if "sample_id" in data:
+                cid = require_text(data["sample_id"], str(file), "sample_id")
+            else:
+                cid = self.client_prefix + file.stem
+                if encoding_problem(cid) is not None:
+                    raise ValueError(f"{file}: the file name is not UTF-8 and the file has no "
+                                     "'sample_id' to name the conversation; rename it")
+            if cid in conv_files:  # its memory ids would repeat
+                raise ValueError(f"{file}: conversation {cid!r} is also the conversation of "
+                                 f"{conv_files[cid]} (field 'sample_id' or the file name)")
+            conv_files[cid] = file
+            sessions = []
+            for key, value in conv.items():
+                if (m := _SESSION.match(key)) is None:
+                    continue
+                if not isinstance(value, list):
+                    raise ValueError(f"{file}: field '{key}' must be a list of turns, got "
+                                     f"{describe(value)}")
+                sessions.append(int(m.group(1)))
+            sessions.sort()
+            if not sessions:
+                raise ValueError(
+                    f"{file}: no conversation: "
+                    + ("field 'conversation' holds" if "conversation" in data else
+                       "no field 'conversation' and the object holds")
+                    + " no 'session_N' list of turns"
+                )
             counts["conversations"] += 1
             turn_ids: set[str] = set()
             last_ts: float | None = None
@@ -240,11 +302,15 @@ class LocomoImporter(BuildingImporter):
                 counts["sessions"] += 1
                 for index, turn in enumerate(conv[f"session_{number}"]):
                     where = f"{file}: session_{number}[{index}]"
-                    if not isinstance(turn, dict) or not isinstance(turn.get("dia_id"), str):
-                        raise ValueError(f"{where}: field 'dia_id' missing")
-                    dia = turn["dia_id"]
+                    if not isinstance(turn, dict):
+                        raise ValueError(f"{where}: expected a JSON object, got "
+                                         f"{describe(turn)}")
+                    dia = require_text(turn.get("dia_id"), where, "dia_id")
                     if dia in turn_ids:
                         raise ValueError(f"{where}: field 'dia_id': duplicate {dia!r}")
+                    for name in ("speaker", "text", "blip_caption"):  # each may be left out
+                        if name in turn:
+                            require_text(turn[name], where, name, empty_ok=True)
                     turn_ids.add(dia)
                     ts = start + index * self.turn_step_seconds
                     text = self._turn_text(turn)
@@ -268,17 +334,21 @@ class LocomoImporter(BuildingImporter):
                     last_ts = ts if last_ts is None else max(last_ts, ts)
             qa = data.get("qa", conv.get("qa", []))
             if not isinstance(qa, list):
-                raise ValueError(f"{file}: field 'qa' must be a list")
+                raise ValueError(f"{file}: field 'qa' must be a list, got {describe(qa)}")
             asked = (last_ts if last_ts is not None else 0.0) + self.query_delay_seconds
             for j, item in enumerate(qa, start=1):
                 qid = f"{cid}:q{j}"
-                if not isinstance(item, dict) or not isinstance(item.get("question"), str):
-                    raise ValueError(f"{file}: qa[{j - 1}]: field 'question' missing")
-                question = item["question"]
+                qwhere = f"{file}: qa[{j - 1}]"
+                if not isinstance(item, dict):
+                    raise ValueError(f"{qwhere}: expected a JSON object, got {describe(item)}")
+                question = require_text(item.get("question"), qwhere, "question")
                 counts["questions"] += 1
                 category = item.get("category")
-                if isinstance(category, bool) or not isinstance(category, (int, str)):
-                    category = str(category)
+                if isinstance(category, str):
+                    require_text(category, qwhere, "category")
+                elif isinstance(category, bool) or not isinstance(category, int):
+                    raise ValueError(f"{qwhere}: field 'category' must be an integer (1 to 5), "
+                                     f"got {describe(category)}")
                 per_category[category] = per_category.get(category, 0) + 1
                 tags = [f"cat:{category}"]
                 if category in CATEGORY_NAMES:
@@ -300,15 +370,15 @@ class LocomoImporter(BuildingImporter):
                 if not relevant:
                     tags.append("no-evidence")
                     report.no_evidence.append({"qid": qid, "question": question})
-                if "answer" in item and item["answer"] is not None:
-                    answer: str | None = str(item["answer"])
-                elif item.get("adversarial_answer") is not None:
-                    answer = str(item["adversarial_answer"])
-                else:
-                    answer = None
+                answer = _answer(item, "answer", qwhere)
+                if answer is None:
+                    answer = _answer(item, "adversarial_answer", qwhere)
                 query = Query(0, qid, asked, question, cid, None, relevant, (), tuple(tags), answer)
                 queries.append((asked, seq, query))
                 seq += 1
+        if not stores:
+            raise ValueError(f"{root}: no turn with text in {len(files)} conversation file(s); "
+                             "nothing was written (an empty dataset is never published)")
         report.counts = {
             **counts,
             "repaired": len(report.repaired),

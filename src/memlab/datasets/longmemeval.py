@@ -22,10 +22,18 @@ A session's turns are written at its ``haystack_dates`` entry plus ``turn_step_s
 the last turn when that is later). Tags: the ``question_type``, then ``abstention`` for ``_abs``
 questions and ``no-evidence`` for any question left without a relevant memory. The data is
 licensed MIT.
+
+Anything else is an error naming the file, the instance (index and question id) and the field,
+and nothing is written: an id, type, question, role, content or session id that is not a string
+(a number, list, object, boolean or ``null``) or holds a character UTF-8 cannot encode (a lone
+surrogate from a ``\\ud800`` escape); an answer that is neither such a string nor a number; a
+``has_answer`` that is not a boolean; a session id given twice in one instance; an empty list of
+instances, or haystacks without a single turn (an empty dataset is never published).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from datetime import UTC, datetime
@@ -36,8 +44,12 @@ from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.datasets.importers import (
     BuildingImporter,
     ImportReport,
+    describe,
     read_json_file,
     register_importer,
+    require_text,
+    require_utf8_path,
+    shown,
     time_ordered_dataset,
 )
 
@@ -55,9 +67,13 @@ def parse_longmemeval_date(text: Any, *, where: str = "") -> float:
     Raises:
         ValueError: If ``text`` is not in that layout (the message starts with ``where``).
     """
-    m = _DATE.match(text) if isinstance(text, str) else None
+    if not isinstance(text, str):
+        raise ValueError(f"{where}: expected a date like '2023/05/30 (Tue) 23:40', got "
+                         f"{describe(text)}")
+    m = _DATE.match(text)
     if m is None:
-        raise ValueError(f"{where}: expected a date like '2023/05/30 (Tue) 23:40', got {text!r}")
+        raise ValueError(f"{where}: expected a date like '2023/05/30 (Tue) 23:40', got "
+                         f"{shown(text)}")
     y, mo, d, h, mi = (int(g) for g in m.groups())
     try:
         return datetime(y, mo, d, h, mi, tzinfo=UTC).timestamp()
@@ -70,6 +86,29 @@ def _field(item: dict[str, Any], name: str, kind: type | tuple[type, ...], where
     if not isinstance(value, kind) or isinstance(value, bool):
         raise ValueError(f"{where}: field '{name}' missing or not a {_kind_name(kind)}")
     return value
+
+
+def _new_id(mid: str, seen: set[str], where: str) -> str:
+    """``mid``, once: two memories of one id (ids are joined with ``:``, so ``a:b`` + ``c``
+    and ``a`` + ``b:c`` meet) are an error naming the second."""
+    if mid in seen:
+        raise ValueError(f"{where}: memory id {mid!r} is made twice (a question or session id "
+                         "with ':' in it?)")
+    seen.add(mid)
+    return mid
+
+
+def _answer(value: Any, where: str) -> str | None:
+    """The answer text (a number written as text), ``None`` when absent.
+
+    Raises:
+        ValueError: Naming the field when it is neither a string nor a finite number.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    return require_text(value, where, "answer", empty_ok=True)
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -124,27 +163,33 @@ class LongMemEvalImporter(BuildingImporter):
                 raise ValueError(f"{path}: expected one LongMemEval *.json file, found "
                                  f"{len(found)}; name the file")
             path = found[0]
+        require_utf8_path(path)
         data = read_json_file(path)
         if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a JSON list of question instances")
+            raise ValueError(f"{path}: expected a JSON list of question instances, got "
+                             f"{describe(data)}")
+        if not data:
+            raise ValueError(f"{path}: no question instances (an empty list); nothing was "
+                             "written")
         report = ImportReport("longmemeval", str(path), "")
         stores: list[tuple[float, int, MemoryOp]] = []
         queries: list[tuple[float, int, Query]] = []
         per_type: dict[str, int] = {}
         counts = dict.fromkeys(("questions", "sessions", "turns", "abstention"), 0)
         seen_qids: set[str] = set()
+        memory_ids: set[str] = set()
         seq = 0
         for n, item in enumerate(data):
             where = f"{path}: [{n}]"
             if not isinstance(item, dict):
-                raise ValueError(f"{where}: expected a JSON object")
-            qid = _field(item, "question_id", str, where)
+                raise ValueError(f"{where}: expected a JSON object, got {describe(item)}")
+            qid = require_text(item.get("question_id"), where, "question_id")
             where = f"{path}: [{n}] ({qid})"
             if qid in seen_qids:
                 raise ValueError(f"{where}: field 'question_id': duplicate {qid!r}")
             seen_qids.add(qid)
-            qtype = _field(item, "question_type", str, where)
-            question = _field(item, "question", str, where)
+            qtype = require_text(item.get("question_type"), where, "question_type")
+            question = require_text(item.get("question"), where, "question")
             asked = parse_longmemeval_date(item.get("question_date"),
                                            where=f"{where}: field 'question_date'")
             sids = _field(item, "haystack_session_ids", list, where)
@@ -156,45 +201,62 @@ class LongMemEvalImporter(BuildingImporter):
                     f"'haystack_sessions' differ in length ({len(sids)}, {len(dates)}, "
                     f"{len(sessions)})"
                 )
-            answer_sids = {str(s) for s in item.get("answer_session_ids") or []}
+            for j, sid in enumerate(sids):
+                require_text(sid, where, f"haystack_session_ids[{j}]")
+            if len(set(sids)) != len(sids):
+                twice = next(sid for k, sid in enumerate(sids) if sid in sids[:k])
+                raise ValueError(f"{where}: field 'haystack_session_ids': {twice!r} is there "
+                                 "twice (its memory ids would repeat)")
+            answer_sids = item.get("answer_session_ids", [])
+            if not isinstance(answer_sids, list):
+                raise ValueError(f"{where}: field 'answer_session_ids' must be a list of "
+                                 f"strings, got {describe(answer_sids)}")
+            for j, sid in enumerate(answer_sids):
+                require_text(sid, where, f"answer_session_ids[{j}]")
             relevant: dict[str, int] = {}
             last = None
             for j, (sid, date, turns) in enumerate(zip(sids, dates, sessions, strict=True)):
                 swhere = f"{where}: haystack_sessions[{j}]"
                 start = parse_longmemeval_date(date, where=f"{where}: haystack_dates[{j}]")
                 if not isinstance(turns, list):
-                    raise ValueError(f"{swhere}: expected a list of turns")
+                    raise ValueError(f"{swhere}: expected a list of turns, got "
+                                     f"{describe(turns)}")
                 counts["sessions"] += 1
                 texts: list[str] = []
                 for t, turn in enumerate(turns):
                     twhere = f"{swhere}[{t}]"
                     if not isinstance(turn, dict):
-                        raise ValueError(f"{twhere}: expected a JSON object")
-                    role = _field(turn, "role", str, twhere)
-                    content = _field(turn, "content", str, twhere)
+                        raise ValueError(f"{twhere}: expected a JSON object, got "
+                                         f"{describe(turn)}")
+                    role = require_text(turn.get("role"), twhere, "role")
+                    content = require_text(turn.get("content"), twhere, "content", empty_ok=True)
+                    has_answer = turn.get("has_answer", False)
+                    if not isinstance(has_answer, bool):
+                        raise ValueError(f"{twhere}: field 'has_answer' must be true or false, "
+                                         f"got {describe(has_answer)}")
                     text = self.turn_template.format(role=role, content=content.strip())
                     texts.append(text)
                     counts["turns"] += 1
                     if self.granularity != "turn":
                         continue
                     ts = start + t * self.turn_step_seconds
-                    mid = f"{qid}:{sid}:{t}"
+                    mid = _new_id(f"{qid}:{sid}:{t}", memory_ids, twhere)
                     op = MemoryOp.store(mid, ts, text, "event", source_agent=role,
                                         client_id=qid,
                                         metadata={"session_id": str(sid), "turn": t})
                     stores.append((ts, seq, op))
                     seq += 1
                     last = ts if last is None else max(last, ts)
-                    if turn.get("has_answer") is True:
+                    if has_answer:
                         relevant[mid] = 1
                 if self.granularity == "session" and texts:
-                    mid = f"{qid}:{sid}"
+                    mid = _new_id(f"{qid}:{sid}", memory_ids, swhere)
                     op = MemoryOp.store(mid, start, "\n".join(texts), "event", client_id=qid,
                                         metadata={"session_id": str(sid)})
                     stores.append((start, seq, op))
                     seq += 1
                     last = start if last is None else max(last, start)
-                    if str(sid) in answer_sids:
+                    if sid in answer_sids:
                         relevant[mid] = 1
             if last is not None:
                 asked = max(asked, last + self.query_delay_seconds)
@@ -207,12 +269,14 @@ class LongMemEvalImporter(BuildingImporter):
             if not relevant:
                 tags.append("no-evidence")
                 report.no_evidence.append({"qid": qid, "question": question})
-            answer = item.get("answer")
+            answer = _answer(item.get("answer"), where)
             queries.append((asked, seq, Query(
-                0, qid, asked, question, qid, None, relevant, (), tuple(tags),
-                None if answer is None else str(answer),
+                0, qid, asked, question, qid, None, relevant, (), tuple(tags), answer,
             )))
             seq += 1
+        if not stores:
+            raise ValueError(f"{path}: no turn in the haystacks of {len(data)} question(s); "
+                             "nothing was written (an empty dataset is never published)")
         report.counts = {**counts, "no_evidence": len(report.no_evidence)}
         report.per_category = dict(sorted(per_type.items()))
         report.notes.append(
