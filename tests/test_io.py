@@ -261,3 +261,138 @@ def test_failure_leaves_the_old_result(tmp_path: Path) -> None:
             raise RuntimeError("crash")
     assert (out / "metrics.json").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+# ---------------------------------------------------------------- single-file outputs
+
+
+def _mine(path: Path) -> bool:
+    return path.read_text().startswith("memlab:")
+
+
+def test_publish_file_creates_and_replaces_only_what_it_recognises(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "out.txt"
+    mio.publish_file(out, "memlab: 1\n", owned=_mine)
+    assert out.read_text() == "memlab: 1\n"
+    mio.publish_file(out, "memlab: 2\n", owned=_mine)
+    assert out.read_text() == "memlab: 2\n"
+    (tmp_path / "empty.txt").write_text("")
+    mio.publish_file(tmp_path / "empty.txt", "memlab: 3\n", owned=_mine)  # nothing to lose
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["out.txt"]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda t: (t / "out").write_text("my thesis"),
+         "exists and is not a file memlab wrote; memlab replaces only a file it wrote"),
+        (lambda t: ((t / "thesis").write_text("mine"), (t / "out").symlink_to("thesis")),
+         "is a symbolic link (to thesis)"),
+        (lambda t: (t / "out").symlink_to("missing"), "is a symbolic link (to missing)"),
+        (lambda t: (t / "out").mkdir(), "is a directory; give a file name"),
+    ],
+    ids=["foreign-file", "symlink", "dangling-symlink", "directory"],
+)
+def test_publish_file_refuses_and_leaves_nothing_behind(tmp_path: Path, make, message) -> None:
+    make(tmp_path)
+    before = {p.name: (p.is_symlink(), p.is_dir()) for p in tmp_path.iterdir()}
+    with pytest.raises(mio.OutputFileError) as info:
+        mio.publish_file(tmp_path / "out", "memlab: new\n", what="--out", owned=_mine)
+    assert str(info.value).startswith(f"--out {tmp_path / 'out'}: {message}")
+    assert {p.name: (p.is_symlink(), p.is_dir()) for p in tmp_path.iterdir()} == before
+    if (tmp_path / "thesis").exists():
+        assert (tmp_path / "thesis").read_text() == "mine"
+
+
+def test_publish_file_removes_its_temporary_file_when_the_rename_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mio.os, "replace", failing)
+    with pytest.raises(OSError, match="No space left"):
+        mio.publish_file(tmp_path / "out.txt", "memlab: x\n")
+    with pytest.raises(OSError, match="No space left"):
+        mio.atomic_write_text(tmp_path / "a.txt", "x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_device_or_a_path_below_a_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(mio.OutputFileError, match="exists and is not a regular file"):
+        mio.check_output_file("/dev/null")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(mio.OutputFileError, match="is a file, not a directory"):
+        mio.check_output_file(tmp_path / "f" / "out.txt")
+
+
+# ---------------------------------------------------------------- readers
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "invalid JSON: nested too deeply to read"),
+        (b'{"a": 1,\n "b": }', "invalid JSON: Expecting value (line 2, column 7)"),
+        (b'{"a": "\xff"}', "not valid UTF-8 (byte 0xff on line 1)"),
+        (b'{"n": ' + b"9" * 5000 + b"}", "invalid JSON: Exceeds the limit"),
+    ],
+    ids=["deep", "syntax", "utf8", "huge-int"],
+)
+def test_read_json_names_the_file(tmp_path: Path, data: bytes, message: str) -> None:
+    file = tmp_path / "manifest.json"
+    file.write_bytes(data)
+    with pytest.raises(ValueError) as info:
+        mio.read_json(file)
+    assert str(info.value).startswith(f"{file}: {message}")
+
+
+def test_read_toml_and_read_parquet_name_the_file(tmp_path: Path) -> None:
+    toml = tmp_path / "dataset.toml"
+    toml.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ValueError, match=r"dataset.toml: invalid TOML: nested too deeply"):
+        mio.read_toml(toml)
+    toml.write_text('name = "a\n')
+    with pytest.raises(ValueError, match=r"dataset.toml: invalid TOML: "):
+        mio.read_toml(toml)
+    table = tmp_path / "rankings.parquet"
+    for data in (b"", b"PAR1" + b"\0" * 40 + b"PAR1", b"not parquet at all"):
+        table.write_bytes(data)
+        with pytest.raises(ValueError) as info:
+            mio.read_parquet(table)
+        assert str(info.value).startswith(f"{table}: not a readable parquet file (")
+    with pytest.raises(ValueError, match="missing.parquet: no such file"):
+        mio.read_parquet(tmp_path / "missing.parquet")
+
+
+# ---------------------------------------------------------------- kinds and kept entries
+
+
+def test_a_tune_result_before_the_marker_is_recognised_by_its_tune_json(tmp_path: Path) -> None:
+    out = tmp_path / "tune"
+    out.mkdir()
+    summary = {"metric": "R_all@10", "best_params": {}, "best_train": 0.5, "best_test": 0.4,
+               "defaults_test": 0.3, "tests": [], "study_name": "s", "storage": "x",
+               "trials": 3}
+    (out / "tune.json").write_text(json.dumps(summary))
+    (out / "study.db").write_text("db")
+    (out / "notes.md").write_text("mine")
+    assert mio.output_kind(out) == "tune"
+    owned = mio.owned_entries(out)
+    assert owned is not None and owned("study.db") and not owned("notes.md")
+    assert mio.output_kind(tmp_path / "nothing") is None
+
+
+def test_kept_entries_stay_in_place_and_stay_claimed(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    with atomic_directory(out, kind="tune") as tmp:
+        (tmp / "tune.json").write_text("1")
+    (out / "study.db").write_text("trials")
+    mio.write_marker(out, "tune", ["tune.json", "study.db"])
+    inode = (out / "study.db").stat().st_ino
+    with atomic_directory(out, kind="tune", keep=("study.db",)) as tmp:
+        (tmp / "tune.json").write_text("2")
+    assert (out / "study.db").stat().st_ino == inode
+    assert (out / "tune.json").read_text() == "2"
+    marker = json.loads((out / OUTPUT_MARKER).read_text())
+    assert marker == {"memlab": "tune", "entries": ["study.db", "tune.json"]}

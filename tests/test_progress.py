@@ -172,3 +172,81 @@ def test_a_small_eval_reports_every_step_in_lines_without_carriage_returns(monke
     assert re.match(r"done, 5 folds in \d+ s$", dict(lines)["cross-fit crag"])
     # long steps report on the way (the fake clock moves 1 s per reading, lines every 5 s)
     assert any(d == "replay bm25" and re.match(r"\d/10 queries \(\d+%\)", t) for d, t in lines)
+
+
+_LEFT_SUSPENDED = """
+import sys, time
+import memlab.progress as P
+
+P.HEARTBEAT_JOIN_TIMEOUT = {join}
+
+def slow_beat(self):
+    time.sleep(0.6)  # the heartbeat thread writes a line slowly, holding the lock
+
+P.Progress.beat = slow_beat
+
+def fail(item):
+    time.sleep(0.2)  # the heartbeat thread is inside beat() now
+    raise ValueError("unreadable input")
+
+# The exception leaves the generator suspended, its step running; the uncaught exception's
+# traceback keeps it alive until the interpreter finalizes and closes it.
+[fail(x) for x in P.track(range(3), "step", mode="lines", interval=0.05, stream=sys.stderr)]
+"""
+
+
+@pytest.mark.parametrize("join", [2.0, 0.0], ids=["joined-at-exit", "finalizing-without-it"])
+def test_a_step_closed_at_interpreter_exit_does_not_wait_for_the_heartbeat(tmp_path, join):
+    """The heartbeat thread held the lock when the interpreter finalized; the generator left
+    suspended by the error then waited for that lock forever (``memlab judge pool`` on an
+    unreadable run hung at exit). Joined at exit, or never waited for while finalizing."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "left_suspended.py"
+    script.write_text(_LEFT_SUSPENDED.format(join=join))
+    src = str(Path(progress.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src}
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=20, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the process never exited: the step closing at exit waited for the lock")
+    assert done.returncode == 1
+    assert done.stderr.rstrip().endswith("ValueError: unreadable input")
+    assert time.monotonic() - started < 10
+
+
+def test_the_lock_is_not_waited_for_while_the_interpreter_finalizes(monkeypatch):
+    """A lock held by a thread that will never run again (stopped by the interpreter at exit)
+    is not waited for once the interpreter finalizes: the step still ends and says so."""
+    import threading
+
+    lock = threading.RLock()
+    monkeypatch.setattr(progress, "_lock", lock)
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # the heartbeat thread, stopped while it held the lock
+        with lock:
+            taken.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert taken.wait(5)
+    stream = io.StringIO()
+    step = Progress("step", 2, mode="lines", stream=stream, clock=FakeClock(), heartbeat=False)
+    monkeypatch.setattr(progress, "_active", [step])
+    step.started = step.clock()
+    monkeypatch.setattr(progress.sys, "is_finalizing", lambda: True)
+    closer = threading.Thread(target=step.__exit__, args=(None, None, None), daemon=True)
+    closer.start()
+    closer.join(5)
+    alive = closer.is_alive()
+    release.set()
+    holder.join(5)
+    assert not alive, "the step waited for a lock its holder would never release"
+    assert progress._active == []
+    assert [t for _, t in texts(stream)] == ["done, 0 items in 0 s"]

@@ -25,6 +25,19 @@ complete result or the new one. Only a hard kill (``SIGKILL``, power loss) in th
 the few renames of the swap can leave ``DIR`` holding some old and some new entries of
 memlab's; its marker then claims both, so the next run replaces them, and a ``.DIR.tmp-*`` or
 ``.DIR.old-*`` sibling may be left behind (it holds only memlab's files and may be deleted).
+
+Single-file outputs (``memlab judge pool --out FILE``) follow the same rule
+(:func:`check_output_file`, :func:`publish_file`): a missing path is created; an existing one is
+replaced only when it is a regular file whose content proves memlab wrote it (each kind of file
+says how: a judging queue is recognised by its lines) or holds nothing (an empty file); a
+symbolic link, a directory or any other file is refused before any work. The new content is
+written to a hidden sibling ``.FILE.tmp-*`` and renamed over ``FILE``; the sibling is removed on
+any failure.
+
+Readers (:func:`read_json`, :func:`read_toml`, :func:`read_parquet` and their text forms) turn
+every way a user's or a run's file can be unreadable (missing, not UTF-8, not JSON or TOML,
+nested too deeply for the parser, a parquet file a library cannot decode) into one
+:class:`ValueError` naming the file.
 """
 
 from __future__ import annotations
@@ -32,11 +45,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -88,7 +102,35 @@ _LEGACY_KINDS: tuple[tuple[str, dict[str, tuple[type, ...]], tuple[str, ...]], .
         },
         ("sweep.json", "results.parquet", "report.md"),
     ),
+    (
+        "tune.json",
+        {
+            "metric": (str,),
+            "best_params": (dict,),
+            "best_train": (int, float),
+            "best_test": (int, float),
+            "defaults_test": (int, float),
+            "tests": (list,),
+            "study_name": (str,),
+            "storage": (str,),
+            "trials": (int,),
+        },
+        (
+            "tune.json",
+            "manifest.json",
+            "best.toml",
+            "trials.parquet",
+            "study.db",
+            "history.png",
+            "history.svg",
+            "importance.png",
+            "importance.svg",
+        ),
+    ),
 )
+
+# The kind of result each legacy proof file stands for (what :func:`output_kind` reports).
+_LEGACY_KIND_NAMES = {"manifest.json": "experiment", "sweep.json": "sweep", "tune.json": "tune"}
 
 # How memlab's report.md links a chart it saved as NAME.png and NAME.svg.
 _LEGACY_CHART_LINK = re.compile(r"!\[[^\]\n]*\]\(([^()/\\\s]+)\.png\) \(\[svg\]\(\1\.svg\)\)")
@@ -98,36 +140,96 @@ class OutputDirError(ValueError):
     """An output directory memlab refuses to write into (one line, names the directory)."""
 
 
+class OutputFileError(ValueError):
+    """An output file memlab refuses to write (one line, names the file)."""
+
+
+def _write_sibling(path: Path, data: bytes) -> Path:
+    """``data`` in a new hidden sibling ``.NAME.tmp-*`` of ``path`` (flushed to disk).
+
+    The sibling is created exclusively with the permissions of any new file (the umask
+    applies) and removed again when writing it fails.
+    """
+    while True:
+        tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        break
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write text through a temporary file in the same directory and a rename."""
+    """Write text through a temporary file in the same directory and a rename.
+
+    For memlab's own files (a marker, a cache entry, a file inside a result being built): it
+    does not check what ``path`` holds (see :func:`publish_file` for a user's ``--out``). The
+    temporary file never outlives a failure.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = _write_sibling(path, text.encode("utf-8"))
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
-def _marker_text(kind: str, entries: list[str]) -> str:
+def _marker_text(kind: str, entries: list[str], **extra: Any) -> str:
     """The text of :data:`OUTPUT_MARKER` for a result of ``kind`` holding ``entries``."""
-    return json.dumps({"memlab": kind, "entries": entries}, indent=2) + "\n"
+    return json.dumps({"memlab": kind, "entries": entries, **extra}, indent=2) + "\n"
+
+
+def write_marker(out: Path, kind: str, entries: list[str], **extra: Any) -> None:
+    """Write ``out``'s :data:`OUTPUT_MARKER` (atomically): ``kind``, ``entries`` and ``extra``
+    fields (a dataset's ``sha256`` of each file)."""
+    atomic_write_text(out / OUTPUT_MARKER, _marker_text(kind, sorted(entries), **extra))
 
 
 def _read_marker(out: Path) -> dict[str, object] | None:
     try:
         data = json.loads((out / OUTPUT_MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if isinstance(data, dict) and isinstance(data.get("memlab"), str):
         return data
     return None
 
 
-def _legacy_claims(out: Path) -> set[str] | None:
-    """The names an unmarked result proves memlab wrote (``None``: it proves nothing)."""
-    for proof, fields, names in _LEGACY_KINDS:
+def read_marker(out: Path) -> dict[str, object] | None:
+    """``out``'s :data:`OUTPUT_MARKER` as an object with a string ``memlab`` kind (``None``:
+    no readable marker)."""
+    return _read_marker(Path(out))
+
+
+def output_kind(out: Path) -> str | None:
+    """What kind of memlab result ``out`` is: its marker's kind (``"experiment"``,
+    ``"sweep"``, ``"tune"``, ``"dataset"``, ``"result"`` …), for a result written before the
+    marker the kind its proof file stands for, else ``None``."""
+    marker = _read_marker(Path(out))
+    if marker is not None:
+        return str(marker["memlab"])
+    proof = _legacy_proof(Path(out))
+    return None if proof is None else _LEGACY_KIND_NAMES[proof]
+
+
+def _legacy_proof(out: Path) -> str | None:
+    """The proof file (``manifest.json``, ``sweep.json``, ``tune.json``) by which an unmarked
+    directory proves itself a memlab result (``None``: it proves nothing)."""
+    for proof, fields, _ in _LEGACY_KINDS:
         try:
             data = json.loads((out / proof).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if not isinstance(data, dict):
             continue
@@ -135,6 +237,15 @@ def _legacy_claims(out: Path) -> set[str] | None:
             key in data and isinstance(data[key], types) and not isinstance(data[key], bool)
             for key, types in fields.items()
         ):
+            return proof
+    return None
+
+
+def _legacy_claims(out: Path) -> set[str] | None:
+    """The names an unmarked result proves memlab wrote (``None``: it proves nothing)."""
+    proof = _legacy_proof(out)
+    for name, _, names in _LEGACY_KINDS:
+        if name == proof:
             claims = set(names)
             try:
                 report = (out / "report.md").read_text(encoding="utf-8")
@@ -150,9 +261,10 @@ def owned_entries(out: Path) -> Callable[[str], bool] | None:
     """Which top-level entries of ``out`` memlab wrote (``None``: ``out`` is not a result).
 
     A marked result claims the entries its marker lists (and the marker). An unmarked one is a
-    result only when its ``manifest.json`` (or ``sweep.json``) holds every field memlab always
-    wrote there, with their types; it then claims only the exact names memlab wrote for that
-    kind of result and the charts its ``report.md`` links as memlab links them
+    result only when its ``manifest.json`` (or ``sweep.json``, or a tune's ``tune.json``) holds
+    every field memlab always wrote there, with their types; it then claims only the exact
+    names memlab wrote for that kind of result and the charts its ``report.md`` links as
+    memlab links them
     (``![name](NAME.png) ([svg](NAME.svg))``). Any other directory claims nothing.
     """
     marker = _read_marker(out)
@@ -199,8 +311,8 @@ def check_output_dir(out: str | os.PathLike[str], *, what: str = "output directo
     if any(path.iterdir()) and owned_entries(path) is None:
         raise OutputDirError(
             f"{what} {out}: exists, is not empty and is not a memlab result "
-            f"(no {OUTPUT_MARKER}, and no manifest.json or sweep.json with every field memlab "
-            "writes); give a new or empty directory"
+            f"(no {OUTPUT_MARKER}, and no manifest.json, sweep.json or tune.json with every "
+            "field memlab writes); give a new or empty directory"
         )
     return path
 
@@ -236,7 +348,11 @@ def _signals_held() -> Iterator[None]:
 
 
 def replace_directory(
-    tmp: Path, out: Path, *, owned: Callable[[str], bool] | None = None
+    tmp: Path,
+    out: Path,
+    *,
+    owned: Callable[[str], bool] | None = None,
+    keep: Collection[str] = (),
 ) -> None:
     """Publish the complete directory ``tmp`` as ``out``; never move what memlab did not write.
 
@@ -247,7 +363,10 @@ def replace_directory(
     The other entries of ``out`` (a user's) stay where they are, under their own name, the
     whole time. When ``tmp`` holds :data:`OUTPUT_MARKER`, ``out``'s marker first claims the
     old and the new entries and the new marker is moved in last, so a hard kill mid-swap
-    leaves a directory whose memlab entries are all claimed.
+    leaves a directory whose memlab entries are all claimed. ``keep`` names entries of memlab's
+    that stay where they are (a tune's ``study.db``, which later runs continue): never moved,
+    and claimed by every marker written. A marker's ``sha256`` (a dataset's digest of each
+    file) is carried into the interim marker as the digests of either version of each file.
 
     The swap runs with ``SIGINT``/``SIGTERM`` held back; any exception during it (an
     ``OSError``, an interrupt raised anyway) moves every entry back, leaving ``out`` as it was
@@ -266,7 +385,9 @@ def replace_directory(
         os.replace(tmp, out)
         return
     present = sorted(e.name for e in out.iterdir())
-    mine = [n for n in present if owned is not None and owned(n)]
+    kept = set(keep)
+    mine = [n for n in present if owned is not None and owned(n) and n not in kept]
+    present = [n for n in present if n not in kept]
     foreign = [n for n in present if n not in mine]
     new = sorted(e.name for e in tmp.iterdir())
     clash = [n for n in foreign if n in new]
@@ -287,9 +408,13 @@ def replace_directory(
                 if OUTPUT_MARKER in present:
                     shutil.copy2(out / OUTPUT_MARKER, backup / OUTPUT_MARKER)
                     old_marker_saved = True
-                kind = str((_read_marker(tmp) or {})["memlab"])
-                union = sorted((set(mine) | set(new)) - {OUTPUT_MARKER})
-                atomic_write_text(out / OUTPUT_MARKER, _marker_text(kind, union))
+                new_marker = _read_marker(tmp) or {}
+                kind = str(new_marker["memlab"])
+                union = sorted((set(mine) | set(new) | (kept & set(os.listdir(out))))
+                               - {OUTPUT_MARKER})
+                digests = _digest_union(_read_marker(out), new_marker)
+                extra = {"sha256": digests} if digests else {}
+                atomic_write_text(out / OUTPUT_MARKER, _marker_text(kind, union, **extra))
                 union_written = True
             for name in mine:
                 if name != OUTPUT_MARKER:
@@ -316,8 +441,35 @@ def replace_directory(
         shutil.rmtree(backup)  # memlab's replaced entries, nothing else
 
 
+def _digest_union(*markers: dict[str, object] | None) -> dict[str, list[str]]:
+    """Every marker's ``sha256`` digests per name (lists: either version may be present)."""
+    union: dict[str, list[str]] = {}
+    for marker in markers:
+        digests = (marker or {}).get("sha256")
+        if not isinstance(digests, dict):
+            continue
+        for name, value in digests.items():
+            values = value if isinstance(value, list) else [value]
+            for digest in values:
+                if isinstance(digest, str) and digest not in union.setdefault(name, []):
+                    union[name].append(digest)
+    return union
+
+
+def marker_digests(marker: dict[str, object] | None, name: str) -> list[str] | None:
+    """The digests a marker accepts for ``name`` (``None``: it records none)."""
+    digests = (marker or {}).get("sha256")
+    if not isinstance(digests, dict) or name not in digests:
+        return None
+    value = digests[name]
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, str)]
+
+
 @contextmanager
-def atomic_directory(out: Path, *, kind: str = "result") -> Iterator[Path]:
+def atomic_directory(
+    out: Path, *, kind: str = "result", keep: Collection[str] = ()
+) -> Iterator[Path]:
     """Yield a temporary sibling of ``out`` to fill; publish it as ``out`` on success.
 
     ``out`` is checked first (:func:`check_output_dir`). On success the entries written are
@@ -328,7 +480,10 @@ def atomic_directory(out: Path, *, kind: str = "result") -> Iterator[Path]:
 
     Args:
         out: The result directory.
-        kind: What the result is (``"experiment"``, ``"sweep"``), stored in the marker.
+        kind: What the result is (``"experiment"``, ``"sweep"``, ``"tune"``), stored in the
+            marker.
+        keep: Entries of memlab's in ``out`` that stay in place and stay claimed (a tune's
+            ``study.db``; see :func:`replace_directory`).
 
     Raises:
         OutputDirError: ``out`` is refused (see the module docstring).
@@ -339,11 +494,204 @@ def atomic_directory(out: Path, *, kind: str = "result") -> Iterator[Path]:
     try:
         os.chmod(tmp, 0o755)
         yield tmp
-        entries = sorted(e.name for e in tmp.iterdir())
+        kept = {n for n in keep if out.exists() and (out / n).exists()}
+        entries = sorted({e.name for e in tmp.iterdir()} | kept)
         (tmp / OUTPUT_MARKER).write_text(_marker_text(kind, entries), encoding="utf-8")
         out = check_output_dir(out)  # it may have changed while the result was computed
         owned = owned_entries(out) if out.exists() and any(out.iterdir()) else None
-        replace_directory(tmp, out, owned=owned)
+        replace_directory(tmp, out, owned=owned, keep=kept)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+# ---------------------------------------------------------------------------- single files
+
+
+def check_output_file(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "output file",
+    owned: Callable[[Path], bool] | None = None,
+    kind: str = "a file memlab wrote",
+) -> Path:
+    """Refuse an output file memlab must not write (see the module docstring).
+
+    A missing path (in a directory that exists or can be made) and an empty regular file are
+    accepted; an existing regular file only when ``owned`` proves memlab wrote it. A symbolic
+    link (even a dangling one), a directory, any other kind of file (a device, a pipe) and a
+    path below a file are refused.
+
+    Args:
+        path: The file.
+        what: How the message names it (``"--out"``).
+        owned: Whether an existing non-empty file is memlab's (its content proves it).
+        kind: What ``owned`` recognises, for the message (``"a judging queue"``).
+
+    Returns:
+        The absolute path.
+
+    Raises:
+        OutputFileError: Naming the file and what is wrong, in one line.
+    """
+    if not str(path).strip():
+        raise OutputFileError(f"{what} {str(path)!r}: is empty; give a file name")
+    target = Path(path).expanduser().absolute()
+    for parent in target.parents:  # a file on the way: no file can be made there
+        if parent.exists() and not parent.is_dir():
+            raise OutputFileError(f"{what} {path}: {parent} is a file, not a directory")
+    if target.is_symlink():
+        raise OutputFileError(
+            f"{what} {path}: is a symbolic link (to {os.readlink(target)}); memlab does not "
+            "write through it: give the file it points to, or a new file name"
+        )
+    if not target.exists():
+        return target
+    if target.is_dir():
+        raise OutputFileError(f"{what} {path}: is a directory; give a file name")
+    if not target.is_file():
+        raise OutputFileError(f"{what} {path}: exists and is not a regular file")
+    if target.stat().st_size == 0:
+        return target  # holds nothing that could be lost
+    if owned is not None and owned(target):
+        return target
+    raise OutputFileError(
+        f"{what} {path}: exists and is not {kind}; memlab replaces only a file it wrote: "
+        "give a new file name, or move it away first"
+    )
+
+
+def publish_file(
+    path: str | os.PathLike[str],
+    data: str | bytes,
+    *,
+    what: str = "output file",
+    owned: Callable[[Path], bool] | None = None,
+    kind: str = "a file memlab wrote",
+) -> Path:
+    """Write a single-file output atomically, by the rule of :func:`check_output_file`.
+
+    The content goes to a hidden sibling ``.NAME.tmp-*`` first; ``path`` is checked again
+    just before the rename (it may have changed meanwhile) and the sibling is removed on any
+    failure, so ``path`` is the old file or the complete new one and nothing else is left.
+
+    Returns:
+        The absolute path written.
+
+    Raises:
+        OutputFileError: ``path`` is refused (nothing was written).
+    """
+    checks = {"what": what, "owned": owned, "kind": kind}
+    target = check_output_file(path, **checks)  # type: ignore[arg-type]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _write_sibling(target, data.encode("utf-8") if isinstance(data, str) else data)
+    try:
+        check_output_file(path, **checks)  # type: ignore[arg-type]
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+# ---------------------------------------------------------------------------- readers
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of a file; every failure a :class:`ValueError` naming it."""
+    file = Path(path)
+    try:
+        return file.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"{file}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{file}: is a directory, not a file") from None
+    except OSError as exc:
+        raise ValueError(f"{file}: cannot be read ({exc.strerror or exc})") from None
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text; ``ValueError`` naming ``where``, the byte and its line if not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(
+            f"{where}: not valid UTF-8 (byte 0x{data[exc.start]:02x} on line {line})"
+        ) from None
+
+
+def loads_json(text: str | bytes, where: str, **kwargs: Any) -> Any:
+    """:func:`json.loads` with every failure one :class:`ValueError` naming ``where``.
+
+    Args:
+        text: The JSON text (bytes are decoded as UTF-8).
+        where: What the message names: the file, or ``file:line`` for a JSONL line.
+        **kwargs: Passed to :func:`json.loads` (hooks).
+
+    Raises:
+        ValueError: ``WHERE: not valid UTF-8 …`` or ``WHERE: invalid JSON: …`` (syntax, a
+            nesting too deep for the parser, an integer of more than 4300 digits).
+    """
+    if isinstance(text, bytes):
+        text = decode_utf8(text, where)
+    try:
+        return json.loads(text, **kwargs)
+    except json.JSONDecodeError as exc:
+        at = f"column {exc.colno}" if exc.lineno == 1 else f"line {exc.lineno}, column {exc.colno}"
+        raise ValueError(f"{where}: invalid JSON: {exc.msg} ({at})") from None
+    except RecursionError:
+        raise ValueError(f"{where}: invalid JSON: nested too deeply to read") from None
+    except ValueError as exc:
+        raise ValueError(f"{where}: invalid JSON: {_first_line(exc)}") from None
+
+
+def read_json(path: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """The JSON document in a file (see :func:`loads_json`; the message names the file)."""
+    return loads_json(read_bytes(path), str(path), **kwargs)
+
+
+def loads_toml(text: str, where: str) -> dict[str, Any]:
+    """:func:`tomllib.loads` with every failure one :class:`ValueError` naming ``where``.
+
+    Raises:
+        ValueError: ``WHERE: invalid TOML: …`` (syntax, or a nesting too deep to read).
+    """
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{where}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{where}: invalid TOML: nested too deeply to read") from None
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The TOML document in a file (see :func:`loads_toml`; the message names the file)."""
+    return loads_toml(decode_utf8(read_bytes(path), str(path)), str(path))
+
+
+def read_parquet(path: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """``polars.read_parquet(path)``; a file polars cannot decode (empty, truncated, corrupt:
+    whatever polars raises, a Rust panic included) is one :class:`ValueError` naming it.
+
+    Args:
+        path: The parquet file.
+        **kwargs: Passed to :func:`polars.read_parquet` (``columns``).
+    """
+    import polars as pl
+    from polars.exceptions import PanicException
+
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"{file}: {'not a file' if file.exists() else 'no such file'}")
+    try:
+        return pl.read_parquet(file, **kwargs)
+    except (Exception, PanicException) as exc:  # noqa: BLE001 - polars raises many types
+        raise ValueError(f"{file}: not a readable parquet file ({_first_line(exc)})") from None

@@ -20,6 +20,13 @@ A heartbeat thread keeps every step talking: when no line (or bar refresh) was w
 is silent for more than twice the interval even while one item takes minutes (a batch of
 embeddings, a pipeline replayed in a worker process).
 
+The heartbeat thread never keeps the process from ending: it is stopped (and joined) when the
+interpreter starts to exit (:mod:`atexit`), and a step that closes while the interpreter
+finalizes (a :func:`track` generator left suspended by an exception, closed by the garbage
+collector) does not wait for a lock a thread that can no longer run may hold: a daemon thread
+is stopped by the interpreter at whatever point it is, a lock it held is never released, and
+waiting for it hung the process. A forked child starts with a fresh lock and no heartbeat.
+
 Steps nest: a :class:`Progress` created with ``mode=None`` takes the mode of the innermost
 running step (``"off"`` when none runs), so library code deep inside a command (an embedder,
 a stage) can report without knowing whether anyone listens.
@@ -31,11 +38,13 @@ mode name.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import IO, Any, TypeVar
 
 T = TypeVar("T")
@@ -53,6 +62,29 @@ _active: list[Progress] = []
 _last_output = [0.0]
 _heartbeat: list[threading.Thread | None] = [None]
 _wake = threading.Event()
+_stopping = [False]
+"""Set when the interpreter exits: the heartbeat thread ends and no new one starts."""
+HEARTBEAT_JOIN_TIMEOUT = 2.0
+"""Seconds the exit waits for the heartbeat thread to finish a line it is writing."""
+
+
+@contextmanager
+def _locked() -> Iterator[None]:
+    """Hold ``_lock``, except while the interpreter finalizes and another thread has it.
+
+    Once the interpreter finalizes, no other thread runs again: a lock one of them holds
+    (a daemon thread stopped mid-line) is never released, and waiting for it would hang the
+    exit. The caller then runs alone, which is what the lock guarantees anyway.
+    """
+    if sys.is_finalizing():
+        got = _lock.acquire(blocking=False)
+    else:
+        got = _lock.acquire()
+    try:
+        yield
+    finally:
+        if got:
+            _lock.release()
 
 
 def resolve_mode(progress: bool | str | None, stream: IO[str] | None = None) -> str:
@@ -78,7 +110,7 @@ def resolve_mode(progress: bool | str | None, stream: IO[str] | None = None) -> 
 
 def current_mode() -> str:
     """The mode of the innermost running step (``"off"`` when none runs)."""
-    with _lock:
+    with _locked():
         return _active[-1].mode if _active else "off"
 
 
@@ -149,7 +181,7 @@ class Progress:
     def _write(self, text: str) -> None:
         stamp = time.strftime("%H:%M:%S", time.gmtime())
         out = self._out()
-        with _lock:  # the heartbeat thread writes too: whole lines only
+        with _locked():  # the heartbeat thread writes too: whole lines only
             out.write(f"memlab {stamp} {self.desc}: {text}\n")
             out.flush()
             now = self.clock()
@@ -180,7 +212,7 @@ class Progress:
                 file=self._out(), dynamic_ncols=True,
             )
         if self.mode != "off":
-            with _lock:
+            with _locked():
                 _active.append(self)
                 _last_output[0] = self.clock()
             if self.heartbeat:
@@ -190,7 +222,7 @@ class Progress:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self.mode == "off":
             return
-        with _lock:
+        with _locked():
             if self in _active:
                 _active.remove(self)
         if self._bar is not None:
@@ -224,7 +256,9 @@ class Progress:
 
 
 def _ensure_heartbeat() -> None:
-    with _lock:
+    with _locked():
+        if _stopping[0] or sys.is_finalizing():
+            return  # the interpreter is exiting: no new thread
         thread = _heartbeat[0]
         if thread is not None and thread.is_alive():
             _wake.set()  # a thread waiting out a longer interval re-reads the innermost step
@@ -242,15 +276,17 @@ def _innermost() -> Progress | None:
 
 def _beat_loop() -> None:
     while True:
-        with _lock:
+        with _locked():
             inner = _innermost()
-            if inner is None:
+            if inner is None or _stopping[0]:
                 _heartbeat[0] = None
                 return
             wait = inner.interval
         _wake.wait(wait)
         _wake.clear()
-        with _lock:
+        if _stopping[0]:
+            continue  # ends at the top, without a last line
+        with _locked():
             # Only if it is still the innermost step: one that started while this thread
             # waited (and woke it) speaks instead, after its own interval.
             if _innermost() is inner:
@@ -258,6 +294,35 @@ def _beat_loop() -> None:
                     inner.beat()
                 except Exception:  # noqa: BLE001 - a closed stream must not kill the work
                     pass
+
+
+def stop_heartbeat(timeout: float | None = None) -> None:
+    """End the heartbeat thread and wait up to ``timeout`` seconds for it (at exit; default
+    :data:`HEARTBEAT_JOIN_TIMEOUT`).
+
+    Registered with :mod:`atexit`, which runs while every thread still runs: the thread
+    finishes the line it may be writing, releases the lock and ends, so nothing the
+    interpreter's finalization does afterwards can wait on it.
+    """
+    _stopping[0] = True
+    _wake.set()
+    thread = _heartbeat[0]
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(HEARTBEAT_JOIN_TIMEOUT if timeout is None else timeout)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child gets a fresh lock and no heartbeat: the parent's thread (which may have
+    held the lock at the fork) does not exist there."""
+    global _lock, _wake
+    _lock = threading.RLock()
+    _wake = threading.Event()
+    _heartbeat[0] = None
+
+
+atexit.register(stop_heartbeat)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def track(

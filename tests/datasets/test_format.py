@@ -184,6 +184,7 @@ def test_write_then_load(tmp_path: Path) -> None:
     written = write_dataset(parts(), out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert sorted(p.name for p in out.iterdir()) == [
+        ".memlab-output.json",
         "dataset.toml",
         "memories.jsonl",
         "queries.jsonl",
@@ -232,6 +233,7 @@ def test_write_replaces_an_existing_dataset(tmp_path: Path) -> None:
     write_dataset((meta, ops[:2], []), out)
     # files that are not part of the new dataset are kept: memlab cannot tell who wrote them
     assert sorted(p.name for p in out.iterdir()) == [
+        ".memlab-output.json",
         "README.md",
         "dataset.toml",
         "generations.jsonl",
@@ -340,3 +342,164 @@ def test_queries_frame() -> None:
     empty = Dataset(None, dict(META), [], []).queries_frame()
     assert empty.height == 0
     assert empty.schema["relevant"] == pl.List(pl.Struct({"id": pl.String, "grade": pl.Int64}))
+
+
+# ---------------------------------------------------------------- never over a user's file
+
+SHIPPED = Path(__file__).resolve().parents[2] / "datasets" / "agent-lifecycle"
+
+
+def _files(root: Path) -> dict[str, bytes | str]:
+    return {p.name: (f"-> {p.readlink()}" if p.is_symlink() else p.read_bytes())
+            for p in sorted(root.iterdir()) if p.is_symlink() or p.is_file()}
+
+
+def test_a_users_readme_in_a_dataset_directory_is_never_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "dsu"
+    out.mkdir()
+    (out / "dataset.toml").write_bytes((SHIPPED / "dataset.toml").read_bytes())
+    (out / "README.md").write_text("MY OWN README\n")
+    (out / "judgments.jsonl").write_text("j\n")
+    before = _files(out)
+    with pytest.raises(FileExistsError) as info:
+        write_dataset(parts(), out, extra_files={"README.md": "# generated\n"})
+    # the copied dataset.toml is not the one about to be written, and without the rest of a
+    # dataset memlab wrote it proves nothing either
+    assert str(info.value) == (
+        f"{out}: holds README.md, dataset.toml, which memlab did not write (or which is not a "
+        "plain file) and which the new dataset would overwrite; move it away first (nothing "
+        "was written)"
+    )
+    assert _files(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dsu"]
+
+
+def test_hand_written_dataset_files_are_not_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    write_dataset(parts(), out)
+    (out / ".memlab-output.json").unlink()  # a dataset as a user keeps it, no marker
+    (out / "memories.jsonl").write_text('{"id": "a", "text": "my own data"}\n')
+    before = _files(out)
+    with pytest.raises(FileExistsError, match=r"holds memories.jsonl, which memlab did not"):
+        write_dataset(parts(), out)
+    assert _files(out) == before
+
+
+def test_memlabs_files_are_replaced_until_a_user_edits_them(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_dataset(parts(), out, extra_files={"README.md": "v1\n"})
+    marker = json.loads((out / ".memlab-output.json").read_text())
+    assert marker["memlab"] == "dataset"
+    assert marker["entries"] == ["README.md", "dataset.toml", "memories.jsonl", "queries.jsonl"]
+    assert marker["sha256"]["README.md"] == hashlib.sha256(b"v1\n").hexdigest()
+    meta, ops, queries = parts()
+    write_dataset((meta, ops[:2], queries), out, extra_files={"README.md": "v2\n"})
+    assert (out / "README.md").read_text() == "v2\n"
+    write_dataset((meta, ops[:2], queries), out)  # README.md untouched, still memlab's
+    assert "README.md" in json.loads((out / ".memlab-output.json").read_text())["entries"]
+    write_dataset(parts(), out, extra_files={"README.md": "v3\n"})
+    assert (out / "README.md").read_text() == "v3\n"
+    (out / "README.md").write_text("v3 with my notes\n")  # now the user's
+    before = _files(out)
+    with pytest.raises(FileExistsError, match="holds README.md, which changed since memlab"):
+        write_dataset(parts(), out, extra_files={"README.md": "v4\n"})
+    assert _files(out) == before
+
+
+def test_a_shipped_dataset_written_before_the_marker_is_regenerated(tmp_path: Path) -> None:
+    import shutil
+
+    from memlab.datasets.lifecycle import generate_lifecycle_dataset
+
+    out = tmp_path / "agent-lifecycle"
+    shutil.copytree(SHIPPED, out)
+    before = _files(out)
+    generate_lifecycle_dataset(7, out)  # same bytes: nothing is lost
+    after = _files(out)
+    assert {k: v for k, v in after.items() if k != ".memlab-output.json"} == before
+    generate_lifecycle_dataset(8, out)  # memlab's now: another seed replaces them
+    assert (out / "memories.jsonl").read_bytes() != before["memories.jsonl"]
+
+
+def test_a_legacy_dataset_proves_its_files_by_their_bytes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_dataset(parts(), out, extra_files={"README.md": "old\n"})
+    (out / ".memlab-output.json").unlink()
+    meta, ops, queries = parts()
+    # the three dataset files read back to the same bytes: memlab's, replaced
+    write_dataset((meta, ops[:2], queries), out)
+    assert len(load_dataset(out).ops) == 2
+    (out / ".memlab-output.json").unlink()
+    # a README.md proves nothing by itself: only the very bytes to be written may stand
+    with pytest.raises(FileExistsError, match="holds README.md"):
+        write_dataset(parts(), out, extra_files={"README.md": "new\n"})
+    write_dataset(parts(), out, extra_files={"README.md": "old\n"})
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda t: (t / "real").mkdir() or (t / "out").symlink_to("real"),
+         "out: is a symbolic link (to real)"),
+        (lambda t: (t / "out").write_text("x"), "out: exists and is not a directory"),
+        (lambda t: (t / "f").write_text("x"), "f/out: " + "{t}/f is a file, not a directory"),
+        (lambda t: ((t / "out").mkdir(), (t / "out" / ".memlab-output.json").write_text(
+            '{"memlab": "experiment", "entries": ["metrics.json"]}')),
+         "out: is a memlab experiment result, not a dataset"),
+    ],
+    ids=["symlink", "file", "below-a-file", "eval-result"],
+)
+def test_write_refuses_what_is_not_a_dataset_directory(tmp_path: Path, make, message) -> None:
+    from memlab.datasets.format import check_dataset_out
+
+    make(tmp_path)
+    target = tmp_path / message.split(": ")[0]
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(FileExistsError) as info:
+        write_dataset(parts(), target)
+    assert str(info.value).startswith(f"{tmp_path}/{message.format(t=tmp_path)}")
+    with pytest.raises(FileExistsError):
+        check_dataset_out(target)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_cli_generate_refuses_a_user_readme(tmp_path: Path, capsys) -> None:
+    from memlab.cli import main
+
+    out = tmp_path / "dsu"
+    out.mkdir()
+    (out / "dataset.toml").write_bytes((SHIPPED / "dataset.toml").read_bytes())
+    (out / "README.md").write_text("MY OWN README\n")
+    assert main(["datasets", "generate-lifecycle", "--seed", "7", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"memlab: error: {out}: holds README.md, which memlab did not write")
+    assert (out / "README.md").read_text() == "MY OWN README\n"
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "dataset.toml"]
+
+
+@pytest.mark.parametrize(
+    ("src", "out", "message"),
+    [
+        ("data/memories.jsonl", "data", "data: holds the import's own source data/memories.jsonl"),
+        ("data", "data", "data: holds the import's own source data"),
+        ("data", "data/out", "data/out: lies inside the import's source directory data"),
+    ],
+    ids=["source-file-in-out", "same-directory", "out-in-source"],
+)
+def test_cli_import_never_writes_over_its_input(tmp_path: Path, monkeypatch, capsys, src, out,
+                                                message) -> None:
+    from memlab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dataset.toml").write_bytes((SHIPPED / "dataset.toml").read_bytes())
+    (data / "memories.jsonl").write_text(
+        '{"type":"entity","name":"Acme","entityType":"org","observations":["uses Stripe"]}\n'
+    )
+    before = _files(data)
+    code = main(["datasets", "import", "mcp-memory", src, out, "--option",
+                 "ts=2026-03-01T00:00:00Z"])
+    assert code == 2
+    assert capsys.readouterr().err.startswith(f"memlab: error: {message}")
+    assert _files(data) == before and sorted(p.name for p in tmp_path.iterdir()) == ["data"]

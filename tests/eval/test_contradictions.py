@@ -64,3 +64,20 @@ def test_recorded_nli_answers_replay_offline_and_decide_by_their_first_word():
     # SmolLM2-135M says "yes" to every contradiction and to all but 4 of the 25 others.
     assert (score.tp, score.fp, score.fn, score.tn) == (25, 25 - 4, 0, 4)
     assert sum(said_yes) == 50 - 4
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "p.jsonl:1: invalid JSON: nested too deeply to read"),
+        ('["a", "b"]', "p.jsonl:1: expected a JSON object, got list"),
+        ("{", "p.jsonl:1: invalid JSON: Expecting property name enclosed in double quotes"),
+    ],
+    ids=["deep", "array", "broken"],
+)
+def test_an_unreadable_line_is_named(tmp_path, line, message):
+    path = tmp_path / "p.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError) as info:
+        load_pairs(path)
+    assert str(info.value).startswith(f"{tmp_path}/{message}")

@@ -107,3 +107,117 @@ def test_cli_export_of_a_directory_that_is_not_a_run_is_one_line(tmp_path, capsy
     assert main(["export", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"memlab: error: {tmp_path}: not a memlab run (no metrics.json)"]
+
+
+# ---------------------------------------------------------------- what a TREC file cannot hold
+
+
+def _copy_run(run_dir: Path, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(run_dir, to, ignore=shutil.ignore_patterns("export"))
+    return to
+
+
+def _rewrite(file: Path, column: str, old: str, new: str) -> None:
+    frame = pl.read_parquet(file)
+    frame.with_columns(pl.col(column).replace(old, new)).write_parquet(file)
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "new", "what", "target"),
+    [
+        ("rankings.parquet", "mem_id", "h 14", "memory id 'h 14'", "runs/bm25.trec"),
+        ("rankings.parquet", "qid", "hq\n01", "query id 'hq\\n01'", "runs/bm25.trec"),
+        ("qrels.parquet", "mem_id", "h\t14", "memory id 'h\\t14'", "qrels.trec"),
+        ("qrels.parquet", "qid", "hq\x1f01", "query id 'hq\\x1f01'", "qrels.trec"),
+        ("rankings.parquet", "mem_id", "h\u200314", "memory id 'h\\u200314'", "runs/bm25.trec"),
+    ],
+    ids=["space", "newline", "tab", "unit-separator", "em-space"],
+)
+def test_export_refuses_an_id_a_trec_file_cannot_hold(run_dir, tmp_path, capsys, table, column,
+                                                      new, what, target):
+    run = _copy_run(run_dir, tmp_path / "run")
+    old = "hq01" if column == "qid" else "h14"
+    _rewrite(run / table, column, old, new)
+    before = sorted(p.name for p in run.iterdir())
+    assert main(["export", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"memlab: error: {run / 'export' / target}: {what} (in {run / table}) "
+                          "holds "), err
+    assert "which a TREC file cannot hold" in err and err.count("\n") == 1
+    assert sorted(p.name for p in run.iterdir()) == before  # nothing exported
+
+
+def test_export_refuses_a_pipeline_name_that_is_not_a_file_name(run_dir, tmp_path, capsys):
+    run = _copy_run(run_dir, tmp_path / "run")
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["../../escaped"] = metrics.pop("dense")
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    _rewrite(run / "rankings.parquet", "pipeline", "dense", "../../escaped")
+    assert main(["export", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"memlab: error: {run / 'metrics.json'}: pipeline name '../../escaped' "
+                          "is not a plain file name")
+    assert not (tmp_path / "escaped.trec").exists() and not (run / "export").exists()
+
+
+def test_a_dataset_with_such_ids_evaluates_but_does_not_export(tmp_path, capsys):
+    import shutil
+
+    ds = tmp_path / "ds"
+    shutil.copytree(HANDMADE, ds)
+    for name in ("memories.jsonl", "queries.jsonl"):
+        text = (ds / name).read_text().replace('"h14"', '"h 14"').replace('"hq01"', '"hq 01"')
+        (ds / name).write_text(text)
+    assert main(["eval", str(ds), "--pipelines", "bm25", "--embedder", "hashing", "--no-cache",
+                 "--quiet", "--executor", "serial", "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "id 'h 14'" in err or "id 'hq 01'" in err
+    assert not (tmp_path / "run" / "export").exists()
+
+
+# ---------------------------------------------------------------- unreadable run files
+
+
+@pytest.mark.parametrize(
+    ("file", "content", "message"),
+    [
+        ("manifest.json", "[" * 100_000 + "]" * 100_000,
+         "manifest.json: invalid JSON: nested too deeply to read"),
+        ("metrics.json", "[" * 100_000 + "]" * 100_000,
+         "metrics.json: invalid JSON: nested too deeply to read"),
+        ("manifest.json", '{"dataset": "x"}',
+         "manifest.json: field 'dataset': must be an object, got string"),
+        ("manifest.json", '{"tests": [1]}',
+         "manifest.json: field 'tests': must be a list of strings, got an item of type integer"),
+        ("manifest.json", '{"alpha": "5%"}', "manifest.json: field 'alpha': must be a number"),
+        ("metrics.json", '{"bm25": {"MRR": "high"}}',
+         "metrics.json: field 'bm25.MRR': must be a number, got string"),
+        ("metrics.json", "{}", "metrics.json: names no pipeline"),
+    ],
+    ids=["deep-manifest", "deep-metrics", "dataset-string", "tests-items", "alpha", "metric",
+         "no-pipeline"],
+)
+def test_export_and_compare_name_the_run_file_at_fault(run_dir, tmp_path, capsys, file, content,
+                                                       message):
+    run = _copy_run(run_dir, tmp_path / "run")
+    (run / file).write_text(content)
+    for argv in (["export", str(run)], ["compare", str(run_dir), str(run)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"memlab: error: {run / message}"), (argv, err)
+        assert err.count("\n") == 1
+    assert not (run / "export").exists()
+
+
+def test_a_table_without_its_columns_is_named(run_dir, tmp_path, capsys):
+    run = _copy_run(run_dir, tmp_path / "run")
+    pl.read_parquet(run / "rankings.parquet").drop("mem_id").write_parquet(
+        run / "rankings.parquet")
+    assert main(["export", str(run)]) == 2
+    assert capsys.readouterr().err == (
+        f"memlab: error: {run / 'rankings.parquet'}: missing column 'mem_id'\n"
+    )

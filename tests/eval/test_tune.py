@@ -118,3 +118,155 @@ def test_tune_cli_refuses_a_bad_space_without_leaving_a_study(tmp_path, capsys, 
     assert err.startswith("memlab: error: ") and err.count("\n") == 1, err
     assert "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- the tune output directory
+
+_TUNE_CLI = ["--pipeline", "rrf", "--space", "rrf__k=int:1:100:log", "--trials", "2",
+             "--embedder", "hashing", "--no-cache", "--quiet"]
+
+
+def _snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every entry under ``root`` (not following links): a file's bytes, a link's target."""
+    out: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            out[rel] = f"-> {path.readlink()}"
+        elif path.is_file():
+            out[rel] = path.read_bytes()
+        else:
+            out[rel] = "dir"
+    return out
+
+
+def _user_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "notes.txt").write_text("precious")
+    (path / "manifest.json").write_text('{"mine": true}')
+    (path / "best.toml").write_text("my toml\n")
+    return path
+
+
+def _eval_result(path: Path) -> Path:
+    from memlab.io import atomic_directory
+
+    with atomic_directory(path, kind="experiment") as tmp:
+        (tmp / "manifest.json").write_text('{"an": "eval run"}')
+        (tmp / "metrics.json").write_text("{}")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("setup", "out", "message"),
+    [
+        (lambda root: _user_dir(root / "mine"), "mine",
+         "--out mine: exists, is not empty and is not a memlab result"),
+        (lambda root: _user_dir(root), ".",
+         "--out .: is the working directory or one of its parents"),
+        (lambda root: (_user_dir(root / "u"), (root / "link").symlink_to("u")), "link",
+         "--out link: is a symbolic link (to u)"),
+        (lambda root: (root / "afile").write_text("hi"), "afile",
+         "--out afile: exists and is not a directory"),
+        (lambda root: _eval_result(root / "res"), "res",
+         "--out res: is a memlab experiment result, not a tune directory"),
+    ],
+    ids=["user-dir", "cwd", "symlink", "file", "eval-result"],
+)
+def test_tune_refuses_an_output_it_may_not_write_before_any_work(
+    tmp_path, monkeypatch, capsys, setup, out, message
+):
+    root = tmp_path / "root"
+    root.mkdir()
+    setup(root)
+    monkeypatch.chdir(root)
+    before = _snapshot(root)
+    code = main(["tune", str(HANDMADE), *_TUNE_CLI, "--out", out])
+    err = capsys.readouterr()
+    assert code == 2
+    assert err.err.startswith(f"memlab: error: {message}"), err.err
+    assert err.err.count("\n") == 1 and err.out == ""  # refused before loading the dataset
+    assert _snapshot(root) == before
+
+
+def test_tune_publishes_a_marked_directory_and_a_later_run_continues_its_study(tmp_path, capsys):
+    from memlab.io import OUTPUT_MARKER
+
+    out = tmp_path / "t"
+    assert main(["tune", str(HANDMADE), *_TUNE_CLI, "--out", str(out)]) == 0
+    marker = json.loads((out / OUTPUT_MARKER).read_text())
+    assert marker["memlab"] == "tune"
+    assert {"study.db", "tune.json", "manifest.json", "best.toml", "trials.parquet"} <= set(
+        marker["entries"]
+    )
+    (out / "my-notes.md").write_text("mine")  # a user's file beside the results
+    study = (out / "study.db").stat().st_ino
+    assert main(["tune", str(HANDMADE), *_TUNE_CLI, "--out", str(out)]) == 0
+    assert json.loads((out / "tune.json").read_text())["trials"] == 4  # the study continued
+    assert pl.read_parquet(out / "trials.parquet").height == 4
+    assert (out / "study.db").stat().st_ino == study  # written in place, never replaced
+    assert (out / "my-notes.md").read_text() == "mine"
+    assert "study.db" in json.loads((out / OUTPUT_MARKER).read_text())["entries"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]  # no temporary sibling left
+    capsys.readouterr()
+
+
+def test_a_tune_directory_written_before_the_marker_is_continued(tmp_path):
+    space = parse_space(["rrf__k=int:1:100:log"])
+    kw = dict(embedder=HashingEmbedder(dim=64), progress=False, n_resamples=200)
+    out = tmp_path / "t"
+    run_tune(HANDMADE, "rrf", space, trials=2, out=out, **kw)
+    (out / ".memlab-output.json").unlink()  # as an older memlab left it
+    (out / "notes.txt").write_text("mine")
+    again = run_tune(HANDMADE, "rrf", space, trials=1, out=out, **kw)
+    assert again.trials.height == 3
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_study_db_memlab_did_not_write_is_refused(tmp_path, capsys):
+    out = tmp_path / "t"
+    space = parse_space(["rrf__k=int:1:100:log"])
+    run_tune(HANDMADE, "rrf", space, trials=1, out=out, embedder=HashingEmbedder(dim=64),
+             progress=False, storage=f"sqlite:///{tmp_path / 'elsewhere.db'}", n_resamples=50)
+    (out / "study.db").write_text("someone's database")
+    before = _snapshot(out)
+    assert main(["tune", str(HANDMADE), *_TUNE_CLI, "--out", str(out)]) == 2
+    assert "holds a study.db memlab did not write" in capsys.readouterr().err
+    assert _snapshot(out) == before
+
+
+def test_a_failed_first_trial_leaves_no_directory_but_finished_trials_are_kept(
+    tmp_path, monkeypatch
+):
+    import memlab.eval.tune as tune
+
+    space = parse_space(["rrf__k=int:1:100:log"])
+    kw = dict(embedder=HashingEmbedder(dim=64), progress=False, n_resamples=50)
+    real = tune.score_rankings
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) >= limit[0]:
+            raise KeyboardInterrupt  # the user gives up
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tune, "score_rankings", flaky)
+    limit = [1]
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(HANDMADE, "rrf", space, trials=3, out=tmp_path / "fresh", **kw)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no trial finished: nothing left
+    (tmp_path / "empty").mkdir()
+    calls[:] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(HANDMADE, "rrf", space, trials=3, out=tmp_path / "empty", **kw)
+    assert list((tmp_path / "empty").iterdir()) == []  # an empty directory stays empty
+    (tmp_path / "empty").rmdir()
+    limit, calls[:] = [3], []
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(HANDMADE, "rrf", space, trials=3, out=tmp_path / "t", **kw)
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [".memlab-output.json",
+                                                                   "study.db"]
+    monkeypatch.setattr(tune, "score_rankings", real)
+    res = run_tune(HANDMADE, "rrf", space, trials=1, out=tmp_path / "t", **kw)
+    assert res.trials.filter(pl.col("state") == "COMPLETE").height == 3  # two kept, one more

@@ -23,6 +23,28 @@ def test_judgments_append_and_read_back(tmp_path):
     assert [(j.mem_id, j.grade, j.line) for j in got] == [("m1", 2, 1), ("m2", 0, 2)]
 
 
+def test_a_complete_last_line_without_its_newline_is_kept(tmp_path):
+    file = tmp_path / "judgments.jsonl"
+    hand = ('{"qid":"q1","mem_id":"m1","grade":1,"source":"human","judge":"bob",'
+            '"ts":"2026-03-06T11:00:00Z"}')
+    file.write_text(hand)  # written by hand: the editor left no final newline
+    judge(tmp_path, "q1", "m3", 2, judge="ann", now="2026-03-06T12:02:00Z")
+    assert file.read_text().splitlines()[0] == hand
+    assert [j.mem_id for j in read_judgments(tmp_path)] == ["m1", "m3"]
+
+
+def test_judgments_are_not_appended_through_a_link_or_into_a_directory(tmp_path):
+    (tmp_path / "elsewhere.jsonl").write_text("")
+    (tmp_path / "judgments.jsonl").symlink_to("elsewhere.jsonl")
+    with pytest.raises(ValueError, match="judgments.jsonl: is a symbolic link"):
+        judge(tmp_path, "q1", "m3", 2, judge="ann", now="2026-03-06T12:02:00Z")
+    assert (tmp_path / "elsewhere.jsonl").read_text() == ""
+    other = tmp_path / "d"
+    (other / "judgments.jsonl").mkdir(parents=True)
+    with pytest.raises(ValueError, match="judgments.jsonl: is not a regular file"):
+        judge(other, "q1", "m3", 2, judge="ann", now="2026-03-06T12:02:00Z")
+
+
 def test_a_torn_last_line_is_ignored_then_cut_before_the_next_append(tmp_path):
     judge(tmp_path, "q1", "m1", 1, judge="ann", now="2026-03-06T12:00:00Z")
     file = tmp_path / "judgments.jsonl"
@@ -46,7 +68,11 @@ def test_a_torn_last_line_is_ignored_then_cut_before_the_next_append(tmp_path):
         ('{"qid":"q","grade":1,"source":"human","judge":"a","ts":"2026-01-01T00:00:00Z"}',
          "judgments.jsonl:2: field 'mem_id'"),
         ("not json", "judgments.jsonl:2: not a JSON line"),
+        ("[" * 100_000 + "]" * 100_000,
+         "judgments.jsonl:2: not a JSON line: nested too deeply to read"),
+        ('{"qid":' + "9" * 5000 + "}", "judgments.jsonl:2: not a JSON line: Exceeds the limit"),
     ],
+    ids=["grade", "source", "ts", "mem_id", "not-json", "deep", "huge-int"],
 )
 def test_bad_lines_name_file_line_and_field(tmp_path, line, message):
     judge(tmp_path, "q1", "m1", 1, judge="ann", now="2026-03-06T12:00:00Z")

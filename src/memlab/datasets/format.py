@@ -46,6 +46,16 @@ In memory, timestamps are float seconds since the epoch (:func:`memlab.timeutil.
 they are written back as ISO 8601 with millisecond precision. Writing is deterministic (fixed key
 order, ``ensure_ascii=False``, ``\\n`` line ends) and atomic (a temporary directory beside the
 target is renamed into place).
+
+A directory :func:`write_dataset` writes carries the marker of :mod:`memlab.io`
+(``.memlab-output.json``, kind ``dataset``) listing the files it wrote with their SHA-256. A
+later write into the same directory replaces a file only when memlab can tell it wrote that
+file and nobody changed it since: the marker lists it with the digest it still has, or (a
+dataset written before the marker) it is one of the three dataset files exactly as memlab
+writes them (it reads back and serialises to the same bytes), or it already holds the very
+bytes about to be written. Any other file the new dataset would overwrite (a README.md of the
+user's, a hand-edited dataset.toml, an importer's own source file) makes the write refuse,
+naming it, with nothing written. Files the new dataset does not write are never touched.
 """
 
 from __future__ import annotations
@@ -64,7 +74,12 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from memlab.io import replace_directory
+from memlab.io import (
+    OUTPUT_MARKER,
+    marker_digests,
+    read_marker,
+    replace_directory,
+)
 from memlab.memory.records import RELATION_TYPES
 from memlab.memory.scopes import Principal
 from memlab.timeutil import coerce_ts, to_iso
@@ -553,6 +568,131 @@ def _at_origin(problem: Any, ops: Sequence[MemoryOp]) -> Any:
                    f"{problem.message} (written as {MEMORIES_FILE}:{line})")
 
 
+DATASET_KIND = "dataset"
+"""The kind of memlab output a dataset directory is (its marker's ``memlab`` field)."""
+
+
+class DatasetOutputError(FileExistsError):
+    """A directory :func:`write_dataset` refuses to write into (one line, names it)."""
+
+
+def check_dataset_out(out_dir: str | os.PathLike[str], *, what: str = "") -> Path:
+    """Refuse a dataset output directory before any work.
+
+    Accepted: a missing or empty directory, or one holding a dataset (a ``dataset.toml``, or
+    the marker of a dataset memlab wrote). Refused: a symbolic link, a file, a path below a
+    file, the working directory or one of its parents, a directory holding something else
+    (another memlab result included). Which files may then be replaced is decided when the
+    new files are known (:func:`write_dataset`).
+
+    Args:
+        out_dir: The directory.
+        what: How the message names it (``"OUT"``; default: just the path).
+
+    Returns:
+        ``out_dir`` as a path.
+
+    Raises:
+        DatasetOutputError: Naming the directory and what is wrong.
+    """
+    out = Path(out_dir)
+    label = f"{what} {out_dir}" if what else f"{out_dir}"
+    if not str(out_dir).strip():
+        raise DatasetOutputError(f"{label!r}: is empty; give a directory")
+    for parent in out.absolute().parents:
+        if parent.exists() and not parent.is_dir():
+            raise DatasetOutputError(f"{label}: {parent} is a file, not a directory")
+    if out.is_symlink():
+        raise DatasetOutputError(
+            f"{label}: is a symbolic link (to {os.readlink(out)}); give the directory it points "
+            "to, or a new directory"
+        )
+    if out.exists() and not out.is_dir():
+        raise DatasetOutputError(f"{label}: exists and is not a directory")
+    if not out.exists():
+        return out
+    if out.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents):
+        raise DatasetOutputError(f"{label}: is the working directory or one of its parents")
+    marker = read_marker(out)
+    if marker is not None and marker["memlab"] != DATASET_KIND:
+        raise DatasetOutputError(
+            f"{label}: is a memlab {marker['memlab']} result, not a dataset; give a new directory"
+        )
+    if any(out.iterdir()) and marker is None and not (out / META_FILE).is_file():
+        raise DatasetOutputError(f"{label}: exists, is not empty and holds no {META_FILE}")
+    return out
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _as_written(out: Path) -> dict[str, bytes]:
+    """The dataset files of ``out`` that read back and serialise to their own bytes (what
+    memlab's writer makes of them: a dataset written by memlab before the marker)."""
+    from memlab.datasets.validate import read_dataset
+
+    try:
+        result = read_dataset(out)
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if result.unreadable:
+        return {}
+    return Dataset(out, result.meta, result.ops, result.queries).serialize()
+
+
+def _replaceable(out: Path, files: Mapping[str, bytes]) -> tuple[set[str], dict[str, str]]:
+    """Which files of ``out`` the new ``files`` may replace, and the earlier files of memlab's
+    that stay (name → digest) and stay claimed.
+
+    Raises:
+        DatasetOutputError: Naming each file in the way (see the module docstring).
+    """
+    marker = read_marker(out) if out.is_dir() else None
+    listed = marker.get("entries") if marker is not None else None
+    listed = {str(n) for n in listed} if isinstance(listed, list) else set()
+
+    def unchanged(name: str, data: bytes) -> bool:
+        digests = marker_digests(marker, name)
+        return name in listed and (digests is None or _sha256(data) in digests)
+
+    replace: set[str] = set()
+    in_the_way: list[str] = []
+    written: dict[str, bytes] | None = None
+    for name, new in files.items():
+        path = out / name
+        if not os.path.lexists(path):
+            continue
+        if path.is_symlink() or not path.is_file():
+            in_the_way.append(name)
+            continue
+        current = path.read_bytes()
+        if current == new or (marker is not None and unchanged(name, current)):
+            replace.add(name)
+            continue
+        if marker is None and name in DATASET_FILES:
+            written = _as_written(out) if written is None else written
+            if written.get(name) == current:
+                replace.add(name)
+                continue
+        in_the_way.append(name)
+    if in_the_way:
+        why = "changed since memlab wrote it" if marker is not None else "memlab did not write"
+        raise DatasetOutputError(
+            f"{out}: holds {', '.join(sorted(in_the_way))}, which {why} (or which is not a "
+            "plain file) and which the new dataset would overwrite; move it away first "
+            "(nothing was written)"
+        )
+    kept: dict[str, str] = {}
+    for name in sorted(listed - set(files) - {OUTPUT_MARKER}):
+        path = out / name
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            if unchanged(name, data):
+                kept[name] = _sha256(data)
+    return replace, kept
+
+
 def write_dataset(
     ds_or_parts: Dataset | tuple[Mapping[str, Any], Iterable[MemoryOp], Iterable[Query]],
     out_dir: str | os.PathLike[str],
@@ -564,7 +704,9 @@ def write_dataset(
 
     The files are written into a temporary directory beside ``out_dir``, checked, then renamed
     into place, so ``out_dir`` is either the old dataset or the complete new one. An existing
-    ``out_dir`` is replaced only if it is empty or is itself a dataset directory.
+    ``out_dir`` is written into only if it is empty or is itself a dataset directory, and a file
+    in it is replaced only when memlab can tell it wrote it (see the module docstring); the
+    directory's marker then lists every file memlab wrote there, with its SHA-256.
 
     Args:
         ds_or_parts: A :class:`Dataset`, a ``(meta, ops, queries)`` tuple or a mapping with keys
@@ -578,23 +720,21 @@ def write_dataset(
 
     Raises:
         DatasetError: If ``validate`` and the written files have problems (nothing is published).
-        FileExistsError: If ``out_dir`` exists and is neither empty nor a dataset directory.
+        DatasetOutputError: (a :class:`FileExistsError`) If ``out_dir`` is refused
+            (:func:`check_dataset_out`), or holds a file the new dataset would overwrite that
+            memlab cannot tell it wrote (nothing is written).
     """
     from memlab.datasets.validate import read_dataset
+    from memlab.io import _marker_text
 
     ds = _coerce_parts(ds_or_parts)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / META_FILE).is_file():
-        raise FileExistsError(f"{out}: exists, is not empty and holds no {META_FILE}")
-    if out.is_dir() and out.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents):
-        raise FileExistsError(f"{out}: is the working directory or one of its parents")
+    out = check_dataset_out(out_dir)
     files = ds.serialize()
     for name, content in (extra_files or {}).items():
-        if name in files or "/" in name or name.startswith("."):
+        if name in files or "/" in name or "\\" in name or name.startswith("."):
             raise ValueError(f"extra file name {name!r} is reserved or not a plain file name")
         files[name] = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+    _replaceable(out, files)  # refuse before anything is written
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -608,8 +748,16 @@ def write_dataset(
         problems = result.problems if validate else result.unreadable
         if problems:
             raise DatasetError(out, [_at_origin(p, ds.ops) for p in problems])
-        # Files memlab did not write (recorded generations, notes) are carried over.
-        replace_directory(tmp, out, owned=set(files).__contains__)
+        # Files memlab did not write (recorded generations, notes) are carried over; of
+        # memlab's, only those the new dataset rewrites are replaced (the rest stay claimed).
+        out = check_dataset_out(out_dir)  # it may have changed while the files were written
+        replace, kept = _replaceable(out, files)
+        digests = dict(sorted(({n: _sha256(d) for n, d in files.items()} | kept).items()))
+        (tmp / OUTPUT_MARKER).write_text(
+            _marker_text(DATASET_KIND, list(digests), sha256=digests), encoding="utf-8"
+        )
+        owned = replace | ({OUTPUT_MARKER} if read_marker(out) is not None else set())
+        replace_directory(tmp, out, owned=owned.__contains__)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

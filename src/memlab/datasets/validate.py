@@ -330,6 +330,35 @@ def _table_line(text: str, name: str) -> int | None:
     return text.count("\n", 0, at) + 1 if at >= 0 else _toml_line(text, name)
 
 
+def _deep_toml_line(text: str, limit: int = MAX_JSON_DEPTH) -> int | None:
+    """The line of TOML ``text`` where arrays and inline tables first nest deeper than
+    ``limit`` (brackets inside strings and comments do not count; ``None``: nowhere)."""
+    depth, line, quote, comment, escaped = 0, 1, "", False, False
+    for char in text:
+        if char == "\n":
+            line, comment, quote = line + 1, False, ""  # a one-line string ends with its line
+        elif comment:
+            continue
+        elif quote:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote == '"':
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            comment = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return line
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+    return None
+
+
 def _check_meta(path: Path, result: ReadResult) -> None:
     file = path / META_FILE
     problems: list[Problem] = []
@@ -355,6 +384,12 @@ def _check_meta(path: Path, result: ReadResult) -> None:
         match = re.search(r"at line (\d+)", str(exc))
         line = int(match.group(1)) if match else None
         problems.append(Problem(META_FILE, line, None, f"invalid TOML: {exc}"))
+        result.problems += problems
+        result.unreadable += problems
+        return
+    except RecursionError:  # the parser recurses once per nested array or inline table
+        problems.append(Problem(META_FILE, _deep_toml_line(text), None,
+                                "invalid TOML: nested too deeply to read"))
         result.problems += problems
         result.unreadable += problems
         return
@@ -625,7 +660,7 @@ def _read_write_check(entry: Path | None) -> list[Problem] | None:
         return [Problem(str(f), None if line is None else int(line),
                         None if name is None else str(name), str(message))
                 for f, line, name, message in rows]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None  # missing, unreadable or not ours: check again
 
 

@@ -104,13 +104,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def cmd_tune(args: argparse.Namespace) -> int:
     """``memlab tune``: run or continue a study; print the best trial and its held-out score."""
     from memlab.cli import CLIError, _embedder, _generator, _load_dataset, _replay_config
-    from memlab.eval.tune import parse_space, run_tune
+    from memlab.eval.tune import check_tune_dir, parse_space, run_tune
 
     space = parse_space(args.space or [])
     if not space:
         raise CLIError("give at least one --space stage__param=int:lo:hi")
-    ds = _load_dataset(args.dataset)
     out = args.out or f"reports/tune-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    check_tune_dir(out, what="--out")  # before any work
+    ds = _load_dataset(args.dataset)
     res = run_tune(
         ds, args.pipeline, space, trials=args.trials, metric=args.metric, seed=args.seed,
         split_by=args.split_by, sampler=args.sampler, storage=args.storage,
@@ -144,7 +145,11 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help="Optuna RDB URL (default: sqlite:///OUT/study.db)")
     p.add_argument("--study-name", help="study name in the storage (default: PIPELINE-METRIC)")
     p.add_argument("--split-by", choices=("query", "client"), default="query")
-    p.add_argument("--out", help="output directory (default: reports/tune-<timestamp>)")
+    p.add_argument(
+        "--out",
+        help="output directory: new, empty, or an earlier tune directory whose study this run "
+        "continues (default: reports/tune-<timestamp>)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the split and the sampler")
     p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
     p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")

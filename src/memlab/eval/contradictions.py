@@ -7,7 +7,6 @@ values and paraphrased contradictions, against compatible, refining and unrelate
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,15 +36,18 @@ class DetectionScore:
 
 
 def load_pairs(path: str | Path) -> list[dict[str, Any]]:
-    """Read a labelled set; ``ValueError`` names the line at fault."""
+    """Read a labelled set; ``ValueError`` names the file and line at fault (a line that is
+    not UTF-8, not JSON, nested too deeply to read, not an object, or lacks a field)."""
+    from memlab.io import decode_utf8, loads_json, read_bytes
+
     pairs = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    text = decode_utf8(read_bytes(path), str(path))
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: invalid JSON: {exc}") from None
+        obj = loads_json(line, f"{path}:{n}")
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
         for key, kind in (("a", str), ("b", str), ("contradicts", bool)):
             if not isinstance(obj.get(key), kind):
                 raise ValueError(f"{path}:{n}: field '{key}' must be a {kind.__name__}")

@@ -11,6 +11,13 @@ Writes into ``RUN_DIR/export/`` (or ``--out``), atomically:
     evaluated.
 ``qrels.trec``
     ``qid 0 docno relevance``: the judgements the run's relevance metrics used.
+
+TREC files separate their fields by white space, so a query id, memory id or pipeline name
+holding white space or a control character (``m 0029``, a newline) cannot be written to them:
+trec_eval and ir_measures would read shifted fields. Dataset validation accepts such ids, so
+``memlab export`` refuses such a run before writing anything, naming the id, the TREC file it
+was bound for and the run file it came from (rename the id in the dataset and run again). A
+pipeline name must also be a plain file name (``runs/<pipeline>.trec``).
 ``aggregate.csv``, ``per_query.csv``, ``comparison.csv``, ``comparison_by_tag.csv``
     The run's tables as CSV. ``aggregate.csv`` counts the queries behind each mean (``n``);
     it and the comparison tables carry the run's protocol (query count and how learned stages
@@ -27,6 +34,7 @@ Writes into ``RUN_DIR/export/`` (or ``--out``), atomically:
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,14 +47,62 @@ from memlab.io import atomic_directory
 EXPORT_DIR = "export"
 
 
-def trec_run_lines(rankings: pl.DataFrame, tag: str) -> list[str]:
+def trec_field_problem(value: object) -> str | None:
+    """Why ``value`` cannot be one field of a TREC line (``None``: it can).
+
+    A field is a non-empty string without white space (any character :meth:`str.isspace`
+    accepts, which is how trec_eval and ir_measures split a line) and without control
+    characters.
+    """
+    if not isinstance(value, str) or not value:
+        return "is empty"
+    for char in value:
+        if char.isspace():
+            return f"holds white space ({char!r})"
+        if unicodedata.category(char) == "Cc":
+            return f"holds a control character ({char!r})"
+    return None
+
+
+def _check_trec_fields(frame: pl.DataFrame, columns: dict[str, str], target: str,
+                       source: str) -> None:
+    """Refuse the first id of ``columns`` (column → what it is) a TREC line cannot hold.
+
+    Raises:
+        ValueError: Naming the id, the TREC file ``target`` and the run file ``source``.
+    """
+    for column, what in columns.items():
+        for value in frame.get_column(column).unique(maintain_order=True).to_list():
+            why = trec_field_problem(value)
+            if why is not None:
+                raise ValueError(
+                    f"{target}: {what} {value!r} (in {source}) {why}, which a TREC file cannot "
+                    "hold: its fields are separated by white space; rename it in the dataset "
+                    "and run again (nothing was exported)"
+                )
+
+
+def trec_run_lines(rankings: pl.DataFrame, tag: str, *, target: str = "run file",
+                   source: str = "rankings") -> list[str]:
     """TREC run lines of one pipeline's rankings, with tie-safe scores ``n - rank + 1``.
 
     Args:
         rankings: ``qid, rank, mem_id`` (one pipeline).
         tag: The run tag (last column).
+        target: The TREC file, for the message of an id it cannot hold.
+        source: Where the rankings come from, for that message.
+
+    Raises:
+        ValueError: A query id, memory id or the tag that a TREC line cannot hold
+            (:func:`trec_field_problem`).
     """
+    why = trec_field_problem(tag)
+    if why is not None:
+        raise ValueError(f"{target}: run tag {tag!r} {why}, which a TREC file cannot hold")
+    if rankings.height == 0:
+        return []
     frame = rankings.select("qid", "rank", "mem_id").sort("qid", "rank")
+    _check_trec_fields(frame, {"qid": "query id", "mem_id": "memory id"}, target, source)
     frame = frame.with_columns(pl.len().over("qid").alias("n"))
     return [
         f"{qid} Q0 {mem_id} {rank} {n - rank + 1} {tag}"
@@ -54,10 +110,38 @@ def trec_run_lines(rankings: pl.DataFrame, tag: str) -> list[str]:
     ]
 
 
-def trec_qrels_lines(qrels: pl.DataFrame) -> list[str]:
-    """TREC qrels lines (``qid 0 docno relevance``) of ``qid, mem_id, relevance``."""
+def trec_qrels_lines(qrels: pl.DataFrame, *, target: str = "qrels file",
+                     source: str = "qrels") -> list[str]:
+    """TREC qrels lines (``qid 0 docno relevance``) of ``qid, mem_id, relevance``.
+
+    Raises:
+        ValueError: A query or memory id that a TREC line cannot hold (naming ``target`` and
+            ``source``; :func:`trec_field_problem`).
+    """
+    if qrels.height == 0:
+        return []
     frame = qrels.select("qid", "mem_id", "relevance").sort("qid", "mem_id")
+    _check_trec_fields(frame, {"qid": "query id", "mem_id": "memory id"}, target, source)
     return [f"{qid} 0 {mem_id} {rel}" for qid, mem_id, rel in frame.iter_rows()]
+
+
+def run_file_name(pipeline: str, source: str) -> str:
+    """``<pipeline>.trec``, refused unless the pipeline name is a plain file name that a TREC
+    line can hold as its tag (no white space, control character, ``/`` or ``\\``, and not
+    ``.``-led).
+
+    Raises:
+        ValueError: Naming the pipeline and ``source`` (the run file that names it).
+    """
+    why = trec_field_problem(pipeline)
+    if why is None and ("/" in pipeline or "\\" in pipeline or pipeline.startswith(".")):
+        why = "is not a plain file name"
+    if why is not None:
+        raise ValueError(
+            f"{source}: pipeline name {pipeline!r} {why}: it cannot name a TREC run file "
+            "(runs/<pipeline>.trec) or be its tag (nothing was exported)"
+        )
+    return f"{pipeline}.trec"
 
 
 def _latex_escape(text: str) -> str:
@@ -93,8 +177,11 @@ def latex_table(result: ExperimentResult, metrics: Sequence[str] | None = None) 
         if not metrics:
             metrics = list(result.metrics[names[0]])
     base = result.baseline or names[0]
-    first_test = (result.manifest.get("tests") or ["t"])[0]
-    alpha = float(result.manifest.get("alpha", 0.05))
+    tests = result.manifest.get("tests")
+    first_test = str(tests[0]) if isinstance(tests, list) and tests else "t"
+    given = result.manifest.get("alpha", 0.05)
+    number = isinstance(given, (int, float)) and not isinstance(given, bool)
+    alpha = float(given) if number else 0.05
     marks: dict[tuple[str, str], str] = {}
     comp = result.comparison
     adj = f"p_{first_test}_adj"
@@ -130,8 +217,10 @@ def latex_table(result: ExperimentResult, metrics: Sequence[str] | None = None) 
 
     protocol = _latex_escape(describe_run(result.manifest))
     correction = _latex_escape(str(result.manifest.get("correction", "holm")).title())
+    dataset = result.manifest.get("dataset")
+    name = dataset.get("name", "memlab run") if isinstance(dataset, dict) else "memlab run"
     caption = (
-        f"{_latex_escape(str(result.manifest.get('dataset', {}).get('name', 'memlab run')))}"
+        f"{_latex_escape(str(name))}"
         + f", {protocol}"
         + f". $\\dagger$/$\\ddagger$: significantly better/worse than {_latex_escape(base)} "
         f"({_latex_escape(first_test)} test, {correction}"
@@ -196,26 +285,40 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path
         ValueError: If ``run_dir`` is not a readable run.
     """
     from memlab.eval.protocol import describe_run
+    from memlab.eval.runfiles import load_run
+    from memlab.io import check_output_dir
 
-    result = ExperimentResult.load(run_dir)
+    run = Path(run_dir)
+    result = load_run(run)
     protocol = describe_run(result.manifest)
-    target = Path(out) if out is not None else Path(run_dir) / EXPORT_DIR
+    target = Path(out) if out is not None else run / EXPORT_DIR
+    check_output_dir(target)
+    shown = out if out is not None else target
+    # Every TREC line is built (and every id checked) before anything is written.
+    runs: dict[str, list[str]] = {}
+    if result.rankings.height:
+        for name in result.pipelines:
+            file = run_file_name(name, str(run / "metrics.json"))
+            part = result.rankings.filter(pl.col("pipeline") == name)
+            runs[file] = trec_run_lines(part, name, target=f"{Path(shown) / 'runs' / file}",
+                                        source=str(run / "rankings.parquet"))
+    qrels = None
+    if "qrels.parquet" not in result.missing:
+        qrels = trec_qrels_lines(result.qrels, target=str(Path(shown) / "qrels.trec"),
+                                 source=str(run / "qrels.parquet"))
     notes: list[str] = []
     with atomic_directory(target) as tmp:
         if result.rankings.height:
             (tmp / "runs").mkdir()
-            for name in result.pipelines:
-                part = result.rankings.filter(pl.col("pipeline") == name)
-                lines = trec_run_lines(part, name)
-                (tmp / "runs" / f"{name}.trec").write_text(
+            for file, lines in runs.items():
+                (tmp / "runs" / file).write_text(
                     "\n".join(lines) + ("\n" if lines else ""), encoding="utf-8"
                 )
         else:
             notes.append("no TREC runs: the run has no rankings.parquet")
-        if "qrels.parquet" not in result.missing:
-            lines = trec_qrels_lines(result.qrels)
+        if qrels is not None:
             (tmp / "qrels.trec").write_text(
-                "\n".join(lines) + ("\n" if lines else ""), encoding="utf-8"
+                "\n".join(qrels) + ("\n" if qrels else ""), encoding="utf-8"
             )
         else:
             notes.append("no qrels: the run has no qrels.parquet (re-run it with this memlab)")

@@ -99,8 +99,10 @@ def compare_runs(
         ValueError: If a run cannot be read, has no per-query values, or the runs share no
             queries or metrics.
     """
-    a = run_a if isinstance(run_a, ExperimentResult) else ExperimentResult.load(run_a)
-    b = run_b if isinstance(run_b, ExperimentResult) else ExperimentResult.load(run_b)
+    from memlab.eval.runfiles import load_run
+
+    a = run_a if isinstance(run_a, ExperimentResult) else load_run(run_a)
+    b = run_b if isinstance(run_b, ExperimentResult) else load_run(run_b)
     for label, run in (("A", a), ("B", b)):
         if run.per_query.height == 0:
             raise ValueError(f"run {label} ({run.out}): no per_query.parquet to compare")

@@ -9,6 +9,19 @@ The study lives in an Optuna RDB storage: ``sqlite:///OUT/study.db`` by default,
 (``--storage postgresql://…``) so that several machines add trials to one study (each runs
 ``--trials`` more; ``--study-name`` names it).
 
+``OUT`` is a memlab result directory of kind ``tune`` (:mod:`memlab.io`), published by the rule
+of ``memlab sweep``: it must be missing, empty or an earlier tune directory (a directory memlab
+did not write, a file, a symbolic link, the working directory, or a result of another kind such
+as an ``eval`` run are refused before any work). Its marker claims ``study.db`` from the moment
+the study is created, and the study is written in place, trial by trial, so an interrupted run
+keeps its finished trials. The summary (``tune.json``, ``manifest.json``, ``best.toml``,
+``trials.parquet``, the charts) is built in a hidden sibling and published atomically; the
+files memlab did not write in ``OUT`` are never touched. **Continuing a study**: run
+``memlab tune`` again with the same ``--out`` (and the same ``--pipeline``, ``--metric`` or
+``--study-name``): the marker lets the directory be reused, the trials are added to its
+``study.db`` and the summary is replaced by one over every trial. A study created in this run
+that finished no trial is removed again with the directory, if the run made it.
+
 Search spaces are written ``stage__param=KIND:…``::
 
     rrf__k=int:1:200:log          lifecycle__decay_factor=float:0.9:1.0
@@ -52,8 +65,90 @@ from memlab.eval.replay import ReplayConfig
 from memlab.eval.report import save_chart
 from memlab.eval.stats import compare
 from memlab.eval.sweep import dataset_entry, higher_is_better
-from memlab.io import atomic_write_text
+from memlab.io import (
+    OUTPUT_MARKER,
+    OutputDirError,
+    atomic_directory,
+    atomic_write_text,
+    check_output_dir,
+    output_kind,
+    owned_entries,
+    write_marker,
+)
 from memlab.pipeline import Pipeline, load_pipeline
+
+STUDY_FILE = "study.db"
+"""The study's SQLite file in a tune directory (the default storage)."""
+
+
+def check_tune_dir(out: str | Path, *, what: str = "output directory") -> Path:
+    """Refuse a tune output directory before any work (see the module docstring).
+
+    Returns:
+        The absolute path.
+
+    Raises:
+        OutputDirError: ``out`` is not missing, empty or a tune directory memlab wrote, or its
+            ``study.db`` is not memlab's.
+    """
+    path = check_output_dir(out, what=what)
+    if not path.exists() or not any(path.iterdir()):
+        return path
+    kind = output_kind(path)
+    if kind != "tune":
+        raise OutputDirError(
+            f"{what} {out}: is a memlab {kind} result, not a tune directory; give a new "
+            "directory (a tune directory holds its study, which later runs continue)"
+        )
+    study = path / STUDY_FILE
+    owned = owned_entries(path)
+    if study.is_symlink() or (study.exists() and (owned is None or not owned(STUDY_FILE))):
+        raise OutputDirError(
+            f"{what} {out}: holds a {STUDY_FILE} memlab did not write; move it away, or give "
+            "it as --storage sqlite:///PATH"
+        )
+    return path
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file of an SQLite storage URL (``None``: another database, or in memory)."""
+    head = "sqlite:///"
+    if not url.startswith(head) or url == head or ":memory:" in url:
+        return None
+    return Path(url[len(head):].partition("?")[0]).resolve()
+
+
+def _claim(out: Path, names: Sequence[str]) -> tuple[bool, bool]:
+    """Make ``out`` (missing or empty, or a tune directory) a marked tune directory claiming
+    ``names`` besides what it claims already.
+
+    Returns:
+        Whether this call created ``out``, and whether it was missing or empty.
+    """
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    empty = not any(out.iterdir())
+    owned = None if empty else owned_entries(out)
+    present = [e.name for e in out.iterdir() if e.name != OUTPUT_MARKER]
+    claimed = [n for n in present if owned is not None and owned(n)]
+    write_marker(out, "tune", sorted({*claimed, *names}))
+    return created, empty
+
+
+def _release(out: Path, study_file: Path | None, created: bool, empty: bool) -> None:
+    """Undo :func:`_claim` for a study that finished no trial: its ``study.db`` (when this
+    run created it), the marker (when ``out`` was missing or empty) and ``out`` itself (when
+    this run made it and it holds nothing else)."""
+    if study_file is not None:
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            study_file.with_name(study_file.name + suffix).unlink(missing_ok=True)
+    if empty:
+        (out / OUTPUT_MARKER).unlink(missing_ok=True)
+    if created:
+        try:
+            out.rmdir()
+        except OSError:
+            pass  # something else is in it now: leave it
 
 
 def parse_space(expressions: Sequence[str]) -> dict[str, Any]:
@@ -230,6 +325,7 @@ def run_tune(
         raise ValueError(f"unknown sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
     if not space:
         raise ValueError("the search space is empty: give at least one --space")
+    out_dir = check_tune_dir(out) if out is not None else None  # before any work
     base = pipeline.clone() if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
     params = base.get_params()
     check_space(base, space)  # bounds, constraints, writability: before any work or study.db
@@ -262,26 +358,36 @@ def run_tune(
         point = {name: _suggest(trial, name, dist) for name, dist in space.items()}
         return mean(per_query(point), train_ids)
 
-    out_dir = Path(out) if out is not None else None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
     if storage is None and out_dir is not None:
-        storage = f"sqlite:///{(out_dir / 'study.db').resolve()}"
+        storage = f"sqlite:///{(out_dir / STUDY_FILE).resolve()}"
     study_name = study_name or f"{base.name}-{metric}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     samplers = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler}
-    study = optuna.create_study(
-        storage=storage,
-        study_name=study_name,
-        direction="maximize" if higher else "minimize",
-        sampler=samplers[sampler](seed=seed),
-        load_if_exists=True,
-    )
-    from memlab.progress import Progress
+    # The study's file in OUT is memlab's from before it exists: the directory is marked first.
+    in_out = out_dir is not None and _sqlite_file(storage or "") == (out_dir / STUDY_FILE)
+    created, empty, new_study = False, False, None
+    if out_dir is not None:
+        new_study = out_dir / STUDY_FILE if in_out and not (out_dir / STUDY_FILE).exists() else None
+        created, empty = _claim(out_dir, [STUDY_FILE] if in_out else [])
+    study = None
+    try:
+        study = optuna.create_study(
+            storage=storage,
+            study_name=study_name,
+            direction="maximize" if higher else "minimize",
+            sampler=samplers[sampler](seed=seed),
+            load_if_exists=True,
+        )
+        from memlab.progress import Progress
 
-    mode = "auto" if progress is None else progress
-    with Progress(f"tune {base.name}", trials, unit="trials", mode=mode) as bar:
-        study.optimize(objective, n_trials=trials, callbacks=[lambda *_: bar.update()])
+        mode = "auto" if progress is None else progress
+        with Progress(f"tune {base.name}", trials, unit="trials", mode=mode) as bar:
+            study.optimize(objective, n_trials=trials, callbacks=[lambda *_: bar.update()])
+    except BaseException:
+        finished = study is not None and any(t.state.name == "COMPLETE" for t in study.trials)
+        if out_dir is not None and not finished:
+            _release(out_dir, new_study, created, empty)
+        raise
     best = dict(study.best_params)
     best_pq = per_query(best)
     defaults = {k: params[k] for k in space if k in params}
@@ -335,7 +441,9 @@ def run_tune(
         "seconds": round(time.time() - started, 3),
     }
     if out_dir is not None:
-        res.out = write_tune(res, study, out_dir)
+        with atomic_directory(out_dir, kind="tune", keep=(STUDY_FILE,) if in_out else ()) as tmp:
+            write_tune(res, study, tmp)
+        res.out = out_dir.resolve()
     return res
 
 
@@ -413,7 +521,11 @@ def importance_chart(importances: Mapping[str, float]) -> alt.Chart:
 
 
 def write_tune(res: TuneResult, study: Any, out: Path) -> Path:
-    """Write the study's summary, tuned pipeline, trials and charts into ``out``."""
+    """Write the study's summary, tuned pipeline, trials and charts into ``out``.
+
+    ``out`` is a directory memlab is building (:func:`run_tune` fills a hidden sibling of the
+    tune directory and publishes it atomically); this function does not check it.
+    """
     import optuna
 
     summary = {

@@ -14,9 +14,10 @@ from typing import Any
 
 
 def cmd_pool(args: argparse.Namespace) -> int:
-    from memlab.judge.pool import pool_runs, write_pool
+    from memlab.judge.pool import check_pool_out, pool_runs, write_pool
     from memlab.progress import Progress
 
+    check_pool_out(args.out)  # before any pooling
     with Progress("judge pool", mode="auto"):
         pool = pool_runs(
             args.runs, depth=args.depth, dataset=args.dataset, served=not args.no_served,
@@ -90,7 +91,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--dataset", help="the dataset (default: from the runs' manifests)")
     p.add_argument("--no-served", action="store_true", help="do not pool the served lists")
     p.add_argument("--seed", type=int, default=0, help="seed of the order within a query")
-    p.add_argument("--out", required=True, help="the judging queue (JSONL)")
+    p.add_argument(
+        "--out", required=True,
+        help="the judging queue (JSONL): a new file, or an earlier queue it replaces",
+    )
     p.set_defaults(func=cmd_pool)
     p = judge.add_parser("add", help="record one judgment into DATASET/judgments.jsonl")
     p.add_argument("dataset")

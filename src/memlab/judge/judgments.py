@@ -141,17 +141,42 @@ def read_judgments(path: str | os.PathLike[str]) -> list[Judgment]:
             if torn and number == len(pieces):
                 break
             raise ValueError(f"{where}: not a JSON line: {exc}") from None
+        except RecursionError:
+            raise ValueError(f"{where}: not a JSON line: nested too deeply to read") from None
+        except ValueError as exc:  # an integer of more than 4300 digits
+            raise ValueError(f"{where}: not a JSON line: {exc}") from None
         out.append(check_judgment(obj, where))
     return out
+
+
+def _torn(tail: bytes) -> bool:
+    """Whether the unterminated last line ``tail`` is a write torn by a crash (it does not
+    parse as JSON), not a complete line that only lacks its newline (a hand-edited file)."""
+    try:
+        json.loads(tail.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return True
+    return False
 
 
 def append_judgment(path: str | os.PathLike[str], judgment: Judgment) -> None:
     """Append one judgment durably (file lock, flush, fsync).
 
-    A torn last line (a crash during an earlier append) is cut off first.
+    A torn last line (a crash during an earlier append: an unterminated line that does not
+    parse) is cut off first; a complete last line that only lacks its newline (a file edited
+    by hand) is kept and ended. ``path``'s ``judgments.jsonl`` must be a regular file (not a
+    symbolic link or a directory).
+
+    Raises:
+        ValueError: If ``judgments.jsonl`` is a symbolic link or not a regular file.
     """
     check_judgment(judgment.to_json(), "judgment")
     file = judgments_path(path)
+    if file.is_symlink() or (file.exists() and not file.is_file()):
+        raise ValueError(
+            f"{file}: is {'a symbolic link' if file.is_symlink() else 'not a regular file'}; "
+            "memlab appends judgments only to a regular file"
+        )
     file.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(judgment.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
     with FileLock(str(file.with_name(f".{file.name}.lock"))):
@@ -163,7 +188,14 @@ def append_judgment(path: str | os.PathLike[str], judgment: Judgment) -> None:
                 tail = fh.read()
                 if not tail.endswith(b"\n"):
                     cut = tail.rfind(b"\n")
-                    fh.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
+                    if cut < 0 and size > len(tail):
+                        fh.seek(0)  # one line longer than the window: read all of it
+                        tail = fh.read()
+                        cut = tail.rfind(b"\n")
+                    if _torn(tail[cut + 1:]):
+                        fh.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
+                    else:
+                        fh.write(b"\n")
                     fh.seek(0, os.SEEK_END)
             fh.write(line.encode("utf-8"))
             fh.flush()
