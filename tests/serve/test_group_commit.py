@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -183,3 +184,62 @@ def test_the_recording_stays_in_commit_order_under_concurrent_calls(tmp_path: Pa
     assert len(lines) == 6 * 5 * 3 + 10
     stamps = [x["ts"] for x in lines]  # whole, strictly increasing milliseconds per call
     assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [33, 400, 900])
+def test_deeply_nested_metadata_fails_its_item_alone(tmp_path: Path, depth: int) -> None:
+    """Checked before anything recurses into it: an item error, never a RecursionError that
+    fails the group commit of every other caller's batch."""
+    store = MemoryStore(tmp_path / "store", embedder=HashingEmbedder(dim=64), chroma=False)
+    rec = CountingRecorder(tmp_path / "rec")
+    svc = MemoryService(store, load_pipeline("bm25"), recorder=rec, clock=lambda: 1.77e9)
+    deep = {"content": "deep", "metadata": _nested(depth)}
+    calls = [_items(0, 3), [deep, {"content": "after the deep one"}], [deep], _items(3, 2)]
+    outcomes, _ = _queued_calls(svc, calls)
+    message = "field 'metadata' nested deeper than 32 levels"
+    assert [[r["ok"] for r in out] for out in outcomes] == [
+        [True] * 3, [False, True], [False], [True] * 2]
+    assert outcomes[1][0]["error"] == outcomes[2][0]["error"] == message
+    assert rec.appends == [6]  # one group, one append: the other batches were committed
+    with pytest.raises(ServiceError, match=re.escape(message)):
+        svc.store_memory("deep", metadata=_nested(depth))
+    with pytest.raises(ServiceError, match=re.escape("field 'properties.a' nested deeper")):
+        svc.relate("Billing", "uses", "Postgres", properties=_nested(depth))
+    svc.close()
+    lines = (tmp_path / "rec" / "memories.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and len(store) == 6
+
+
+def test_an_item_that_fails_unexpectedly_fails_alone_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MemoryStore(tmp_path / "store", embedder=HashingEmbedder(dim=64), chroma=False)
+    rec = CountingRecorder(tmp_path / "rec")
+    svc = MemoryService(store, load_pipeline("bm25"), recorder=rec, clock=lambda: 1.77e9)
+    real = svc._store_line
+
+    def explode(res: Any, *args: Any) -> dict[str, Any]:
+        if store.get(res.id).text == "explodes after its write":  # written, then this fails
+            raise RuntimeError("/internal/path/service.py line 42")
+        return real(res, *args)
+
+    monkeypatch.setattr(svc, "_store_line", explode)
+    calls = [_items(0, 2), [{"content": "explodes after its write"}, {"content": "fine"}]]
+    outcomes, _ = _queued_calls(svc, calls)
+    assert outcomes[1][0] == {"index": 0, "ok": False, "error":
+                              "the item was not stored: internal error (RuntimeError)"}
+    assert [r["ok"] for r in outcomes[0]] + [outcomes[1][1]["ok"]] == [True, True, True]
+    assert rec.appends == [3]
+    svc.close()
+    with MemoryStore(tmp_path / "store", chroma=False) as again:
+        texts = sorted(again.get(i).text for i in again.ids)
+    assert texts == ["call 0 note 0", "call 0 note 1", "fine"]  # the failed write was undone
+    lines = (tmp_path / "rec" / "memories.jsonl").read_text().splitlines()
+    assert sorted(json.loads(x)["text"] for x in lines) == texts

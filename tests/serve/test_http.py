@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import httpx
 import pytest
@@ -232,3 +233,51 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_call(tmp_path: Path) -> Non
     assert validate_dataset(rec) == []
     with MemoryStore(tmp_path / "store", chroma=False) as store:
         assert set(acked) <= set(store.ids)
+
+
+def test_deep_metadata_is_an_item_error_not_a_500(tmp_path: Path) -> None:
+    client = _client(tmp_path)  # the TestClient raises what the server raises, if anything
+    body = ('[{"content":"nested","metadata":' + '{"a":' * 600 + "1" + "}" * 600
+            + '},{"content":"valid"}]')
+    res = client.post("/memories", content=body.encode(), headers=AUTH)
+    assert res.status_code == 207
+    assert res.json()["results"][0] == {
+        "index": 0, "ok": False, "error": "field 'metadata' nested deeper than 32 levels"}
+    assert res.json()["results"][1]["ok"] is True
+    assert client.get("/health", headers=AUTH).json()["memories"] == 1
+
+
+def test_a_failed_group_commit_is_a_json_500_without_a_traceback(tmp_path: Path) -> None:
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    recorder = Recorder(tmp_path / "rec")
+
+    def full(lines: Any) -> dict[str, int]:
+        raise OSError(28, "No space left on device")
+
+    recorder.append_all = full  # type: ignore[method-assign]
+    service = MemoryService(store, load_pipeline("bm25"), recorder=recorder, clock=lambda: 1.77e9)
+    client = TestClient(build_app(service, token=TOKEN))
+    res = client.post("/memories", json=[{"content": "a"}], headers=AUTH)
+    assert res.status_code == 500
+    assert res.json() == {"error": "the batch was not stored: the group commit failed "
+                                   "(OSError); nothing of it was written"}
+    assert client.get("/health", headers=AUTH).json()["memories"] == 0
+
+
+def test_an_item_whose_names_are_not_text_fails_alone(tmp_path: Path) -> None:
+    client = _client(tmp_path)
+    res = client.post("/memories", json=[
+        {"content": "\u0000"},
+        {"content": "ok", "scope": "project:ghp_1111A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"},
+        {"content": "ok", "memory_type": "status", "subject": "ci", "status_value": " "},
+        {"content": "ok", "valid_from": "0999-12-31T23:59:59Z"},
+    ], headers=AUTH)
+    assert res.status_code == 207
+    errors = [r.get("error") for r in res.json()["results"]]
+    assert errors[0].startswith("field 'content' holds no visible text")
+    assert errors[1].startswith("field 'scope' holds what looks like a credential")
+    assert errors[2] == "field 'status_value' must not be empty"
+    assert errors[3] is None
+    lines = (tmp_path / "rec" / "memories.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["valid_from"] == "0999-12-31T23:59:59.000Z"
+    assert validate_dataset(tmp_path / "rec") == []

@@ -210,3 +210,43 @@ def test_streamable_http(tmp_path: Path) -> None:
             proc.kill()
             proc.wait(timeout=10)
     assert validate_dataset(tmp_path / "rec") == []
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "field", "kind"),
+    [
+        ("recall", {"query": "x", "limit": True}, "limit", "integer"),
+        ("recall", {"query": "x", "limit": "5"}, "limit", "integer"),
+        ("recall", {"query": "x", "include_superseded": 1}, "include_superseded", "boolean"),
+        ("list_memories", {"include_inactive": "yes"}, "include_inactive", "boolean"),
+        ("list_memories", {"offset": True}, "offset", "integer"),
+        ("store", {"content": "coerced", "confidence": True}, "confidence", "number"),
+        ("get_entity", {"name": "x", "depth": False}, "depth", "integer"),
+        ("store", {"content": 7}, "content", "string"),
+    ],
+)
+def test_arguments_of_another_json_type_are_refused(
+    tool: str, args: dict[str, Any], field: str, kind: str
+) -> None:
+    from memlab.pipeline import load_pipeline
+    from memlab.serve.mcp_server import build_server
+    from memlab.serve.service import MemoryService
+
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    server = build_server(MemoryService(store, load_pipeline("bm25"), clock=lambda: 1.77e9))
+
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with Client(server) as client:
+                result = await client.call_tool(tool, args)
+                assert result.is_error
+                assert f"{field}\n  Input should be a valid {kind}" in result.content[0].text
+                # the right types pass (an integer is a number too)
+                ok = await client.call_tool("store", {"content": "typed", "confidence": 1})
+                assert not ok.is_error, ok.content[0].text
+                ok = await client.call_tool("recall", {"query": "typed", "limit": 5,
+                                                       "include_superseded": True})
+                assert not ok.is_error, ok.content[0].text
+
+    anyio.run(main)
+    assert [store.get(i).text for i in store.ids] == ["typed"]

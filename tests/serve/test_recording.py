@@ -80,6 +80,7 @@ def test_memlabs_own_torn_append_is_cut(tmp_path: Path, cut: int) -> None:
     (rec_dir / "memories.jsonl").write_bytes(full["memories.jsonl"] + torn)
     Recorder(rec_dir).close()
     assert (rec_dir / "memories.jsonl").read_bytes() == full["memories.jsonl"]
+    assert (rec_dir / ".memories.jsonl.uncommitted").read_bytes() == torn + b"\n"  # kept
 
 
 def test_a_torn_multibyte_character_is_cut(tmp_path: Path) -> None:
@@ -230,3 +231,30 @@ def test_cli_refuses_a_recording_overlapping_the_store(
     else:
         assert f"--record {record}: is the store directory {store}" in err
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing was created
+
+
+def test_a_hand_typed_line_cut_short_is_moved_aside_never_deleted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user appends a judgment by hand and forgets the closing brace and the newline: it
+    looks like memlab's own torn append, so it leaves the file, into a sidecar."""
+    rec_dir = tmp_path / "rec"
+    _recording(rec_dir)
+    judged = _compact({"qid": "r1", "mem_id": "m1", "grade": 1, "source": "agent",
+                       "judge": "atlas", "ts": "2026-03-01T10:00:03Z"}) + b"\n"
+    typed = (b'{"qid":"r1","mem_id":"m2","grade":2,"source":"human","judge":"ann",'
+             b'"ts":"2026-11-25T00:00:00Z","note":"my careful note about why')
+    (rec_dir / "judgments.jsonl").write_bytes(judged + typed)
+    with caplog.at_level("WARNING", logger="memlab.serve"):
+        Recorder(rec_dir).close()
+    assert (rec_dir / "judgments.jsonl").read_bytes() == judged
+    assert (rec_dir / ".judgments.jsonl.uncommitted").read_bytes() == typed + b"\n"
+    assert (f"judgments.jsonl:2: moved a torn last line ({len(typed)} bytes, left by a crash "
+            f"mid-write or an unfinished edit) to {rec_dir / '.judgments.jsonl.uncommitted'}"
+            ) in caplog.text
+    # a second torn line later is appended to the sidecar, after the first
+    (rec_dir / "judgments.jsonl").write_bytes(judged + b'{"qid":"r1"')
+    Recorder(rec_dir).close()
+    assert (rec_dir / ".judgments.jsonl.uncommitted").read_bytes() == (
+        typed + b"\n" + b'{"qid":"r1"\n')
+    assert validate_dataset(rec_dir) == []

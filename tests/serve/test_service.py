@@ -766,3 +766,263 @@ def test_a_humans_consolidate_counts_no_other_tenants_expired_events(
     acme.store_memory("acme event", memory_type="event")
     clock.t += 31 * 86_400.0
     assert acme.consolidate()["expired"] == 1  # its own; globex's three expire unreported
+
+
+# --------------------------------------------------------------------- red team 21
+T1 = "ghp_1111A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+T2 = "ghp_2222A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+T3 = "ghp_3333A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+T4 = "ghp_4444A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+SECRETS = (T1, T2, T3, T4, "Tr0ub4dor&3", "hunter2x9Q")
+
+
+def _nothing_raw(rec_dir: Path) -> None:
+    """No secret of :data:`SECRETS` in any file of the recording."""
+    for path in rec_dir.iterdir():
+        if path.is_file():
+            data = path.read_bytes()
+            for secret in SECRETS:
+                assert secret.encode() not in data, (path.name, secret)
+
+
+def test_the_recording_holds_exactly_what_the_store_holds(tmp_path: Path) -> None:
+    rec_dir = tmp_path / "rec"
+    recorder = Recorder(rec_dir)
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    svc = _service(store, None, recorder=recorder)
+    meta = {T1: "a key that is a token", "nested": {T2: 1, "db_password": "Tr0ub4dor&3"}}
+    first = svc.store_memory("deploy notes for billing", "fact", key="billing-notes",
+                             tags=[f"tag {T3}"], metadata=meta)
+    status = svc.store_memory("billing db state", "status", subject="billing-db",
+                              status_value="up, password=hunter2x9Q")
+    bulk = svc.store_many([
+        {"content": "ingested note", "metadata": {"src": {T4: "x"}}},
+        {"content": "deploy notes for billing", "key": "billing-notes", "metadata": meta,
+         "tags": [f"tag {T3}"]},
+    ])
+    assert [r["action"] for r in bulk] == ["created", "deduplicated"]
+    svc.correct(status["id"], f"billing db is down, token {T1}", f"ops said so {T2}")
+    svc.forget(bulk[0]["id"], f"noise, ask {T3}")
+    svc.relate("Billing", "uses", "Postgres", properties={T4: "v", "api_key": T1})
+    svc.store_entity("Ledger", "service", properties={"api_key": T2})
+    rid = svc.recall(f"billing {T4}")["recall_id"]
+    svc.feedback(rid, useful_ids=[first["id"]], note=f"right, {T1}")
+    recorder.close()
+
+    _nothing_raw(rec_dir)
+    lines = [json.loads(x) for x in (rec_dir / "memories.jsonl").read_text().splitlines()]
+    for line in lines:
+        op = line.get("op", "store")
+        if op == "store" and line["id"] in store.ids:  # created: exactly the stored record
+            rec = store.get(line["id"])
+            for name in ("text", "source_agent", "key", "subject", "status_value", "metadata",
+                         "scope", "client_id", "importance", "confidence"):
+                if name in line:
+                    assert line[name] == getattr(rec, name), (line["id"], name)
+        elif op == "store":  # deduplicated: the fields scrubbed as the store scrubbed them
+            assert line["metadata"] == store.get(first["id"]).metadata
+        elif op == "correct":
+            rec = store.get(line["id"])
+            assert (line["text"], line["reason"]) == (rec.text, rec.metadata["correction_reason"])
+        elif op == "forget":
+            assert line["reason"] == store.get(line["target"]).forgotten_reason
+    # and a replay of the recording rebuilds the same records
+    assert validate_dataset(rec_dir) == []
+    result = Replayer(load_dataset(rec_dir), embedder=HashingEmbedder(dim=64),
+                      progress=False).run(load_pipeline("bm25"))
+    for line in lines:
+        if line.get("op", "store") in ("store", "correct") and line["id"] in store.ids:
+            live, again = store.get(line["id"]), result.store.get(result.id_map[line["id"]])
+            assert (again.text, again.metadata, again.status_value, again.key) == (
+                live.text, live.metadata, live.status_value, live.key)
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda s: s.relate(f"Vendor {T1} corp", "uses", "Quantix"), "from"),
+        (lambda s: s.relate("Quantix", "uses", f"Svc {T1}"), "to"),
+        (lambda s: s.relate(T1, "uses", T2), "from"),  # not "the same entity": refused first
+        (lambda s: s.store_entity(f"Acme {T2}", "org"), "name"),
+        (lambda s: s.store_entity("Acme", T2), "type"),
+        (lambda s: s.store_entity("Acme", "org", relations=[{"relation": "uses",
+                                                             "to": f"Svc {T3}"}]),
+         "relations[0].to"),
+        (lambda s: s.store_memory("the deploy key rotates", key=f"deploy {T1}"), "key"),
+        (lambda s: s.store_memory("green", "status", subject=T1), "subject"),
+        (lambda s: s.capture_episode("fixed it", [{"content": "it works"}], episode_id=T1),
+         "episode_id"),
+        (lambda s: s.store_memory("x", scope=f"project:{T1}"), "scope"),
+        (lambda s: s.recall("x", scope=f"agent:{T1}"), "scope"),
+    ],
+)
+def test_names_keys_and_ids_holding_a_credential_are_refused(
+    tmp_path: Path, call: Any, field: str
+) -> None:
+    """The store keeps a name scrubbed: two different tokens would name one entity, key or
+    subject (and a scope or an agent name would keep the token). Such a value is refused."""
+    recorder = Recorder(tmp_path / "rec")
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    svc = _service(store, None, recorder=recorder)
+    with pytest.raises(ServiceError, match=re.escape(f"field '{field}' holds what looks like "
+                                                     "a credential")) as err:
+        call(svc)
+    assert not any(t in str(err.value) for t in (T1, T2, T3))  # the message names no secret
+    recorder.close()
+    assert len(store) == 0 and store.graph.n_edges == 0
+    assert (tmp_path / "rec" / "memories.jsonl").read_bytes() == b""
+
+
+def test_agent_client_and_item_names_holding_a_credential_are_refused() -> None:
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    for kwargs, field in (({"principal": Principal.of(T1)}, "agent"),
+                          ({"principal": Principal.of("atlas", [T2])}, "projects"),
+                          ({"client_id": T1}, "client_id"),
+                          ({"source_agent": T1}, "source_agent")):
+        with pytest.raises(ServiceError, match=re.escape(f"field '{field}' holds what looks")):
+            MemoryService(store, load_pipeline("bm25"), **kwargs)
+    svc = MemoryService(store, load_pipeline("bm25"), clock=StepClock())
+    out = svc.store_many([{"content": "mine", "agent": T1}, {"content": "ours", "agent": "hera"},
+                          {"content": "x", "agent": "atlas\n"}])
+    assert [r["ok"] for r in out] == [False, True, False]
+    assert out[0]["error"].startswith("field 'agent' holds what looks like a credential")
+    assert out[2]["error"] == (
+        "field 'agent': 'atlas\\n' is not a valid name (it holds a line break)")
+    assert [store.get(i).scope for i in store.ids] == ["agent:hera"]
+
+
+def test_two_names_of_one_entity_are_refused_before_anything_is_written(
+    store: MemoryStore,
+) -> None:
+    svc = _service(store, None)
+    with pytest.raises(ServiceError, match=re.escape(
+            "field 'to': 'Alice  Smith' and ' alice smith' name the same entity")):
+        svc.relate("Alice  Smith", "uses", " alice smith")
+    with pytest.raises(ServiceError, match=re.escape(
+            "field 'relations[1].to': 'Acme' and 'ACME' name the same entity")):
+        svc.store_entity("Acme", "org", relations=[{"relation": "uses", "to": "Vercel"},
+                                                   {"relation": "uses", "to": "ACME"}])
+    assert len(store) == 0 and store.graph.n_edges == 0
+
+
+def test_every_value_a_call_accepts_is_recorded_validly(tmp_path: Path) -> None:
+    rec_dir = tmp_path / "rec"
+    recorder = Recorder(rec_dir)
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    svc = _service(store, None, recorder=recorder)
+    for blank in ("", " "):
+        with pytest.raises(ServiceError, match="field 'status_value' must not be empty"):
+            svc.store_memory("deploy state", "status", subject="deploy", status_value=blank)
+        out = svc.store_many([{"content": "deploy state", "memory_type": "status",
+                               "subject": "deploy", "status_value": blank}])
+        assert out[0]["error"] == "field 'status_value' must not be empty"
+    ids = {}
+    for stamp in ("0001-01-01T00:00:00Z", "0999-06-01T12:30:00.5Z", "9999-12-31T23:59:59.999Z"):
+        ids[stamp] = svc.store_memory(f"a fact valid from {stamp}", valid_from=stamp)["id"]
+    assert svc.list_memories()["memories"][1]["valid_from"] == "0999-06-01T12:30:00.500Z"
+    svc.recall("fact", at_time="0001-01-01T00:00:00Z")
+    svc.consolidate(since="0500-01-01T00:00:00+01:00")
+    recorder.close()
+    lines = [json.loads(x) for x in (rec_dir / "memories.jsonl").read_text().splitlines()]
+    assert [x.get("valid_from") for x in lines[:3]] == [
+        "0001-01-01T00:00:00.000Z", "0999-06-01T12:30:00.500Z", "9999-12-31T23:59:59.999Z"]
+    assert lines[3]["since"] == "0499-12-31T23:00:00.000Z"
+    query = json.loads((rec_dir / "queries.jsonl").read_text())
+    assert query["at_time"] == "0001-01-01T00:00:00.000Z"
+    assert validate_dataset(rec_dir) == []
+    # parsed back, each timestamp is the very float the store holds
+    replayed = Replayer(load_dataset(rec_dir), embedder=HashingEmbedder(dim=64),
+                        progress=False).run(load_pipeline("bm25")).store
+    for mid in ids.values():
+        assert replayed.get(mid).valid_from == store.get(mid).valid_from
+
+
+def test_changes_a_replay_could_not_make_are_refused(tmp_path: Path) -> None:
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    before = MemoryService(store, load_pipeline("bm25"), clock=StepClock())
+    old = before.store_memory("written before the recording began", "fact")["id"]
+    recorder = Recorder(tmp_path / "rec")
+    svc = MemoryService(store, load_pipeline("bm25"), recorder=recorder, clock=StepClock(2e9))
+    for change in (lambda: svc.forget(old, "stale"), lambda: svc.promote(old),
+                   lambda: svc.correct(old, "rewritten", "fix")):
+        with pytest.raises(ServiceError, match=re.escape(
+                f"memory {old!r} is not in the recording {tmp_path / 'rec'} (it was written "
+                "before the recording began)")):
+            change()
+    agent = MemoryService(store, load_pipeline("bm25"), principal=Principal.of("atlas"),
+                          recorder=recorder, clock=StepClock(3e9))
+    dec = agent.store_decision("Use Postgres", "mature")["id"]
+    with pytest.raises(ServiceError, match=f"memory '{dec}' is a decision: decisions are "
+                                           "immutable"):
+        agent.promote(dec)
+    mine = agent.store_memory("recorded, so changeable", "fact")["id"]
+    agent.forget(mine, "done")  # a memory of the recording: changed as ever
+    recorder.close()
+    assert store.get(old).active and store.get(dec).scope == "agent:atlas"
+    assert validate_dataset(tmp_path / "rec") == []
+    assert before.forget(old, "stale")["forgotten"] is True  # no recording: nothing to replay
+
+
+def test_a_line_the_validator_refuses_fails_the_call_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = Recorder(tmp_path / "rec")
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    svc = _service(store, None, recorder=recorder)
+    real = svc._store_line
+
+    def broken(*args: Any) -> dict[str, Any]:
+        return {**real(*args), "importance": "urgent"}  # a value the validator refuses
+
+    monkeypatch.setattr(svc, "_store_line", broken)
+    with pytest.raises(ServiceError, match=re.escape(
+            "field 'importance': unknown importance 'urgent'")):
+        svc.store_memory("never stored", "fact")
+    out = svc.store_many([{"content": "never stored either"}])
+    assert "unknown importance 'urgent'" in out[0]["error"]
+    recorder.close()
+    assert len(store) == 0  # the write was undone with its line
+    assert (tmp_path / "rec" / "memories.jsonl").read_bytes() == b""
+
+
+@pytest.mark.parametrize("text", ["\x00", "\x1b[2J\x1b[31m", "\u200b\u200d", "\x07\x1b]0;x\x07"])
+def test_text_with_nothing_visible_is_refused(store: MemoryStore, text: str) -> None:
+    svc = _service(store, None)
+    message = "holds no visible text (only control characters, format characters or terminal "
+    with pytest.raises(ServiceError, match=re.escape(f"field 'content' {message}")):
+        svc.store_memory(text)
+    with pytest.raises(ServiceError, match=re.escape(f"field 'from' {message}")):
+        svc.relate(text, "uses", "Postgres")
+    with pytest.raises(ServiceError, match=re.escape(f"field 'name' {message}")):
+        svc.store_entity(text)
+    assert svc.store_memory("\x1b[31mred\x1b[0m alert")["action"] == "created"  # shows "red"
+    assert len(store) == 1
+
+
+def test_a_refused_call_never_rebuilds_the_store(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call refused before it writes leaves SQLite alone: a rolled-back transaction makes
+    the store rebuild its whole in-memory state, with the lock held against every client."""
+    svc = _service(store, "atlas")
+    mine = svc.store_memory("Atlas deploys with helm", "fact")["id"]
+    rebuilds: list[int] = []
+    real = store._reload
+    monkeypatch.setattr(store, "_reload", lambda: (rebuilds.append(1), real())[1])
+    for call in (
+        lambda: svc.store_memory(""),
+        lambda: svc.store_memory("x", metadata={"tags": 1}),
+        lambda: svc.store_decision("x", alternatives="MySQL"),
+        lambda: svc.relate("a", "likes", "b"),
+        lambda: svc.store_entity("x", relations=[{"to": "y"}]),
+        lambda: svc.forget("nope", "x"),
+        lambda: svc.correct(mine, "", "x"),
+        lambda: svc.promote("nope"),
+        lambda: svc.consolidate(scope="agent:hera"),
+        lambda: svc.recall("x", at_time="2999-01-01T00:00:00Z"),
+        lambda: svc.capture_episode("x", []),
+    ):
+        with pytest.raises(ServiceError):
+            call()
+    assert rebuilds == []
+    assert svc.recall("helm")["ids"] == [mine]  # and the store serves as before

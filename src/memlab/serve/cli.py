@@ -4,15 +4,24 @@
 
     memlab serve mcp STORE_DIR --pipeline rrf --agent atlas [--project apollo] [--record DIR]
         [--transport stdio|http] [--host 127.0.0.1] [--port 8000]
+        [--token-env MEMLAB_MCP_TOKEN | --token-file F]   # http: a Bearer token (optional)
     memlab serve http STORE_DIR --human [--token-env MEMLAB_INGEST_TOKEN | --token-file F]
         [--record DIR] [--port 8080] [--max-batch 1000] [--max-request-bytes 8388608]
         [--chroma-idle 1]   # new vectors go to chromadb after 1 s without calls (0: each commit)
+    # both HTTP servers: [--max-connections 100] [--header-timeout 10] [--keep-alive 5]
+
+``SIGINT`` and ``SIGTERM`` stop every transport the same way: the server stops taking calls,
+the memory service is closed (chromadb flushed, SQLite checkpointed, the recording's lock
+released), and the process exits 130 or 143.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -109,21 +118,125 @@ def _check_record_dir(record: Path, store_dir: Path) -> None:
 
 
 def _close(service: Any) -> None:
-    service.close()
+    """Close the service with ``SIGINT`` and ``SIGTERM`` held back: a signal that comes
+    meanwhile is only noted, and acted on (``KeyboardInterrupt``,
+    :class:`~memlab.serve.net.Terminated`) once the store and the recording are closed."""
+    from memlab.serve.net import Terminated
+
+    got: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        got.append(signum)
+
+    before = {}
+    if threading.current_thread() is threading.main_thread():
+        before = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        service.close()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    if got:
+        raise Terminated if got[0] == signal.SIGTERM else KeyboardInterrupt
+
+
+def _stopped(sig: int | None) -> int:
+    """The exit status after an HTTP server stopped on a signal and its service was closed:
+    as the command line ends on that signal (``SIGTERM``: 143, ``SIGINT``: 130)."""
+    if sig == signal.SIGTERM:
+        print("memlab: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    if sig == signal.SIGINT:
+        print("memlab: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _serving(run: Any) -> int:
+    """``run()`` (start, serve, close) with ``SIGTERM`` unwinding it as ``SIGINT`` does; a
+    ``SIGTERM`` that stopped it ends as the command line ends on one (exit 143)."""
+    from memlab.serve.net import Terminated, sigterm_unwinds
+
+    try:
+        with sigterm_unwinds():
+            return int(run())
+    except Terminated:
+        print("memlab: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
+
+
+#: File descriptors kept for the store, chromadb, the recording and Python itself, beyond
+#: one per client connection.
+FD_RESERVE = 128
+
+
+def _limits(args: argparse.Namespace) -> Any:
+    """The connection limit and timeouts of ``args``, within the open-file limit (the soft
+    limit is raised toward the hard one when it is too low).
+
+    Raises:
+        CLIError: A value is out of range, or the open-file limit cannot hold the
+            connections.
+    """
+    from memlab.cli import CLIError
+    from memlab.serve.net import Limits
+
+    if args.max_connections < 1:
+        raise CLIError("--max-connections must be an integer >= 1")
+    for option, value in (("--header-timeout", args.header_timeout),
+                          ("--keep-alive", args.keep_alive)):
+        if not 0 < value < float("inf"):  # also NaN
+            raise CLIError(f"{option} must be > 0 (seconds)")
+    limits = Limits(args.max_connections, args.header_timeout, args.keep_alive)
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return limits
+    want = limits.max_connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(hard, want)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < want:
+        raise CLIError(
+            f"--max-connections {limits.max_connections}: the open-file limit is {soft} "
+            f"(hard limit {hard}); it must hold the connections and {FD_RESERVE} more for the "
+            "store — lower --max-connections or raise the limit (ulimit -n)"
+        )
+    return limits
 
 
 def cmd_serve_mcp(args: argparse.Namespace) -> int:
     from memlab.serve.mcp_server import run
 
-    service = _service(args)
-    try:
-        run(service, transport=args.transport, host=args.host, port=args.port)
-    finally:
-        _close(service)
-    return 0
+    limits = _limits(args) if args.transport == "http" else None
+    token = _mcp_token(args)
+
+    def serve() -> int:
+        service = _service(args)
+        try:
+            if args.transport == "http" and token is None:
+                who = f"agent {args.agent!r}" if args.agent else "a human (every scope)"
+                print(
+                    f"memlab: warning: no token (${args.token_env} or --token-file): any "
+                    f"process that can reach http://{args.host}:{args.port}/mcp can call every "
+                    f"tool as {who} of client {args.client!r}",
+                    file=sys.stderr,
+                )
+            stopped = run(service, transport=args.transport, host=args.host, port=args.port,
+                          limits=limits, token=token)
+        finally:
+            _close(service)
+        return _stopped(stopped)
+
+    return _serving(serve)
 
 
-def _token(args: argparse.Namespace) -> str:
+def _token(args: argparse.Namespace, *, required: bool = True) -> str | None:
     from memlab.cli import CLIError
 
     if args.token_file:
@@ -135,12 +248,26 @@ def _token(args: argparse.Namespace) -> str:
     else:
         token = os.environ.get(args.token_env, "").strip()
         where = f"${args.token_env}"
-    if not token:
+    if not token and required:
         raise CLIError(
             f"no ingest token in {where}: the server refuses to start without one "
             "(--token-env NAME or --token-file PATH)"
         )
-    return token
+    if not token and args.token_file:
+        raise CLIError(f"no token in {where}: give a file holding one, or no --token-file")
+    return token or None
+
+
+def _mcp_token(args: argparse.Namespace) -> str | None:
+    """The MCP server's Bearer token: read as the ingest server reads its own (a file, or an
+    environment variable), but optional; stdio takes none."""
+    from memlab.cli import CLIError
+
+    if args.transport == "stdio":
+        if args.token_file:
+            raise CLIError("--token-file guards --transport http; stdio has no network to guard")
+        return None
+    return _token(args, required=False)
 
 
 def cmd_serve_http(args: argparse.Namespace) -> int:
@@ -150,16 +277,21 @@ def cmd_serve_http(args: argparse.Namespace) -> int:
     token = _token(args)
     if args.max_batch < 1 or args.max_request_bytes < 1:
         raise CLIError("--max-batch and --max-request-bytes must be positive")
-    service = _service(args)
-    try:
-        app = build_app(
-            service, token=token, max_request_bytes=args.max_request_bytes,
-            max_batch=args.max_batch,
-        )
-        serve(app, host=args.host, port=args.port)
-    finally:
-        _close(service)
-    return 0
+    limits = _limits(args)
+
+    def run() -> int:
+        service = _service(args)
+        try:
+            app = build_app(
+                service, token=token, max_request_bytes=args.max_request_bytes,
+                max_batch=args.max_batch,
+            )
+            stopped = serve(app, host=args.host, port=args.port, limits=limits)
+        finally:
+            _close(service)
+        return _stopped(stopped)
+
+    return _serving(run)
 
 
 def add_commands(sub: Any) -> None:
@@ -188,9 +320,24 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
         p.add_argument("--port", type=int, default=port, help=f"port (default {port})")
 
+    def limits(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--max-connections", type=int, default=100,
+                       help="HTTP: most open client connections; one more is answered 503 "
+                       "(default 100)")
+        p.add_argument("--header-timeout", type=float, default=10.0,
+                       help="HTTP: seconds a connection has to send a request's headers "
+                       "(default 10; then 408 and closed)")
+        p.add_argument("--keep-alive", type=float, default=5.0,
+                       help="HTTP: seconds an idle connection stays open (default 5)")
+
     p = serve.add_parser("mcp", help="MCP server over stdio or Streamable HTTP")
     common(p, 8000)
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    p.add_argument("--token-env", default="MEMLAB_MCP_TOKEN",
+                   help="--transport http: environment variable holding a Bearer token "
+                   "(default MEMLAB_MCP_TOKEN; unset: no token, any local process may call)")
+    p.add_argument("--token-file", help="--transport http: file holding the Bearer token")
+    limits(p)
     p.set_defaults(func=cmd_serve_mcp)
 
     p = serve.add_parser("http", help="HTTP bulk ingest with a Bearer token")
@@ -198,6 +345,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--token-env", default="MEMLAB_INGEST_TOKEN",
                    help="environment variable holding the token (default MEMLAB_INGEST_TOKEN)")
     p.add_argument("--token-file", help="file holding the token (instead of the environment)")
+    limits(p)
     p.add_argument("--max-batch", type=int, default=1000, help="most items per request")
     p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024,
                    help="largest request body")

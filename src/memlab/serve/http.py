@@ -12,16 +12,22 @@ Responses (JSON): ``200`` when every item is stored, ``207`` when some fail (per
 JSON parser cannot read at all, e.g. nested too deeply, included) or every item fails, ``401``
 without the right token, ``413`` when the body or the batch is too large.
 
+``500`` (a JSON error naming no more than the failure's type) when the batch's group commit
+could not be committed or recorded; an item that fails for any other reason fails alone.
+
 The token decides the principal: the server is started for one agent (``--agent``, its
 projects with ``--project``) or for a human (``--human``). An item's ``agent`` must then be
 that agent; under a human token it names the writing agent and, without a ``scope``, the item
 goes into that agent's scope. Tokens are compared in constant time (:func:`hmac.compare_digest`).
+
+:func:`serve` runs the app with :func:`memlab.serve.net.serve_app`: bounded connections, a
+header timeout, and ``SIGTERM`` handled as ``SIGINT``.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
+import logging
 from typing import Any
 
 from starlette.applications import Starlette
@@ -30,7 +36,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from memlab.serve.net import Limits, bearer_ok, serve_app
 from memlab.serve.service import MemoryService
+
+log = logging.getLogger("memlab.serve")
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -75,8 +84,7 @@ def build_app(
     expected = f"Bearer {token}".encode()
 
     def authorised(request: Request) -> bool:
-        got = request.headers.get("authorization", "").encode()
-        return hmac.compare_digest(got, expected)
+        return bearer_ok(request.scope, expected)
 
     async def memories(request: Request) -> JSONResponse:
         if not authorised(request):
@@ -102,7 +110,12 @@ def build_app(
             return _error(422, "the batch is empty")
         if len(items) > max_batch:
             return _error(413, f"batch of {len(items)} items; at most {max_batch} per request")
-        results = await run_in_threadpool(service.store_many, items)
+        try:
+            results = await run_in_threadpool(service.store_many, items)
+        except Exception as exc:  # noqa: BLE001 - the group's commit or append failed
+            log.exception("bulk ingest: a group commit failed")
+            return _error(500, f"the batch was not stored: the group commit failed "
+                               f"({type(exc).__name__}); nothing of it was written")
         failed = sum(1 for r in results if not r["ok"])
         summary = {"stored": len(results) - failed, "failed": failed, "results": results}
         if failed == 0:
@@ -125,8 +138,9 @@ def build_app(
     )
 
 
-def serve(app: Starlette, *, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Run ``app`` with uvicorn until interrupted."""
-    import uvicorn
-
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+def serve(
+    app: Starlette, *, host: str = "127.0.0.1", port: int = 8080, limits: Limits | None = None
+) -> int | None:
+    """Run ``app`` until ``SIGINT`` or ``SIGTERM``; the signal that stopped it (see
+    :func:`memlab.serve.net.serve_app`)."""
+    return serve_app(app, host=host, port=port, limits=limits)

@@ -3,8 +3,16 @@
 Built on the official MCP Python SDK's ``MCPServer`` (FastMCP in SDK 1.x). Each tool is a thin
 function over :class:`~memlab.serve.service.MemoryService`; its input schema comes from the
 function's annotations (types, enums, bounds) and rejects unknown arguments
-(``additionalProperties: false``). A call the service refuses comes back as a tool error whose
-text names the field at fault. Design §D4.5's tool names (``store_memory``, ``search_memory``,
+(``additionalProperties: false``) and arguments of another JSON type (validated strictly: no
+``true`` for an integer or a number, no ``"yes"`` or ``1`` for a boolean, no ``"5"`` for an
+integer), as the HTTP ingest does. A call the service refuses comes back as a tool error whose
+text names the field at fault.
+
+Over Streamable HTTP the app runs with :func:`memlab.serve.net.serve_app` (bounded connections,
+a header timeout, ``SIGTERM`` handled as ``SIGINT``) and, given a token, behind
+:func:`memlab.serve.net.bearer_guard`; without a token, any process that can reach the port
+acts as the server's principal. Over stdio, ``SIGTERM`` unwinds as ``SIGINT`` does, so the
+caller closes the service. Design §D4.5's tool names (``store_memory``, ``search_memory``,
 ``delete_memory``, ``correct_memory``) are registered too, so its agents' calls work unchanged.
 
 Resources: ``memory://{scope}/{entity}`` — the entity, its relations and its memories in one
@@ -13,12 +21,17 @@ scope, as JSON.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from memlab.serve.net import Limits, bearer_guard, serve_app, sigterm_unwinds
 from memlab.serve.service import MemoryService, ServiceError
 
 MemoryTypeArg = Literal[
@@ -268,7 +281,8 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
 
 
 def _forbid_extra(server: Any) -> None:
-    """Make every tool reject unknown arguments (and say so in its input schema).
+    """Make every tool reject unknown arguments (and say so in its input schema) and
+    arguments of another JSON type (strict validation).
 
     Also: the SDK calls a tool with its arguments' wire names, so a parameter spelled ``from``
     on the wire (``from_`` in Python) is renamed on the way in.
@@ -276,6 +290,7 @@ def _forbid_extra(server: Any) -> None:
     for tool in server._tool_manager.list_tools():
         model = tool.fn_metadata.arg_model
         model.model_config["extra"] = "forbid"
+        model.model_config["strict"] = True  # no coercion: true is not 1, "yes" not True
         model.model_rebuild(force=True)
         tool.parameters["additionalProperties"] = False
         if "from" in tool.parameters.get("properties", {}):
@@ -289,11 +304,96 @@ def _renamed(fn: Callable[..., Any], names: dict[str, str]) -> Callable[..., Any
     return call
 
 
-def run(service: MemoryService, *, transport: str = "stdio", host: str = "127.0.0.1",
-        port: int = 8000) -> None:
-    """Serve until stopped (stdio: until the host closes stdin)."""
+def run(
+    service: MemoryService,
+    *,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    limits: Limits | None = None,
+    token: str | None = None,
+) -> int | None:
+    """Serve until stopped (stdio: until the host closes stdin, or a signal). Over HTTP,
+    returns the signal that stopped the server (``None``: none); over stdio, ``SIGTERM``
+    raises :class:`memlab.serve.net.Terminated` as ``SIGINT`` raises
+    :class:`KeyboardInterrupt`.
+    Either way the caller closes ``service`` afterwards.
+
+    Args:
+        limits: Connection limit and timeouts of the HTTP transport.
+        token: Bearer token the HTTP transport requires (``None``: none, any local process
+            may call the tools as the server's principal).
+    """
     server = build_server(service)
     if transport == "stdio":
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port)
+        if token is not None:
+            raise ValueError("a token guards the HTTP transport; stdio has no network to guard")
+        import anyio
+
+        with sigterm_unwinds():
+            anyio.run(_run_stdio, server)
+        return None
+    try:  # the SDK logs through rich, whose handler imports this on its first traceback:
+        import rich.traceback  # noqa: F401 - imported now, not while descriptors run out
+    except ImportError:  # pragma: no cover - rich comes with the SDK
+        pass
+    app = server.streamable_http_app(host=host)
+    if token is not None:
+        app = bearer_guard(app, token)
+    return serve_app(app, host=host, port=port, limits=limits)
+
+
+async def _run_stdio(server: Any) -> None:
+    """The SDK's stdio transport, reading stdin with :class:`_StdinLines`."""
+    from mcp.server.stdio import stdio_server
+
+    low = server._lowlevel_server
+    async with stdio_server(stdin=_StdinLines()) as (read_stream, write_stream):  # type: ignore[arg-type]
+        await low.run(read_stream, write_stream, low.create_initialization_options())
+
+
+class _StdinLines:
+    """stdin's lines (text), for the SDK's stdio transport.
+
+    The SDK reads stdin in a worker thread that cannot be cancelled: a server asked to stop
+    (``SIGINT``, ``SIGTERM``) while its host keeps stdin open and sends nothing waited for a
+    line that never came, and never closed its store. Here a daemon thread reads a duplicate
+    of fd 0 and hands each line to the event loop, and waiting for the next line is
+    cancelled like any other wait; the thread, blocked in a read, ends with the process.
+    """
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[str | None] | None = None
+
+    def __aiter__(self) -> _StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            loop = asyncio.get_running_loop()
+            fd = os.dup(sys.stdin.fileno())
+            threading.Thread(target=self._pump, args=(loop, fd, self._queue), daemon=True,
+                             name="memlab-stdin").start()
+        line = await self._queue.get()
+        if line is None:
+            raise StopAsyncIteration
+        return line
+
+    @staticmethod
+    def _pump(loop: asyncio.AbstractEventLoop, fd: int, queue: asyncio.Queue[str | None]) -> None:
+        def put(item: str | None) -> bool:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is closed: nobody reads any more
+                return False
+            return True
+
+        try:
+            with os.fdopen(fd, "rb") as stdin:
+                for raw in stdin:
+                    if not put(raw.decode("utf-8", errors="replace")):
+                        return
+        except (OSError, ValueError):
+            pass
+        put(None)

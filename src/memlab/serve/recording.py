@@ -29,7 +29,9 @@ last newline (a "tail") are handled by one rule — nothing memlab did not write
 * a tail that is a whole JSON object (or blank), e.g. a file saved by an editor without a final
   newline, is kept and the missing newline is added;
 * a tail that is a strict prefix of a compact JSON object line — what a crash in the middle of
-  memlab's own append leaves (memlab writes ``{"key":value,...}`` without spaces) — is cut off;
+  memlab's own append leaves (memlab writes ``{"key":value,...}`` without spaces), and what a
+  line someone was typing by hand can look like — is moved to ``.FILE.uncommitted`` beside the
+  file (appended with a newline, durably, before the file is cut; a warning names it);
 * anything else (random bytes, a broken hand-edited line, NUL bytes) is refused with a
   :class:`ValueError` naming the file and line, and the directory is left as it was.
 """
@@ -65,6 +67,8 @@ _FILES = (MEMORIES_FILE, QUERIES_FILE, JUDGMENTS_FILE)
 MARKED_FILES = (MEMORIES_FILE, QUERIES_FILE)
 #: The lock file a recorder holds in its directory (hidden: not part of the dataset).
 LOCK_NAME = ".memlab-record.lock"
+#: Ops of ``memories.jsonl`` whose ``id`` names a memory (a store line has no ``op``).
+_MEMORY_OPS = ("store", "correct")
 
 _STR_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
 _STRING = re.compile(rf'"{_STR_CHAR}*"')
@@ -231,6 +235,8 @@ class Recorder:
         self._check_foreign()
         self._lock = threading.Lock()
         self._fds: dict[str, int] = {}
+        # id -> end offset of its line in memories.jsonl (store and correct lines)
+        self._ids: dict[str, int] = {}
         self._dir_lock = self._acquire(float(lock_timeout))
         try:
             self._open(name, description)
@@ -324,7 +330,9 @@ class Recorder:
           and the newline is appended and ``fsync``-ed;
         * a strict prefix of a compact JSON object line — exactly what a crash in the middle of
           memlab's own append leaves, since memlab writes ``{"key":value,...}`` with no spaces
-          (a multi-byte character may be cut at the very end): cut off, with a warning;
+          (a multi-byte character may be cut at the very end), but also what a hand-written
+          line cut short can be: moved to ``.FILE.uncommitted`` (appended there with a
+          newline and ``fsync``-ed before the file is cut), with a warning naming it;
         * anything else: :class:`ValueError` naming the file and line; nothing is cut, because
           memlab did not write it.
 
@@ -338,16 +346,24 @@ class Recorder:
         lines = data[:keep].split(b"\n")[:-1]
         tail = data[keep:]
         objs: list[dict[str, Any]] = []
+        ids: dict[str, int] = {}
+        end = 0
         for number, raw in enumerate(lines, start=1):
+            end += len(raw) + 1
             if not raw.strip():
                 continue
             try:
-                objs.append(_parse_line(raw))
+                obj = _parse_line(raw)
             except ValueError as exc:
                 raise ValueError(
                     f"{file}:{number}: {exc}; memlab appends only after valid lines — fix or "
                     "remove this line, or record into a new directory"
                 ) from None
+            objs.append(obj)
+            if obj.get("op", "store") in _MEMORY_OPS and isinstance(obj.get("id"), str):
+                ids.setdefault(obj["id"], end)
+        if file.name == MEMORIES_FILE:
+            self._ids = ids
         if tail:
             number = len(lines) + 1
             try:
@@ -359,16 +375,26 @@ class Recorder:
                         f"memlab was writing ({exc}); memlab does not delete it — fix or "
                         "remove it, or record into a new directory"
                     ) from None
-                log.warning(
-                    "%s:%d: cut a torn last line (%d bytes) left by a crash mid-write",
-                    file,
-                    number,
-                    len(tail),
-                )
+                # Moved aside, never deleted: a start-up cannot tell memlab's torn append from
+                # a line someone was typing (both are a prefix of a compact JSON object).
+                aside = self.path / f".{file.name}.uncommitted"
+                with open(aside, "ab") as fh:
+                    fh.write(tail + b"\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                self._fsync_dir()
                 with open(file, "r+b") as fh:
                     fh.truncate(keep)
                     fh.flush()
                     os.fsync(fh.fileno())
+                log.warning(
+                    "%s:%d: moved a torn last line (%d bytes, left by a crash mid-write or "
+                    "an unfinished edit) to %s",
+                    file,
+                    number,
+                    len(tail),
+                    aside,
+                )
             else:
                 if obj is not None:
                     objs.append(obj)
@@ -387,6 +413,25 @@ class Recorder:
             if t is not None and (self.last_ts is None or t > self.last_ts):
                 self.last_ts = t
 
+    def has_memory(self, memory_id: str) -> bool:
+        """Whether ``memories.jsonl`` writes the memory ``memory_id`` (a store or correct line
+        of that id, in the file as it now is). A live server changes (forgets, corrects,
+        promotes) only such memories: a replay of the recording knows no other."""
+        with self._lock:
+            return memory_id in self._ids
+
+    def _appended(self, fname: str, start: int, encoded: Sequence[bytes],
+                  lines: Sequence[Mapping[str, Any]]) -> None:
+        """Note the memory ids of lines just appended to ``fname`` from offset ``start``."""
+        if fname != MEMORIES_FILE:
+            return
+        end = start
+        for raw, obj in zip(encoded, lines, strict=True):
+            end += len(raw)
+            ident = obj.get("id")
+            if obj.get("op", "store") in _MEMORY_OPS and isinstance(ident, str):
+                self._ids.setdefault(ident, end)
+
     def _fsync_dir(self) -> None:
         fd = os.open(self.path, os.O_RDONLY)
         try:
@@ -398,9 +443,12 @@ class Recorder:
         """Append complete JSON lines to one file of the recording and make them durable."""
         if not lines:
             return
-        data = "".join(_dumps(obj) + "\n" for obj in lines).encode("utf-8")
+        encoded = [(_dumps(obj) + "\n").encode("utf-8") for obj in lines]
         with self._lock:
-            _write_durably(self._fds[fname], data)
+            fd = self._fds[fname]
+            start = os.fstat(fd).st_size
+            _write_durably(fd, b"".join(encoded))
+            self._appended(fname, start, encoded, lines)
 
     def sizes(self) -> dict[str, int]:
         """Byte lengths of the files a store's commits mark (:data:`MARKED_FILES`)."""
@@ -415,12 +463,15 @@ class Recorder:
         if unknown:
             raise ValueError(f"append_all takes {', '.join(MARKED_FILES)}, got {unknown}")
         data = {
-            f: "".join(_dumps(obj) + "\n" for obj in ls).encode("utf-8")
+            f: [(_dumps(obj) + "\n").encode("utf-8") for obj in ls]
             for f, ls in lines.items() if ls
         }
         with self._lock:
-            for fname, blob in data.items():
-                _write_durably(self._fds[fname], blob)
+            for fname, encoded in data.items():
+                fd = self._fds[fname]
+                start = os.fstat(fd).st_size
+                _write_durably(fd, b"".join(encoded))
+                self._appended(fname, start, encoded, lines[fname])
             return {f: os.fstat(self._fds[f]).st_size for f in MARKED_FILES}
 
     def cut_to(self, sizes: Mapping[str, int], *, keep: bool = False) -> None:
@@ -449,6 +500,8 @@ class Recorder:
                         os.fsync(fh.fileno())
                 os.ftruncate(fd, size)
                 os.fsync(fd)
+                if fname == MEMORIES_FILE:
+                    self._ids = {i: e for i, e in self._ids.items() if e <= size}
 
     def memories(self, lines: Sequence[Mapping[str, Any]]) -> None:
         """Append write operations to ``memories.jsonl``."""

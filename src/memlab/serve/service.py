@@ -34,6 +34,19 @@ the pipeline's ranking count as accesses. ``scope``, ``memory_type``, ``tags``,
 ``min_confidence``, ``limit`` and ``token_budget`` filter that ranking afterwards, so the ids
 served are the replayed ranking with those filters applied. The clock is quantised to
 milliseconds and strictly increasing, so recorded timestamps order the calls as they happened.
+
+Recording fidelity. A write's recording line holds exactly what the store holds: it is built
+from the record the store wrote (a deduplicated write's fields are scrubbed by the store's own
+scrubber), timestamps are written with four-digit years (:func:`_iso`), and every line is
+checked against the dataset validator's rules before its call commits
+(:meth:`MemoryService._check_line`): a call the recording could not replay is refused, with
+nothing written. Names, keys, subjects, episode ids and scopes that hold a credential are
+refused (:meth:`MemoryService._no_credential`): the store would keep them scrubbed, so two
+secrets would name one entity. Text that shows nothing (control characters, terminal escapes)
+is refused wherever text is taken.
+
+Bulk ingest. One item's failure, whatever it is, is that item's error: its write is undone by
+a savepoint and the group commit of the other callers' batches goes on.
 """
 
 from __future__ import annotations
@@ -42,13 +55,16 @@ import hashlib
 import json
 import logging
 import math
+import re
 import threading
 import time
+import unicodedata
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
@@ -56,6 +72,7 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 
 from memlab.datasets.format import MEMORIES_FILE, QUERIES_FILE
+from memlab.datasets.validate import _check_memory_line
 from memlab.memory.consolidate import consolidate_scope, expire_events
 from memlab.memory.records import (
     GLOBAL_CLIENT,
@@ -67,11 +84,12 @@ from memlab.memory.records import (
     json_problem,
 )
 from memlab.memory.scopes import TEAM, Principal, check_name, check_scope, seen_strength
-from memlab.memory.scrub import keyed_secret, scrub
+from memlab.memory.scrub import scrub
 from memlab.memory.store import MemoryStore, WriteResult
 from memlab.pipeline import Pipeline
+from memlab.serve.recording import _dumps
 from memlab.stages.base import QueryContext
-from memlab.timeutil import coerce_ts, to_iso
+from memlab.timeutil import coerce_ts
 from memlab.tokens import count_tokens
 
 logger = logging.getLogger("memlab.serve")
@@ -99,25 +117,60 @@ class ServiceError(ValueError):
 
 
 def scrub_text(text: str) -> str:
-    """The one place the service scrubs credentials from what it records or answers."""
+    """``text`` scrubbed by the default scrubber (the service itself scrubs with its store's
+    scrubber, so that what it records is what the store holds)."""
     return scrub(text)[0]
 
 
-def _scrub_value(value: Any) -> Any:
-    if isinstance(value, str):
-        return scrub_text(value)
-    if isinstance(value, Mapping):
-        return {str(k): _scrub_field(str(k), v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_scrub_value(v) for v in value]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _iso(ts: float | None) -> str | None:
+    """Epoch seconds as a recording writes them: ISO 8601 in UTC, whole milliseconds, ``Z``, a
+    four-digit year (``0999-06-01T00:00:00.000Z``; years 1-999 included, which
+    :func:`memlab.timeutil.to_iso` writes as ``999-…``, a text no ISO 8601 parser reads).
+    Computed in integer milliseconds, so parsing it back gives exactly the service's float."""
+    if ts is None:
+        return None
+    dt = _EPOCH + timedelta(milliseconds=round(ts * 1000.0))
+    return (
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
+        f"{dt.second:02d}.{dt.microsecond // 1000:03d}Z"
+    )
+
+
+#: Terminal escape sequences (CSI, OSC, DCS/SOS/PM/APC, two-character ESC sequences, 8-bit CSI).
+_ESCAPES = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*(?:\x1b\\)?"
+    r"|[ -/]*[0-~])?|\x9b[0-?]*[ -/]*[@-~]"
+)
+#: Unicode categories that show nothing: control, format, separators, unassigned.
+_INVISIBLE = frozenset({"Cc", "Cf", "Cn", "Zs", "Zl", "Zp"})
+
+
+def _visible(value: str) -> bool:
+    """Whether ``value`` shows something once terminal escape sequences, control and format
+    characters and white space are taken out (``"\\x00"``, ``"\\x1b[31m"``: nothing)."""
+    if "\x1b" in value or "\x9b" in value:
+        value = _ESCAPES.sub("", value)
+    return any(unicodedata.category(c) not in _INVISIBLE for c in value)
+
+
+def _entity_key(name: str) -> str:
+    """How the graph compares entity names (white space collapsed, any case)."""
+    return " ".join(name.split()).lower()
+
+
+def _strict_name(value: Any, name: str) -> str:
+    """An agent or project name (:func:`~memlab.memory.scopes.check_name`), without the line
+    break that check lets through at the end."""
+    try:
+        check_name(value, name)
+    except (TypeError, ValueError) as exc:
+        raise ServiceError(str(exc)) from None
+    if "\n" in value:
+        raise ServiceError(f"field '{name}': {value!r} is not a valid name (it holds a line break)")
     return value
-
-
-def _scrub_field(key: str, value: Any) -> Any:
-    """A field's value, scrubbed; redacted whole when the key names a credential and the value
-    has its shape (:func:`~memlab.memory.scrub.keyed_secret`)."""
-    kind = keyed_secret(key, value) if isinstance(value, str) else None
-    return _scrub_value(value) if kind is None else f"[REDACTED:{kind}]"
 
 
 # ---------------------------------------------------------------------- argument checks
@@ -133,6 +186,11 @@ def _text(value: Any, name: str, *, max_chars: int = 20_000, optional: bool = Fa
     found = json_problem(value)
     if found is not None:  # a lone surrogate: not text, and no file can hold it
         raise ServiceError(f"field '{name}' {found[1]}")
+    if not _visible(value):
+        raise ServiceError(
+            f"field '{name}' holds no visible text (only control characters, format "
+            "characters or terminal escape sequences)"
+        )
     return value
 
 
@@ -145,20 +203,6 @@ def _meta_str(value: Any) -> str | None:
 def _meta_strs(value: Any) -> list[str]:
     """The strings of a list read back from a memory's metadata (others are left out)."""
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-def _properties(value: Any, name: str) -> dict[str, Any]:
-    """Relation or entity properties: an object of JSON values (no NaN, no infinity, no lone
-    surrogate, not nested too deep), scrubbed; checked before anything is written."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ServiceError(f"field '{name}' must be an object, got {type(value).__name__}")
-    found = json_problem(dict(value), depth=2)
-    if found is not None:
-        key, message = found
-        raise ServiceError(f"field '{name}{'' if key is None else '.' + key}' {message}")
-    return _scrub_value(dict(value))
 
 
 def _choice(value: Any, name: str, choices: Sequence[str]) -> str:
@@ -215,15 +259,6 @@ def _ts(value: Any, name: str) -> float | None:
 
 def _quantise(t: float | None) -> float | None:
     return None if t is None else int(np.floor(t * 1000.0 + 1e-6)) / 1000.0
-
-
-def _scope_arg(value: Any, name: str = "scope") -> str | None:
-    if value is None:
-        return None
-    try:
-        return check_scope(value, name)
-    except (TypeError, ValueError) as exc:
-        raise ServiceError(str(exc)) from None
 
 
 @dataclass
@@ -321,6 +356,19 @@ class MemoryService:
         default_name = principal.agent if principal is not None else "human"
         self.source_agent = source_agent or default_name
         self.judge = judge or default_name
+        # The names every call writes or records: valid, and never a credential (the store
+        # would keep one scrubbed where the recording, and the scopes, keep it as given).
+        _strict_name(client_id, "client_id")
+        self._no_credential(client_id, "client_id")
+        if principal is not None:
+            for i, name in enumerate((principal.agent, *principal.projects)):
+                where = "agent" if i == 0 else "projects"
+                _strict_name(name, where)
+                self._no_credential(name, where)
+        _text(self.source_agent, "source_agent", max_chars=200)
+        self._no_credential(self.source_agent, "source_agent")
+        _text(self.judge, "judge", max_chars=200)
+        self._no_credential(self.judge, "judge")
         self.recorder = recorder
         self.clock = clock
         self.touch_k = touch_k
@@ -341,6 +389,8 @@ class MemoryService:
         self._queue_lock = threading.Lock()
         # The recording lines of the write unit under way (see _unit), by file.
         self._pending: dict[str, list[dict[str, Any]]] | None = None
+        self._stack: ExitStack | None = None  # the unit under way (see _unit, _begin)
+        self._begun = False  # whether its transaction has begun
         self._mark_key = ""
         if recorder is not None:
             self._reconcile_recording(recorder)
@@ -391,6 +441,80 @@ class MemoryService:
             self._last_call = time.monotonic()
             return ms / 1000.0
 
+    # ------------------------------------------------------------------ argument checks
+    def _scrub(self, text: str) -> str:
+        """``text`` as the store keeps it (its scrubber)."""
+        return self.store.scrubber.scrub(text)[0]
+
+    def _no_credential(self, value: str, name: str) -> None:
+        """Refuse a name, key or id that holds a credential.
+
+        The store keeps such a value scrubbed (``Vendor [REDACTED:github_token] corp``), so
+        two different secrets would name one entity, key or subject; and a scope or an agent
+        name is kept as given. A value the scrubber leaves alone passes."""
+        scrubbed, found = self.store.scrubber.scrub(value)
+        if found:
+            kinds = sorted(set(re.findall(r"\[REDACTED:([a-z0-9_]+)\]", scrubbed)))
+            shown = scrubbed if len(scrubbed) <= 120 else scrubbed[:117] + "..."
+            raise ServiceError(
+                f"field '{name}' holds what looks like a credential ({', '.join(kinds)}): it "
+                f"names or keys something, and scrubbed it would read {shown!r}, as any other "
+                "secret would; give it without the secret"
+            )
+
+    def _ident(
+        self, value: Any, name: str, *, max_chars: int = 200, optional: bool = False
+    ) -> str | None:
+        """A name, key, subject or id: visible text (:func:`_text`) without a credential."""
+        value = _text(value, name, max_chars=max_chars, optional=optional)
+        if value is not None:
+            self._no_credential(value, name)
+        return value
+
+    def _scope_arg(self, value: Any, name: str = "scope") -> str | None:
+        if value is None:
+            return None
+        try:
+            check_scope(value, name)
+        except (TypeError, ValueError) as exc:
+            raise ServiceError(str(exc)) from None
+        if value != TEAM:
+            _strict_name(value.partition(":")[2], name)
+            self._no_credential(value, name)
+        return value
+
+    def _properties(self, value: Any, name: str) -> dict[str, Any]:
+        """Relation or entity properties: an object of JSON values (no NaN, no infinity, no
+        lone surrogate, not nested too deep: checked before anything recurses into it),
+        scrubbed by the store's scrubber (keys too); checked before anything is written."""
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ServiceError(f"field '{name}' must be an object, got {type(value).__name__}")
+        found = json_problem(dict(value), depth=2)
+        if found is not None:
+            key, message = found
+            raise ServiceError(f"field '{name}{'' if key is None else '.' + key}' {message}")
+        try:
+            return dict(self.store.scrubber.scrub_value(dict(value), field=name)[0])
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ServiceError(f"field '{name}': {exc}") from None
+
+    def _check_line(self, line: Mapping[str, Any]) -> None:
+        """Refuse a call whose ``memories.jsonl`` line the dataset validator would refuse
+        (or JSON could not hold): the recording must replay exactly."""
+        try:
+            _dumps(line)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ServiceError(f"the call cannot be recorded: {exc}") from None
+        problems = _check_memory_line(0, dict(line))[0].problems
+        if problems:
+            p = problems[0]
+            where = "" if p.field is None else f"field '{p.field}': "
+            raise ServiceError(
+                f"{where}{p.message} (the recording could not be replayed; nothing was written)"
+            )
+
     def _visible(self, *, include_superseded: bool = False) -> np.ndarray:
         return self.store.visible_mask(
             client_id=self.client_id,
@@ -437,10 +561,17 @@ class MemoryService:
                 f"{rec.id!r} of scope {rec.scope!r} (an agent changes its own scope's and its "
                 "projects' memories; team memories are changed by a human)"
             )
+        recorded = getattr(self.recorder, "has_memory", None)
+        if change and recorded is not None and not recorded(rec.id):
+            raise ServiceError(
+                f"field '{name}': memory {rec.id!r} is not in the recording "
+                f"{self.recorder.path} (it was written before the recording began): a replay of "
+                "the recording could not change it, so this server does not"
+            )
         return rec
 
     def _write_scope(self, scope: Any) -> str:
-        scope = _scope_arg(scope)
+        scope = self._scope_arg(scope)
         if self.principal is None:
             return scope or TEAM
         if scope is None:
@@ -456,7 +587,7 @@ class MemoryService:
         return scope
 
     def _read_scope(self, scope: Any) -> str | None:
-        scope = _scope_arg(scope)
+        scope = self._scope_arg(scope)
         if scope is not None and self.principal is not None and not self.principal.can_read(scope):
             who = self.principal.agent
             raise ServiceError(f"field 'scope': agent {who!r} may not read {scope!r}")
@@ -508,32 +639,59 @@ class MemoryService:
         store's ``meta`` table in the same transaction. So a commit is never missing from the
         recording: if the commit fails, the appended lines are cut again; if the process dies
         between append and commit, the next start cuts them (:meth:`_reconcile_recording`).
-        A killed server loses at most the calls in flight, from both alike."""
+        A killed server loses at most the calls in flight, from both alike.
+
+        The transaction begins with the call's first write (:meth:`_begin`, which every write
+        calls first): a call refused before it writes anything leaves SQLite untouched, where
+        a rolled-back transaction makes the store rebuild its whole in-memory state (half a
+        second at 20,000 memories, with the lock held against every other client)."""
         if self._pending is not None:
             yield
             return
         self._pending = {MEMORIES_FILE: [], QUERIES_FILE: []}
         rec = self.recorder
         marks: dict[str, int] | None = None
+        version = self.store.version
         try:
-            with self.store.batch():
+            with ExitStack() as stack:
+                self._stack, self._begun = stack, False
                 yield
                 pending = {f: lines for f, lines in self._pending.items() if lines}
                 if rec is not None and pending:
+                    self._begin()
                     marks = rec.sizes()
                     ends = rec.append_all(pending)
                     self.store.set_meta(self._mark_key, json.dumps(ends, sort_keys=True))
+                if not self._begun and self.store.version != version:
+                    raise RuntimeError("a write of this call ran outside its unit's transaction")
         except BaseException:
             if marks is not None and rec is not None:
                 rec.cut_to(marks)  # this unit's lines: its writes did not commit
             raise
         finally:
             self._pending = None
+            self._stack, self._begun = None, False
 
-    def _record(self, lines: list[dict[str, Any]], fname: str = MEMORIES_FILE) -> None:
-        """Lines for the recording, appended when the call's unit commits (:meth:`_unit`)."""
+    def _begin(self) -> None:
+        """Begin the unit's transaction, if it has not begun (before the call's first write)."""
+        stack = self._stack
+        if stack is None:
+            raise RuntimeError("a write must run inside a write unit")
+        if not self._begun:
+            stack.enter_context(self.store.batch())
+            self._begun = True
+
+    def _record(
+        self, lines: list[dict[str, Any]], fname: str = MEMORIES_FILE, *, checked: bool = False
+    ) -> None:
+        """Lines for the recording, appended when the call's unit commits (:meth:`_unit`);
+        a write line the dataset validator would refuse fails the call (:meth:`_check_line`;
+        ``checked``: the lines were checked already)."""
         if self._pending is None:
             raise RuntimeError("a recorded write must run inside a write unit")
+        if fname == MEMORIES_FILE and not checked:
+            for line in lines:
+                self._check_line(line)
         self._pending[fname].extend(lines)
 
     def describe(self, rec: MemoryRecord, score: float | None = None) -> dict[str, Any]:
@@ -550,7 +708,7 @@ class MemoryService:
             "confidence": rec.confidence,
             "importance": rec.importance,
             "tags": _meta_strs(rec.metadata.get("tags")),
-            "created_at": to_iso(rec.created_at),
+            "created_at": _iso(rec.created_at),
             "active": rec.active,
         }
         for name in ("key", "subject", "status_value"):
@@ -561,7 +719,7 @@ class MemoryService:
             if linked is not None and self._readable_id(linked):
                 out[name] = linked
         if rec.valid_from is not None:
-            out["valid_from"] = to_iso(rec.valid_from)
+            out["valid_from"] = _iso(rec.valid_from)
         if score is not None:
             out["score"] = float(score)
         return out
@@ -627,20 +785,22 @@ class MemoryService:
         target_scope = self._write_scope(scope)
         tag_list = _strings(tags, "tags")
         conf = _unit(confidence, "confidence")
-        key = _text(key, "key", max_chars=500, optional=True)
-        subject = _text(subject, "subject", max_chars=500, optional=True)
-        if status_value is not None and not isinstance(status_value, str):
-            raise ServiceError("field 'status_value' must be a string")
-        found = None if status_value is None else json_problem(status_value)
-        if found is not None:
-            raise ServiceError(f"field 'status_value' {found[1]}")
+        key = self._ident(key, "key", max_chars=500, optional=True)
+        subject = self._ident(subject, "subject", max_chars=500, optional=True)
+        status_value = _text(status_value, "status_value", max_chars=500, optional=True)
         if importance is not None:
             _choice(importance, "importance", IMPORTANCE_LEVELS)
         t_valid = _ts(valid_from, "valid_from")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise ServiceError(f"field 'metadata' must be an object, got {type(metadata).__name__}")
-        if metadata and not own_meta:
-            taken = sorted(k for k in metadata if k in RESERVED_METADATA)
+        meta: dict[str, Any] = dict(metadata or {})
+        # Checked before anything recurses into it (scrubbing included): a value nested
+        # hundreds of levels deep is refused here, never a RecursionError.
+        found = json_problem(meta, depth=2)
+        if found is not None:
+            raise ServiceError(f"field 'metadata' {found[1]}")
+        if meta and not own_meta:
+            taken = sorted(k for k in meta if k in RESERVED_METADATA)
             if taken:
                 raise ServiceError(
                     f"field 'metadata.{taken[0]}' is set by memlab, not by a caller"
@@ -649,17 +809,18 @@ class MemoryService:
                 )
         agent = source_agent if source_agent is not None else self.source_agent
         _text(agent, "source_agent", max_chars=200)
-        meta: dict[str, Any] = _scrub_value(dict(metadata or {}))
         if tag_list:
-            meta["tags"] = [scrub_text(t) for t in tag_list]
+            meta["tags"] = tag_list
         if memory_type != mtype:
             meta["memory_type"] = memory_type
+        # Given as they came: the store scrubs every string (metadata keys included), and the
+        # recording line is built from what it then holds (:meth:`_store_line`).
         fields: dict[str, Any] = {
             "source_agent": agent,
             "client_id": self.client_id,
-            "key": None if key is None else scrub_text(key),
-            "subject": None if subject is None else scrub_text(subject),
-            "status_value": None if status_value is None else scrub_text(status_value),
+            "key": key,
+            "subject": subject,
+            "status_value": status_value,
             "importance": importance or defaults.get("importance", "medium"),
             "category": category or defaults.get("category"),
             "valid_from": t_valid,
@@ -669,12 +830,19 @@ class MemoryService:
         }
         fields = {k: v for k, v in fields.items() if v is not None}
         try:
-            res = self.store.store(content, mtype, now=now, **fields)
+            # A savepoint: whatever fails after the write (its line, the line's check) undoes
+            # the write alone, so the store never holds a write its recording lacks.
+            self._begin()
+            with self.store.batch():
+                res = self.store.store(content, mtype, now=now, **fields)
+                line = self._store_line(res, now, mtype, fields)
+                self._check_line(line)
+        except ServiceError:
+            raise
         except (TypeError, ValueError) as exc:
             raise ServiceError(str(exc)) from None
-        line = self._store_line(res, now, content, mtype, fields)
         if record:
-            self._record([line])
+            self._record([line], checked=True)
         out = {
             "id": res.id,
             "action": res.action,
@@ -685,20 +853,35 @@ class MemoryService:
         }
         return out, line
 
+    _SCRUBBED_FIELDS = ("source_agent", "key", "subject", "status_value")
+
     def _store_line(
-        self, res: WriteResult, now: float, content: str, mtype: str, fields: dict[str, Any]
+        self, res: WriteResult, now: float, mtype: str, fields: dict[str, Any]
     ) -> dict[str, Any]:
-        """The recording line of a store (dataset id = store id; a deduplicated write gets a
-        fresh id that a replay maps onto the same record)."""
+        """The recording line of a store: exactly what the store holds (dataset id = store id;
+        a deduplicated write gets a fresh id that a replay maps onto the same record).
+
+        A created memory's fields are read back from its record; a deduplicated write made
+        no record, and its fields are scrubbed by the store's scrubber as the store scrubbed
+        them (text and strings with :meth:`~memlab.memory.scrub.Scrubber.scrub`, metadata,
+        keys included, with :meth:`~memlab.memory.scrub.Scrubber.scrub_value`)."""
+        rec = self.store.get(res.id)
         if res.action == "created":
             ident = res.id
+            stored = {name: getattr(rec, name) for name in fields}
         else:
             seed = f"{res.id}|{now!r}|{uuid.uuid4().hex}".encode()
             ident = f"{res.id}~{hashlib.sha256(seed).hexdigest()[:12]}"
-        line: dict[str, Any] = {"id": ident, "ts": to_iso(now), "type": mtype}
-        line["text"] = self.store.get(res.id).text  # scrubbed by the store (dedup: same text)
-        for name, value in fields.items():
-            line[name] = to_iso(value) if name == "valid_from" else value
+            scrubber = self.store.scrubber
+            stored = dict(fields)
+            for name in self._SCRUBBED_FIELDS:
+                if name in stored:
+                    stored[name] = scrubber.scrub(stored[name])[0]
+            if "metadata" in stored:
+                stored["metadata"] = scrubber.scrub_value(stored["metadata"], field="metadata")[0]
+        line: dict[str, Any] = {"id": ident, "ts": _iso(now), "type": mtype, "text": rec.text}
+        for name, value in stored.items():
+            line[name] = _iso(value) if name == "valid_from" else value
         return line
 
     def store_many(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -727,7 +910,7 @@ class MemoryService:
             if group:
                 try:
                     with self._unit():
-                        self._record(self._store_group(group))
+                        self._record(self._store_group(group), checked=True)
                 except BaseException as exc:
                     for t in group:
                         t.error = exc
@@ -747,12 +930,20 @@ class MemoryService:
 
     def _store_group(self, group: Sequence[_Ticket]) -> list[dict[str, Any]]:
         """Write the items of a group of calls in one transaction; set each call's results;
-        return the recording lines (caller holds the lock)."""
+        return the recording lines (caller holds the lock). Whatever one item raises is that
+        item's error (:meth:`_store_items`): only the group's commit, or its append to the
+        recording, can fail the group."""
         lines: list[dict[str, Any]] = []
         texts = [
             item.get("content") for t in group for item in t.items if isinstance(item, Mapping)
         ]
-        with self.store.batch(), self.store.prepared(texts):
+        self._begin()
+        with self.store.batch(), ExitStack() as stack:
+            try:
+                stack.enter_context(self.store.prepared(texts))
+            except Exception:  # noqa: BLE001 - then each write scrubs and embeds its own text
+                logger.exception("bulk ingest: preparing a group's texts failed; writing each "
+                                 "item on its own")
             for t in group:
                 t.results = self._store_items(t.items, lines)
         return lines
@@ -760,45 +951,58 @@ class MemoryService:
     def _store_items(
         self, items: Sequence[Any], lines: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
+        """Each item in a savepoint of its own: an item that fails, however, is undone alone
+        and answered with its error; the others go on."""
         results: list[dict[str, Any]] = []
-        allowed = self._ITEM_FIELDS
         for i, item in enumerate(items):
             try:
-                if not isinstance(item, Mapping):
-                    raise ServiceError(f"item must be an object, got {type(item).__name__}")
-                unknown = sorted(set(item) - allowed)
-                if unknown:
-                    raise ServiceError(
-                        f"unknown field(s) {', '.join(map(repr, unknown))}; expected "
-                        f"{', '.join(sorted(allowed))}"
-                    )
-                agent = item.get("agent")
-                if agent is not None:
-                    check_name(agent, "agent")
-                    if self.principal is not None and agent != self.principal.agent:
-                        raise ServiceError(
-                            f"field 'agent': {agent!r} is not the token's agent "
-                            f"{self.principal.agent!r}"
-                        )
-                scope = item.get("scope")
-                if scope is None and agent is not None and self.principal is None:
-                    scope = f"agent:{agent}"
-                args = {k: v for k, v in item.items() if k not in ("agent", "scope")}
-                out, line = self._store_locked(
-                    args.pop("content", None),
-                    args.pop("memory_type", "fact"),
-                    now=self.now(),
-                    record=False,
-                    scope=scope,
-                    source_agent=agent,
-                    **args,
-                )
-            except (ServiceError, TypeError, ValueError) as exc:
-                results.append({"index": i, "ok": False, "error": str(exc)})
+                out, line = self._store_item(item)  # its write and line: all or nothing
+            except (ServiceError, TypeError, ValueError, KeyError) as exc:
+                error = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+                results.append({"index": i, "ok": False, "error": str(error)})
+                continue
+            except Exception as exc:  # noqa: BLE001 - one item never fails the others
+                logger.exception("bulk ingest: item %d failed", i)
+                results.append({"index": i, "ok": False, "error":
+                                f"the item was not stored: internal error ({type(exc).__name__})"})
                 continue
             lines.append(line)
             results.append({"index": i, "ok": True, **out})
         return results
+
+    def _store_item(self, item: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One bulk item through :meth:`_store_locked` (caller holds the lock)."""
+        allowed = self._ITEM_FIELDS
+        if not isinstance(item, Mapping):
+            raise ServiceError(f"item must be an object, got {type(item).__name__}")
+        unknown = sorted(map(str, set(item) - allowed))
+        if unknown:
+            shown = ", ".join(repr(u[:100]) for u in unknown[:10])
+            raise ServiceError(
+                f"unknown field(s) {shown}; expected {', '.join(sorted(allowed))}"
+            )
+        agent = item.get("agent")
+        if agent is not None:
+            _strict_name(agent, "agent")
+            self._no_credential(agent, "agent")
+            if self.principal is not None and agent != self.principal.agent:
+                raise ServiceError(
+                    f"field 'agent': {agent!r} is not the token's agent "
+                    f"{self.principal.agent!r}"
+                )
+        scope = item.get("scope")
+        if scope is None and agent is not None and self.principal is None:
+            scope = f"agent:{agent}"
+        args = {k: v for k, v in item.items() if k not in ("agent", "scope")}
+        return self._store_locked(
+            args.pop("content", None),
+            args.pop("memory_type", "fact"),
+            now=self.now(),
+            record=False,
+            scope=scope,
+            source_agent=agent,
+            **args,
+        )
 
     def store_decision(
         self,
@@ -849,19 +1053,23 @@ class MemoryService:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Check every argument, then write the relation (caller holds the lock); its answer
         and recording line. ``where`` prefixes the field names of errors (``relations[0].``)."""
-        src = _text(from_entity, f"{where}from", max_chars=200)
+        src = self._ident(from_entity, f"{where}from")
         rel = _choice(relation, f"{where}relation", WRITABLE_RELATIONS)
-        dst = _text(to_entity, f"{where}to", max_chars=200)
+        dst = self._ident(to_entity, f"{where}to")
+        if _entity_key(src) == _entity_key(dst):
+            raise ServiceError(f"field '{where}to': {src!r} and {dst!r} name the same entity")
         target_scope = self._write_scope(scope)
-        props = _properties(properties, f"{where}properties")
+        props = self._properties(properties, f"{where}properties")
+        self._begin()
         try:
             a, b, _ = self.store.relate_edge(src, rel, dst, now=now, scope=target_scope,
                                              client_id=self.client_id)
         except (TypeError, ValueError) as exc:
             raise ServiceError(str(exc)) from None
         strength = self._visible_strength(a, b, rel)  # a human: the graph's; an agent: its own
+        # The names hold no credential (_ident), so the store keeps them as given.
         line: dict[str, Any] = {
-            "ts": to_iso(now), "op": "relate", "from": src, "relation": rel, "to": dst,
+            "ts": _iso(now), "op": "relate", "from": src, "relation": rel, "to": dst,
             "scope": target_scope,
         }
         if self.client_id != GLOBAL_CLIENT:
@@ -877,9 +1085,9 @@ class MemoryService:
         """``store_entity``: an entity as a fact keyed ``entity:{type}:{name}`` (a new version
         supersedes the old), plus its relations, all or nothing: a refused relation leaves no
         fact behind."""
-        name = _text(name, "name", max_chars=200)
-        etype = _text(type, "type", max_chars=64)
-        props = _properties(properties, "properties")
+        name = self._ident(name, "name")
+        etype = self._ident(type, "type", max_chars=64)
+        props = self._properties(properties, "properties")
         rels = relations or []
         if not isinstance(rels, (list, tuple)):
             raise ServiceError("field 'relations' must be an array of {relation, to} objects")
@@ -890,8 +1098,12 @@ class MemoryService:
                     "optional 'properties'"
                 )
             _choice(r.get("relation"), f"relations[{i}].relation", WRITABLE_RELATIONS)
-            _text(r.get("to"), f"relations[{i}].to", max_chars=200)
-            _properties(r.get("properties"), f"relations[{i}].properties")
+            to = self._ident(r.get("to"), f"relations[{i}].to")
+            if _entity_key(to) == _entity_key(name):
+                raise ServiceError(
+                    f"field 'relations[{i}].to': {name!r} and {to!r} name the same entity"
+                )
+            self._properties(r.get("properties"), f"relations[{i}].properties")
         text = f"{name} is a {etype}."
         if props:
             text += " " + "; ".join(f"{k}: {v}" for k, v in sorted(props.items())) + "."
@@ -922,13 +1134,15 @@ class MemoryService:
         with self.lock, self._unit():
             rec = self._record_of(memory_id, change=True)
             now = self.now()
+            self._begin()
             try:
-                self.store.forget(rec.id, scrub_text(reason), now=now)
+                self.store.forget(rec.id, reason, now=now)
             except (TypeError, ValueError) as exc:
                 raise ServiceError(str(exc)) from None
+            stored = self.store.get(rec.id).forgotten_reason  # as the store keeps it: scrubbed
             self._record(
-                [{"ts": to_iso(now), "op": "forget", "target": rec.id,
-                  "reason": scrub_text(reason)}]
+                [{"ts": _iso(now), "op": "forget", "target": rec.id,
+                  "reason": stored if stored is not None else self._scrub(reason)}]
             )
         return {"id": rec.id, "forgotten": True}
 
@@ -939,17 +1153,20 @@ class MemoryService:
         with self.lock, self._unit():
             rec = self._record_of(old_id, "old_id", change=True)
             now = self.now()
+            self._begin()
             try:
                 res = self.store.correct(
-                    rec.id, new_content, scrub_text(reason), now=now,
-                    source_agent=self.source_agent,
+                    rec.id, new_content, reason, now=now, source_agent=self.source_agent,
                 )
             except (TypeError, ValueError) as exc:
                 raise ServiceError(str(exc)) from None
+            new = self.store.get(res.id)  # the line holds what the store holds: scrubbed
+            stored_reason = _meta_str(new.metadata.get("correction_reason"))
             self._record(
-                [{"id": res.id, "ts": to_iso(now), "op": "correct", "target": rec.id,
-                  "text": scrub_text(new_content), "reason": scrub_text(reason),
-                  "source_agent": self.source_agent}]
+                [{"id": res.id, "ts": _iso(now), "op": "correct", "target": rec.id,
+                  "text": new.text,
+                  "reason": stored_reason if stored_reason is not None else self._scrub(reason),
+                  "source_agent": new.source_agent}]
             )
         return {"id": res.id, "superseded": rec.id, "redactions": res.redactions}
 
@@ -957,12 +1174,19 @@ class MemoryService:
         """``promote``: move a memory the principal can read to the ``team`` scope."""
         with self.lock, self._unit():
             rec = self._record_of(memory_id, change=True)
+            if rec.type == "decision":
+                raise ServiceError(
+                    f"field 'id': memory {rec.id!r} is a decision: decisions are immutable and "
+                    "stay where they were recorded (a replay refuses to move one); record it "
+                    "in the team scope instead"
+                )
             now = self.now()
+            self._begin()
             try:
                 res = self.store.promote(rec.id, now=now, supersede=self.principal is None)
             except (TypeError, ValueError) as exc:
                 raise ServiceError(str(exc)) from None
-            self._record([{"ts": to_iso(now), "op": "promote", "target": rec.id}])
+            self._record([{"ts": _iso(now), "op": "promote", "target": rec.id}])
         return {"id": res.id, "scope": TEAM, "superseded": res.superseded}
 
     def consolidate(self, scope: Any = None, since: Any = None) -> dict[str, Any]:
@@ -980,15 +1204,16 @@ class MemoryService:
         t_since = _ts(since, "since")
         with self.lock, self._unit():
             now = self.now()
+            self._begin()
             report = consolidate_scope(
                 self.store, now=now, client_id=self.client_id, scope=scope, since=t_since
             )
-            line: dict[str, Any] = {"ts": to_iso(now), "op": "consolidate",
+            line: dict[str, Any] = {"ts": _iso(now), "op": "consolidate",
                                     "client_id": self.client_id}
             if scope is not None:
                 line["scope"] = scope
             if t_since is not None:
-                line["since"] = to_iso(t_since)
+                line["since"] = _iso(t_since)
             self._record([line])
         # The TTL cleanup a cycle runs retires old events store-wide (as every recall's does);
         # the caller is told of the ones it may read only.
@@ -1009,7 +1234,7 @@ class MemoryService:
         summary = _text(summary, "summary")
         if not isinstance(observations, (list, tuple)) or not 1 <= len(observations) <= 10:
             raise ServiceError("field 'observations' must be an array of 1 to 10 objects")
-        episode = _text(episode_id, "episode_id", max_chars=200, optional=True)
+        episode = self._ident(episode_id, "episode_id", optional=True)
         episode = episode or f"ep-{uuid.uuid4().hex[:12]}"
         allowed = {"content", "memory_type", "tags", "confidence"}
         for i, obs in enumerate(observations):
@@ -1069,11 +1294,11 @@ class MemoryService:
         Returns ``{recall_id, ids, memories | text}``; ``recall_id`` names the recall for
         ``feedback`` and is the ``qid`` of the recorded query.
         """
-        text = scrub_text(_text(query, "query", max_chars=4000))
+        text = self._scrub(_text(query, "query", max_chars=4000))
         scope = self._read_scope(scope)
         mtype = None if memory_type is None else _choice(memory_type, "memory_type",
                                                            TOOL_MEMORY_TYPES)
-        tag_list = _strings(tags, "tags")
+        tag_list = [self._scrub(t) for t in _strings(tags, "tags")]  # as the store keeps tags
         limit = _int(limit, "limit", 1, 100)
         min_conf = None if min_confidence is None else _unit(min_confidence, "min_confidence")
         if not isinstance(include_superseded, bool):
@@ -1084,7 +1309,8 @@ class MemoryService:
         with self.lock, self._unit():
             now = self.now()
             if t_at is not None and t_at > now:
-                raise ServiceError(f"field 'at_time': {to_iso(t_at)} is in the future")
+                raise ServiceError(f"field 'at_time': {_iso(t_at)} is in the future")
+            self._begin()
             if self.expire:
                 expire_events(self.store, now=now, event_ttl_days=self.ttl_days)
             recall_id = f"r-{uuid.uuid4().hex}"
@@ -1133,14 +1359,14 @@ class MemoryService:
             described = [self.describe(rec, score) for rec, score in served]
             self._remember(recall_id, ids)
             if self.recorder is not None:
-                line: dict[str, Any] = {"qid": recall_id, "ts": to_iso(now),
+                line: dict[str, Any] = {"qid": recall_id, "ts": _iso(now),
                                         "client_id": self.client_id}
                 if self.principal is not None:
                     line["agent"] = self.principal.agent
                     if self.principal.projects:
                         line["projects"] = list(self.principal.projects)
                 if t_at is not None:
-                    line["at_time"] = to_iso(t_at)
+                    line["at_time"] = _iso(t_at)
                 if include_superseded:
                     line["include_superseded"] = True
                 line.update({"text": text, "relevant": {}, "tags": ["live"], "served": ids})
@@ -1194,9 +1420,9 @@ class MemoryService:
                 for mid in ids:
                     line: dict[str, Any] = {"qid": recall_id, "mem_id": mid, "grade": grade,
                                             "source": source, "judge": self.judge,
-                                            "ts": to_iso(now)}
+                                            "ts": _iso(now)}
                     if note is not None:
-                        line["note"] = scrub_text(note)
+                        line["note"] = self._scrub(note)
                     lines.append(line)
                     served.judged.add(mid)
             if self.recorder is not None:
