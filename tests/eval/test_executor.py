@@ -341,7 +341,10 @@ def test_sweep_on_a_ray_head_started_on_loopback(tmp_path):
         kw = dict(embedder=HashingEmbedder(dim=64), progress=False, repeats=2, n_resamples=200)
         serial = run_sweep(HANDMADE, "rrf", grid, executor="serial", out=tmp_path / "s", **kw)
         ray_ex = make_executor("ray", address=f"127.0.0.1:{port}")
+        before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         on_ray = run_sweep(HANDMADE, "rrf", grid, executor=ray_ex, out=tmp_path / "r", **kw)
+        # Ray's driver handlers (SIGTERM: sys.exit) do not outlive the run
+        assert {sig: signal.getsignal(sig) for sig in before} == before
         assert on_ray.results.equals(serial.results)
         for name in ("results.parquet", "per_query.parquet", "sweep.json"):
             assert (tmp_path / "s" / name).read_bytes() == (tmp_path / "r" / name).read_bytes()

@@ -179,6 +179,23 @@ def _loky_pool(workers: int) -> Any:
     return get_reusable_executor(max_workers=workers, timeout=300, env=env)
 
 
+def _signal_handlers() -> dict[int, Any]:
+    """This process's ``SIGINT``/``SIGTERM`` handlers (main thread only; elsewhere none)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    """Put back handlers saved by :func:`_signal_handlers`."""
+    import signal
+
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
 # ------------------------------------------------------------------ executors
 @register_executor("serial")
 class SerialExecutor:
@@ -404,6 +421,9 @@ class RayExecutor:
         import ray
 
         opened = not ray.is_initialized()
+        # ray.init sets SIGINT/SIGTERM handlers of its own in the driver (SIGTERM: sys.exit)
+        # and ray.shutdown leaves them: this process's own come back once the run ends.
+        handlers = _signal_handlers() if opened else {}
         if opened:
             env = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
             extra: dict[str, Any] = {}
@@ -429,3 +449,4 @@ class RayExecutor:
         finally:
             if opened:
                 ray.shutdown()
+                _restore_signal_handlers(handlers)
