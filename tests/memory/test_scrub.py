@@ -752,3 +752,882 @@ def test_stores_without_a_scrubber_share_the_default() -> None:
 
     a, b = MemoryStore(), MemoryStore()
     assert a.scrubber is b.scrubber is default_scrubber()
+
+
+# ----------------------------------------------------------------------------- red-team classes
+# Each list holds (raw text, exact scrubbed text); LOOKALIKES holds texts of the same shapes
+# that hold no credential. The examples are this file's own, not a red-team corpus.
+
+# Passwords as positional arguments in commands, code, SQL and config files.
+POSITIONAL_PASSWORDS = [
+    (
+        "htpasswd -bc /srv/auth/users alice Wint3r!Sun",
+        "htpasswd -bc /srv/auth/users alice [REDACTED:password]",
+    ),
+    (
+        "htpasswd -nbB ops N0rth#Star",
+        "htpasswd -nbB ops [REDACTED:password]",
+    ),
+    (
+        'htpasswd -Bbc .htpasswd admin "Qu0ted Pass!"',
+        'htpasswd -Bbc .htpasswd admin "[REDACTED:password]"',
+    ),
+    (
+        'conn = DriverManager.getConnection(jdbcUrl, "report", "R3port#Db9");',
+        'conn = DriverManager.getConnection(jdbcUrl, "report", "[REDACTED:password]");',
+    ),
+    (
+        'server.login(sender, "Gm4il-App-Pw9")',
+        'server.login(sender, "[REDACTED:password]")',
+    ),
+    (
+        'client = TwilioRestClient("AC0a1b2c3d4e5f60718293a4b5c6d7e8f9", "9f8e7d6c5b4a392817'
+        '16151413121110")',
+        'client = TwilioRestClient("[REDACTED:api_key]", "[REDACTED:token]")',
+    ),
+    (
+        "client = Client(account_sid, 'f4c3b00c9d2e4a1b8c7d6e5f4a3b2c1d')",
+        "client = Client(account_sid, '[REDACTED:token]')",
+    ),
+    (
+        'cred = NetworkCredential("svc_backup", "B4ckup!Svc")',
+        'cred = NetworkCredential("svc_backup", "[REDACTED:password]")',
+    ),
+    (
+        "net use Z: \\\\nas01\\backup Sp4ce!Rock /user:CORP\\svc_backup",
+        "net use Z: \\\\nas01\\backup [REDACTED:password] /user:CORP\\svc_backup",
+    ),
+    (
+        'net use \\\\srv\\share /user:bob "Pa55 w0rd!"',
+        'net use \\\\srv\\share /user:bob "[REDACTED:password]"',
+    ),
+    (
+        "keytool -genkeypair -keystore app.p12 -storepass K3yst0re! -keypass K3yst0re!",
+        "keytool -genkeypair -keystore app.p12 -storepass [REDACTED:password] -keypass [REDA"
+        "CTED:password]",
+    ),
+    (
+        "pscp -pw Putty#Pw77 report.pdf ops@10.0.0.7:/tmp",
+        "pscp -pw [REDACTED:password] report.pdf ops@10.0.0.7:/tmp",
+    ),
+    (
+        "CREATE USER 'etl'@'%' IDENTIFIED BY 'Etl#Load2024';",
+        "CREATE USER 'etl'@'%' IDENTIFIED BY '[REDACTED:password]';",
+    ),
+    (
+        "ALTER USER reporting IDENTIFIED BY R3port1ng_99;",
+        "ALTER USER reporting IDENTIFIED BY [REDACTED:password];",
+    ),
+    (
+        "SET PASSWORD FOR 'bob'@'%' = 'S3t!Pw99';",
+        "SET PASSWORD FOR 'bob'@'%' = '[REDACTED:password]';",
+    ),
+    (
+        "define('SMTP_PASSWORD', 'M4il!Relay');",
+        "define('SMTP_PASSWORD', '[REDACTED:password]');",
+    ),
+    (
+        "define( 'SECURE_AUTH_KEY', 'k$9Lm#2xQ!vB8zR4' );",
+        "define( 'SECURE_AUTH_KEY', '[REDACTED:token]' );",
+    ),
+    (
+        "smtp_pw = os.getenv('SMTP_PASS', 'Sm7p!Default')",
+        "smtp_pw = os.getenv('SMTP_PASS', '[REDACTED:password]')",
+    ),
+    (
+        'const pw = process.env.REDIS_PASSWORD || "R3dis#Fallback";',
+        'const pw = process.env.REDIS_PASSWORD || "[REDACTED:password]";',
+    ),
+    (
+        'pw = DB_PASSWORD ?? "Fb#Pass99"',
+        'pw = DB_PASSWORD ?? "[REDACTED:password]"',
+    ),
+    (
+        "token = os.environ.get('CI_TOKEN') or 'ci9f8e7d6c5b4a3928aa'",
+        "token = os.environ.get('CI_TOKEN') or '[REDACTED:token]'",
+    ),
+    (
+        'curl -H "X-Token: ${API_TOKEN:-tok9f8e7d6c5b4a3928aa}" https://x',
+        'curl -H "X-Token: ${API_TOKEN:[REDACTED:token]}" https://x',
+    ),
+    (
+        'echo "Hub#Push2024" | docker login ghcr.io -u bot --password-stdin',
+        'echo "[REDACTED:password]" | docker login ghcr.io -u bot --password-stdin',
+    ),
+    (
+        "printf '%s' 'Pr1ntf#Pw' | podman login -u me --password-stdin quay.io",
+        "printf '%s' '[REDACTED:password]' | podman login -u me --password-stdin quay.io",
+    ),
+    (
+        "echo 'Adm1n!Sudo' | sudo -S systemctl restart nginx",
+        "echo '[REDACTED:password]' | sudo -S systemctl restart nginx",
+    ),
+    (
+        "echo 'deploy:Ch4ngeMe!' | chpasswd",
+        "echo 'deploy:[REDACTED:password]' | chpasswd",
+    ),
+    (
+        "pg.internal.example:6432:analytics:reader:Re4der!pg",
+        "pg.internal.example:6432:analytics:reader:[REDACTED:password]",
+    ),
+    (
+        "*:*:*:replicator:Repl1cate#Now",
+        "*:*:*:replicator:[REDACTED:password]",
+    ),
+    (
+        '$sec = ConvertTo-SecureString -String "Sv3Acct!Pw" -AsPlainText -Force',
+        '$sec = ConvertTo-SecureString -String "[REDACTED:password]" -AsPlainText -Force',
+    ),
+    (
+        "$cred = ConvertTo-SecureString 'Ps!Plain42' -AsPlainText -Force",
+        "$cred = ConvertTo-SecureString '[REDACTED:password]' -AsPlainText -Force",
+    ),
+]
+
+# Passwords named in other languages: linking verbs, qualifiers, inflected names, dashes.
+FOREIGN = [
+    (
+        "La password del router è Gatto!Nero7",
+        "La password del router è [REDACTED:password]",
+    ),
+    (
+        "Mi password es Tango#Sur8",
+        "Mi password es [REDACTED:password]",
+    ),
+    (
+        "Het wachtwoord van de wifi is Tulp#2023",
+        "Het wachtwoord van de wifi is [REDACTED:password]",
+    ),
+    (
+        "Hasło do poczty: Sl0neczko!",
+        "Hasło do poczty: [REDACTED:password]",
+    ),
+    (
+        "Nowe hasło to Wisla#2025",
+        "Nowe hasło to [REDACTED:password]",
+    ),
+    (
+        "Wi-Fi şifresi: Kahve2024!",
+        "Wi-Fi şifresi: [REDACTED:password]",
+    ),
+    (
+        "şifrem Ankara06!",
+        "şifrem [REDACTED:password]",
+    ),
+    (
+        "Lösenordet till routern är Sommar#2024",
+        "Lösenordet till routern är [REDACTED:password]",
+    ),
+    (
+        "Ο κωδικός πρόσβασης είναι Thalassa7!",
+        "Ο κωδικός πρόσβασης είναι [REDACTED:password]",
+    ),
+    (
+        "كلمة السر: Najma2025!",
+        "كلمة السر: [REDACTED:password]",
+    ),
+    (
+        "Kata sandi wifi adalah Merdeka45!",
+        "Kata sandi wifi adalah [REDACTED:password]",
+    ),
+    (
+        "Mật khẩu wifi là Pho2024!",
+        "Mật khẩu wifi là [REDACTED:password]",
+    ),
+    (
+        "口令\uff1aTiger#2024",
+        "口令\uff1a[REDACTED:password]",
+    ),
+    (
+        "路由器密码为Xiong8899!",
+        "路由器密码为[REDACTED:password]",
+    ),
+    (
+        "와이파이 비밀번호는 Bada2024! 입니다",
+        "와이파이 비밀번호는 [REDACTED:password] 입니다",
+    ),
+    (
+        "A palavra-passe é Lisboa#99",
+        "A palavra-passe é [REDACTED:password]",
+    ),
+    (
+        "Das Kennwort für den Server lautet Berg!Tal42",
+        "Das Kennwort für den Server lautet [REDACTED:password]",
+    ),
+    (
+        "Die Änderung des Passworts: Regen#2025",
+        "Die Änderung des Passworts: [REDACTED:password]",
+    ),
+    (
+        "mdp du wifi : Fromage#42",
+        "mdp du wifi : [REDACTED:password]",
+    ),
+    (
+        "Mon mot de passe c'est Soleil#75",
+        "Mon mot de passe c'est [REDACTED:password]",
+    ),
+    (
+        "Le mot de passe de la box est Bretagne!29",
+        "Le mot de passe de la box est [REDACTED:password]",
+    ),
+    (
+        "Contraseña de la red: Playa#2024",
+        "Contraseña de la red: [REDACTED:password]",
+    ),
+    (
+        "La clave del portátil es Luna#Llena7",
+        "La clave del portátil es [REDACTED:password]",
+    ),
+    (
+        "пароль от почты — Zima2024!",
+        "пароль от почты — [REDACTED:password]",
+    ),
+    (
+        "Пароль — это Qwerty#1x",
+        "Пароль — это [REDACTED:password]",
+    ),
+]
+
+# Payment card numbers (Luhn, a network's prefix and length, the usual groups) and CVVs.
+CARDS = [
+    (
+        "Card on file: 4242 4242 4242 4242 exp 12/28 CVC 123",
+        "Card on file: [REDACTED:card_number] exp 12/28 CVC [REDACTED:password]",
+    ),
+    (
+        "amex 3714 496353 98431, cid 5521",
+        "amex [REDACTED:card_number], cid [REDACTED:password]",
+    ),
+    (
+        "Discover 6011-1111-1111-1117",
+        "Discover [REDACTED:card_number]",
+    ),
+    (
+        "visa 4012888888881881 expires 03/27",
+        "visa [REDACTED:card_number] expires 03/27",
+    ),
+    (
+        "JCB 3530111333300000, CVV2: 417",
+        "JCB [REDACTED:card_number], CVV2: [REDACTED:password]",
+    ),
+    (
+        "card security code: 907",
+        "card security code: [REDACTED:password]",
+    ),
+]
+
+# Format characters inside a token, and a token spelt with a space between its characters:
+# the whole token goes, invisible characters included.
+INVISIBLE = [
+    (
+        "token xoxb-2048\u200b-1234567890-AbCdEfGhIjKlMnOpQrStUvWx ok",
+        "token [REDACTED:api_key] ok",
+    ),
+    (
+        "key AKIA\u2060IOSFODNN7EXAMPLE end",
+        "key [REDACTED:api_key] end",
+    ),
+    (
+        "hf_Ab\u00adCdEfGhIjKlMnOpQrStUvWxYz012345",
+        "[REDACTED:api_key]",
+    ),
+    (
+        "sk-proj-Ab12\ufeffCd34Ef56Gh78Ij90Kl12",
+        "[REDACTED:api_key]",
+    ),
+    (
+        "pat: g h p _ a B 3 d E 5 g H 7 j K 9 m N 1 p Q 3 s T 5 v W 7 y Z 9 b C 1 d E f G h "
+        "I",
+        "pat: [REDACTED:api_key]",
+    ),
+    (
+        "A K I A I O S F O D N N 7 E X A M P L E",
+        "[REDACTED:api_key]",
+    ),
+]
+
+# English prose shapes: the value first, a dash, a question, parentheses, an adverb.
+ENGLISH = [
+    (
+        "I used 'Blue#Heron88' as the password for the NAS",
+        "I used '[REDACTED:password]' as the password for the NAS",
+    ),
+    (
+        "Xylo!Phone42 is the password",
+        "[REDACTED:password] is the password",
+    ),
+    (
+        "password–Ember#19",
+        "password–[REDACTED:password]",
+    ),
+    (
+        "the new passcode is 551902",
+        "the new passcode is [REDACTED:password]",
+    ),
+    (
+        "my bank password (Quartz!2024) expires soon",
+        "my bank password ([REDACTED:password]) expires soon",
+    ),
+    (
+        "The guest wifi password? It's Lemon#Tree9.",
+        "The guest wifi password? It's [REDACTED:password].",
+    ),
+    (
+        "Same password everywhere: Falcon#77",
+        "Same password everywhere: [REDACTED:password]",
+    ),
+    (
+        "the pass is Mango#Tango5",
+        "the pass is [REDACTED:password]",
+    ),
+]
+
+# A credential's name set off by Markdown or HTML, HTML cells, a Markdown table column.
+MARKUP = [
+    (
+        "**Passphrase:** Rusty-Anchor-42",
+        "**Passphrase:** [REDACTED:password]",
+    ),
+    (
+        "***Password***: Tr1ple#Star",
+        "***Password***: [REDACTED:password]",
+    ),
+    (
+        "__Token__ - tok9f8e7d6c5b4a3928",
+        "__Token__ - [REDACTED:token]",
+    ),
+    (
+        "`password`: Vault!Door9",
+        "`password`: [REDACTED:password]",
+    ),
+    (
+        "**API key:** `3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c`",
+        "**API key:** `[REDACTED:token]`",
+    ),
+    (
+        "<strong>Password</strong>: Sunrise#12",
+        "<strong>Password</strong>: [REDACTED:password]",
+    ),
+    (
+        "<b>Password:</b> Gl4cier!",
+        "<b>Password:</b> [REDACTED:password]",
+    ),
+    (
+        "<th>API key</th><td>3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c</td>",
+        "<th>API key</th><td>[REDACTED:api_key]</td>",
+    ),
+    (
+        "<dt>Password</dt>\n<dd>Harbor#Lights3</dd>",
+        "<dt>Password</dt>\n<dd>[REDACTED:password]</dd>",
+    ),
+    (
+        "| host | login | pass |\n|:---|:---|---:|\n| ftp1 | bob | Ftp!One1 |\n| ftp2 | amy "
+        "| Ftp!Two2 |",
+        "| host | login | pass |\n|:---|:---|---:|\n| ftp1 | bob | [REDACTED:password] |\n| "
+        "ftp2 | amy | [REDACTED:password] |",
+    ),
+    (
+        "service | password\n--- | ---\ncache | `Redis#Pw5`",
+        "service | password\n--- | ---\ncache | `[REDACTED:password]`",
+    ),
+]
+
+# Recovery codes (one per line too), TOTP seeds (grouped in fours too).
+CODES_2FA = [
+    (
+        "Recovery codes:\n- 8f2k1-a9d3m\n- 4n7p2-x1c8v\n- 2b9q4-k7w3z\nKeep them safe.",
+        "Recovery codes:\n- [REDACTED:password]\nKeep them safe.",
+    ),
+    (
+        "backup codes: 1234 5678\n9012 3456",
+        "backup codes: [REDACTED:password]",
+    ),
+    (
+        "Backup codes (GitHub): 1234-5678 9012-3456",
+        "Backup codes (GitHub): [REDACTED:password]",
+    ),
+    (
+        "TOTP seed: KRSX G5CT MNXW S3TU",
+        "TOTP seed: [REDACTED:token]",
+    ),
+    (
+        "authenticator key = JBSWY3DPEHPK3PXP",
+        "authenticator key = [REDACTED:token]",
+    ),
+    (
+        "TOTP secret (base32): KRSXG5CTMNXWS3TUPQ4A",
+        "TOTP secret (base32): [REDACTED:token]",
+    ),
+    (
+        "recovery code: a1b2-c3d4-e5f6-g7h8",
+        "recovery code: [REDACTED:password]",
+    ),
+]
+
+# Obfuscated names: zero-width characters, homoglyphs, fullwidth letters, spaced, split or
+# leetspeak spellings.
+OBFUSCATED = [
+    (
+        "pas\u200bsword=Inv1sible!",
+        "pas\u200bsword=[REDACTED:password]",
+    ),
+    (
+        "PASS WORD: Tr1ck!y99",
+        "PASS WORD: [REDACTED:password]",
+    ),
+    (
+        "p@ssw0rd: Le3tSp34k!",
+        "p@ssw0rd: [REDACTED:password]",
+    ),
+    (
+        "p.a.s.s.w.o.r.d = Dotty#Pw1",
+        "p.a.s.s.w.o.r.d = [REDACTED:password]",
+    ),
+    (
+        "p\u0430sscode: 7391",
+        "p\u0430sscode: [REDACTED:password]",
+    ),
+    (
+        "\u0440\u0430\u0455\u0455\u051d\u043e\u0433\u0501: Abc123!x",
+        "\u0440\u0430\u0455\u0455\u051d\u043e\u0433\u0501: [REDACTED:password]",
+    ),
+    (
+        "\uff30\uff21\uff33\uff33\uff37\uff2f\uff32\uff24\uff1d\uff37\uff49\uff44\uff45"
+        "\uff19\uff19\uff01",
+        "\uff30\uff21\uff33\uff33\uff37\uff2f\uff32\uff24\uff1d[REDACTED:password]",
+    ),
+    (
+        "pwd\u200b=\u200bZw1dth!Val",
+        "pwd\u200b=\u200b[REDACTED:password]",
+    ),
+]
+
+# PUKs, door / gate / alarm / keypad / access codes, safe combinations, numeric Wi-Fi keys.
+NUMERIC_CODES = [
+    (
+        "SIM PUK: 40917263",
+        "SIM PUK: [REDACTED:password]",
+    ),
+    (
+        "garage door code is 4321",
+        "garage door code is [REDACTED:password]",
+    ),
+    (
+        "the safe combo is 08-15-42",
+        "the safe combo is [REDACTED:password]",
+    ),
+    (
+        "the combination to the safe is 36-24-36",
+        "the combination to the safe is [REDACTED:password]",
+    ),
+    (
+        "alarm code: 9 8 7 6",
+        "alarm code: [REDACTED:password]",
+    ),
+    (
+        "gate code #4417",
+        "gate code #[REDACTED:password]",
+    ),
+    (
+        "code d'accès : 4417",
+        "code d'accès : [REDACTED:password]",
+    ),
+    (
+        "Le code de la porte est 1984A",
+        "Le code de la porte est [REDACTED:password]",
+    ),
+    (
+        "Türcode: 4821",
+        "Türcode: [REDACTED:password]",
+    ),
+    (
+        "código de acceso: 7788",
+        "código de acceso: [REDACTED:password]",
+    ),
+    (
+        "access code for the gym: 552903",
+        "access code for the gym: [REDACTED:password]",
+    ),
+    (
+        "WPA key: 1234-5678-9012-3456",
+        "WPA key: [REDACTED:token]",
+    ),
+]
+
+# Recovery phrases after "is:" or an aside, numbered word lists, a split "pass phrase".
+SEED_PHRASES = [
+    (
+        "backup phrase: apple river cloud stone table green music ocean tiger lemon paper gl"
+        "ass",
+        "backup phrase: [REDACTED:seed_phrase]",
+    ),
+    (
+        "seed phrase (12 words): apple river cloud stone table green music ocean tiger lemon"
+        " paper glass",
+        "seed phrase (12 words): [REDACTED:seed_phrase]",
+    ),
+    (
+        "My recovery phrase is: orbit maple crane velvet dune ember frost grape harbor ivory"
+        " jungle koala",
+        "My recovery phrase is: [REDACTED:seed_phrase]",
+    ),
+    (
+        "seed words:\n1) orbit\n2) maple\n3) crane\n4) velvet\n5) dune\n6) ember\n7) frost\n"
+        "8) grape\n9) harbor\n10) ivory\n11) jungle\n12) koala",
+        "seed words:\n[REDACTED:seed_phrase]",
+    ),
+    (
+        "pass-phrase: amber river cloud stone",
+        "pass-phrase: [REDACTED:password]",
+    ),
+]
+
+# wpa_supplicant psk and Wi-Fi QR codes.
+WIFI = [
+    (
+        'network={\n    ssid="Home"\n    psk="Garden#Gnome7"\n}',
+        'network={\n    ssid="Home"\n    psk="[REDACTED:password]"\n}',
+    ),
+    (
+        "WIFI:S:Office;T:WPA;P:Desk\\;Lamp42;;",
+        "WIFI:S:Office;T:WPA;P:[REDACTED:password];;",
+    ),
+    (
+        'WIFI:S:"My Net";T:WPA;P:"Pa;ss#99";;',
+        'WIFI:S:"My Net";T:WPA;P:"[REDACTED:password]";;',
+    ),
+    (
+        "wpa_psk=9f8e7d6c5b4a39281716151413121110",
+        "wpa_psk=[REDACTED:password]",
+    ),
+]
+
+# Rails secret_key_base and other *_key_base / *_secret_key names.
+KEY_BASE = [
+    (
+        "secret_key_base: 8f7e6d5c4b3a29181716151413121110abcdef0123456789",
+        "secret_key_base: [REDACTED:token]",
+    ),
+    (
+        "export RAILS_SECRET_KEY_BASE=8f7e6d5c4b3a29181716151413121110abcdef",
+        "export RAILS_SECRET_KEY_BASE=[REDACTED:token]",
+    ),
+    (
+        "devise_secret_key = 'a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4'",
+        "devise_secret_key = '[REDACTED:token]'",
+    ),
+]
+
+# A redaction covers the secret only: the next line's key and text stay.
+NEXT_LINE = [
+    (
+        "db.password=Pg#Prop1\ndb.user=app\ndb.pool=10",
+        "db.password=[REDACTED:password]\ndb.user=app\ndb.pool=10",
+    ),
+    (
+        "nexusPassword=Nx#Upload9\nnexusUsername=ci",
+        "nexusPassword=[REDACTED:password]\nnexusUsername=ci",
+    ),
+    (
+        "[prod]\naws_secret_access_key = Zq3x9Lmx9Lmx9Lmx9Lmx9Lmx9Lmx9Lmx9Lmx9LmW\noutput = "
+        "json",
+        "[prod]\naws_secret_access_key = [REDACTED:token]\noutput = json",
+    ),
+    (
+        "my token: ghp_aB3dE5gH7jK9mN1pQ3sT\nuT5vW7yZ9bC1dE3fG5hI\nthat is all",
+        "my token: [REDACTED:api_key]\nthat is all",
+    ),
+    (
+        "--api-token\nHost: https://example.org",
+        "--api-token\nHost: https://example.org",
+    ),
+    (
+        '<add key="BillingApiKey" value="3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c" />',
+        '<add key="BillingApiKey" value="[REDACTED:api_key]" />',
+    ),
+]
+
+# Look-alikes of every class above: code that refers to a secret, public keys, pointers to
+# a vault, prose about codes and cards, other languages' prose without a password.
+LOOKALIKES = [
+    "htpasswd -c /etc/apache2/.htpasswd alice",
+    "htpasswd -B -C 12 -c users.htpasswd bob",
+    "conn = DriverManager.getConnection(url, user, password);",
+    'db.connect("reports", "readonly")',
+    'p = Point("north", "south")',
+    'h = hashlib.new("sha256", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852'
+    'b855")',
+    "net use Z: \\\\nas01\\backup /user:CORP\\svc_backup *",
+    "net use Z: /delete",
+    "keytool -list -keystore app.jks -storepass:env KS_PASS",
+    "use the -password option to pass it",
+    "openssl pkcs12 -export -in a.pem -passout env:P12_PASS",
+    "CREATE USER app IDENTIFIED BY :new_password",
+    "CREATE USER ops IDENTIFIED EXTERNALLY;",
+    "The user is identified by email",
+    "A task attempt is identified by (task_id bytes, attempt number).",
+    "rows are identified by `row_id`",
+    "revision identified by '%s'",
+    "the file is identified by 'name'",
+    '# (e.g. "a/../../etc/passwd" or "a/../file.txt") is rejected',
+    "code_obj = compile('pass', 'tests/dummy_module.py', 'exec')",
+    "password = DEFAULT_PASSWORD",
+    "define('DB_NAME', 'wordpress');",
+    "define('DB_PASSWORD', getenv('DB_PASSWORD'));",
+    "label('password', 'Password:')",
+    "t('password', 'Mot de passe')",
+    "const port = process.env.PORT || '3000'",
+    "host=${DB_HOST:-localhost}",
+    "echo $CR_PAT | docker login ghcr.io -u bot --password-stdin",
+    'echo "hello world" | wc -c',
+    "fe80:0:0:0:1",
+    "backup.example.com:22:/srv:rsync:daily",
+    "ConvertTo-SecureString $plain -AsPlainText -Force",
+    'mysql --password "$DB_PASSWORD" -h db',
+    "mysql -u root -p$MYSQL_PWD",
+    "Das Passwort ist seit gestern ungültig.",
+    "La password è troppo corta.",
+    "Le mot de passe du wifi est affiché sur la box.",
+    "Şifre: gerekli",
+    "Mật khẩu là bắt buộc.",
+    "Het wachtwoord is te kort",
+    "Passwort 2024 ändern",
+    "kennwort vergessen",
+    "La clave del éxito es la constancia",
+    "Our password manager is 1Password",
+    "change your password on GitHub2 today",
+    "The password policy is v2",
+    "order 4242 4242 4242 4241",
+    "IBAN DE89 3704 0044 0532 0130 00",
+    "Mon IBAN : FR14 2004 1010 0505 0001 3M02 606",
+    "phone 4155550132",
+    "timestamp 1710512525123",
+    "seeds = [576033618403180168, 308115465002673650]",
+    "g = 4828147466240000*t**12",
+    "Sendungsnummer 4200 1234 5678 9012 3456 78",
+    "CVV codes are 3 digits long",
+    "Luhn test: 79927398713",
+    "a b c d e f g h i j k l m n o p q r s t",
+    "\U0001f469\u200d\U0001f4bb deployed the app",
+    "Donau\u00addampf\u00adschiff\u00adfahrt",
+    "\uff54\uff48\uff45\u3000\uff45\uff4e\uff44",
+    "Пароль должен быть длиннее двенадцати символов.",
+    "What's the admin password? Ask IT.",
+    "use SSO as the password alternative",
+    "the pass is closed for winter",
+    "the mountain pass is Route 66",
+    "password—see the wiki",
+    "the passcode is 4 digits",
+    "this is my password manager",
+    "Password (optional)",
+    "check_password (user_input)",
+    "**Password:** required",
+    "<b>Password:</b> see the wiki",
+    "<td>Password</td><td>Min. 12 characters</td>",
+    "| service | password |\n|---|---|\n| db | (in vault) |",
+    "| name | token count |\n|---|---|\n| run1 | 1200 |",
+    "Recovery codes are stored in Bitwarden",
+    "2FA secret: stored in the vault",
+    "TOTP key rotation is quarterly",
+    "backup codes: none",
+    "pass word lists around the team",
+    "p4ss the ball",
+    "the code is on GitHub",
+    "combination of 3 factors",
+    "combo 1-2-3 knocks him out",
+    "the access code 2024 campaign",
+    "access code expires in 30 minutes",
+    "PUK required after 3 wrong PINs",
+    "Pin it to version 2024.1",
+    "HTTP status code 500",
+    "Meeting at 14:00, code review after",
+    "recovery phrase is stored offline",
+    "seed words are 12 to 24 words long",
+    "WIFI:S:Guest;T:nopass;;",
+    "psk_mode=auto",
+    'secret_key_base: <%= ENV["SECRET_KEY_BASE"] %>',
+    "secret_key_base = Rails.application.credentials.secret_key_base",
+    'config.secret_key_base = ENV["SECRET_KEY_BASE"]',
+    "const secret = config.jwtSecret;",
+    "token = request.headers['X-Token']",
+    'password: "{{ vault_db_password }}"',
+    "PASSWORD=$(cat /run/secrets/db)",
+    'password=os.getenv("DB_PASSWORD")',
+    "api_key = settings.OPENAI_API_KEY",
+    '"password": req.body.password',
+    "if token == expected_token:",
+    "def login(password: Optional[str] = None):",
+    "password: boolean",
+    "curl -u $API_USER:$API_PASS https://api.example.org",
+    "https://deploy:${DEPLOY_TOKEN}@git.example.org/repo.git",
+    "Authorization: Bearer ${ACCESS_TOKEN}",
+    "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBEmKSENjQEezOmx"
+    "kZMy7opKgwFB9nkt5YRrYMjNuG5N87uRgg6CLrbo5wAdT/y6v0mKV0U2w0WZ2YB/++Tpockg= root@host",
+    "github.com ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC7vbqajDhA9pLLmQ3Gs0fJk2M6ZJ3kqP4S7Yc1"
+    "mWn9u2xH",
+    "recipient: age1lggyhqrw2nlhcxprm67z43rta597azn8gknawjehu9d9dl0jq3yqqvfafg",
+    "STRIPE_PUBLISHABLE_KEY=pk_test_TYooMQauvdEDq54NiTphI7jx",
+    "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE"
+    "=\n-----END PUBLIC KEY-----",
+    "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ3lJ6gHcAqP2oRk8zD0x5tYwWQ8wCgYIKoZIzj"
+    "0EAwIw\nEjEQMA4GA1UEAwwHdGVzdC1jYTAeFw0yNDAxMDEwMDAwMDBaFw0zNDAxMDEwMDAw\n-----END CERT"
+    "IFICATE-----",
+    "Password: see the Bitwarden entry 'Prod DB'",
+    "Password: stored in 1Password under 'Prod DB'",
+    "token: in the vault",
+    "API key: ask ops, it's in the vault",
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    POSITIONAL_PASSWORDS
+    + FOREIGN
+    + CARDS
+    + INVISIBLE
+    + ENGLISH
+    + MARKUP
+    + CODES_2FA
+    + OBFUSCATED
+    + NUMERIC_CODES
+    + SEED_PHRASES
+    + WIFI
+    + KEY_BASE
+    + NEXT_LINE,
+)
+def test_red_team_classes_are_redacted_exactly(raw: str, expected: str) -> None:
+    out, n = scrub_text(raw)
+    assert out == expected
+    assert n == expected.count("[REDACTED:")
+    assert scrub_text(out) == (out, 0)
+
+
+@pytest.mark.parametrize("text", LOOKALIKES)
+def test_red_team_lookalikes_are_untouched(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+
+
+def test_card_numbers_need_luhn_and_a_card_layout() -> None:
+    valid = "4242 4242 4242 4242"
+    assert scrub_text(f"card {valid}") == ("card [REDACTED:card_number]", 1)
+    assert scrub_text("card 4242 4242 4242 4241") == ("card 4242 4242 4242 4241", 0)  # Luhn
+    assert scrub_text("card 42424 24242 42424 242") == ("card 42424 24242 42424 242", 0)
+    assert scrub_text("card 4242-4242 4242-4242") == ("card 4242-4242 4242-4242", 0)
+    assert scrub_text("id 1242424242424242") == ("id 1242424242424242", 0)  # no network
+
+
+def test_an_invisible_character_inside_a_token_is_redacted_with_it() -> None:
+    token = "ghp_" + "aB3dE5gH7jK9mN1pQ3sT" + "\u200b" + "uT5vW7yZ9bC1dE3fG5hI"
+    out, n = scrub_text(f"use {token} now")
+    assert (out, n) == ("use [REDACTED:api_key] now", 1)
+    assert "\u200b" not in out
+
+
+def test_public_material_is_kept() -> None:
+    key = "AAAAC3NzaC1lZDI1NTE5AAAAIGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE"
+    for text in (
+        f"ssh-ed25519 {key} dana@workstation",
+        f"deploy.example.org ssh-ed25519 {key}",
+        "pk_live_51Nq8Y2AbCdEfGhIjKlMnOpQrSt is our publishable key",
+        "age1lggyhqrw2nlhcxprm67z43rta597azn8gknawjehu9d9dl0jq3yqqvfafg",
+    ):
+        assert scrub_text(text) == (text, 0)
+    # a private key next to a public one still goes
+    secret = "AGE-SECRET-KEY-1QQPQGQNJQW3XN4FPHMGNZ6FC5QUUZZ8AYWA2GQ2HNV7EWZ6Y2K5SJV9N5D"
+    text = f"ssh-ed25519 {key}\nprivate: {secret}"
+    assert scrub_text(text) == (f"ssh-ed25519 {key}\nprivate: [REDACTED:api_key]", 1)
+
+
+def test_metadata_numbers_codes_and_named_values_are_redacted() -> None:
+    value = {
+        "PIN": 1234,
+        "wifi_password": 20240101,
+        "gate_code": "7391#",
+        "cvv": 907,
+        "kennwort": "Berg!Tal42",
+        "contraseña": "Playa#2024",
+        "env": [
+            {"Name": "DB_PASSWORD", "Value": "S3cure!Db"},
+            {"name": "timeout", "value": "30"},
+            {"name": "password", "value": ""},
+        ],
+        "stack": [{"ParameterKey": "MasterUserPassword", "ParameterValue": "Rds#Master9"}],
+        "pin_length": 4,
+        "max_tokens": 2048,
+        "passcode_required": True,
+        "password_policy": {"min_length": 12},
+    }
+    out, n = scrub_value(value)
+    assert out == {
+        **value,
+        "PIN": "[REDACTED:password]",
+        "wifi_password": "[REDACTED:password]",
+        "gate_code": "[REDACTED:password]",
+        "cvv": "[REDACTED:password]",
+        "kennwort": "[REDACTED:password]",
+        "contraseña": "[REDACTED:password]",
+        "env": [
+            {"Name": "DB_PASSWORD", "Value": "[REDACTED:password]"},
+            {"name": "timeout", "value": "30"},
+            {"name": "password", "value": ""},
+        ],
+        "stack": [
+            {"ParameterKey": "MasterUserPassword", "ParameterValue": "[REDACTED:password]"}
+        ],
+    }
+    assert n == 8
+    assert scrub_value(out) == (out, 0)
+
+
+def test_format_character_class_is_unicode_category_cf() -> None:
+    import sys
+    import unicodedata
+
+    from memlab.memory.scrub import _CF_RE
+
+    cf = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
+    assert [c for c in cf if not _CF_RE.match(c)] == []
+    assert _CF_RE.match("a") is None and _CF_RE.match(" ") is None
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "htpasswd -b a b c ",
+        "net use \\\\a\\b x ",
+        "-storepass ",
+        "identified by x ",
+        "echo x | sudo -S ",
+        "a.b:1:c:d:e\n",
+        "('password', 'x",
+        "|| 'x' ",
+        "4111 ",
+        "door code ",
+        "x as the password ",
+        "password (x",
+        "**password:** ",
+        "| password |\n|---|\n",
+        "2fa secret: ABCD ",
+        "wifi:t:wpa;",
+        "passwort für ",
+        "пароль от ",
+        "p a s s ",
+        "p4ssw0rd ",
+        "\u200b",
+        "p\u0430ss",
+        "\uff50",
+        "a ",
+        "recovery codes: ab12\n",
+        "seed words - 1. abc ",
+        "ssh-rsa AAAA",
+        "-----BEGIN CERTIFICATE-----",
+        "key_base = ",
+    ],
+)
+def test_new_triggers_finish_and_stay_idempotent(unit: str) -> None:
+    # Linear-time rules (timing: bench/bench_scrub.py): a 200 kB input of each new trigger
+    # is scanned and scrubbing it again changes nothing.
+    text = (unit * (200_000 // len(unit) + 1))[:200_000]
+    out, n = scrub_text(text)
+    assert scrub_text(out)[1] == 0
+    assert n <= len(text)

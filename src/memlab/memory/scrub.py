@@ -11,26 +11,57 @@ one pass:
    ``whsec_``, AWS, GitHub, GitLab, Slack tokens and webhooks, Google, Twilio, SendGrid, npm,
    Hugging Face, Shopify, Telegram, Docker, PyPI, Azure client secrets and SAS signatures),
    ``key = value`` assignments whose key names a credential (``PGPASSWORD=``, ``"auth": …``,
-   ``AccountKey=``), command-line passwords (``mysql -pXXX``, ``--password X``,
-   ``curl -u user:pass``), passwords stated in prose ("the wifi password is …", multi-word
-   passphrases up to the end of the clause), credentials named in prose in other ways ("API
-   key: …" and "passphrase for the gpg key: …", "changed the root password to …", a quoted
-   value right after "password", a long random value right after "access key", a
+   ``AccountKey=``, ``psk="…"``, ``secret_key_base``), command-line passwords (``mysql
+   -pXXX``, ``--password X``, ``curl -u user:pass``, ``keytool -storepass X``, ``pscp -pw X``,
+   positional ones: ``htpasswd -b FILE USER PASS``, ``net use \\\\host\\share PASS``,
+   ``echo X | docker login --password-stdin`` / ``sudo -S`` / ``chpasswd``,
+   ``ConvertTo-SecureString "X"``), passwords in code and SQL (``IDENTIFIED BY X``, ``SET
+   PASSWORD … = 'X'``, ``define('DB_PASSWORD', 'X')``, ``os.getenv('DB_PASS', 'X')``,
+   ``process.env.DB_PASS || 'X'``, ``${DB_PASSWORD:-X}``, ``getConnection(url, "sa", "X")``,
+   ``client.login(user, "X")``, an SDK client made from an id and a secret:
+   ``Client('AC…', '<32 hex>')``), ``.pgpass`` lines, passwords stated in prose ("the wifi
+   password is …", multi-word passphrases up to the end of the clause, "password—X", "the
+   admin password? It's X", "'X' as her password", "my Gmail password (X)", "same password
+   everywhere: X", "the pass is X", numeric passcodes), credentials named in prose in other
+   ways ("API key: …" and "passphrase for the gpg key: …", "changed the root password to …",
+   a quoted value right after "password", a long random value right after "access key", a
    user/password pair after "credentials" or "login", a 12–24-word recovery phrase after
-   "mnemonic" or "seed phrase", backup codes, door codes, "log in as root with Kx9#mPq2"),
-   passwords named in other languages ("Passwort: …"), credentials in structured text (XML
-   elements, ``key="ApiKey" value="…"`` pairs, Markdown table rows, ``auth=(user, pass)``
-   tuples, escaped JSON quotes), session cookies, and long high-entropy tokens. In prose the
+   "mnemonic", "seed phrase" or "recovery phrase is:", also as a numbered list, backup and
+   recovery codes, one per line too, base32 TOTP seeds after "2FA secret" / "MFA seed", "log
+   in as root with Kx9#mPq2"), numeric codes (PINs, PUKs, door / gate / alarm / keypad /
+   unlock / access codes, safe combinations ``12-34-56``, "code du portail", "Türcode"),
+   payment card numbers (13–19 digits in the usual groupings, Luhn-checked, with a card
+   network's prefix and length) and CVV/CVC/CID codes, passwords named in other languages
+   ("Passwort: …", "Das WLAN-Passwort lautet …", "Contraseña del router: …", "la password
+   è …", "hasło to …", "şifrem …", "lösenordet är …", "κωδικός: …", "كلمة المرور هي …",
+   "kata sandi adalah …", "mật khẩu là …", "密码是…", "口令：…", "비밀번호는 …", "mdp : …"),
+   credentials in structured text (XML elements, ``key="ApiKey" value="…"`` pairs, Markdown
+   table rows, a Markdown table column under a header that names a credential, HTML
+   ``<td>password</td><td>…</td>`` cells, names set off by Markdown or HTML (``**password:**
+   X``, ``<b>Password:</b> X``), ``auth=(user, pass)`` tuples, escaped JSON quotes, Wi-Fi
+   QR codes ``WIFI:…;P:…;;``), session cookies, and long high-entropy tokens. In prose the
    value's shape decides: "reset the password to access the server" is prose, "… to Kx9#mPq2"
-   a password.
+   a password. Code that only refers to a secret is kept (``process.env.STRIPE_KEY``,
+   ``getpass.getpass(…)``, ``vault.read(…)[…]``, ``$PASS``, ``${DB_PASSWORD}``, ``<token>``,
+   ``password: str``, ``password != confirm_password``), and so is a pointer to where a
+   secret is kept ("Password: see the 1Password vault"). Public material is never redacted:
+   certificate and public-key PEM blocks, OpenSSH public keys, age recipients and Stripe
+   publishable keys (``pk_live_…``).
 2. detect-secrets' vendor plugins (:data:`DETECT_SECRETS_PLUGINS`), run only on short windows
    around a cheap literal trigger, so their regexes never see more than a few hundred
    characters at once (several of them backtrack on long lines). detect-secrets'
    ``KeywordDetector`` is not used: it is super-linear on long lines and needs code syntax;
    rule family 1 covers assignments and prose instead.
-3. The same detection on normalised copies of the text: percent-decoded (``%2F`` → ``/``)
-   and with line breaks inside a token removed (``ghp_abc…\\ndef…``); their spans are mapped
-   back onto the original text.
+3. The same detection on normalised copies of the text, whose spans are mapped back onto the
+   original text: percent-decoded (``%2F`` → ``/``); with line breaks inside a token removed
+   (``ghp_abc…\\ndef…``; a line that starts a new key or a plain word is no continuation);
+   as a reader sees it: Unicode format characters (category Cf: zero-width space and
+   joiners, soft hyphen, word joiner, BOM) removed, fullwidth and mathematical letters in
+   their NFKC form, Cyrillic and Greek look-alikes folded to Latin in words that mix scripts,
+   and obfuscated names spelt plainly (``p a s s w o r d``, ``pass-word``, ``p4ssw0rd``), so
+   that ``pass\\u200bword: X`` is found and a token with invisible characters inside is
+   redacted whole; and a token written with a space between every character, joined (only a
+   vendor token shape counts there).
 
 Every rule is linear in the input: no nested unbounded quantifiers, every repetition that can
 backtrack is bounded, rules that start on a character class refuse to start inside a run of
@@ -44,7 +75,10 @@ Every secret is replaced by a typed placeholder such as ``[REDACTED:api_key]``; 
 ``scrub(scrub(t)[0]) == (scrub(t)[0], 0)``.
 
 Public entry points: :func:`scrub_text` (alias :func:`scrub`) for one string and
-:func:`scrub_value` for nested JSON-like values (dict keys and values, lists, tuples).
+:func:`scrub_value` for nested JSON-like values (dict keys and values, lists, tuples; a string
+or an integer under a key that names a credential, also in another language or as a numeric
+code, is redacted whole: ``{"pin": 4821}``, ``{"door_code": "4821"}``, ``{"passwort": …}``,
+and so is the value of a named pair: ``{"name": "DB_PASSWORD", "value": …}``).
 
 Example:
     >>> scrub_text("export OPENAI_API_KEY=sk-proj-Ab12Cd34Ef56Gh78Ij90")
@@ -57,6 +91,7 @@ import bisect
 import inspect
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -81,10 +116,14 @@ _PLACEHOLDER_RE = re.compile(r"\[REDACTED:[a-z0-9_]{1,40}\]")
 Span = tuple[int, int, str]
 """``(start, end, kind)`` of one secret in a text."""
 
-Check = Callable[[re.Match[str], str], "tuple[int, int] | tuple[int, int, str] | int | None"]
+Check = Callable[
+    [re.Match[str], str],
+    "tuple[int, int] | tuple[int, int, str] | list[tuple[int, int, str]] | int | None",
+]
 """A rule's acceptance test: given the match and the whole (original) text, the span to
-redact, optionally with its kind, or ``None`` to reject the match (the search goes on behind
-it), or an ``int`` to reject it and go on from that position."""
+redact, optionally with its kind, or a list of ``(start, end, kind)`` spans (every cell of a
+table column), or ``None`` to reject the match (the search goes on behind it), or an ``int``
+to reject it and go on from that position."""
 
 # ----------------------------------------------------------------------------- word lists
 # First words that make "the password is <word>" prose *about* a password, not a password.
@@ -144,17 +183,48 @@ _SECRET_KEY_ENDINGS = (
     "databasekey",
     "credential",
     "credentials",
+    "psk",  # wpa_supplicant psk="…", hostapd wpa_psk=…
+    "keybase",  # Rails secret_key_base
 )
+_FOREIGN_PASSWORD_KEYS = (
+    "passwort", "kennwort", "contraseña", "contrasena", "motdepasse", "mdp", "senha",
+    "wachtwoord", "hasło", "haslo", "lösenord", "losenord", "adgangskode", "passord",
+    "salasana", "heslo", "jelszó", "jelszo", "şifre", "sifre", "пароль", "パスワード", "密码",
+    "密碼", "비밀번호",
+)  # fmt: skip
+"""Normalised key names of a password in other languages (``{"passwort": …}``)."""
+_SECRET_KEY_ENDINGS += _FOREIGN_PASSWORD_KEYS
+_CODE_KEY_ENDINGS = (
+    "doorcode", "gatecode", "alarmcode", "accesscode", "entrycode", "keypadcode", "lockcode",
+    "unlockcode", "safecode", "garagecode", "lockboxcode", "buildingcode", "puk", "pukcode",
+    "combination", "cvv", "cvc", "cvv2", "cvc2", "securitycode", "cardcode",
+)  # fmt: skip
+"""Normalised key names of a numeric code (``{"door_code": "4821"}``, ``{"cvv": "382"}``)."""
 _SESSION_KEY_ENDINGS = ("session", "sess", "sessionid", "sessid", "sessionkey", "sesskey")
 """Normalised key names of a session id (a cookie that stands for a login)."""
 _PASSWORD_KEY_ENDINGS = (
-    "password", "passwd", "passphrase", "passcode", "passkey", "pwd", "pw", "pass",
+    "password", "passwd", "passphrase", "passcode", "passkey", "pwd", "pw", "pass", "psk",
+    *_FOREIGN_PASSWORD_KEYS,
 )  # fmt: skip
 _API_KEY_ENDINGS = ("apikey", "apisecret")
 _NON_SECRET_VALUES = frozenset(
     "none null nil undefined true false yes no on off required optional empty n/a na tbd "
     "redacted hidden masked changeme".split()
+    # type names: "password: str", "-> bool", {"password": {"type": "string"}}
+    + "str string bool boolean int integer float bytes number any object void char varchar "
+    "securestring".split()
 )
+_POINTER_WORDS = frozenset(
+    "see ask check refer look find contact use stored kept saved via from in inside at on "
+    "available provided shared sent".split()
+)
+"""First words of a value that points to where a credential is kept ("Password: see the
+1Password vault 'Infra'", "token: ask ops"), not the credential."""
+_VAULT_WORDS = re.compile(
+    r"(?i)vault|1password|bitwarden|keepass|lastpass|keychain|dashlane|secrets? manager"
+    r"|password manager"
+)
+"""Where credentials are kept: a value that names one points there."""
 _HASH_WORDS = re.compile(
     r"(?i)(?:sha-?\d{1,3}|md5|argon2\w{0,4}|pbkdf2\w{0,12}|bcrypt|scrypt|2fa|mfa|otp|"
     r"v?\d{1,6}(?:\.\d{1,6}){0,3}|[a-z]{1,20})"
@@ -261,11 +331,14 @@ def _password_end(text: str, start: int, end: int) -> int | None:
     prose about a password, not one.
     """
     value = text[start:end]
-    if _password_like(value):
-        return _extend_clause(text, end)
-    if not value.isalpha() or text[end : end + 1] != " ":
+    like = _password_like(value)
+    if not like and (not value.isalpha() or text[end : end + 1] != " "):
         return None
     ext = _extend_clause(text, end)
+    if ext > end and (value.lower() in _POINTER_WORDS or _VAULT_WORDS.search(text, start, ext)):
+        return None  # "Password: see the 1Password vault 'Infra'", "token: ask ops"
+    if like:
+        return ext
     words = text[start:ext].split()
     if len(words) >= 4 and sum(_wordish(w) for w in words) <= 1:
         return ext
@@ -292,9 +365,17 @@ def _key_before(text: str, keyword_start: int, keyword_end: int) -> str:
     return text[i:keyword_end]
 
 
+def _inside_placeholder(text: str, pos: int) -> bool:
+    """``pos`` is inside the kind of a placeholder (``[REDACTED:pass|word]``)."""
+    j = text.rfind("[REDACTED:", max(0, pos - 50), pos)
+    return j >= 0 and "]" not in text[j:pos]
+
+
 def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | int | None:
     """``key = value`` where the key names a credential; a value that is not a secret is
     skipped (the search goes on behind it)."""
+    if "]" in m.group("close") and _inside_placeholder(text, m.start()):
+        return m.end()  # "[REDACTED:password]:19700:…": the name of a placeholder
     key = _norm_key(_key_before(text, m.start(), m.start("close")))
     session = key.endswith(_SESSION_KEY_ENDINGS)
     if not _names_credential(key) and not session:
@@ -313,10 +394,18 @@ def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | int
         value = text[start:end]
     if _stated_non_value(value):
         return v.end()
+    sep = m.group("sep")
+    if not quoted and (
+        _code_reference(text, start, end)
+        or (sep.strip() == "==" and _IDENT_PATH.fullmatch(value) is not None)
+        or ("\n" in sep and not _rest_of_line_blank(text, v.end()))
+    ):
+        # "password = getpass.getpass(…)", "password == confirm_password", "password:\n
+        # raise ValueError(…)": code that refers to a secret, not one
+        return v.end()
     if session and not key.endswith(_SECRET_KEY_ENDINGS):
         # "session=prod" names a setting; a session id is a long random value
         return (start, end, "token") if _looks_random(value, min_len=16) else v.end()
-    sep = m.group("sep")
     spaced = sep != sep.rstrip()
     is_password = _password_key(key)
     if key.endswith(("sig", "signature")) and not _looks_random(value, min_len=16):
@@ -339,8 +428,10 @@ def keyed_secret(key: str, value: str) -> str | None:
     """The placeholder kind when ``value``, stored under the name ``key`` (a JSON field, a
     form field), is a credential, else ``None``: the key names one (as in ``key = value``
     assignments) and the value is not empty, masked, a placeholder, a template or a stated
-    non-value (``none``, ``changeme``). Under a password key the value must be password-like
-    (one word, or a passphrase of plain words); under any other key it must look random
+    non-value (``none``, ``changeme``). Under a password key (also in another language:
+    ``passwort``, ``contraseña``) the value must be password-like (one word, four digits or
+    more, or a passphrase of plain words); under a PIN or a code's key (``door_code``,
+    ``puk``, ``cvv``) it must be a numeric code; under any other key it must look random
     (:func:`_looks_random`, or six digits or more): ``{"contains_secret": "api-key"}`` is a
     label.
 
@@ -352,6 +443,10 @@ def keyed_secret(key: str, value: str) -> str | None:
     v = value.strip()
     if k == "pin" or k.endswith(("pincode", "pinnumber")):
         return "password" if _is_pin(v) else None
+    if k.endswith(_CODE_KEY_ENDINGS):
+        if k.endswith(("cvv", "cvc", "cvv2", "cvc2", "cardcode", "securitycode")):
+            return "password" if v.isdigit() and 3 <= len(v) <= 4 else None
+        return "password" if _NUMERIC_CODE.fullmatch(v) else None
     named = _names_credential(k)
     if not named and not k.endswith(_SESSION_KEY_ENDINGS):
         return None
@@ -360,10 +455,20 @@ def keyed_secret(key: str, value: str) -> str | None:
     if not named or k.endswith(("sig", "signature")):
         return "token" if _looks_random(v, min_len=16) else None
     if _password_key(k):
+        if v.isdigit() and 4 <= len(v) <= 64:
+            return "password"  # {"password": 12345678}, {"passcode": "4821"}
         return "password" if _quoted_password(v) else None
-    # a token must look like one: {"contains_secret": "api-key"} is a label
-    ok = _looks_random(v) or (v.isdigit() and len(v) >= 6)
+    # a token must look like one: {"contains_secret": "api-key"} is a label, and so is a
+    # class name ({"auth": "ChainMapProxy"})
+    ok = (_looks_random(v) and not _CAMEL_WORDS.fullmatch(v)) or (v.isdigit() and len(v) >= 6)
     return _kind_of_key(k) if ok else None
+
+
+_CAMEL_WORDS = re.compile(r"(?:[A-Z][a-z]{2,}){2,}")
+"""A name made of capitalised words (``ChainMapProxy``): a class, not a token."""
+_NUMERIC_CODE = re.compile(r"\d{4,12}[A-Za-z#*]?|\d{1,3}(?:[-–. ]\d{1,3}){2,5}")
+"""A code for a door, a keypad, a safe or a SIM: 4–12 digits (one letter or ``#`` may
+follow: ``4512B``), or a combination of 2–6 groups of 1–3 digits (``12-34-56``)."""
 
 
 def _pass_key(key: str) -> bool:
@@ -391,6 +496,56 @@ def _names_credential(key: str) -> bool:
 
 
 _ENV_REFERENCE = re.compile(r"(?:os\.)?(?:environ|getenv|env|process\.env|settings|config)\b.*")
+_IDENT_PATH = re.compile(r"[A-Za-z_$][\w$]{0,64}(?:(?:\.|::|->)[A-Za-z_$][\w$]{0,64}){0,8}")
+_REF_ROOTS = frozenset(
+    "process os env environ settings config conf cfg secrets secret vault self this request "
+    "req ctx context app params args options opts props values data system environment import "
+    "window document credentials creds session getpass keyring".split()
+)
+"""First parts of a dotted path that reads a secret from somewhere (``process.env.KEY``)."""
+_CONSTANT_NAME = re.compile(
+    r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_(?:PASSWORD|PASSWD|PASS|PWD|SECRET|TOKEN|KEY|AUTH"
+    r"|CREDENTIALS?)(?:_[A-Z0-9]+)*"
+)
+"""A constant or an environment variable that names a credential (``DB_PASSWORD``)."""
+_SNAKE_NAME = re.compile(r"[a-z][a-z]*(?:_[a-z]+)+")
+"""A variable's name in snake case (``user_password``), letters only."""
+_CMDLET = re.compile(r"[A-Z][A-Za-z]{1,20}-[A-Z][A-Za-z]{1,40}")
+
+
+def _code_reference(text: str, start: int, end: int) -> bool:
+    """``text[start:end]`` is code that refers to a secret, not a secret: a call or an index
+    (``getpass.getpass(…)``, ``vault.read(…)[…]``), a dotted path from a known source
+    (``process.env.STRIPE_KEY``, ``settings.SECRET_KEY``) or a PowerShell cmdlet with its
+    arguments (``ConvertTo-SecureString "…"``)."""
+    value = text[start:end]
+    nxt = text[end : end + 1]
+    if nxt not in ("(", "[") and "." not in value and "::" not in value and "-" not in value:
+        if "_" not in value:
+            return False
+        # password = DB_PASSWORD, "psk": cryptography_has_psk: a name for the secret
+        return _CONSTANT_NAME.fullmatch(value) is not None or (
+            _SNAKE_NAME.fullmatch(value) is not None and _names_credential(_norm_key(value))
+        )
+    if _CMDLET.fullmatch(value) and re.match(r"[ \t]{1,5}[\"'$-]", text[end : end + 6]):
+        return True
+    if _CONSTANT_NAME.fullmatch(value):
+        return True  # password = DB_PASSWORD: another name for the secret, not the secret
+    if _IDENT_PATH.fullmatch(value) is None:
+        return False
+    if text[end : end + 1] in ("(", "["):
+        return True
+    parts = re.split(r"\.|::|->", value)
+    if len(parts) >= 3 and not any(c.isdigit() for c in value):
+        return True  # Rails.application.credentials.secret_key_base
+    return len(parts) >= 2 and parts[0].lower().lstrip("$") in _REF_ROOTS
+
+
+def _rest_of_line_blank(text: str, pos: int) -> bool:
+    """Nothing but blanks from ``pos`` to the end of its line."""
+    nl = text.find("\n", pos, pos + 4096)
+    rest = text[pos : nl if nl >= 0 else pos + 4096]
+    return not rest.strip()
 
 
 def _stated_non_value(value: str) -> bool:
@@ -424,13 +579,50 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
     keyword = m.group("key").lower()
     quoted = m.group("qv") is not None
     start, end = m.span("qv" if quoted else "bv")
+    joint = text[m.end("key") : start]
+    if keyword == "pass" and not _DETERMINER_BEFORE.search(text, max(0, m.start() - 12), m.start()):
+        return None  # "the pass is Marmalade!7", not "the mountain pass is closed"
+    return _prose_value(keyword, text, start, end, quoted=quoted, joint=joint)
+
+
+_DETERMINER_BEFORE = re.compile(
+    r"(?i)(?:^|\s)(?:the|my|your|our|his|her|their|its|wifi|wi-fi|admin|root|login|user)\s+$"
+)
+_TEMPLATE_VALUE = re.compile(
+    r"\$(?:\{[^{}\n]{1,64}\}|[A-Za-z_]\w{0,64}|\([^()\n]{1,128}\))|%[A-Za-z_]\w{0,64}%"
+    r"|\$env:\w{1,64}|<[^<>\n]{1,64}>|\{\{[^{}\n]{0,128}\}\}|\{[A-Za-z_]?\w{0,64}\}"
+    r"|%(?:\([^()\n]{1,64}\))?[sdr]"
+)
+"""A placeholder that a program or a template fills in: ``$PASS``, ``${DB_PASSWORD}``,
+``$(cat pw.txt)``, ``%TOKEN%``, ``<token>``, ``{{ secret }}``, ``{password}``, ``%s``."""
+_COUNT_WORDS = ("char", "digit", "letter", "day", "symbol", "number", "time", "minute", "hour")
+
+
+def _prose_value(
+    keyword: str, text: str, start: int, end: int, *, quoted: bool, joint: str = ""
+) -> tuple[int, int, str] | None:
+    """The span and kind of the value ``text[start:end]`` named by ``keyword`` (lower case:
+    "password", "api key", "door code", …) in prose, or ``None`` when it is no credential.
+
+    ``joint`` is what stands between the name and the value (``" is "``, ``": "``, ``"? "``):
+    after a dash or a question mark only a value with a password's shape counts ("the password
+    - which we rotate - is …", "the password? Ask Bob")."""
     value = text[start:end]
     if not quoted:
         end = _strip_sentence_end(text, start, end)
         value = text[start:end]
     if not _has_alnum(value) or _is_mask(value) or value.lower() in _NON_SECRET_VALUES:
         return None
-    if keyword.startswith("pin"):
+    if not quoted:
+        if (value[0] in "$%<{" and _TEMPLATE_VALUE.fullmatch(value)) or _code_reference(
+            text, start, end
+        ):
+            return None  # "key = process.env.STRIPE_KEY", "password: ${DB_PASSWORD}"
+        if "\n" in joint and not _rest_of_line_blank(text, end):
+            return None  # "confirm_password:\n    raise ValueError(…)": a block, not a value
+        if value.endswith(":"):
+            return None  # "password: str) -> bool:", "--token\nHost:": a key, not a value
+    if keyword.startswith(("pin", "puk")):
         return (start, end, "password") if _is_pin(value) else None
     if keyword.endswith("code") and not keyword.startswith("pass"):  # "the door code is 4821#"
         digits = sum(c.isdigit() for c in value)
@@ -439,17 +631,30 @@ def _check_prose(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
     if keyword.startswith(("pass", "pw", "security", "secret answer")):
         if quoted:
             return start, end, "password"
-        if text[max(0, start - 8) : start].rstrip().endswith(("-", "–", "—")):
+        after = text[end : end + 12].lstrip().lower()
+        if value.isdigit() and not after.startswith(_COUNT_WORDS):
+            # "the passcode is 883104", "password: 20481632" (not "password 8 characters")
+            short = 4 if keyword.startswith(("passcode", "pass code")) else 6
+            return (start, end, "password") if short <= len(value) <= 16 else None
+        if keyword == "pass" or "?" in joint or joint.rstrip().endswith(("-", "–", "—")):
             # a dash may open an aside ("the password - which we rotate - is …")
-            return (start, end, "password") if _strong_password(value) else None
+            return (start, end, "password") if _shaped_password(value) else None
         got = _password_end(text, start, end)
         return None if got is None else (start, got, "password")
     if keyword == "key" and any(c in value for c in ":/"):
         return None  # "cache key: user:123", "the key is in ~/keys/"
+    if keyword == "key" and re.match(r"[\"']?\s{1,5}value\s{0,3}=", text[end : end + 16]):
+        return None  # <add key="PaymentApiKey" value="…"/>: the name of the value
     if quoted and re.fullmatch(r"[A-Za-z]{3,}(?:[-_.][A-Za-z0-9]{3,}){2,}", value):
         return start, end, "token"  # "the secret is 'blue-horse-battery'"
+    if _DIGIT_GROUPS.fullmatch(value):
+        return start, end, "token"  # "WPA2 key: 8812-4471-9930-2215"
     # secret / token / api key / "the wifi key": a random-looking single value.
     return (start, end, "token") if _looks_random(value) else None
+
+
+_DIGIT_GROUPS = re.compile(r"\d{4,8}(?:[-\s]\d{4,8}){2,7}")
+"""Three or more groups of four or more digits: a numeric key ("8812-4471-9930-2215")."""
 
 
 def _check_password_word(m: re.Match[str], text: str) -> tuple[int, int] | None:
@@ -527,7 +732,13 @@ _PROSE_VERBS = (
 )
 """What joins a credential's name to its value in prose: a punctuation mark, or a verb (the
 longer verbs first: "is now" before "is")."""
-_ASIDE_WORDS = ("again", "now", "below", "here", "too", "also", "today")
+_PROSE_ASIDE_JOINTS = (
+    r"[ \t]{0,5}[—–][ \t]{0,5}"
+    r"|\?[ \t]{1,3}(?:(?:it['’]?s|it[ \t]+is|it[ \t]+was|that['’]?s)[ \t]{1,3})?"
+)
+"""An unspaced dash ("password—MoonLight77") or a question ("The admin password? It's …"):
+only a value with a password's shape counts after these."""
+_ASIDE_WORDS = ("again", "now", "below", "here", "too", "also", "today", "everywhere")
 """Words between a credential's name and its separator: "the passphrase again: …"."""
 
 
@@ -543,6 +754,20 @@ def _strong_password(word: str) -> bool:
     return (
         any(c.isdigit() for c in word)
         or any(not c.isalnum() for c in word)
+        or any(c.isupper() for c in word[1:])
+    )
+
+
+def _shaped_password(word: str) -> bool:
+    """A bare word that is a password by its shape even in prose: :func:`_strong_password`
+    with a digit next to letters, a symbol other than ``-_.``, or a capital inside
+    (``Or4cl3Sys``, ``Tr0ub4dor&3``; not ``box-drawing``)."""
+    if not _strong_password(word):
+        return False
+    letters = any(c.isalpha() for c in word)
+    return (
+        (letters and any(c.isdigit() for c in word))
+        or any(not c.isalnum() and c not in "-_." for c in word)
         or any(c.isupper() for c in word[1:])
     )
 
@@ -581,18 +806,76 @@ def _check_set_to(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
     return (start, end, kind) if _looks_random(value) else None
 
 
+_FOREIGN_KEYWORDS = (
+    r"passwort(?:e?s)?|kennw(?:ort(?:e?s)?)|(?:wlan|netzwerk|wpa)-?schlüssel"
+    r"|contraseñas?|contrasenas?|clave(?:[ \t]+de[ \t]+acceso)?"
+    r"|mots?[ \t]+de[ \t]+passe|mdp|cl[ée][ \t]+(?:wifi|wi-fi|wpa2?|de[ \t]+s[ée]curit[ée])"
+    r"|senhas?|palavra[- ]passe|parola[ \t]+d['’]ordine|wachtwoord(?:en)?"
+    r"|has[łl](?:o|a|em|u)|haśle|[şs]ifre(?:m|si|niz|n)?|parola(?:m|sı|si)?"
+    r"|l[öo]senord(?:et)?|adgangskoden?|passord(?:et)?|kodeord(?:et)?|salasana(?:ni|si|n)?"
+    r"|hesl[oa]|jelsz(?:ó|o|ava|avam)|κωδικός(?:[ \t]+πρόσβασης)?|συνθηματικό"
+    r"|[пП]ароль|пароля|паролем|ПАРОЛЬ|كلمة[ \t]+(?:المرور|السر)|kata[ \t]+(?:sandi|laluan)(?:nya)?"
+    r"|m[ậa]t[ \t]+kh[ẩa]u|パスワード|暗証番号|密码|密碼|口令|비밀번호|패스워드"
+)
+"""A password's name in other languages, with its inflected forms ("des Passworts", "hasła",
+"şifrem", "lösenordet", "sandinya")."""
+_BORROWED_LINKS = (
+    r"ist|lautet|war|es|era|est|était|é|è|e|er|var|är|oli|jest|je|adalah|ialah|là|هي|είναι|это"
+)
+"""Linking verbs of the languages that borrow the English word ("la password è …", "mi
+password es …", "het password is" is English to a regex and left to the English rules)."""
+_BORROWED_PREPS = (
+    r"de[ \t]+la|del|de|du|des|do|da|dos|das|di|della|dello|dell['’]|van[ \t]+de|van|von|vom"
+    r"|der|für|zum|zur|od|dla|till|för|på|til|af|için|al|au|pour|para|untuk|dari|của|cho"
+)
+_FOREIGN_PREPS = (
+    r"de[ \t]+la|de[ \t]+l['’]|del|de|du|des|do|da|dos|das|di|della|dello|dell['’]|van[ \t]+de"
+    r"|van|voor|von|vom|der|für|fürs|zum|zur|zu|od|от|для|к|dla|till|för|på|til|af|for|için"
+    r"|na|per|al|au|aux|pour|para|pro|untuk|dari|của|cho|του|της|για|من"
+)
+"""Prepositions that open a short qualifier after a password's name ("Contraseña del
+router", "le mot de passe du wifi", "пароль от вайфая", "hasło do wifi")."""
+_FOREIGN_LINKS = (
+    r"ist|lautet|lauten|lautete|war|es|era|c['’]est|est|était|é|è|e|er|var|är|on|oli|jest|je"
+    r"|to|is|was"
+    r"|adalah|ialah|yaitu|là|هي|είναι|это"
+)
+"""Linking verbs between a password's name and its value, in the languages above."""
+_FOREIGN_JOINT = (
+    r"[ \t]{0,5}(?:=|:|：|->|→|是|为|為|は|는|은|이|가)[ \t]{0,5}"
+    r"|[ \t]{1,5}(?:" + _FOREIGN_LINKS + r")(?:[ \t]{0,3}:)?[ \t]{1,5}"
+    r"|[ \t]{0,3}[—–](?:[ \t]{1,3}(?:это|c['’]est|es|ist|is))?[ \t]{0,3}|[ \t]{1,3}-[ \t]{1,3}"
+)
+_CJK_START = "\u3000"
+
+
 def _check_foreign_password(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
     """A password named in another language: quoted, or a value that is a password by its
     shape (:func:`_strong_password`; the plain words that prose uses about passwords are
-    known in English only: "la contraseña es obligatoria")."""
-    if not _word_start(m, text):
-        return None
+    known in English only: "la contraseña es obligatoria"). With no linking word or mark
+    ("şifrem Istanbul34!", "пароль Moskva777") the value needs letters and digits or a
+    symbol. Plain ``password`` counts here only with a linking verb of another language
+    ("la password è …"); in English the prose rules decide."""
+    key = m.group("key").lower()
+    if key[0] < _CJK_START and not _word_start(m, text):
+        return None  # CJK and Korean keywords stand inside words: "我的密码是", "wifi密码："
+    link = (m.group("link") or m.group("link2") or "").strip()
     if m.group("qv") is not None:
         start, end = m.span("qv")
         return (start, end, "password") if _quoted_password(text[start:end]) else None
     start, end = m.span("bv")
     end = _strip_sentence_end(text, start, end)
-    return (start, end, "password") if _strong_password(text[start:end]) else None
+    value = text[start:end]
+    punct = link in ("=", ":", "：", "->", "→") and not m.group("qual")
+    if not (_strong_password if punct else _shaped_password)(value):
+        return None  # "la clave es auto-generada"
+    if _code_reference(text, start, end):
+        return None
+    if not link and not (
+        len(value) >= 6 and any(c.isalpha() for c in value) and not value.isalpha()
+    ):
+        return None  # "Passwort 2024 ändern", "пароль от" …: no linking word, no shape
+    return start, end, "password"
 
 
 def _check_keyed_field(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
@@ -628,15 +911,6 @@ def _check_unnamed_password(m: re.Match[str], text: str) -> tuple[int, int] | No
     return (start, end) if (mixed or symbol) and _strong_password(value) else None
 
 
-def _check_codes(m: re.Match[str], text: str) -> tuple[int, int] | None:
-    """ "backup codes: 1234-5678, 9012-3456": every code has a digit ("backup codes are stored
-    in 1Password" names no code)."""
-    if not _word_start(m, text):
-        return None
-    codes = re.split(r"[ \t,;]+", m.group("secret"))
-    return m.span("secret") if all(_DIGIT.search(c) for c in codes) else None
-
-
 def _check_word_start_digits(m: re.Match[str], text: str) -> tuple[int, int] | None:
     """A number named as a password or PIN; not a year (``password 2024 policy``) or a count
     (``password 12 characters``, ``pin 4 digits``)."""
@@ -652,8 +926,10 @@ def _check_word_start_digits(m: re.Match[str], text: str) -> tuple[int, int] | N
 
 
 def _check_quoted_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
-    """ "with password 'letmein123'": a quoted password right after the word."""
-    if not _word_start(m, text) or not _quoted_password(m.group("secret")):
+    """ "with password 'letmein123'": a quoted password right after the word (not
+    ``--password "$DB_PASSWORD"``, which the shell fills in)."""
+    value = m.group("secret")
+    if not _word_start(m, text) or not _quoted_password(value) or _TEMPLATE_VALUE.fullmatch(value):
         return None
     return m.span("secret")
 
@@ -686,6 +962,499 @@ def _check_credential_pair(m: re.Match[str], text: str) -> tuple[int, int] | Non
     return (start, end) if _strong_password(text[start:end]) else None
 
 
+_ARG = re.compile(r"\"(?P<d>[^\"\n]*)\"|'(?P<s>[^'\n]*)'|\S+")
+_ARGS = r"(?:[ \t]{1,5}(?:\"[^\"\n]{0,256}+\"|'[^'\n]{0,256}+'|[^\s|;&\"']{1,256}+)){1,8}+"
+"""Up to eight arguments of a command (counted, not measured, so that a redacted argument
+leaves the next command where it was: scrubbing stays idempotent)."""
+
+
+def _command_args(rest: str, base: int) -> list[tuple[int, int]]:
+    """Positions (offset by ``base``) of the arguments in ``rest``: whitespace-separated,
+    a quoted one without its quotes."""
+    out = []
+    for a in _ARG.finditer(rest):
+        g = "d" if a.group("d") is not None else "s" if a.group("s") is not None else 0
+        out.append((base + a.start(g), base + a.end(g)))
+    return out
+
+
+def _check_htpasswd(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """``htpasswd -b[c] FILE USER PASS`` / ``htpasswd -nb USER PASS``: the password is a
+    positional argument in batch mode (``-b``)."""
+    if not _word_start(m, text):
+        return None
+    flags = ""
+    positional: list[tuple[int, int]] = []
+    args = _command_args(m.group("rest"), m.start("rest"))
+    i = 0
+    while i < len(args):
+        s, e = args[i]
+        arg = text[s:e]
+        if arg.startswith("-") and not positional:
+            flags += arg[1:]
+            i += 2 if arg == "-C" else 1  # -C takes the bcrypt cost
+            continue
+        positional.append((s, e))
+        i += 1
+    if "b" not in flags:
+        return None
+    want = 1 if "n" in flags else 2
+    if len(positional) <= want:
+        return None
+    s, e = positional[want]
+    return None if _TEMPLATE_VALUE.fullmatch(text[s:e]) else (s, e)
+
+
+def _check_net_use(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    r"""``net use \\host\share PASS /user:DOMAIN\user`` (in either order): the one argument
+    after the share that is no ``/option`` and no ``*`` (which asks for the password)."""
+    if not _word_start(m, text):
+        return None
+    seen_share = False
+    for s, e in _command_args(m.group("rest"), m.start("rest")):
+        arg = text[s:e]
+        if arg.startswith("\\\\"):
+            seen_share = True
+        elif seen_share and not arg.startswith(("/", "*")) and not _TEMPLATE_VALUE.fullmatch(arg):
+            return s, e
+    return None
+
+
+_OPTION_WORDS = frozenset("flag option options argument parameter switch prompt is".split())
+
+
+def _check_dash_option(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """``keytool -storepass X``, ``pscp -pw X``, ``openssl … -pass pass:X``: the option's
+    value; not ``-storepass:env VAR`` / ``-pass env:VAR`` (a reference) nor prose about the
+    option ("the -password flag")."""
+    i = m.start()
+    if i > 0 and not text[i - 1].isspace():
+        return None
+    start, end = _secret_span(m)
+    value = text[start:end]
+    low = value.lower()
+    if low.startswith("pass:"):
+        start += 5
+    elif low.startswith(("env:", "file:", "fd:", "stdin")) or low in _OPTION_WORDS:
+        return None
+    if start >= end or _TEMPLATE_VALUE.fullmatch(text[start:end]):
+        return None
+    return start, end
+
+
+_SQL_ACCOUNT = re.compile(r"(?i)\b(?:user|role|login|grant|account)\b")
+
+
+def _check_sql_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """``IDENTIFIED BY Or4cl3Sys`` / ``IDENTIFIED WITH … BY '…'`` / ``SET PASSWORD FOR u =
+    '…'``: not ``BY VALUES '…'`` (a hash) nor a bind variable (``:pw``, ``?``, ``@pw``); a
+    bare value must have a password's shape ("identified by email" is prose)."""
+    if not _word_start(m, text):
+        return None
+    start, end = _secret_span(m)
+    end = _strip_sentence_end(text, start, end)
+    value = text[start:end]
+    if text[m.start() : m.start() + 3].lower() != "set":
+        lo = max(0, m.start() - 200)
+        lo = max(lo, text.rfind("\n", lo, m.start()) + 1)
+        sql = _SQL_ACCOUNT.search(text, lo, m.start()) is not None or text.startswith(
+            "IDENTIFIED", m.start()
+        )
+        if not (sql or (m.group("q") in ("'", '"') and _shaped_password(value))):
+            return None  # "a task is identified by (task_id, …)": prose, not SQL
+    if value.lower() in ("values", "externally", "globally") or value[0] in ":?@":
+        return None
+    if m.group("bare") is not None and not _shaped_password(value):
+        return None
+    if m.group("q") == "`" and not _shaped_password(value):
+        return None  # "identified by `row_id`"
+    return None if _TEMPLATE_VALUE.fullmatch(value) else (start, end)
+
+
+def _check_pgpass(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """A ``~/.pgpass`` line ``host:port:db:user:password``: the host is a host name, an
+    address, ``localhost``, a socket path or ``*`` (not ``fe80:0:0:0:1`` nor a time)."""
+    host = m.group("host")
+    if not ("." in host or host in ("localhost", "*") or host.startswith("/")):
+        return None
+    start, end = m.span("secret")
+    value = text[start:end]
+    if _stated_non_value(value) or not _password_like(value):
+        return None
+    return start, end
+
+
+_STDIN_COMMANDS = re.compile(
+    r"--password-stdin|--pass-stdin|sudo\s+(?:-\w+\s+)*-s\b|chpasswd|passwd\s+--stdin"
+    r"|--stdin\b|login\s+--password-stdin"
+)
+
+
+def _check_echo_pipe(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """``echo "X" | docker login --password-stdin``, ``echo X | sudo -S …``,
+    ``echo 'bob:X' | chpasswd``: the echoed value is a password fed to a command."""
+    if not _word_start(m, text):
+        return None
+    cmd = m.group("cmd").lower()
+    if _STDIN_COMMANDS.search(cmd) is None:
+        return None
+    for g in ("d", "s", "b"):
+        if m.group(g) is not None:
+            start, end = m.span(g)
+            break
+    value = text[start:end]
+    if _TEMPLATE_VALUE.fullmatch(value) or value.startswith("$"):
+        return None
+    if "chpasswd" in cmd and ":" in value:
+        start += value.index(":") + 1  # user:password
+    return (start, end) if end > start else None
+
+
+_CALL_BEFORE = re.compile(r"([A-Za-z_][\w.]{0,80})\s{0,3}$")
+_CLIENT_CALL = re.compile(r"(?i)(?:client|api|oauth\d?|oauthhandler|session|service|sdk|bot|rest)$")
+_LOGIN_CALL = re.compile(r"(?i)(?:credentials?|auth|basicauth|login|signin|connection)$")
+
+
+def _check_call_pair(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """Two quoted arguments of a call: ``define('DB_PASSWORD', '…')``, ``os.getenv('DB_PASS',
+    '…')`` (the first names a credential, the second is its value), or an SDK client made
+    from an id and a secret: ``Client('AC…', '<32 hex>')``."""
+    start, end = m.span("v")
+    value = text[start:end]
+    call = m.start() > 0 and (text[m.start() - 1].isalnum() or text[m.start() - 1] == "_")
+    if m.group("k") is not None and (call or not _CAMEL_WORDS.fullmatch(m.group("k"))):
+        kind = _named_literal(m.group("k"), value)
+        if kind is not None:
+            return start, end, kind
+    call = _CALL_BEFORE.search(text, max(0, m.start() - 81), m.start())
+    if call is None or _TEMPLATE_VALUE.fullmatch(value):
+        return None
+    name = call.group(1).split(".")[-1]
+    if _CLIENT_CALL.search(name) and _looks_random(value, min_len=16):
+        return (start, end, "token") if not _KEY_PREFIX.match(value) else None
+    if _LOGIN_CALL.search(name) and _strong_password(value) and " " not in value:
+        return start, end, "password"  # NetworkCredential("svc", "…"), HTTPBasicAuth(…)
+    return None
+
+
+_PATH_LIKE = re.compile(r"^(?:~?/|\.{1,2}/|[a-z][a-z0-9+.\-]{1,20}://)|/[^/\s]{1,64}\.[A-Za-z]{1,5}$")
+"""A file path or a URL (``tests/module.py``, ``./bin``, ``https://…``), not a password."""
+
+
+def _named_literal(key: str, value: str) -> str | None:
+    """The kind when a literal ``value`` in code is stored under ``key`` (a constant, an
+    environment variable): a password must have a password's shape (``label('password',
+    'Password:')``, ``t('password', 'Mot de passe')`` are labels)."""
+    kind = keyed_secret(key, value)
+    if kind is None or _PATH_LIKE.search(value):
+        return None
+    letters = re.sub(r"[^a-z]", "", value.lower())
+    if letters and (letters in _FOLD_KEYWORDS or letters == _norm_key(key)):
+        return None
+    if kind == "password" and (not _strong_password(value) or any(c.isspace() for c in value)):
+        return None
+    return kind
+
+
+_KEY_AT_END = re.compile(
+    r"(?:(?<=[\"'])(?P<arg>[A-Za-z_][\w.\-]{0,80})[\"'][\])]{1,2}"
+    r"|(?<![/\w.\-\"'])(?P<var>[A-Za-z_][\w.\-]{0,80})[\])]{0,2})\s{0,3}$"
+)
+"""The variable before a fallback: ``process.env.DB_PASS``, ``os.environ.get('PW')``, ``ENV["X"]``
+(not the end of a string literal: ``"a/../etc/passwd" or …``)."""
+
+
+def _check_fallback(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """A literal fallback after a credential's variable: ``process.env.DB_PASS || '…'``,
+    ``os.environ.get('PW') or '…'``, ``$PW ?? '…'``."""
+    key = _KEY_AT_END.search(text, max(0, m.start() - 90), m.start())
+    if key is None:
+        return None
+    start, end = m.span("v")
+    kind = _named_literal(key.group("arg") or key.group("var"), text[start:end])
+    return None if kind is None else (start, end, kind)
+
+
+def _check_shell_default(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """``${DB_PASSWORD:-fallback}``: the default of a credential's variable."""
+    start, end = m.span("v")
+    kind = _named_literal(m.group("k"), text[start:end])
+    return None if kind is None else (start, end, kind)
+
+
+_BRAND_LENGTHS = (
+    (("4",), (13, 16, 19)),
+    (tuple(str(i) for i in range(51, 56)), (16,)),
+    (("34", "37"), (15,)),
+    (("6011", "65", "644", "645", "646", "647", "648", "649"), (16, 17, 18, 19)),
+    (("35",), (16, 17, 18, 19)),
+    (("30", "36", "38", "39"), (14, 15, 16)),
+    (("62",), (16, 17, 18, 19)),
+    (("50", "56", "57", "58", "63", "67"), (13, 14, 15, 16, 17, 18, 19)),
+)
+_CARD_LAYOUTS = frozenset(
+    ((4, 4, 4, 4), (4, 4, 4, 4, 1), (4, 4, 4, 4, 2), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4),
+     (4, 4, 4, 1), (4, 4, 4, 3), (4, 4, 5))
+)  # fmt: skip
+"""How card numbers are grouped when written with spaces or dashes."""
+
+
+_CONTIGUOUS_CARD = {
+    13: ("4",), 14: ("30", "36", "38", "39"), 15: ("34", "37"), 17: ("0",), 18: ("0",),
+    19: ("4", "6", "35", "62"),
+}  # fmt: skip
+"""Unbroken card numbers of other lengths than 16: the networks that issue them (``"0"``: no
+network; 17 and 18 digits are read as an id)."""
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, c in enumerate(reversed(digits)):
+        d = ord(c) - 48
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _card_brand_ok(digits: str) -> bool:
+    """The number's first digits name a card network whose numbers have its length."""
+    n = len(digits)
+    if 2221 <= int(digits[:4]) <= 2720:
+        return n == 16  # Mastercard 2-series
+    return any(digits.startswith(p) and n in lengths for p, lengths in _BRAND_LENGTHS)
+
+
+def _check_card(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """A payment card number: 13–19 digits, contiguous or in the usual groups with one kind of
+    separator, the first digits of a card network, and a valid Luhn check digit. Not part of
+    a longer grouped number (an IBAN ``FR76 3000 6000 …``, a tracking number)."""
+    start, end = m.span()
+    before = text[max(0, start - 6) : start]
+    if re.search(r"[A-Za-z]{0,2}\d{1,6}[ \-]$", before):
+        return None  # "FR76 3000 6000 0112 3456 …": inside an IBAN or a longer number
+    sep = m.group("sep")
+    if sep is not None and re.match(re.escape(sep) + r"\d", text[end : end + 2]):
+        return None
+    raw = m.group()
+    digits = raw.replace(" ", "").replace("-", "")
+    if not 13 <= len(digits) <= 19 or not _luhn(digits) or not _card_brand_ok(digits):
+        return None
+    if sep is not None:
+        groups = tuple(len(g) for g in raw.split(sep))
+        if groups not in _CARD_LAYOUTS or len(set(raw) - set("0123456789" + sep)) > 0:
+            return None
+    elif _CONTIGUOUS_CARD.get(len(digits), ()) and not digits.startswith(
+        _CONTIGUOUS_CARD[len(digits)]
+    ):
+        return None  # unbroken: the common lengths only (a long id in a list of numbers)
+    return start, end
+
+
+def _check_numeric_code(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """A code named as one: a PUK, a door / gate / alarm / keypad / unlock / access code, a
+    safe's combination, a card's CVV. Digits only (``7 3 9 1``, ``12-34-56``, ``4512B``), not
+    a count ("code 4 digits") nor a year after a name that needs no digits."""
+    if not _word_start(m, text):
+        return None
+    key = m.group("key").lower()
+    start, end = m.span("v")
+    value = text[start:end]
+    if text[end : end + 12].lstrip().lower().startswith(_COUNT_WORDS):
+        return None
+    digits = sum(c.isdigit() for c in value)
+    groups = re.split(r"[ .\-–]", value)
+    if key.startswith(("cvv", "cvc", "cid", "csc", "cvn", "card", "security")):
+        return (start, end) if value.isdigit() and 3 <= len(value) <= 4 else None
+    if "combination" in key or key.startswith("combo"):
+        plain = key in ("combination", "combo")  # "combo 2" is a menu, "safe combo" a lock
+        if plain:
+            ok = len(groups) >= 3 and digits >= 5 and all(g.isdigit() for g in groups)
+        else:
+            ok = all(g.isdigit() for g in groups) and (len(groups) >= 2 or 3 <= digits <= 8)
+        return (start, end) if ok else None
+    if not 4 <= digits <= 12:
+        return None
+    if not m.group("link").strip() and re.fullmatch(r"(?:19|20)\d\d", value):
+        return None  # "the access code 2024 campaign": a year, not a code
+    if len(groups) > 1 and not all(len(g) <= 4 for g in groups):
+        return None
+    return start, end
+
+
+def _check_totp_seed(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """A TOTP seed after "2FA secret", "MFA seed", "TOTP key": 16+ characters of one case,
+    contiguous or in groups of one length (``JBSW Y3DP EHPK 3PXP``, the last may be shorter);
+    a group in the other case or of another length is prose."""
+    if not _word_start(m, text):
+        return None
+    start = m.start("secret")
+    groups = [g.group() for g in re.finditer(r"\S+", text[start : m.end("secret")])]
+    lettered = [g for g in groups if any(c.isalpha() for c in g)]
+    if not lettered:
+        return None
+    upper = lettered[0].upper() == lettered[0]
+    if not upper and lettered[0].lower() != lettered[0]:
+        return None
+    end = start
+    chars = 0
+    for i, word in enumerate(groups):
+        if any(c.isalpha() for c in word) and (word.upper() == word) != upper:
+            break
+        if len(groups) > 1 and len(word) != len(groups[0]):
+            nxt = groups[i + 1] if i + 1 < len(groups) else ""
+            other_case = any(c.isalpha() for c in nxt) and (nxt.upper() == nxt) != upper
+            last = (not nxt or other_case) and len(word) < len(groups[0])
+            if not last or not (upper or any(c.isdigit() for c in word)):
+                break
+        end = text.index(word, end) + len(word)
+        chars += len(word)
+    return (start, end, "token") if chars >= 16 else None
+
+
+def _check_strong_in_parens(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """ "my Gmail password (Snowfall2023)": a value in parentheses right after the name, with a
+    password's shape (letters and digits, eight or more; or a symbol) and not code
+    (``hash_password (x)``)."""
+    i = m.start()
+    if i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_."):
+        return None
+    start, end = m.span("secret")
+    value = text[start:end]
+    if _HASH_WORDS.fullmatch(value) or not any(c.isalpha() for c in value):
+        return None
+    has_digit = any(c.isdigit() for c in value)
+    symbol = any(c in "!@#$%^&*+=?~" for c in value)
+    return (start, end) if (has_digit and len(value) >= 8) or (symbol and len(value) >= 6) else None
+
+
+_VALUE_BEFORE = re.compile(
+    r"(?:[\"'“‘`](?P<qv>[^\"'”’`\n]{1,128})[\"'”’`]|(?<!\S)(?P<bv>[^\s\"'“”‘’`]{4,128}))[ \t]*$"
+)
+
+
+def _check_value_as_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """ "she typed in 'iloveyou123' as her password", "MoonLight77 is my password": the value
+    stands before the name; quoted, or with a password's shape."""
+    v = _VALUE_BEFORE.search(text, max(0, m.start() - 131), m.start())
+    if v is None:
+        return None
+    if v.group("qv") is not None:
+        start, end = v.span("qv")
+        return (start, end) if _quoted_password(text[start:end]) else None
+    start, end = v.span("bv")
+    while end > start and text[end - 1] in ",;:!?)":
+        end -= 1
+    value = text[start:end]
+    if not _strong_password(value) or _wordish(value) or value[0] in "([{<":
+        return None
+    if not any(c.isdigit() for c in value) and not any(c in "!@#$%^&*+=?~" for c in value):
+        return None  # "OAuth as the password", "MFA is the password"
+    return start, end
+
+
+def _check_markup_key(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """``**password:** X``, ``__Password__ - X``, ``<b>Password:</b> X``, ``password</b>: X``:
+    a credential's name set off by Markdown or HTML, then its value (judged as in prose)."""
+    if m.group("c1") is None and m.group("c2") is None:
+        return None
+    start, end = m.span("bv")
+    joint = text[m.end("key") : start]
+    return _prose_value(
+        re.sub(r"[\s_\-]+", " ", m.group("key").lower()), text, start, end, quoted=False,
+        joint=joint,
+    )
+
+
+def _check_cell_pair(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """``<td>password</td><td>X</td>``, ``<dt>API key</dt><dd>X</dd>``: a value in the cell
+    after one that names a credential."""
+    key = text[m.start("k") : m.end("k")].strip().rstrip(":").strip()
+    kind = _cell_secret(re.sub(r"\s+", "_", key), text[m.start("v") : m.end("v")])
+    return None if kind is None else (*m.span("v"), kind)
+
+
+def _cell_secret(name: str, value: str) -> str | None:
+    """:func:`keyed_secret` for a table cell, which may point elsewhere instead ("(in
+    vault)", "see 1Password", "ask ops")."""
+    v = value.strip()
+    if not v or not _has_alnum(v) or v[0] in "([{<" or v.split()[0].lower() in _POINTER_WORDS:
+        return None
+    words = v.split()
+    if len(words) > 1 and (
+        _VAULT_WORDS.search(v)
+        or len(words) < 3
+        or not all(w.isalpha() for w in words)
+        or sum(_wordish(w) for w in words) > 1
+    ):
+        return None  # "Min. 12 characters", "(in vault)": a note, not a passphrase
+    return keyed_secret(name, v)
+
+
+def _table_cells(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The cells of the Markdown table row ``text[start:end]`` (spans without blanks)."""
+    line = text[start:end]
+    bars = [i for i, c in enumerate(line) if c == "|" and (i == 0 or line[i - 1] != "\\")]
+    bounds = [-1, *bars, len(line)]
+    cells = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        s, e = a + 1, b
+        while s < e and line[s] in " \t`*":
+            s += 1
+        while e > s and line[e - 1] in " \t`*":
+            e -= 1
+        cells.append((start + s, start + e))
+    if line.lstrip().startswith("|"):
+        cells = cells[1:]
+    if line.rstrip().endswith("|"):
+        cells = cells[:-1]
+    return cells
+
+
+def _check_table_column(m: re.Match[str], text: str) -> list[tuple[int, int, str]] | None:
+    """A Markdown table whose header names a credential (``| service | user | password |``):
+    the cells under that header in the rows that follow."""
+    head = _table_cells(text, *m.span("head"))
+    columns = {}
+    for j, (s, e) in enumerate(head):
+        name = re.sub(r"\s+", "_", text[s:e].strip())
+        k = _norm_key(name)
+        if name and (_names_credential(k) or k == "pin" or k.endswith(_CODE_KEY_ENDINGS)):
+            columns[j] = name
+    if not columns:
+        return None
+    out: list[tuple[int, int, str]] = []
+    pos, stop = m.start("rows"), m.end("rows")
+    while pos < stop:
+        pos += 1  # past the line break
+        nl = text.find("\n", pos, stop)
+        le = stop if nl < 0 else nl
+        cells = _table_cells(text, pos, le)
+        for j, name in columns.items():
+            if j < len(cells):
+                s, e = cells[j]
+                cell = text[s:e]
+                if cell.lower() == name.lower():
+                    continue  # the header again
+                kind = _cell_secret(name, cell)
+                if kind is not None:
+                    out.append((s, e, kind))
+        pos = le
+    return out or None
+
+
+def _check_wifi_qr(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """``WIFI:T:WPA;S:Cafe;P:secret;;``: the ``P:`` field of a Wi-Fi QR code."""
+    start, end = m.span("q" if m.group("q") is not None else "secret")
+    return None if _stated_non_value(text[start:end]) else (start, end)
+
+
+def _check_url_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """``scheme://user:PASSWORD@host``, not ``user:${DB_PASSWORD}@`` (a template)."""
+    start, end = m.span("secret")
+    return None if _TEMPLATE_VALUE.fullmatch(text[start:end]) else (start, end)
+
+
 # ----------------------------------------------------------------------------- rules
 class Rule(NamedTuple):
     """One detection rule.
@@ -693,10 +1462,11 @@ class Rule(NamedTuple):
     Attributes:
         kind: Placeholder type (``[REDACTED:<kind>]``); a ``check`` may name another.
         pattern: Compiled regex.
-        check: ``check(match, text)`` → span to redact (optionally with its kind), ``None``
-            to reject the match, or an ``int``: reject it and search again from there (see
-            :data:`Check`). ``text`` is always the original text (``match`` may come
-            from the lower-cased copy). Without a check the named group ``secret`` (or
+        check: ``check(match, text)`` → span to redact (optionally with its kind), a list
+            of ``(start, end, kind)`` spans, ``None`` to reject the match, or an ``int``:
+            reject it and search again from there (see :data:`Check`). ``text`` is always
+            the original text (``match`` may come from the lower-cased copy, or ``text`` be
+            the normalised copy of layer 3). Without a check the named group ``secret`` (or
             ``bare``) is redacted if it took part, else the whole match.
         lower: Match against an ASCII-lower-cased copy (same positions): the regex is
             written in lower case and matches any case.
@@ -741,6 +1511,15 @@ def _check_word_start(m: re.Match[str], text: str) -> tuple[int, int] | None:
     return _secret_span(m) if _word_start(m, text) else None
 
 
+def _check_option_value(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """A command's password option (``mysql -pX``, ``sshpass -p X``), not a variable that the
+    shell fills in (``-p$MYSQL_PWD``)."""
+    if not _word_start(m, text):
+        return None
+    start, end = _secret_span(m)
+    return None if _TEMPLATE_VALUE.fullmatch(text[start:end]) else (start, end)
+
+
 def _check_bounded(m: re.Match[str], text: str) -> tuple[int, int] | None:
     return _secret_span(m) if _bounded(text, m.start()) else None
 
@@ -774,7 +1553,11 @@ def _check_cmdline_option(m: re.Match[str], text: str) -> tuple[int, int] | None
     i = m.start()
     if i > 0 and not text[i - 1].isspace() and text[i - 1] not in "\"'":
         return None
-    return _secret_span(m)
+    start, end = _secret_span(m)
+    value = text[start:end]
+    if _TEMPLATE_VALUE.fullmatch(value) or (value.endswith(":") and m.group("bare")):
+        return None  # "--password $DB_PASSWORD", "--token\nHost: …"
+    return start, end
 
 
 def _check_prose_start(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
@@ -790,6 +1573,8 @@ def _check_header(m: re.Match[str], text: str) -> tuple[int, int] | None:
     if i > 0 and (text[i - 1].isalnum() or text[i - 1] == "-"):
         if not text[max(0, i - 6) : i].lower().endswith("proxy-"):
             return None
+    if _TEMPLATE_VALUE.fullmatch(m.group("secret")):
+        return None  # "Authorization: Bearer $TOKEN", "… Bearer <token>"
     return m.span("secret")
 
 
@@ -814,9 +1599,9 @@ _TOKEN_CHAR_SET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxy
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9_\-+/.~]{10,}+={0,2}")
 
 _VENDOR_PREFIXES = (
-    "hf_", "api_org_", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live_", "pk_test_",
-    "whsec_", "shpat_", "shpca_", "shppa_", "shpss_", "npm_", "dckr_pat_", "glpat-", "gldt-",
-    "glft-", "glsoat-", "glrt-", "glcbt-", "glimt-", "glptt-", "gloas-", "glagent-", "glffct-",
+    "hf_", "api_org_", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_", "shpat_",
+    "shpca_", "shppa_", "shpss_", "npm_", "dckr_pat_", "glpat-", "gldt-", "glft-", "glsoat-",
+    "glrt-", "glcbt-", "glimt-", "glptt-", "gloas-", "glagent-", "glffct-",
     "GR1348941", "pypi-", "dop_v1_", "doo_v1_", "dor_v1_", "lin_api_", "xoxe.xoxb-",
     "xoxe.xoxp-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "SG.", "sq0csp-",
     "sq0atp-", "GOCSPX-", "ya29.", "AIza", "dapi", "glsa_", "sntrys_", "rubygems_",
@@ -843,6 +1628,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             + _NOT_PLACEHOLDER
             + r"(?P<secret>[^\s/?#\[\]\"'<>]{1,256})@"
         ),
+        _check_url_password,
     ),
     Rule(
         "bearer_token",  # Authorization: Bearer …, Proxy-Authorization: Basic …
@@ -951,7 +1737,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"(?:mysql|mariadb)(?:dump|admin|import|check|show|sh|pump|-dump)?(?![\w\-])"
             r"[^\n|;&]{0,200}?(?<=\s)-p" + _NOT_PLACEHOLDER + _OPT_VALUE
         ),
-        _check_word_start,
+        _check_option_value,
         lower=True,
     ),
     Rule(
@@ -960,7 +1746,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"(?:sshpass|(?:docker|podman|buildah|nerdctl|registry)\s{1,5}login|redis-cli)"
             r"(?![\w\-])[^\n|;&]{0,200}?\s-[pa]\s{1,5}" + _NOT_PLACEHOLDER + _OPT_VALUE
         ),
-        _check_word_start,
+        _check_option_value,
         lower=True,
     ),
     Rule(
@@ -968,7 +1754,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         re.compile(
             r"--(?:[a-z0-9]{1,20}-){0,3}"
             r"(?:password|passwd|pass|pwd|passphrase|token|secret|api-key|apikey)"
-            r"(?:=|\s{1,5})" + _NOT_PLACEHOLDER + _OPT_VALUE
+            r"(?:=|[ \t]{1,5})" + _NOT_PLACEHOLDER + _OPT_VALUE
         ),
         _check_cmdline_option,
         lower=True,
@@ -980,12 +1766,16 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             + _NOT_PLACEHOLDER
             + r"(?P<secret>[^\s\"']{1,256}+)"
         ),
-        lambda m, t: _secret_span(m) if m.start() == 0 or t[m.start() - 1].isspace() else None,
+        lambda m, t: _secret_span(m)
+        if (m.start() == 0 or t[m.start() - 1].isspace())
+        and not _TEMPLATE_VALUE.fullmatch(m.group("secret"))
+        else None,
     ),
     Rule(
         "token",  # key = value, key: value, "key": "value" where the key names a secret
         re.compile(
-            r"(?:pass(?:word|wd|phrase|code|key)?|pwd|pw|secret|token|auth|credentials?"
+            r"(?:pass(?:word|wd|phrase|code|key)?|pwd|pw|psk|secret|token|auth|credentials?"
+            r"|base(?<=key_base)|base(?<=keybase)"  # Rails secret_key_base
             # a key ending in "key" names a credential only with a prefix (api_key, AccountKey)
             r"|key(?<=[a-z0-9_.\-]key)|sess(?:ion)?(?:[_\-.]?(?:id|key))?"
             r"|sig(?:nature)?)"
@@ -998,18 +1788,18 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "password",  # "the password for the staging db is hunter2", "API key: 3f6b…"
         re.compile(
-            r"(?P<key>" + _PROSE_KEYWORDS + r")"
+            r"(?P<key>" + _PROSE_KEYWORDS + r"|pass)"
             # an aside before the value: "API token (read-only): …", "passphrase again: …",
             # "the passphrase, in case you need it, is …"
             r"(?:[ \t]{0,3}\([^()\n]{1,40}+\)|,[ \t]{1,3}[^,;:\n]{1,40}+,"
             r"|[ \t]{1,3}(?:" + "|".join(_ASIDE_WORDS) + "))?"
             r"(?:\s+(?:for|of|to|on|at)(?:\s+(?:[\w@./'\-]|:(?!\s)){1,40}+){1,4}?"
-            r"(?:" + _PROSE_PUNCT + "|" + _PROSE_VERBS + r")"
+            r"(?:" + _PROSE_PUNCT + "|" + _PROSE_VERBS + "|" + _PROSE_ASIDE_JOINTS + r")"
             # a punctuation mark right after a one-word name is the assignment rule's
             r"|(?:(?<=[\s_\-]key)|(?<=[\s_\-]token)|(?<=pin)|(?<=code)|(?<=number)|(?<=answer)"
             r"|(?<=\))|" + "|".join(f"(?<={w})" for w in _ASIDE_WORDS) + ")"
             + _PROSE_PUNCT
-            + "|" + _PROSE_VERBS + ")"
+            + "|" + _PROSE_VERBS + "|" + _PROSE_ASIDE_JOINTS + ")"
             + _NOT_PLACEHOLDER
             + r"(?:[\"'“‘`](?P<qv>[^\"'”’`\n]{1,256}+)[\"'”’`]"
             r"|(?P<bv>[^\s\"'“”‘’`,;()\[\]{}<>]{1,256}+))"
@@ -1039,21 +1829,41 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "password",  # "Passwort: Geheim123!", "le mot de passe est Soleil2024" (other languages)
         re.compile(
-            r"(?P<key>passwort|kennwort|contraseña|contrasena|mot\s+de\s+passe|senha|wachtwoord"
-            r"|[пП]ароль|ПАРОЛЬ|hasło|haslo|lösenord|losenord|adgangskode|passord|salasana|heslo"
-            r"|jelszó|jelszo|şifre|sifre|パスワード|密码|密碼|비밀번호)"
-            r"(?:\s{0,5}(?:=|:|：|->|是|は)\s{0,5}|\s{1,5}(?:ist|es|est|é|er|är|on|jest|je)\s{1,5})"
+            r"(?P<key>" + _FOREIGN_KEYWORDS + r")"
+            # a short qualifier: "Contraseña del router", "пароль от вайфая", "mật khẩu wifi"
+            r"(?:(?P<qual>[ \t]{1,3}(?P<prep>" + _FOREIGN_PREPS + r")"
+            r"(?:[ \t]{1,3}[^\s:=：,;.!?\"'“”«»—–]{1,24}+){1,3}?"
+            r"|(?:[ \t]{1,3}(?!(?:" + _FOREIGN_LINKS + r")[ \t:])[^\s:=：,;.!?\"'“”«»—–\d]{2,24}+)"
+            r"{1,2}?)(?P<link>" + _FOREIGN_JOINT + r")"
+            # with no qualifier the value may follow the name directly: "şifrem Istanbul34!"
+            r"|(?P<link2>" + _FOREIGN_JOINT + r"|[ \t]{1,3}))"
+            + _NOT_PLACEHOLDER
+            + r"(?:[\"'“‘`«「](?P<qv>[^\"'”’`»」\n]{1,256}+)[\"'”’`»」]"
+            r"|(?P<bv>[^\s\"'“”‘’`«»「」,;()\[\]{}<>。，；！？]{1,256}+))"
+        ),
+        _check_foreign_password,
+        lower=True,  # an ASCII-lower-cased copy when lower() changes the length: hence ПАРОЛЬ
+        triggers=(
+            "passwort", "kennw", "schlüssel", "contras", "clave", "passe", "mdp", "clé", "cle ",
+            "senha", "parola", "wacht", "ароль", "АРОЛЬ", "пароля", "hasł", "hasl", "haśle",
+            "lösen", "losen", "adgang", "passord", "kodeord", "salas", "hesl", "jelsz", "ifre",
+            "κωδικ", "συνθηματικό", "كلمة", "kata", "khẩu", "khau", "パスワード", "暗証番号",
+            "密码", "密碼", "口令", "비밀번호", "패스워드",
+        ),  # fmt: skip
+    ),
+    Rule(
+        "password",  # "la password del router è …", "mi password es …" (the borrowed word)
+        re.compile(
+            r"(?P<key>password)(?P<qual>[ \t]{1,3}(?P<prep>" + _BORROWED_PREPS + r")"
+            r"(?:[ \t]{1,3}[^\s:=,;.!?\"'“”«»—–]{1,24}+){1,3}?)?"
+            r"(?P<link>[ \t]{1,5}(?:" + _BORROWED_LINKS + r")(?:[ \t]{0,3}:)?[ \t]{1,5})"
             + _NOT_PLACEHOLDER
             + r"(?:[\"'“‘`«](?P<qv>[^\"'”’`»\n]{1,256}+)[\"'”’`»]"
             r"|(?P<bv>[^\s\"'“”‘’`«»,;()\[\]{}<>]{1,256}+))"
         ),
         _check_foreign_password,
-        lower=True,  # an ASCII-lower-cased copy when lower() changes the length: hence ПАРОЛЬ
-        triggers=(
-            "passw", "kennw", "contras", "passe", "senha", "wacht", "ароль", "АРОЛЬ", "hasło",
-            "haslo", "lösen", "losen", "adgang", "passord", "salas", "heslo", "jelsz", "ifre",
-            "パスワード", "密码", "密碼", "비밀번호",
-        ),  # fmt: skip
+        lower=True,
+        triggers=("password",),
     ),
     Rule(
         "password",  # <password>…</password>, <add key="ApiKey" value="…"/>, | password | … |
@@ -1074,8 +1884,23 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"|basic_auth|httpbasicauth)\s{0,3}\()\s{0,3}(?P<q1>[\"'])[^\"'\n]{1,128}+(?P=q1)\s{0,3},\s{0,3}"
             r"(?P<q2>[\"'])(?P<secret>[^\"'\n]{1,256}+)(?P=q2)"
         ),
+        lambda m, t: None if _TEMPLATE_VALUE.fullmatch(m.group("secret")) else m.span("secret"),
         lower=True,
         triggers=("auth", "login", "log_in", "signin", "sign_in"),
+    ),
+    Rule(
+        "password",  # DriverManager.getConnection(url, "sa", "…"), smtp.login(sender, "…")
+        re.compile(
+            r"(?:(?:get|create|open)_?connection|connect|login|log_in|signin|sign_in)\s{0,3}\("
+            r"\s{0,3}(?:[^,()\n]{1,256}+,\s{0,3}(?P<q1>[\"'])[^\"'\n]{1,128}+(?P=q1)"
+            r"|[a-z_][\w.]{0,64}+)\s{0,3},\s{0,3}"
+            r"(?P<q2>[\"'])" + _NOT_PLACEHOLDER + r"(?P<secret>[^\"'\n]{1,256}+)(?P=q2)\s{0,3}[,)]"
+        ),
+        lambda m, t: m.span("secret") if _strong_password(m.group("secret"))
+        and " " not in m.group("secret") and not _TEMPLATE_VALUE.fullmatch(m.group("secret"))
+        else None,
+        lower=True,
+        triggers=("connect", "login", "log_in", "signin", "sign_in"),
     ),
     Rule(
         "password",  # "ssh into 10.0.0.5 as root with Tr0ub4dor&3": a password with no name
@@ -1095,13 +1920,17 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         "password",  # "2FA backup codes: 1234-5678, 9012-3456"
         re.compile(
             r"(?:backup|recovery|2fa|mfa|one-time|one\s+time)\s{1,3}codes?"
+            r"(?:[ \t]{0,3}\([^()\n]{1,40}+\))?"  # "backup codes (GitHub): …"
             r"(?:\s{0,5}[:=]|\s{1,5}(?:are|is|were|was):?)?\s{1,5}"
             + _NOT_PLACEHOLDER
-            + r"(?P<secret>[a-z0-9]{4,12}+(?:-[a-z0-9]{4,12}+)?"
-            r"(?:[ \t]{0,3}[,;]?[ \t]{1,3}[a-z0-9]{4,12}+(?:-[a-z0-9]{4,12}+)?){0,15})"
-            r"(?![\w\-])"
+            + r"(?:[-*•][ \t]{1,3}|\d{1,2}[.)][ \t]{1,3})?"  # a list: one code per line
+            # every code holds a digit: "backup codes are stored in 1Password" names none
+            r"(?P<secret>(?=[a-z\-]{0,100}\d)[a-z0-9]{4,12}+(?:-[a-z0-9]{4,12}+){0,7}+"
+            r"(?:(?:[ \t]{0,3}[,;]?[ \t]{1,3}|[ \t]{0,3}[,;]?[ \t]{0,3}\r?\n[ \t]{0,8}"
+            r"(?:[-*•][ \t]{1,3}|\d{1,2}[.)][ \t]{1,3})?)(?=[a-z\-]{0,100}\d)"
+            r"[a-z0-9]{4,12}+(?:-[a-z0-9]{4,12}+){0,7}+){0,23}+)(?![\w\-])"
         ),
-        _check_codes,
+        _check_word_start,
         lower=True,
         triggers=("code",),
     ),
@@ -1168,13 +1997,17 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         "seed_phrase",  # BIP-39 style recovery phrases: 12 to 24 short words after the name
         re.compile(
             r"(?:mnemonic|seed\s{1,3}(?:phrase|words)|recovery\s{1,3}(?:phrase|words)"
-            r"|secret\s{1,3}recovery\s{1,3}phrase)"
-            r"(?:\s{0,5}[:=]|\s{1,5}(?:is|was))?\s{1,5}"
-            r"(?P<secret>[a-z]{3,8}(?:[ \t]{1,3}[a-z]{3,8}){11,23})(?![a-z])"
+            r"|secret\s{1,3}recovery\s{1,3}phrase|backup\s{1,3}phrase|wallet\s{1,3}(?:seed|words))"
+            r"(?:[ \t]{0,3}\([^()\n]{1,40}+\))?"  # "seed phrase (12 words): …"
+            r"(?:\s{0,5}[:=]|\s{1,5}(?:is|was|are|were):?|\s{0,5}[-–—])?\s{1,5}"
+            r"(?P<secret>[a-z]{3,8}(?:(?:[ \t]{1,3}|[ \t]{0,3}[,\n][ \t]{0,3})[a-z]{3,8}){11,23}"
+            # a numbered list: "1. ribbon 2. glance … 12. tunnel"
+            r"|1[.)][ \t]{0,3}[a-z]{3,8}"
+            r"(?:[ \t,;]{0,3}\n?[ \t]{0,3}\d{1,2}[.)][ \t]{0,3}[a-z]{3,8}){11,23})(?![a-z])"
         ),
         _check_word_start,
         lower=True,
-        triggers=("mnemonic", "seed", "recovery"),
+        triggers=("mnemonic", "seed", "recovery", "backup", "wallet"),
     ),
     Rule(
         "password",  # "log in with password Hunter22" (mixed letters and digits, no verb)
@@ -1200,6 +2033,225 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         lower=True,
         triggers=("pass", "pin"),
     ),
+    Rule(
+        "password",  # htpasswd -b -c /etc/nginx/.htpasswd USER PASS (case matters: -B is bcrypt)
+        re.compile(r"htpasswd(?P<rest>" + _ARGS + ")"),
+        _check_htpasswd,
+        triggers=("htpasswd",),
+    ),
+    Rule(
+        "password",  # net use \\host\share PASS /user:DOMAIN\user
+        re.compile(r"net[ \t]{1,5}use(?P<rest>" + _ARGS + ")"),
+        _check_net_use,
+        lower=True,
+        triggers=("net",),
+    ),
+    Rule(
+        "password",  # keytool -storepass X, jarsigner -keypass X, pscp -pw X, -pass pass:X
+        re.compile(
+            r"-(?:(?:src|dest|new)?(?:store|key)pass|password|passwd|pwd|pw|passphrase|pass"
+            r"|passin|passout)[ \t]{1,5}" + _NOT_PLACEHOLDER + _OPT_VALUE
+        ),
+        _check_dash_option,
+        lower=True,
+        triggers=("pass", "-pw"),
+    ),
+    Rule(
+        "password",  # ALTER USER system IDENTIFIED BY Or4cl3Sys, … IDENTIFIED WITH x BY '…'
+        re.compile(
+            r"(?:identified[ \t]{1,5}(?:with[ \t]{1,5}[\w$]{1,64}+[ \t]{1,5})?by[ \t]{1,5}"
+            r"(?:password[ \t]{1,5})?"
+            r"|set[ \t]{1,5}password(?:[ \t]{1,5}for[ \t]{1,5}[^\s=]{1,128}+)?[ \t]{0,5}=[ \t]{0,5}"
+            r"(?:password[ \t]{0,3}\([ \t]{0,3})?)" + _NOT_PLACEHOLDER
+            + r"(?:(?P<q>[\"'`])(?P<secret>[^\"'`\n]{1,256}+)(?P=q)|(?P<bare>[^\s;\"'`]{1,256}+))"
+        ),
+        _check_sql_password,
+        lower=True,
+        triggers=("identified", "password"),
+    ),
+    Rule(
+        "password",  # ConvertTo-SecureString "X" -AsPlainText, … -String 'X'
+        re.compile(
+            r"convertto-securestring(?:[ \t]{1,5}-string)?[ \t]{1,5}" + _NOT_PLACEHOLDER
+            + r"(?:(?P<q>[\"'])(?P<secret>[^\"'\n]{1,256}+)(?P=q)"
+            r"|(?P<bare>[^\s\"'$(\-][^\s\"']{0,255}+))"
+        ),
+        lambda m, t: None if _TEMPLATE_VALUE.fullmatch(t[slice(*_secret_span(m))])
+        else _secret_span(m),
+        lower=True,
+        triggers=("securestring",),
+    ),
+    Rule(
+        "password",  # echo "X" | docker login --password-stdin, echo X | sudo -S …
+        re.compile(
+            r"(?:echo(?:[ \t]{1,3}-[ne]{1,2})?"
+            r"|printf(?:[ \t]{1,3}(?:'%s(?:\\n)?'|\"%s(?:\\n)?\"))?)"
+            r"[ \t]{1,5}" + _NOT_PLACEHOLDER
+            + r"(?:\"(?P<d>[^\"\n]{1,256}+)\"|'(?P<s>[^'\n]{1,256}+)'"
+            r"|(?P<b>[^\s\"'|;&$][^\s\"'|;&]{0,255}+))"
+            r"[ \t]{0,5}\|[ \t]{0,5}(?P<cmd>[^\n|;&]{1,256}+)"
+        ),
+        _check_echo_pipe,
+        lower=True,
+        triggers=("echo", "printf"),
+    ),
+    Rule(
+        "password",  # ~/.pgpass: host:port:database:user:password
+        re.compile(
+            r"(?m)^[ \t]{0,8}(?P<host>[A-Za-z0-9_.\-\[\]*/]{1,253}+):(?:\d{1,5}|\*):[^\s:]{1,128}+"
+            r":[^\s:]{1,128}+:" + _NOT_PLACEHOLDER
+            + r"(?P<secret>(?:[^\s:\\]|\\.){1,256}+)[ \t]*$"
+        ),
+        _check_pgpass,
+        triggers=(":",),
+    ),
+    Rule(
+        "password",  # define('DB_PASSWORD', '…'), os.getenv('API_KEY', '…'), Client('AC…', '…')
+        re.compile(
+            r"\(\s{0,3}(?:(?P<q1>[\"'])(?P<k>[^\"'\n]{1,64}+)(?P=q1)|[A-Za-z_][\w.]{0,64}+)"
+            r"\s{0,3},\s{0,3}"
+            r"(?P<q2>[\"'])" + _NOT_PLACEHOLDER + r"(?P<v>[^\"'\n]{1,256}+)(?P=q2)"
+        ),
+        _check_call_pair,
+        triggers=("(",),
+    ),
+    Rule(
+        "password",  # process.env.DB_PASS || 'F4llb4ckPw!', os.environ.get('PW') or '…'
+        re.compile(
+            r"(?:\|\||\?\?|[ \t]or)[ \t]{1,3}(?P<q>[\"'`])" + _NOT_PLACEHOLDER
+            + r"(?P<v>[^\"'`\n]{1,256}+)(?P=q)"
+        ),
+        _check_fallback,
+        triggers=("||", "??", " or "),
+    ),
+    Rule(
+        "password",  # ${DB_PASSWORD:-fallback}
+        re.compile(
+            r"\$\{(?P<k>[A-Za-z_]\w{0,64}+):?[-=]" + _NOT_PLACEHOLDER + r"(?P<v>[^}\s]{1,256}+)\}"
+        ),
+        _check_shell_default,
+        triggers=("${",),
+    ),
+    Rule(
+        "card_number",  # 4111 1111 1111 1111, 3782 822463 10005, 5555-5555-5555-4444
+        re.compile(
+            r"(?<![\w.,/+\-*^])(?:[2-6]\d{3}(?P<sep>[ \-])\d{1,6}+(?:(?P=sep)\d{1,6}+){1,4}+"
+            r"|[2-6]\d{12,18}+)(?![\w\-*^]|[.,/]\d)"
+        ),
+        _check_card,
+    ),
+    Rule(
+        "password",  # PUK 84736251, keypad code: 7 3 9 1, safe combination is 12-34-56, CVV 382
+        re.compile(
+            r"(?P<key>puk(?:[ \t]?(?:code|number))?"
+            r"|(?:sim|phone|screen|unlock|door|gate|alarm|garage|entry|entrance|lock|lockbox"
+            r"|padlock|locker|safe|building|keypad|access|bike[ \t]lock)[ \t\-]?"
+            r"(?:code|pin|combination|combo)"
+            r"|(?:safe|lock|locker|padlock|vault)[ \t]?combination|combination|combo|keypad"
+            r"|digicode"
+            r"|code[ \t](?:(?:du|de[ \t]la|de|d['’])[ \t]?)?(?:portail|porte|acc[eè]s|entr[ée]e"
+            r"|immeuble|alarme|garage|cadenas|bo[iî]te)"
+            r"|t[üu]r-?code|zugangscode|torcode|alarmcode|tresorcode|zahlenschloss"
+            r"|c[óo]digo[ \t]de[ \t](?:acceso|la[ \t]puerta|entrada|alarma|seguridad)"
+            r"|codice[ \t](?:di[ \t]accesso|del[ \t]cancello|della[ \t]porta|d['’]accesso)"
+            r"|cvv2?|cvc2?|cid|csc|cvn|card[ \t]security[ \t]code|security[ \t]code)"
+            r"(?:[ \t]{1,3}(?:for|of|at|on|to|in|du|de|des|da|del|zum|zur|für)"
+            r"(?:[ \t]{1,3}[^\s:=#,;.!?]{1,30}+){1,4}?|(?:[ \t]{1,3}[a-zà-ÿ'’]{2,20}+){1,3}?)?"
+            r"(?P<link>[ \t]{0,3}(?:[:=#]|->|→|[—–])[ \t]{0,3}"
+            r"|[ \t]{1,3}(?:(?:is|was|are|est|es|ist|é|è|lautet)(?:[ \t]{0,2}:)?[ \t]{1,3})?)"
+            + _NOT_PLACEHOLDER
+            + r"(?P<v>\d{1,12}+(?:[ .\-–]\d{1,4}+){0,5}+[a-z#*]?)(?![\w\-@]|[.,/:]\d)"
+        ),
+        _check_numeric_code,
+        lower=True,
+        triggers=("puk", "code", "combination", "combo", "keypad", "cvv", "cvc", "cid", "csc",
+                  "cvn", "digo", "codice", "schloss"),
+    ),
+    Rule(
+        "password",  # "she typed in 'iloveyou123' as her password", "MoonLight77 is my password"
+        re.compile(
+            r"[ \t](?:as|is|was)[ \t]{1,3}(?:(?:the|my|her|his|our|your|their|a|an|new|old"
+            r"|current|admin|root|wifi|wi-fi|login|account|master|default)[ \t]{1,3}){0,2}"
+            r"(?:password|passcode|passphrase|pwd)(?![\w\-])"
+            r"(?![ \t]{1,3}(?!(?:for|on|to|of|at|and|in|from|with|when|but|so|because)\b)[a-z])"
+        ),
+        _check_value_as_password,
+        lower=True,
+        triggers=("pass", "pwd"),
+    ),
+    Rule(
+        "password",  # "my Gmail password (Snowfall2023)"
+        re.compile(
+            r"(?:password|passcode|passphrase|pwd|pw)(?:[ \t]{1,3}(?:is|was))?[ \t]{1,3}\("
+            + _NOT_PLACEHOLDER + r"(?P<secret>[^()\s]{4,64}+)\)"
+        ),
+        _check_strong_in_parens,
+        lower=True,
+        triggers=("pass", "pw"),
+    ),
+    Rule(
+        "password",  # **password:** X, __Password__ - X, <b>Password:</b> X, `token`: X
+        re.compile(
+            r"(?<![a-z0-9])(?P<key>password|passwd|passphrase|passcode|pwd|pw|pin|secret|token"
+            r"|(?:api|access|auth|secret|private|client)[ _\-]?(?:key|token|secret))"
+            r"(?P<c1>[ \t]{0,2}[:=])?"
+            r"(?:\*{1,3}|_{1,2}|`|</(?:b|strong|em|i|u|code|kbd|span|label|th|dt|mark)>)"
+            r"(?P<c2>[ \t]{0,3}(?:[:=]|-{1,2}|–|—|->|→))?[ \t]{0,3}(?:`|<code>|<kbd>|\*\*|__)?"
+            + _NOT_PLACEHOLDER + r"(?P<bv>[^\s`<>\"'*]{1,256}+)"
+        ),
+        _check_markup_key,
+        lower=True,
+        triggers=("*", "_", "`", "</"),
+    ),
+    Rule(
+        "password",  # <td>password</td><td>X</td>, <dt>API key</dt><dd>X</dd>
+        re.compile(
+            r"<(?P<t>t[dh]|dt)\b[^<>\n]{0,128}+>[ \t]{0,3}(?:<(?:b|strong|em|span|label)\b[^<>\n]"
+            r"{0,64}+>)?(?P<k>[^<>\n]{1,64}+)(?:</(?:b|strong|em|span|label)>)?[ \t]{0,3}"
+            r"</(?P=t)>\s{0,16}<(?:td|dd)\b[^<>\n]{0,128}+>[ \t]{0,3}(?:<(?:code|kbd|span)\b"
+            r"[^<>\n]{0,64}+>)?" + _NOT_PLACEHOLDER + r"(?P<v>[^<>\n]{1,256}+)"
+        ),
+        _check_cell_pair,
+        lower=True,
+        triggers=("<td", "<th", "<dt"),
+    ),
+    Rule(
+        "password",  # | service | user | password |\n|---|---|---|\n| db | app | X |
+        re.compile(
+            r"(?m)^(?P<head>[ \t]{0,3}\|?[^\n|]{0,256}+(?:\|[^\n|]{0,256}+){1,31}+)\n"
+            r"(?P<sep>[ \t]{0,3}\|?[ \t]{0,3}:?-{2,64}+:?[ \t]{0,3}(?:\|[ \t]{0,3}:?-{2,64}+:?"
+            r"[ \t]{0,3}){0,31}+\|?[ \t]{0,3})$"
+            r"(?P<rows>(?:\n[^\n|]{0,256}+\|[^\n]{0,2048}+){0,256}+)"
+        ),
+        _check_table_column,
+        triggers=("--",),
+    ),
+    Rule(
+        "token",  # 2FA secret: JBSW Y3DP EHPK 3PXP, MFA seed for the root account: 3S73…
+        re.compile(
+            r"(?:2fa|mfa|totp|otp|authenticator|two[ \-]factor|2-step)[ \t_\-]{0,3}"
+            r"(?:secret|seed|key|setup[ \t]key)(?:[ \t]{0,3}\([^()\n]{1,40}+\))?"
+            r"(?:[ \t]{1,3}(?:for|of|on)(?:[ \t]{1,3}[\w@.\-]{1,40}+){1,5}?"
+            r"(?:[ \t]{0,3}[:=][ \t]{0,3}|[ \t]{1,3}(?:is|was):?[ \t]{1,3})"
+            r"|[ \t]{0,3}[:=][ \t]{0,3}|[ \t]{1,3}(?:(?:is|was):?[ \t]{1,3})?)" + _NOT_PLACEHOLDER
+            + r"(?P<secret>[a-z0-9]{4,8}+(?:[ \t][a-z0-9]{2,8}+){1,15}+|[a-z0-9]{16,128}+=*)"
+            r"(?![\w])"
+        ),
+        _check_totp_seed,
+        lower=True,
+        triggers=("2fa", "mfa", "totp", "otp", "authenticator", "factor", "2-step"),
+    ),
+    Rule(
+        "password",  # WIFI:T:WPA;S:CafeGuest;P:secret;; (a Wi-Fi QR code)
+        re.compile(
+            r"wifi:(?:(?!p:)[a-z]{1,3}:(?:\"[^\"\n]{0,128}+\"|(?:[^;\\\n]|\\.){0,128}+);){0,8}+p:"
+            + _NOT_PLACEHOLDER
+            + r"(?:\"(?P<q>[^\"\n]{1,128}+)\"|(?P<secret>(?:[^;\\\n]|\\.){1,128}+))"
+        ),
+        _check_wifi_qr,
+        lower=True,
+        triggers=("wifi:",),
+    ),
 )
 """memlab's own rules (:class:`Rule`), in priority order: when spans overlap, the earlier
 rule names the kind. Private-key blocks (``private_keys=True``) come first, long random runs
@@ -1212,6 +2264,74 @@ _PEM_BEGIN = re.compile(
 _PEM_END = re.compile(
     r"END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?[ ]{0,2}-{3,5}|Private-MAC: [0-9a-f]{20,128}"
 )
+
+_PUBLIC_BEGIN = re.compile(
+    r"-----BEGIN (?:CERTIFICATE|TRUSTED CERTIFICATE|(?:NEW )?CERTIFICATE REQUEST|X509 CRL"
+    r"|(?:RSA |EC |DSA |SSH2 )?PUBLIC KEY|PGP PUBLIC KEY BLOCK|PGP SIGNATURE)-----"
+)
+_PUBLIC_END = re.compile(
+    r"-----END (?:CERTIFICATE|TRUSTED CERTIFICATE|(?:NEW )?CERTIFICATE REQUEST|X509 CRL"
+    r"|(?:RSA |EC |DSA |SSH2 )?PUBLIC KEY|PGP PUBLIC KEY BLOCK|PGP SIGNATURE)-----"
+)
+_PUBLIC_TOKEN = re.compile(
+    # an OpenSSH public key (authorized_keys, known_hosts): the base64 blob after its type
+    r"(?:ssh-(?:rsa|dss|ed25519|ed448)|ecdsa-sha2-nistp(?:256|384|521)"
+    r"|sk-(?:ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)[ \t]{1,5}"
+    r"(?P<blob>AAAA[A-Za-z0-9+/]{16,16384}+={0,3})"
+    # an age recipient (public key), a Stripe publishable key
+    r"|(?<![A-Za-z0-9])(?P<age>age1[02-9ac-hj-np-z]{58})(?![A-Za-z0-9])"
+    r"|(?<![A-Za-z0-9_])(?P<pk>pk_(?:live|test)_[A-Za-z0-9]{10,256}+)"
+)
+"""Public material that looks like a secret but is published by design."""
+
+
+def _public_ranges(text: str) -> list[tuple[int, int]]:
+    """Sorted ``(start, end)`` ranges of public material in ``text``: certificate and
+    public-key PEM blocks (BEGIN to its END), OpenSSH public keys, age recipients and Stripe
+    publishable keys. No secret is redacted inside them."""
+    out: list[tuple[int, int]] = []
+    if "-----BEGIN " in text:
+        ends = [m.end() for m in _PUBLIC_END.finditer(text)]
+        covered = -1
+        for m in _PUBLIC_BEGIN.finditer(text):
+            if m.start() < covered:
+                continue
+            i = bisect.bisect_left(ends, m.end())
+            if i < len(ends):
+                out.append((m.start(), ends[i]))
+                covered = ends[i]
+    if "AAAA" in text or "age1" in text or "pk_" in text:
+        for m in _PUBLIC_TOKEN.finditer(text):
+            group = "blob" if m.group("blob") else "age" if m.group("age") else "pk"
+            out.append(m.span(group))
+    out.sort()
+    return out
+
+
+def _outside(spans: list[Span], ranges: list[tuple[int, int]], text: str) -> list[Span]:
+    """``spans`` with the parts inside ``ranges`` cut out (a piece left with no letter or
+    digit is dropped); a private key is redacted whole."""
+    starts = [r[0] for r in ranges]
+    out: list[Span] = []
+    for s, e, k in spans:
+        if k == "private_key":
+            out.append((s, e, k))
+            continue
+        i = max(0, bisect.bisect_right(starts, s) - 1)
+        pieces = []
+        cur = s
+        while i < len(ranges) and ranges[i][0] < e:
+            ps, pe = ranges[i]
+            if pe > cur:
+                if ps > cur:
+                    pieces.append((cur, ps))
+                cur = max(cur, pe)
+            i += 1
+        if cur < e:
+            pieces.append((cur, e))
+        out.extend((a, b, k) for a, b in pieces if _has_alnum(text[a:b]))
+    return out
+
 
 # ----------------------------------------------------------------------------- detect-secrets
 DETECT_SECRETS_PLUGINS: tuple[tuple[str, str, str], ...] = (
@@ -1325,16 +2445,26 @@ class _View:
 
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 _BREAK_IN_TOKEN = re.compile(rf"\n[ \t>]{{0,8}}(?=[{_TOKEN_CHARS}])")
-_KEY_LINE = re.compile(r"[A-Za-z_][\w.\-]{0,40}:(?:[ \t]|$)|[A-Z][A-Z0-9]*_[A-Z0-9_]*=", re.M)
+_KEY_LINE = re.compile(
+    r"[A-Za-z_][\w.\-]{0,40}:(?:[ \t]|$)|[A-Z][A-Z0-9]*_[A-Z0-9_]*="
+    r"|[A-Za-z_][\w.\-]{0,40}[ \t]{0,3}=[ \t]{0,3}[^=\s]|[-*+][ \t]|\d{1,3}[.)][ \t]",
+    re.M,
+)
+"""The start of a line that begins a new entry (``user: app``, ``DB_USER=app``, ``region =
+eu-west-1``, ``ossrhPassword=…``, a list item), not the rest of a token."""
 _BEFORE_BREAK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.~")
+_CONTINUATION = re.compile(rf"[{_TOKEN_CHARS}]{{1,64}}")
 
 
 def _break_pieces(text: str) -> Iterable[tuple[int, int, str]]:
     """Line breaks inside a token (``abc\\\\\\n  def``, ``abc-\\ndef``): ``(start, end, "")``.
 
-    A line that starts with a key (``user: app``, ``DB_USER=app``) starts a new entry of a
-    configuration, not the rest of a token: ``password: hunter2`` above it ends at the line
-    break."""
+    A line that starts with a key (``user: app``, ``DB_USER=app``, ``region = eu-west-1``)
+    starts a new entry of a configuration, not the rest of a token: ``password: hunter2``
+    above it ends at the line break. Without a ``\\`` before the break, the line must end in
+    a run of eight or more token characters and the next one start with the rest of a token
+    (a digit, a capital after its first letter, ``+/=``, or sixteen characters): a plain word
+    on the next line ("…ccui\\nthanks") is prose, not the end of the token above it."""
     for m in _BREAK_IN_TOKEN.finditer(text):
         if _KEY_LINE.match(text, m.end()):
             continue
@@ -1342,12 +2472,120 @@ def _break_pieces(text: str) -> Iterable[tuple[int, int, str]]:
         lo = max(0, s - 10)
         if s > lo and text[s - 1] == "\r":
             s -= 1
-        if s > lo and text[s - 1] == "\\":
+        escaped = s > lo and text[s - 1] == "\\"
+        if escaped:
             s -= 1
         while s > lo and text[s - 1] in " \t":
             s -= 1
-        if s > 0 and text[s - 1] in _BEFORE_BREAK:
-            yield s, m.end(), ""
+        if s == 0 or text[s - 1] not in _BEFORE_BREAK:
+            continue
+        if not escaped:
+            run = 0
+            while run < 8 and s - run > 0 and text[s - run - 1] in _BEFORE_BREAK:
+                run += 1
+            cont = _CONTINUATION.match(text, m.end())
+            tail = cont.group() if cont is not None else ""
+            tokenish = (
+                len(tail) >= 16
+                or any(c.isdigit() or c in "+/=" for c in tail)
+                or any(c.isupper() for c in tail[1:])
+            )
+            if run < 8 or not tokenish:
+                continue
+        yield s, m.end(), ""
+
+
+_CF = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f"
+)
+"""The Unicode format characters (category Cf: zero-width space and joiners, soft hyphen,
+word joiner, byte-order mark, bidi controls, tags), as a regex class body."""
+_CONFUSABLES = {
+    **dict(
+        zip("аеорсухѕіјԁԛԝһӏкгАВЕКМНОРСТХУЅІЈԚԜ", "aeopcyxsijdqwhlkrABEKMHOPCTXYSIJQW", strict=True)
+    ),
+    **dict(zip("αορνικυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧıɑ", "aopvikuxABEZHIKMNOPTYXia", strict=True)),
+}
+"""Cyrillic and Greek letters that look like Latin ones (a small confusables fold)."""
+_WIDE = {c: chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)}
+_WIDE.update(
+    (c, n)
+    for c in range(0x1D400, 0x1D800)
+    if len(n := unicodedata.normalize("NFKC", chr(c))) == 1 and n.isascii()
+)
+_WIDE_TABLE = str.maketrans(_WIDE)
+"""Fullwidth forms (``ｐａｓｓ``) and mathematical letters (``𝐩𝐚𝐬𝐬``) → their NFKC (ASCII)
+form: one character for one, so positions stay."""
+_WIDE_RE = re.compile("[\uff01-\uff5e\U0001d400-\U0001d7ff]")
+_CONFUSABLE_TABLE = str.maketrans(_CONFUSABLES)
+_HAS_CONFUSABLE = re.compile("[" + "".join(_CONFUSABLES) + "]")
+_WORD_WITH_CF = re.compile(f"(?:[^\\W\\d_]|[{_CF}])+")
+_CF_RUN = re.compile(f"[{_CF}]+")
+_CF_RE = re.compile(f"[{_CF}]")
+_ASCII_LETTER = re.compile("[A-Za-z]")
+_FOLD_KEYWORDS = frozenset(
+    "password passwd passphrase passcode pass pwd pw pin secret token key apikey login".split()
+)
+
+
+def _unicode_view(text: str) -> _View | None:
+    """A copy of ``text`` as a reader sees it, or ``None`` when it reads the same: format
+    characters removed (zero-width space and joiners, soft hyphen, word joiner, BOM), fullwidth
+    and mathematical letters in their NFKC form (``ｐａｓｓ`` → ``pass``), and Cyrillic or
+    Greek look-alikes folded to Latin in a word that mixes them with Latin letters or that
+    spells a credential's name with them (``pаssword`` with a Cyrillic ``а``). Folding keeps
+    positions; the removed runs are the view's pieces."""
+    if text.isascii():
+        return None
+    out = text.translate(_WIDE_TABLE) if _WIDE_RE.search(text) else text
+    if _HAS_CONFUSABLE.search(out):
+        parts: list[str] = []
+        last = 0
+        for w in _WORD_WITH_CF.finditer(out):
+            word = w.group()
+            if word.isascii() or _HAS_CONFUSABLE.search(word) is None:
+                continue
+            folded = word.translate(_CONFUSABLE_TABLE)
+            plain = _CF_RE.sub("", folded)
+            if _ASCII_LETTER.search(_CF_RE.sub("", word)) or (
+                plain.isascii() and plain.lower() in _FOLD_KEYWORDS
+            ):
+                parts.append(out[last : w.start()])
+                parts.append(folded)
+                last = w.end()
+        if parts:
+            parts.append(out[last:])
+            out = "".join(parts)
+    view = _View(out, ((m.start(), m.end(), "") for m in _CF_RUN.finditer(out)))
+    return None if view.text == text else view
+
+
+_OBFUSCATED_KEYWORD = re.compile(
+    r"(?<![A-Za-z0-9])(?:p(?P<s>[ .\-_*]?)[a@4](?P=s)[s5$](?P=s)[s5$](?P=s)"
+    r"(?:w(?P=s)[o0](?P=s)r(?P=s)d|w(?P=s)d|p(?P=s)h(?P=s)r(?P=s)[a@4](?P=s)[s5$](?P=s)[e3]"
+    r"|c(?P=s)[o0](?P=s)d(?P=s)[e3])"
+    r"|p[a@4][s5$][s5$][ .\-_]{1,2}(?:w[o0]rd|phr[a@4][s5$][e3]|c[o0]d[e3]))(?![A-Za-z0-9])",
+    re.IGNORECASE,
+)
+"""A password's name written to dodge a search: spaced (``p a s s w o r d``), split
+(``pass-word``, ``pass phrase``) or in leetspeak (``p4ssw0rd``, ``p@$$word``)."""
+_UNLEET = str.maketrans("4@5$03", "aassoe", " .-_*")
+
+
+def _keyword_pieces(text: str) -> Iterable[tuple[int, int, str]]:
+    """An obfuscated password name (:data:`_OBFUSCATED_KEYWORD`) → its plain spelling."""
+    for m in _OBFUSCATED_KEYWORD.finditer(text):
+        word = m.group()
+        plain = word.lower().translate(_UNLEET)
+        if plain != word.lower():
+            yield m.start(), m.end(), plain
+
+
+_SPACED_RUN = re.compile(r"(?<!\S)\S(?!\S)(?: \S(?!\S)){15,}+")
+"""Sixteen or more single characters with a space between each: ``g h p _ A V t n …``."""
 
 
 def _percent_pieces(text: str) -> Iterable[tuple[int, int, str]]:
@@ -1377,8 +2615,10 @@ class Scrubber:
         window: Characters of context on each side of a token run that the plugins see.
         entropy: Redact runs of 32+ token characters that look random (upper and lower case
             and digits, Shannon entropy ≥ ``min(4.5, 0.86·log2(length))``) outside URLs.
-        normalize: Also scan a percent-decoded copy and a copy with line breaks inside tokens
-            removed, mapping what they find back onto the text.
+        normalize: Also scan a percent-decoded copy, a copy with line breaks inside tokens
+            removed and tokens spelt with spaces joined, and read the text as a reader sees
+            it (format characters removed, fullwidth letters and look-alike letters folded,
+            obfuscated names spelt plainly), mapping what they find back onto the text.
         private_keys: Redact PEM / PGP / PuTTY private-key blocks (BEGIN to END, or to the end
             of the text when the END marker is missing).
         max_depth: Deepest nesting :meth:`scrub_value` accepts.
@@ -1523,6 +2763,13 @@ class Scrubber:
                 return m.end()
             if isinstance(got, int):
                 return got
+            if isinstance(got, list):
+                last = m.end()
+                for s, e, k in got:
+                    if e > s:
+                        spans.append((s, e, prio, k))
+                        last = max(last, e)
+                return last
             s, e = got[0], got[1]
             if len(got) == 3:
                 kind = got[2]  # type: ignore[misc]
@@ -1625,6 +2872,21 @@ class Scrubber:
                     break
         return spans
 
+    def _spaced_spans(self, text: str) -> list[tuple[int, int, int, str]]:
+        """Vendor tokens written with a space between every character (``g h p _ A V …``):
+        each run of 16+ single characters is joined and searched with the token rules only."""
+        if not self._token_rules:
+            return []
+        rules = self._checked()
+        out: list[tuple[int, int, int, str]] = []
+        for m in _SPACED_RUN.finditer(text):
+            joined = m.group()[::2]
+            found: list[tuple[int, int, int, str]] = []
+            self._token_spans(rules, list(_TOKEN_RUN.finditer(joined)), joined, found)
+            base = m.start()
+            out.extend((base + 2 * s, base + 2 * e - 1, p, k) for s, e, p, k in found if e > s)
+        return out
+
     def spans(self, text: str) -> list[Span]:
         """The merged ``(start, end, kind)`` spans that :meth:`scrub` replaces, in order.
 
@@ -1660,7 +2922,23 @@ class Scrubber:
 
     def _merged_spans(self, text: str) -> list[Span]:
         """:meth:`spans` computed (no memo)."""
-        raw = self._rule_spans(text)
+        # Invisible characters, look-alike letters and obfuscated names: the rules read the text
+        # as a reader sees it (a copy that differs only where it was rewritten; it finds all
+        # the text itself holds), and what they find is mapped back so that it covers the
+        # invisible characters inside it.
+        uni = _unicode_view(text) if self.normalize else None
+        base = text if uni is None else uni.text
+        named = _View(base, _keyword_pieces(base) if self.normalize else ())
+        if uni is None and not named.pieces:
+            raw = self._rule_spans(text)
+        else:
+            raw = []
+            for s, e, p, kind in self._rule_spans(named.text):
+                s, e = named.span_to_orig(s, e)
+                if uni is not None:
+                    s, e = uni.span_to_orig(s, e)
+                if e > s:
+                    raw.append((s, e, p, kind))
         if self.normalize:
             for pieces in (_percent_pieces, _break_pieces):
                 view = _View(text, pieces(text))
@@ -1670,6 +2948,7 @@ class Scrubber:
                     if view.crosses(s, e):
                         os_, oe = view.span_to_orig(s, e)
                         raw.append((os_, oe, p, kind))
+            raw.extend(self._spaced_spans(text))
         if not raw:
             return []
         # Never redact inside (or across) an existing placeholder: scrubbing is idempotent.
@@ -1693,7 +2972,9 @@ class Scrubber:
                     cur[2], cur[3] = p, k
             else:
                 merged.append([s, e, p, k])
-        return [(s, e, k) for s, e, _, k in merged]
+        found = [(s, e, k) for s, e, _, k in merged]
+        public = _public_ranges(text)
+        return _outside(found, public, text) if public else found
 
     def scrub(self, text: str) -> tuple[str, int]:
         """Scrub one text.
@@ -1722,9 +3003,11 @@ class Scrubber:
     def scrub_value(self, value: Any, *, field: str = "value") -> tuple[Any, int]:
         """Scrub every string inside a JSON-like value: dict keys and values, list items.
 
-        A string stored under a key that names a credential (``{"db_password": "hunter2"}``)
-        is redacted whole when it has a credential's shape (:func:`keyed_secret`): on its own,
-        ``hunter2`` says nothing.
+        A string or an integer stored under a key that names a credential
+        (``{"db_password": "hunter2"}``, ``{"pin": 4821}``) is redacted whole, as the string
+        placeholder, when it has a credential's shape (:func:`keyed_secret`): on its own,
+        ``hunter2`` says nothing. So is the value of a named pair whose name is a
+        credential's (``{"name": "DB_PASSWORD", "value": "…"}``).
 
         Args:
             value: A string, number, bool, ``None``, or a dict / list / tuple of those.
@@ -1750,9 +3033,14 @@ class Scrubber:
         total = 0
         if isinstance(value, dict):
             out: dict[Any, Any] = {}
+            named = _named_value(value)  # {"name": "password", "value": "…"}
             for k, v in value.items():
                 ck, n1 = self.scrub(k) if isinstance(k, str) else (k, 0)
-                kind = keyed_secret(k, v) if isinstance(k, str) and isinstance(v, str) else None
+                kind = None
+                if isinstance(k, str) and _scalar(v):
+                    kind = keyed_secret(k, str(v))
+                    if kind is None and named is not None and k == named[0]:
+                        kind = named[1]
                 if kind is not None:  # {"db_password": "hunter2"}: the key says what it is
                     out[ck] = _PLACEHOLDER.format(kind)
                     total += n1 + 1
@@ -1767,6 +3055,39 @@ class Scrubber:
             items.append(cv)
             total += n
         return (tuple(items) if isinstance(value, tuple) else items), total
+
+
+def _scalar(value: Any) -> bool:
+    """A string or an integer (not a bool): what a credential's field can hold."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+_NAME_FIELDS = frozenset(
+    "name key field label id parameter parameterkey paramkey param variable var setting option "
+    "attribute property".split()
+)
+_VALUE_FIELDS = frozenset("value val parametervalue paramvalue".split())
+
+
+def _named_value(obj: dict[Any, Any]) -> tuple[str, str] | None:
+    """``(value field, kind)`` when ``obj`` stores one named value whose name is a
+    credential's (``{"name": "DB_PASSWORD", "value": "…"}``, ``{"key": "api_key", "value":
+    …}``, ``{"ParameterKey": "DbPassword", "ParameterValue": …}``), else ``None``."""
+    if len(obj) > 8:
+        return None
+    name = field = None
+    for k, v in obj.items():
+        if not isinstance(k, str):
+            continue
+        nk = _norm_key(k)
+        if nk in _NAME_FIELDS and isinstance(v, str) and len(v) <= 64:
+            name = v
+        elif nk in _VALUE_FIELDS and _scalar(obj[k]):
+            field = k
+    if name is None or field is None:
+        return None
+    kind = keyed_secret(name.replace(" ", "_"), str(obj[field]))
+    return None if kind is None else (field, kind)
 
 
 _DEFAULT_SCRUBBER = Scrubber()
