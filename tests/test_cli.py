@@ -491,3 +491,108 @@ def test_finetune_writes_a_model_the_embedder_loads(tmp_path, capsys):
     assert main(["finetune", HANDMADE, str(tmp_path / "y"), "--epochs", "0"]) == 2
     assert "epochs must be >= 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+# ---------------------------------------------------------------- the last safety net
+
+
+def _failing(monkeypatch, exc: BaseException) -> None:
+    """``memlab judge pool`` raises ``exc`` from inside its reader."""
+    import memlab.judge.cli as judge_cli
+
+    def pool(args):
+        raise exc
+
+    monkeypatch.setattr(judge_cli, "cmd_pool", pool)
+
+
+def _pool_argv(tmp_path):
+    return ["judge", "pool", str(tmp_path), "--out", str(tmp_path / "p.jsonl")]
+
+
+@pytest.mark.parametrize(
+    ("exc", "line"),
+    [
+        (RecursionError("maximum recursion depth exceeded while decoding a JSON array"),
+         "memlab: error: memlab judge pool: the input is nested too deeply to process "
+         "(RecursionError; set MEMLAB_DEBUG=1 for the traceback)"),
+    ],
+)
+def test_recursion_error_is_one_line_naming_the_command(tmp_path, monkeypatch, capsys, exc,
+                                                        line):
+    monkeypatch.delenv("MEMLAB_DEBUG", raising=False)
+    _failing(monkeypatch, exc)
+    assert main(_pool_argv(tmp_path)) == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
+def _library_errors():
+    import sqlite3
+
+    from polars.exceptions import ComputeError, PanicException
+
+    return [
+        (ComputeError("parquet: File out of specification\nmore detail"),
+         "memlab judge pool failed: polars ComputeError: parquet: File out of specification"),
+        (PanicException("index out of bounds"),
+         "memlab judge pool failed: pyo3_runtime PanicException: index out of bounds"),
+        (sqlite3.DatabaseError("file is not a database"),
+         "memlab judge pool failed: sqlite3 DatabaseError: file is not a database"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(3), ids=["polars", "rust-panic", "sqlite3"])
+def test_a_library_exception_escaping_a_reader_is_one_line(tmp_path, monkeypatch, capsys, case):
+    exc, text = _library_errors()[case]
+    monkeypatch.delenv("MEMLAB_DEBUG", raising=False)
+    _failing(monkeypatch, exc)
+    assert main(_pool_argv(tmp_path)) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"memlab: error: {text} (set MEMLAB_DEBUG=1 for the traceback)"
+    ]
+
+
+def test_memlab_debug_shows_the_traceback_before_the_line(tmp_path, monkeypatch, capsys):
+    from polars.exceptions import ComputeError
+
+    monkeypatch.setenv("MEMLAB_DEBUG", "1")
+    _failing(monkeypatch, ComputeError("parquet: bad footer"))
+    assert main(_pool_argv(tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert "polars.exceptions.ComputeError: parquet: bad footer" in err
+    assert err.splitlines()[-1].startswith("memlab: error: memlab judge pool failed: polars")
+    _failing(monkeypatch, ValueError("x.json: invalid JSON"))  # bad input: also explained
+    assert main(_pool_argv(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.splitlines()[-1] == "memlab: error: x.json: invalid JSON"
+
+
+def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
+    monkeypatch.delenv("MEMLAB_DEBUG", raising=False)
+    _failing(monkeypatch, AttributeError("'str' object has no attribute 'get'"))
+    with pytest.raises(AttributeError, match="no attribute 'get'"):
+        main(_pool_argv(tmp_path))
+
+
+def test_a_deep_dataset_toml_is_one_line_in_every_command_that_reads_it(tmp_path, capsys):
+    import shutil
+
+    ds = tmp_path / "ds"
+    shutil.copytree(HANDMADE, ds)
+    with open(ds / "dataset.toml", "a", encoding="utf-8") as fh:
+        fh.write("\nx = " + "[" * 5000 + "]" * 5000 + "\n")
+    line = (ds / "dataset.toml").read_text().count("\n")
+    problem = f"dataset.toml:{line}: invalid TOML: nested too deeply to read"
+    for argv in (["datasets", "validate", str(ds)],
+                 ["eval", str(ds), "--pipelines", "bm25", "--embedder", "hashing", "--no-cache",
+                  "--quiet", "--out", str(tmp_path / "run")],
+                 ["judge", "add", str(ds), "q1", "m1", "2", "--judge", "z"]):
+        code = main(argv)
+        out = capsys.readouterr()
+        assert code in (1, 2), argv
+        text = out.out + out.err
+        assert problem in text, (argv, text)
+        assert "Traceback" not in text
+    assert not (tmp_path / "run").exists()
+    assert not (ds / "judgments.jsonl").exists()

@@ -19,7 +19,12 @@
     memlab serve mcp STORE_DIR --pipeline rrf --agent NAME [--record DIR]
     memlab serve http STORE_DIR --human [--token-env VAR] [--record DIR]
 
-Bad input ends with one clear message on stderr and exit status 2; nothing is written.
+Bad input ends with one clear message on stderr and exit status 2; nothing is written. Input
+nested too deeply to process (``RecursionError``) is bad input too; an exception of a library
+(polars, pyarrow, sqlite3, optuna …) that escapes a reader is reported as one line naming the
+command, with exit status 1. Exceptions of Python's own types raised by memlab (an
+``AttributeError``, an ``IndexError``) are bugs and keep their traceback. With the environment
+variable ``MEMLAB_DEBUG=1`` every error also prints its traceback (for developers).
 """
 
 from __future__ import annotations
@@ -418,19 +423,44 @@ def cmd_datasets_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_datasets_generate(args: argparse.Namespace) -> int:
+    from memlab.datasets.format import check_dataset_out
     from memlab.datasets.generate import generate_dataset
 
+    check_dataset_out(args.out)  # before generating
     ds = generate_dataset(args.seed, Path(args.out))
     print(f"wrote {args.out}: {len(ds.ops)} operations, {len(ds.queries)} queries")
     return 0
 
 
 def cmd_datasets_generate_lifecycle(args: argparse.Namespace) -> int:
+    from memlab.datasets.format import check_dataset_out
     from memlab.datasets.lifecycle import generate_lifecycle_dataset
 
+    check_dataset_out(args.out)  # before generating
     ds = generate_lifecycle_dataset(args.seed, Path(args.out))
     print(f"wrote {args.out}: {len(ds.ops)} operations, {len(ds.queries)} queries")
     return 0
+
+
+def _check_import_paths(src: str, out: str) -> None:
+    """Refuse an import whose output would overlap its input, before reading anything: OUT is
+    SRC, SRC lies inside OUT (the dataset would be written over the file it is read from) or
+    OUT lies inside SRC (the dataset, and its temporary sibling, would land among the files
+    being imported; the next import would read them)."""
+    from memlab.datasets.format import check_dataset_out
+
+    source = Path(src).resolve()
+    target = Path(out).resolve()
+    if source == target or source.is_relative_to(target):
+        raise CLIError(
+            f"{out}: holds the import's own source {src}; the dataset would be written over "
+            "its input: give another OUT"
+        )
+    if source.is_dir() and target.is_relative_to(source):
+        raise CLIError(
+            f"{out}: lies inside the import's source directory {src}; give an OUT outside it"
+        )
+    check_dataset_out(out)
 
 
 def _print_import(report: Any, out: str) -> None:
@@ -449,6 +479,7 @@ def cmd_datasets_import(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise CLIError(f"--option {item!r}: write key=value")
         options[key.strip().replace("-", "_")] = value
+    _check_import_paths(args.src, args.out)
     from memlab.progress import Progress
 
     try:
@@ -482,13 +513,15 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     from memlab.memory.store import MemoryStore
 
     path = _store_path(args.path)
-    store = MemoryStore(path, read_only=True)
+    store = MemoryStore(path, read_only=True)  # writes nothing, creates nothing
     try:
         problems = store.check()
     finally:
         store.close()
     for p in problems:
         print(p)
+    for note in store.check_notes:
+        print(f"note: {note}")
     print(f"{len(store)} memories, {len(problems)} problem(s)")
     return 1 if problems else 0
 
@@ -498,8 +531,9 @@ def cmd_store_purge(args: argparse.Namespace) -> int:
 
     path = _store_path(args.path)
     now = _clock(args.now)
-    store = MemoryStore(path, read_only=args.dry_run)
+    store = MemoryStore(path, read_only=args.dry_run)  # a writable one refuses damaged rows
     try:
+        store.ensure_sound()  # a dry run refuses them as the purge would
         ids = store.purge_forgotten(retention_days=args.retention_days, now=now,
                                     dry_run=args.dry_run)
     finally:
@@ -882,8 +916,78 @@ def main(argv: Sequence[str] | None = None) -> int:
         restore()
 
 
+DEBUG_ENV = "MEMLAB_DEBUG"
+"""Set to ``1`` (or ``true``, ``yes``) to see the traceback of every error the command line
+turns into one line."""
+
+
+def _debug() -> bool:
+    """Whether ``MEMLAB_DEBUG`` asks for tracebacks."""
+    import os
+
+    return os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    """``memlab judge pool``: the command and its subcommand, as typed."""
+    words = [str(getattr(args, "command", "") or "")]
+    words += [str(v) for k, v in vars(args).items() if k.endswith("_command") and v]
+    return " ".join(["memlab", *(w for w in words if w)])
+
+
+def _foreign(exc: BaseException) -> bool:
+    """Whether ``exc`` is a library's exception (its type is defined outside memlab and
+    outside Python's built-in exceptions: ``polars.exceptions.ComputeError``,
+    ``sqlite3.DatabaseError``, a Rust panic), not one of memlab's or a built-in one."""
+    module = type(exc).__module__ or ""
+    return module != "builtins" and module.split(".")[0] != "memlab"
+
+
 def _run(args: argparse.Namespace) -> int:
-    """Run the parsed command; bad input, Ctrl-C and SIGTERM become one line and a status."""
+    """Run the parsed command; bad input, Ctrl-C and SIGTERM become one line and a status.
+
+    The safety net (see the module docstring): a ``RecursionError`` and a library's exception
+    that no reader turned into a message become one line naming the command; memlab's bugs
+    (Python's own exception types) keep their traceback; ``MEMLAB_DEBUG=1`` prints the
+    traceback of every error before its line.
+    """
+    try:
+        return _dispatch(args)
+    except RecursionError:
+        _traceback_if_debug()
+        print(
+            f"memlab: error: {_command_name(args)}: the input is nested too deeply to process "
+            f"(RecursionError; set {DEBUG_ENV}=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 2
+    except BaseException as exc:
+        if not _foreign(exc):
+            raise
+        from memlab.memory.scrub import scrub_message
+
+        _traceback_if_debug()
+        kind = f"{type(exc).__module__.split('.')[0]} {type(exc).__name__}"
+        lines = str(exc).strip().splitlines()
+        detail = f": {scrub_message(lines[0])}" if lines else ""
+        print(
+            f"memlab: error: {_command_name(args)} failed: {kind}{detail} (set {DEBUG_ENV}=1 "
+            "for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _traceback_if_debug() -> None:
+    """Print the traceback of the exception being handled when ``MEMLAB_DEBUG`` is set."""
+    if _debug():
+        import traceback
+
+        traceback.print_exc()
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed command; memlab's own ways to fail become one line and a status."""
     try:
         return int(args.func(args))
     except Terminated:  # SIGTERM: as Ctrl-C, with the exit status of the signal
@@ -895,11 +999,13 @@ def _run(args: argparse.Namespace) -> int:
     except CLIError as exc:
         from memlab.memory.scrub import scrub_message
 
+        _traceback_if_debug()
         print(f"memlab: error: {scrub_message(exc)}", file=sys.stderr)
         return 2
     except (ValueError, TypeError, KeyError, OSError, OverflowError) as exc:
         from memlab.memory.scrub import scrub_message
 
+        _traceback_if_debug()
         problems = getattr(exc, "problems", None)
         if problems:
             for prob in problems:
@@ -915,6 +1021,7 @@ def _run(args: argparse.Namespace) -> int:
 
         if not isinstance(exc, StageError):
             raise
+        _traceback_if_debug()
         print(f"memlab: error: {scrub_message(exc)}", file=sys.stderr)
         return 1
 

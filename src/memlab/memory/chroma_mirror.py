@@ -4,13 +4,29 @@
 chromadb collection in step with SQLite under the same ids: it only ever receives committed
 rows (one background upsert at a time), its ``where`` filters match ``visible_mask``, and on
 open it is reconciled with SQLite (ids SQLite lacks are quarantined, never deleted).
+
+The index is derived from SQLite, so a damaged one is rebuilt, never trusted: when chromadb
+cannot open or read ``chroma/`` while a writable store opens (bit flips in ``chroma.sqlite3``,
+an empty or missing ``chroma.sqlite3``, ``chroma`` not a directory), the directory is moved
+aside to ``chroma.damaged-<UTC time>`` (kept for the user, never deleted) and a new index is
+filled from SQLite's vectors. Ids only the damaged index held stay in the moved directory.
+
+chromadb keeps one "system" per directory for the life of the process (its client cache), and
+that system caches the directory's vector segments: a process that reopened a store after
+another process wrote to it read those stale caches and failed (``Error finding id``). A store
+therefore closes its client when it closes (chromadb then stops the system), and opening a
+store drops any system a store of this process left behind without closing.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import shutil
+import tempfile
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +37,7 @@ from memlab.memory.records import (
     StoreWriteError,
 )
 from memlab.memory.scopes import Principal
-from memlab.memory.vectors import ChromaIndex
+from memlab.memory.vectors import ChromaIndex, drop_chroma_system
 from memlab.timeutil import coerce_ts
 
 log = logging.getLogger("memlab.store")
@@ -51,19 +67,125 @@ def _same_meta(got: Any, want: Any) -> bool:
     return type(got) is type(want) and got == want
 
 
+def chroma_error(exc: BaseException) -> str:
+    """A chromadb failure in a few words: its type and the first line of its message."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def chroma_dir_damage(where: Path) -> str | None:
+    """What is visibly wrong with a store's ``chroma`` directory before chromadb opens it
+    (``None``: nothing; chromadb itself may still fail on it)."""
+    try:
+        if not where.exists():
+            return "a broken symbolic link" if where.is_symlink() else None
+        if not where.is_dir():
+            return "not a directory"
+        db = where / "chroma.sqlite3"
+        if not db.exists():
+            return "chroma.sqlite3 is missing" if any(where.iterdir()) else None
+        if not db.is_file():
+            return "chroma.sqlite3 is not a file"
+        if db.stat().st_size == 0:
+            return "chroma.sqlite3 is empty (0 bytes)"
+        with open(db, "rb") as fh:
+            if fh.read(16) != b"SQLite format 3\0":
+                return "chroma.sqlite3 is not a SQLite database"
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    return None
+
+
+_REBUILT = (
+    "opening the store for writing rebuilds it from SQLite (moving it aside, not deleting it)"
+)
+
+
 class ChromaMirror:
     """The chromadb collection of :class:`~memlab.memory.store.MemoryStore` (a mixin; the store
     owns ``_chroma``, ``_chroma_pending``, ``_chroma_job``, ``_chroma_job_ids``)."""
 
-    def _open_chroma(self) -> ChromaIndex:
-        where = None if self.path is None else self.path / "chroma"
+    def _open_chroma(self) -> ChromaIndex | None:
+        """The chromadb index of a writable (or in-memory) store; ``None`` with
+        ``_chroma_damage`` set when the directory cannot be used (see
+        :meth:`_chroma_opened`)."""
+        if self.path is None:
+            return ChromaIndex(None)
+        where = self.path / "chroma"
+        drop_chroma_system(where)  # a store of this process dropped without close()
+        self._chroma_damage = chroma_dir_damage(where)
+        if self._chroma_damage is None:
+            try:
+                return ChromaIndex(where, create=True)
+            except Exception as exc:  # chromadb raises many types
+                drop_chroma_system(where)
+                self._chroma_damage = chroma_error(exc)
+        return None
+
+    def _chroma_opened(self, repair: bool) -> None:
+        """After a writable store has loaded SQLite: rebuild a damaged index, or reconcile."""
+        assert self.path is not None
+        if self._chroma_damage is not None:
+            if not repair:
+                raise StoreError(
+                    f"{self.path / 'chroma'}: the chromadb index cannot be opened "
+                    f"({self._chroma_damage}); nothing was changed (open the store with "
+                    "repair=True to move it aside and rebuild it from SQLite)"
+                )
+            self._rebuild_chroma(self._chroma_damage)
+            self._flush_chroma(wait=True)
+        elif repair:
+            self._reconcile()
+
+    def _rebuild_chroma(self, reason: str) -> None:
+        """Move a damaged ``chroma/`` aside (never delete it) and start a new index holding
+        every vector of SQLite (sent by the next flush)."""
+        assert self.path is not None
+        where = self.path / "chroma"
+        self._close_chroma()
+        drop_chroma_system(where)
+        if where.exists() or where.is_symlink():
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            dest = self.path / f"chroma.damaged-{stamp}"
+            n = 1
+            while dest.exists() or dest.is_symlink():
+                n += 1
+                dest = self.path / f"chroma.damaged-{stamp}-{n}"
+            try:
+                where.rename(dest)
+            except OSError as exc:
+                raise StoreWriteError(
+                    f"{where}: the chromadb index is damaged ({reason}) and cannot be moved "
+                    f"aside ({exc.strerror or exc}); move it away yourself and reopen the store "
+                    "to rebuild it from SQLite"
+                ) from None
+            log.warning(
+                "%s: the chromadb index is damaged (%s); moved it to %s (kept, not deleted) "
+                "and rebuilt it from SQLite",
+                where, reason, dest.name,
+            )
         try:
-            return ChromaIndex(where, create=not self.read_only)
+            self._chroma = ChromaIndex(where, create=True)
         except Exception as exc:  # chromadb raises many types
+            drop_chroma_system(where)
             raise StoreError(
-                f"{where}: cannot open the chromadb index ({type(exc).__name__}: {exc}); "
-                "move the directory away and reopen the store to rebuild it from SQLite"
+                f"{where}: cannot create the chromadb index ({chroma_error(exc)}); SQLite is "
+                "intact: free the space or fix the permissions, then reopen the store"
             ) from None
+        self._chroma_job = None
+        self._chroma_job_ids = {}
+        self._chroma_pending = {
+            r.id: i for i, r in enumerate(self._records) if self.vectors.present[i]
+        }
+
+    def _close_chroma(self) -> None:
+        """Close a persisted index's chromadb client (chromadb then stops its system for the
+        directory, caches included)."""
+        index, self._chroma = self._chroma, None
+        if index is not None and index.path is not None:
+            index.close()
+        elif index is not None:
+            self._chroma = index  # an ephemeral index lives as long as its store object
 
     def _chroma_meta(self, idx: int) -> dict[str, Any]:
         rec = self._records[idx]
@@ -199,19 +321,23 @@ class ChromaMirror:
             return None
         return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
-    def _chroma_diff(self) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-        """Compare chromadb with SQLite: (ids missing from chromadb, ids only in chromadb,
-        (id, what differs) for ids in both)."""
-        assert self._chroma is not None
+    def _chroma_diff(
+        self, index: ChromaIndex | None = None
+    ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+        """Compare chromadb (``index``, default the store's) with SQLite: (ids missing from
+        chromadb, ids only in chromadb, (id, what differs) for ids in both). Ids of damaged
+        rows (``check`` lists them) are left out."""
+        index = index if index is not None else self._chroma
+        assert index is not None
         sql_ids = {r.id for i, r in enumerate(self._records) if self.vectors.present[i]}
-        chroma_ids = set(self._chroma.ids())
+        chroma_ids = set(index.ids())
         missing = sorted(sql_ids - chroma_ids)
-        orphans = sorted(chroma_ids - sql_ids)
+        orphans = sorted(chroma_ids - sql_ids - self._damaged_ids)
         differ: list[tuple[str, str]] = []
         common = sorted(sql_ids & chroma_ids)
         for start in range(0, len(common), 1000):
             chunk = common[start : start + 1000]
-            got = self._chroma.get(chunk)
+            got = index.get(chunk)
             for mid, emb, meta in zip(
                 got["ids"], got["embeddings"], got["metadatas"], strict=True
             ):
@@ -233,33 +359,128 @@ class ChromaMirror:
     def check(self) -> list[str]:
         """Disagreements within SQLite and between SQLite and chromadb (empty when consistent).
 
-        Reads only (``memlab store check`` opens the store with ``read_only=True``): SQLite's
-        ``PRAGMA quick_check``, ids, vectors and filter metadata. Ids only chromadb holds are
-        reported whether or not a repair has quarantined them.
+        SQLite's ``PRAGMA quick_check``; every row memlab could not have written (table, row,
+        field: :mod:`memlab.memory.integrity`); then ids, vectors and filter metadata against
+        chromadb. Ids only chromadb holds are reported whether or not a repair has quarantined
+        them. A chromadb that cannot be read is one problem, not an exception.
+
+        On a read-only store (``memlab store check``) nothing is written: SQLite is read in one
+        consistent snapshot and chromadb is compared from a temporary copy of ``chroma/``
+        (chromadb writes to any directory it opens). When a writer has the store open,
+        chromadb may lag SQLite by the vectors it has not sent yet, so what differs there is
+        put in :attr:`check_notes` instead.
         """
-        problems: list[str] = []
-        for (msg,) in self._exec("PRAGMA quick_check").fetchall():
-            if msg != "ok":
-                problems.append(f"{self._db_file}: {msg}")
+        self.check_notes = []
+        if self.read_only:
+            return self._check_copy()
+        problems = self._sqlite_problems()
         if self._chroma is None:
             return problems
         self._flush_chroma(wait=True)
-        missing, orphans, differ = self._chroma_diff()
-        for mid in missing:
-            problems.append(f"memory {mid}: in SQLite, missing from chromadb")
-        quarantined = set(self._quarantined(orphans))
+        where = self.path / "chroma" if self.path is not None else "chromadb"
+        problems += self._chroma_problems(self._chroma, where)
+        return problems
+
+    def _sqlite_problems(self) -> list[str]:
+        problems = []
+        for (msg,) in self._exec("PRAGMA quick_check").fetchall():
+            if msg != "ok":
+                problems.append(f"{self._db_file}: {' '.join(str(msg).split())}")
+        return problems + list(self._row_problems)
+
+    def _chroma_problems(self, index: ChromaIndex, where: Any) -> list[str]:
+        """What differs between SQLite and the chromadb ``index`` (one line when chromadb
+        cannot be read)."""
+        try:
+            missing, orphans, differ = self._chroma_diff(index)
+            quarantined = set(self._quarantined(orphans, index))
+        except Exception as exc:  # chromadb raises many types
+            return [f"{where}: the chromadb index cannot be read ({chroma_error(exc)}); "
+                    f"{_REBUILT}"]
+        problems = [f"memory {mid}: in SQLite, missing from chromadb" for mid in missing]
         for mid in orphans:
             note = " (quarantined: hidden from searches)" if mid in quarantined else ""
             problems.append(f"memory {mid}: in chromadb, missing from SQLite{note}")
         problems += [f"memory {mid}: {what}" for mid, what in differ]
         return problems
 
-    def _quarantined(self, ids: Sequence[str]) -> list[str]:
+    def _check_copy(self) -> list[str]:
+        """:meth:`check` of a read-only store: SQLite in one snapshot, chromadb in a copy
+        (taken again when a writer may have started during a snapshot without a lock file)."""
+        from memlab.memory.sqlite_io import _SnapshotChanged
+
+        for attempt in range(3):
+            self.check_notes = []
+            try:
+                return self._check_copy_once()
+            except _SnapshotChanged:
+                if attempt == 2:
+                    raise StoreError(
+                        f"{self.path}: writers kept starting while the store was checked; "
+                        "nothing was read, try again"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    def _check_copy_once(self) -> list[str]:
+        assert self.path is not None
+        where = self.path / "chroma"
+        damage: str | None = None
+        copy: Path | None = None
+        index: ChromaIndex | None = None
+        try:
+            with self._snapshot() as writer:
+                if self._use_chroma and (where.exists() or where.is_symlink()):
+                    damage = chroma_dir_damage(where)
+                    if damage is None:
+                        # chromadb writes to whatever it opens: give it a copy (taken before
+                        # SQLite's snapshot, so that every id it holds is committed there).
+                        tmp = Path(tempfile.mkdtemp(prefix="memlab-check-"))
+                        copy = tmp / "chroma"
+                        try:
+                            shutil.copytree(where, copy, symlinks=False)
+                        except OSError as exc:
+                            self.check_notes.append(
+                                f"{where}: not compared: it cannot be copied to a temporary "
+                                f"directory ({exc.strerror or exc})"
+                            )
+                            copy = None
+                if writer or self._db_stamp() != self._load_stamp:
+                    self._reload()  # the state this snapshot sees
+                problems = self._sqlite_problems()
+            found: list[str] = []
+            if damage is not None:
+                found = [f"{where}: the chromadb index is damaged ({damage}); {_REBUILT}"]
+            elif copy is not None:
+                try:
+                    index = ChromaIndex(copy, create=False)
+                except Exception as exc:  # chromadb raises many types
+                    found = [f"{where}: the chromadb index cannot be read "
+                             f"({chroma_error(exc)}); {_REBUILT}"]
+                else:
+                    found = self._chroma_problems(index, where)
+            if writer and found:
+                self.check_notes.append(
+                    f"{where}: a writer has the store open, so chromadb may not hold its "
+                    f"newest writes yet; {len(found)} difference(s) not counted as problems:"
+                )
+                self.check_notes += [f"  {line}" for line in found]
+            else:
+                problems += found
+            return problems
+        finally:
+            if index is not None:
+                index.close()
+            if copy is not None:
+                drop_chroma_system(copy)
+                shutil.rmtree(copy.parent, ignore_errors=True)
+
+    def _quarantined(self, ids: Sequence[str], index: ChromaIndex | None = None) -> list[str]:
         """Those of ``ids`` whose chromadb metadata marks them as quarantined orphans."""
-        assert self._chroma is not None
+        index = index if index is not None else self._chroma
+        assert index is not None
         out: list[str] = []
         for start in range(0, len(ids), 1000):
-            got = self._chroma.collection.get(
+            got = index.collection.get(
                 ids=list(ids[start : start + 1000]), include=["metadatas"]
             )
             for mid, meta in zip(got["ids"], got["metadatas"], strict=True):
@@ -272,13 +493,19 @@ class ChromaMirror:
         anything: rows missing from chromadb, or whose vector or metadata differ (a killed
         writer, a session without chromadb), are rewritten; ids only chromadb holds are
         quarantined — kept, and marked so that no filter returns them (see
-        :meth:`drop_orphans`)."""
+        :meth:`drop_orphans`). An index chromadb cannot read is moved aside and rebuilt
+        (:meth:`_rebuild_chroma`)."""
         if self._chroma is None:
             return
-        missing, orphans, differ = self._chroma_diff()
+        try:
+            missing, orphans, differ = self._chroma_diff()
+            done = set(self._quarantined(orphans))
+        except Exception as exc:  # chromadb raises many types
+            self._rebuild_chroma(chroma_error(exc))
+            self._flush_chroma(wait=True)
+            return
         for mid in [*missing, *(mid for mid, _ in differ)]:
             self._chroma_pending[mid] = self._index[mid]
-        done = set(self._quarantined(orphans))
         todo = [mid for mid in orphans if mid not in done]
         if todo:
             log.warning(

@@ -5,22 +5,44 @@ SQLite is the store's source of truth. :class:`SQLiteIO` is the part of
 lock, or read-only), runs statements (errors become one :class:`StoreError` naming the file),
 and makes every write all or nothing: one transaction, a savepoint when nested, and on failure
 a rollback followed by a rebuild of the in-memory state from SQLite (``_reload``).
+
+Reading without writing. A read-only store (``memlab store check``) must neither create a file
+nor see a half-written database while writers come and go. SQLite cannot give both on its own: a
+plain ``mode=ro`` connection to a database in WAL mode creates ``-wal`` and ``-shm`` files when
+none exist, and ``immutable=1`` (which creates nothing) trusts that the file never changes, so a
+writer that opens, commits and checkpoints into ``memlab.sqlite3`` meanwhile makes it read a
+torn database ("database disk image is malformed"). So every read of a read-only store runs in
+a *snapshot* (:meth:`SQLiteIO._snapshot`), one read transaction that holds one of two guards:
+
+* a writer has the store open (its ``-wal`` and ``-shm`` exist): a ``mode=ro`` connection reads
+  through them, in one read transaction (a WAL snapshot), while a POSIX read lock on SQLite's
+  shared-lock bytes of ``memlab.sqlite3`` keeps the last writer to close from checkpointing and
+  deleting the log under it;
+* no writer has it open: a shared ``flock`` on ``memlab.lock`` (the lock every writer takes
+  exclusively) keeps any writer from opening it while ``immutable=1`` reads the file. A writer
+  that opens meanwhile waits, within its ``lock_timeout``, for the snapshot to end. The read
+  lock on the shared-lock bytes is held here too, so that a writer that opens anyway (a store
+  without ``memlab.lock``) cannot delete its log on closing: a log that appeared during the
+  read means it may have changed, and the snapshot is read again.
 """
 
 from __future__ import annotations
 
 import json
 import operator
+import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import polars as pl
 
+from memlab.memory.integrity import sqlite_detail
 from memlab.memory.records import (
     MemoryRecord,
     StoreCorruptError,
@@ -28,6 +50,8 @@ from memlab.memory.records import (
     StoreLockedError,
     StoreWriteError,
 )
+
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -107,6 +131,85 @@ _TABLES = ("memories", "versions", "entities", "entity_memory_links", "entity_re
 DB_NAME = "memlab.sqlite3"
 LOCK_NAME = "memlab.lock"
 
+# SQLite's unix VFS takes a reader's SHARED lock as a read lock on these bytes of the database
+# file and an EXCLUSIVE lock as a write lock on them (os_unix.c: PENDING_BYTE + 2, 510 bytes).
+_SHARED_FIRST = 0x40000000 + 2
+_SHARED_SIZE = 510
+_SNAPSHOT_WAIT = 10.0
+"""Seconds a snapshot waits for a writer caught opening or closing the store (it retries)."""
+
+
+class _SnapshotChanged(Exception):
+    """A writer started during an ``immutable=1`` snapshot after all: read again."""
+
+
+class _ReadGuard:
+    """What keeps a read-only snapshot of ``memlab.sqlite3`` consistent (see the module
+    docstring); released after SQLite's connection is closed (closing any descriptor of the
+    database file drops this process's POSIX locks on it)."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+        self.writer = False  # a writer had the store open
+        self.immutable = False  # read with immutable=1: look for a writer's log afterwards
+
+    def lock_db(self, db_file: Path) -> bool:
+        """Read-lock SQLite's shared-lock bytes (False while a writer holds them exclusively,
+        which it does only while it checkpoints at its close)."""
+        try:
+            import fcntl
+            import struct
+        except ImportError:  # pragma: no cover - no POSIX locks (Windows): no guard
+            return True
+
+        fd = os.open(db_file, os.O_RDONLY)
+        try:
+            ofd = getattr(fcntl, "F_OFD_SETLK", None)
+            if ofd is not None:
+                # An open-file-description lock (Linux): closing it never drops the POSIX locks
+                # this process's own SQLite connections hold on the file, as a classic lock's
+                # close would. struct flock: l_type, l_whence, l_start, l_len, l_pid (0), pad.
+                flock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, _SHARED_FIRST,
+                                    _SHARED_SIZE, 0)
+                fcntl.fcntl(fd, ofd, flock + bytes(32 - len(flock)))
+            else:
+                fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, _SHARED_SIZE, _SHARED_FIRST)
+        except OSError:
+            os.close(fd)
+            return False
+        self.fds.append(fd)
+        return True
+
+    def lock_store(self, lock_file: Path, *, keep: bool) -> bool | None:
+        """Take ``memlab.lock`` shared: False when a writer holds it, None when there is no
+        lock file (nothing is created); ``keep=False`` lets it go at once (a probe)."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - no flock (Windows): no guard
+            return None
+
+        try:
+            fd = os.open(lock_file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return None  # not a lock a writer could hold either (a directory, a loop)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        if keep:
+            self.fds.append(fd)
+        else:
+            os.close(fd)
+        return True
+
+    def release(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
 
 class SQLiteIO:
     """SQLite I/O of :class:`~memlab.memory.store.MemoryStore` (a mixin; the store owns the
@@ -133,7 +236,9 @@ class SQLiteIO:
         try:
             self._db = self._connect(str(db_file))
         except sqlite3.Error as exc:
-            raise StoreWriteError(f"{db_file}: cannot open the store ({exc})") from None
+            raise StoreWriteError(
+                f"{db_file}: cannot open the store ({sqlite_detail(exc)})"
+            ) from None
         self._check_schema(existed)
         self._exec("PRAGMA journal_mode=WAL")
         self._exec("PRAGMA synchronous=NORMAL")
@@ -147,26 +252,156 @@ class SQLiteIO:
                 if statement.strip():
                     self._exec(statement)
             self._exec("COMMIT")
-        else:  # a store from before a table was added gets it, empty
-            for statement in _SCHEMA.split(";"):
-                if "relation_scopes" in statement:
-                    self._exec(statement)
+
+    def _upgrade_schema(self) -> None:
+        """Give a store from before a table was added that table, empty (after the store's
+        rows were found sound: a refused store is left as it was)."""
+        for statement in _SCHEMA.split(";"):
+            if "TABLE IF NOT EXISTS relation_scopes" in statement or (
+                "TABLE IF NOT EXISTS meta" in statement
+            ):
+                self._exec(statement)
 
     def _open_read_only(self) -> None:
-        """Open ``memlab.sqlite3`` without writing: ``mode=ro``, and ``immutable=1`` when no
-        writer has a write-ahead log open (then SQLite creates no ``-wal``/``-shm`` file)."""
+        """Check that ``memlab.sqlite3`` is there to read; reads then run in snapshots."""
         assert self.path is not None
         db_file = self.path / DB_NAME
         if not db_file.is_file():
             raise StoreError(f"{self.path}: not a memlab store (no {DB_NAME})")
         self._check_db_file(db_file)
-        wal = db_file.with_name(DB_NAME + "-wal")
-        uri = db_file.resolve().as_uri() + ("?mode=ro" if wal.exists() else "?mode=ro&immutable=1")
+
+    _guard: _ReadGuard | None = None
+    _snapshot_writer = False  # whether a writer had the store open during the last snapshot
+    _snapshot_stamp: tuple[int, ...] | None = None  # the database file as the last snapshot saw it
+    _load_stamp: tuple[int, ...] | None = None  # ... and as the loaded state was read
+
+    def _db_stamp(self) -> tuple[int, ...] | None:
+        """Identity, size and time of ``memlab.sqlite3`` and its log (None: a writer's log)."""
+        assert self.path is not None
+        db_file = self.path / DB_NAME
+        if db_file.with_name(DB_NAME + "-wal").exists():
+            return None
+        st = db_file.stat()
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[bool]:
+        """Hold a consistent read-only view of ``memlab.sqlite3`` as ``self._db`` (one read
+        transaction, nothing created or changed; see the module docstring). Yields whether a
+        writer had the store open. Inside a snapshot already, it is that one.
+
+        Raises:
+            StoreError: The view cannot be had without writing (a log without its index), or a
+                writer kept the store half-open for longer than :data:`_SNAPSHOT_WAIT`.
+        """
+        if self._guard is not None:
+            yield self._snapshot_writer
+            return
+        assert self.path is not None
+        guard = self._take_snapshot()
+        self._guard = guard
+        self._snapshot_writer = guard.writer
+        wal = self.path / (DB_NAME + "-wal")
         try:
-            self._db = self._connect(uri, uri=True)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{db_file}: cannot open the store read-only ({exc})") from None
-        self._check_schema(True)
+            self._db.execute("BEGIN")  # the read transaction starts at the first read
+            try:
+                yield guard.writer
+            except Exception:
+                if guard.immutable and wal.exists():  # what it read changed under it
+                    raise _SnapshotChanged from None
+                raise
+            if guard.immutable and wal.exists():
+                # A writer opened the file anyway (no lock file to hold, or not memlab): the
+                # read lock on the shared-lock bytes kept its log from being deleted, so it
+                # shows, and the read may have seen the file change.
+                raise _SnapshotChanged
+            self._snapshot_stamp = None if guard.writer else self._db_stamp()
+        finally:
+            db, self._db, self._guard = self._db, None, None
+            try:
+                if db is not None:
+                    db.close()
+            finally:
+                guard.release()
+
+    def _take_snapshot(self) -> _ReadGuard:
+        """Open ``self._db`` read-only under the guard that keeps it consistent."""
+        assert self.path is not None
+        db_file = self.path / DB_NAME
+        wal = db_file.with_name(DB_NAME + "-wal")
+        shm = db_file.with_name(DB_NAME + "-shm")
+        lock_file = self.path / LOCK_NAME
+        deadline = time.monotonic() + _SNAPSHOT_WAIT
+        while True:
+            self._check_db_file(db_file)
+            guard = _ReadGuard()
+            try:
+                with open(db_file, "rb") as fh:
+                    header = fh.read(100)
+                query = "mode=ro"
+                if len(header) == 100 and header[:16] == b"SQLite format 3\0" and header[18] == 2:
+                    # WAL mode. Keep the last writer to close from deleting its log from now on.
+                    if not guard.lock_db(db_file):
+                        guard.release()
+                        self._snapshot_wait(deadline)
+                        continue
+                    if wal.exists():
+                        writer = guard.lock_store(lock_file, keep=False) is False
+                        if not shm.exists():
+                            if writer:  # a writer opening or closing: look again
+                                guard.release()
+                                self._snapshot_wait(deadline)
+                                continue
+                            raise StoreError(
+                                f"{wal}: a write-ahead log without its index ({DB_NAME}-shm); "
+                                "reading it would create that file, so nothing was read: open "
+                                "the store for writing once (that replays the log), then "
+                                "check again"
+                            )
+                        guard.writer = writer
+                    else:
+                        # No writer has the store open: keep it so while the file is read.
+                        held = guard.lock_store(lock_file, keep=True)
+                        if held is False or wal.exists():  # a writer is opening: look again
+                            guard.release()
+                            self._snapshot_wait(deadline)
+                            continue
+                        guard.immutable = True
+                        query = "mode=ro&immutable=1"
+                # else a rollback journal: SQLite's shared lock keeps the read consistent.
+                try:
+                    self._db = self._connect(db_file.resolve().as_uri() + "?" + query, uri=True)
+                except sqlite3.Error as exc:
+                    raise StoreError(
+                        f"{db_file}: cannot open the store read-only ({sqlite_detail(exc)})"
+                    ) from None
+                return guard
+            except BaseException:
+                guard.release()
+                raise
+
+    def _snapshot_wait(self, deadline: float) -> None:
+        if time.monotonic() > deadline:
+            raise StoreError(
+                f"{self.path}: a writer kept opening or closing the store for "
+                f"{_SNAPSHOT_WAIT:g} s; nothing was read, try again"
+            )
+        time.sleep(0.02)
+
+    def _read(self, body: Callable[[], _T]) -> _T:
+        """Run ``body`` in a snapshot; again (up to 3 times) when a writer started during an
+        ``immutable=1`` one after all (a store without a lock file to hold)."""
+        for attempt in range(3):
+            try:
+                with self._snapshot():
+                    return body()
+            except _SnapshotChanged:
+                if attempt == 2:
+                    raise StoreError(
+                        f"{self.path}: writers kept starting while the store was read; "
+                        "nothing was read, try again"
+                    ) from None
+        raise AssertionError("unreachable")
 
     def _check_db_file(self, db_file: Path) -> bool:
         """Whether ``memlab.sqlite3`` exists; an empty one is refused (never read as empty)."""
@@ -194,7 +429,8 @@ class SQLiteIO:
             }
         except sqlite3.DatabaseError as exc:
             raise StoreCorruptError(
-                f"{self._db_file}: corrupt or not a SQLite database ({exc}); nothing was changed"
+                f"{self._db_file}: corrupt or not a SQLite database ({sqlite_detail(exc)}); "
+                "nothing was changed"
             ) from None
         if existed and names and not all(t in names for t in _TABLES):
             missing = ", ".join(t for t in _TABLES if t not in names)
@@ -224,15 +460,22 @@ class SQLiteIO:
         self._lock = lock
 
     def _release(self) -> None:
-        """Close SQLite and release the lock (idempotent)."""
-        if self._db is not None:
-            try:
-                self._db.close()
-            finally:
-                self._db = None
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        """Close chromadb's client, SQLite, and release the lock (idempotent)."""
+        try:
+            self._close_chroma()
+        finally:
+            if self._db is not None:
+                try:
+                    self._db.close()
+                finally:
+                    self._db = None
+            if self._guard is not None:
+                self._guard.release()
+                self._guard = None
+            self._readable = False
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
 
     @staticmethod
     def _payload(rec: MemoryRecord) -> str:
@@ -296,10 +539,13 @@ class SQLiteIO:
             )
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        """Run one statement; SQLite and OS errors become one :class:`StoreError` naming the
-        file (never quoting memory text). A store that defers SQLite queues a write and runs a
-        read on SQLite brought up to date (:meth:`_deferred_read`)."""
+        """Run one statement and fetch its rows; SQLite and OS errors become one
+        :class:`StoreError` naming the file (never quoting memory text). A store that defers
+        SQLite queues a write and runs a read on SQLite brought up to date
+        (:meth:`_deferred_read`); a read-only store reads in a snapshot of its own."""
         if self._db is None:
+            if self._readable:  # a read-only store reads in a snapshot of its own
+                return self._read(lambda: self._exec(sql, params))
             raise StoreError(f"{self._db_file}: the store is closed")
         deferred = self._deferred
         if deferred is not None and not self._applying:
@@ -308,9 +554,13 @@ class SQLiteIO:
                 return None
             return self._deferred_read(sql, params)
         try:
-            return self._db.execute(sql, params)
+            # Rows are fetched here, where an error (text that is not UTF-8, a damaged page
+            # met half-way) still becomes a StoreError, not at the caller's fetch.
+            return _Rows(self._db.execute(sql, params).fetchall())
         except (sqlite3.Error, OSError) as exc:
             raise self._store_error(exc) from exc
+
+    _readable = False  # a read-only store, open: its reads run in snapshots
 
     def _exec_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if self._db is None:
@@ -371,9 +621,14 @@ class SQLiteIO:
             self._reload()
 
     def _store_error(self, exc: BaseException) -> StoreError:
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        """One error naming the file, quoting none of the data SQLite may quote."""
+        detail = sqlite_detail(exc)
         if type(exc) is sqlite3.DatabaseError:
             return StoreCorruptError(f"{self._db_file}: the database is corrupt ({detail})")
+        if detail.startswith("Could not decode to UTF-8"):
+            return StoreCorruptError(
+                f"{self._db_file}: the database holds text that is not UTF-8 ({detail})"
+            )
         return StoreWriteError(f"{self._db_file}: cannot write to the store ({detail})")
 
     @contextmanager
@@ -463,9 +718,16 @@ class SQLiteIO:
             self._load_rows()
         except StoreError:
             raise
-        except (sqlite3.Error, ValueError, TypeError, KeyError, IndexError) as exc:
-            detail = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        except sqlite3.Error as exc:
             raise StoreCorruptError(
-                f"{self._db_file}: the store cannot be read ({type(exc).__name__}: {detail}); "
+                f"{self._db_file}: the store cannot be read ({sqlite_detail(exc)}); "
+                "nothing was changed"
+            ) from None
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+            # Rows are checked field by field before use (memlab.memory.integrity); this is
+            # the backstop, and its message names the error's type only (a message of Python's
+            # may quote the value, which may be memory text).
+            raise StoreCorruptError(
+                f"{self._db_file}: the store cannot be read ({type(exc).__name__}); "
                 "nothing was changed"
             ) from None

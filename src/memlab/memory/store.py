@@ -27,13 +27,23 @@ rows (after the commit); if it fails, the write still stands and the index is re
 next open. Reopening reconciles chromadb with SQLite: missing ids, vectors and metadata are
 rewritten; ids SQLite does not know are never deleted, only quarantined (metadata
 ``orphan=True, active=False, forgotten=True``, hidden from every filter) and reported by
-:meth:`~MemoryStore.check`.
+:meth:`~MemoryStore.check`. An index chromadb cannot open or read is moved aside to
+``chroma.damaged-<UTC time>`` (kept, never deleted) and rebuilt from SQLite
+(:mod:`~memlab.memory.chroma_mirror`).
+
+Damage. Every row of ``memlab.sqlite3`` is checked as it is read
+(:mod:`~memlab.memory.integrity`): rows memlab could not have written are listed by
+:meth:`~MemoryStore.check` (table, row, field, what is wrong — never the stored text), and a
+writable store refuses to open on them (:meth:`~MemoryStore.ensure_sound`) before it writes
+anything, chromadb included.
 
 Processes. A writable persisted store holds an exclusive lock on ``<path>/memlab.lock`` for its
 whole lifetime (``filelock``; released by :meth:`~MemoryStore.close` or when the process dies):
 one writer process per store directory. A second writer waits up to ``lock_timeout`` seconds,
 then raises :class:`~memlab.memory.records.StoreLockedError`. ``read_only=True`` (what
-``memlab store check`` uses) takes no lock and never writes or creates a file.
+``memlab store check`` uses) never writes or creates a file: each read is one consistent
+snapshot, which holds the lock *shared* while it reads a store no writer has open (a writer
+that opens meanwhile waits for it; :mod:`~memlab.memory.sqlite_io`).
 
 Modules. :class:`MemoryStore` is the one public face; each concern lives in its own module as a
 part of the class: :mod:`~memlab.memory.sqlite_io` (schema, connection, lock, transactions),
@@ -45,7 +55,8 @@ writes), :mod:`~memlab.memory.entity_index` (entities, links, relations) and
 
 from __future__ import annotations
 
-import json
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +68,16 @@ from memlab.memory.column_index import ColumnIndex, _Columns
 from memlab.memory.entities import Entity, EntityExtractor
 from memlab.memory.entity_index import EntityIndexing
 from memlab.memory.graph import EntityGraph
+from memlab.memory.integrity import (
+    describe,
+    entity_row_problem,
+    link_problem,
+    parse_payload,
+    payload_problems,
+    relation_problem,
+)
 from memlab.memory.records import (
+    GLOBAL_CLIENT,
     DecisionImmutableError,
     MemoryInputError,
     MemoryRecord,
@@ -113,9 +133,12 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             :class:`~memlab.memory.entities.EntityExtractor`.
         repair: On opening a persisted store, bring chromadb in line with SQLite (missing ids,
             vectors and metadata; ids SQLite lacks are quarantined, never deleted).
-        read_only: Open an existing persisted store without writing anything: SQLite read-only
-            (``mode=ro``), no lock, no repair, no file or directory created; writes raise
-            :class:`StoreWriteError`. chromadb is read when its directory exists.
+        read_only: Open an existing persisted store without writing anything: no lock, no
+            repair, no file or directory created, nothing changed; writes raise
+            :class:`StoreWriteError`. Every read of SQLite is one consistent snapshot, also
+            while writers come and go (:mod:`~memlab.memory.sqlite_io`). chromadb is not
+            opened (it writes whenever it opens): :meth:`check` compares a temporary copy of
+            it, and :meth:`chroma_index` builds an in-memory index from the store's vectors.
         lock_timeout: Seconds a writable persisted store waits for another process to release
             the store directory's lock before raising :class:`StoreLockedError` (negative:
             wait forever).
@@ -133,10 +156,12 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             which never reads SQLite back, skips a third of its write cost.
 
     Raises:
-        StoreCorruptError: ``memlab.sqlite3`` is empty, corrupt or not a memlab store.
+        StoreCorruptError: ``memlab.sqlite3`` is empty, corrupt or not a memlab store, or (a
+            writable store) holds rows memlab could not have written (:meth:`ensure_sound`).
         StoreLockedError: Another process has the store open for writing.
         StoreError: The store cannot be opened (no store at ``path`` in read-only mode, the
-            directory cannot be created, chromadb cannot be opened).
+            directory cannot be created, a damaged chromadb index can be neither moved aside
+            nor rebuilt, or ``repair=False`` with one chromadb cannot open).
     """
 
     def __init__(
@@ -197,6 +222,10 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self.lock_timeout = lock_timeout
         self.version = 0
         self._chroma_job_ids: dict[str, int] = {}
+        self._chroma_damage: str | None = None
+        self.check_notes: list[str] = []
+        self._row_problems: list[str] = []
+        self._damaged_ids: set[str] = set()
         self._aborted = False
         self._lock: Any | None = None
         self._db: Any | None = None
@@ -222,26 +251,35 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
                 self._db.executescript(_SCHEMA)
             elif read_only:
                 self._open_read_only()
-                self._use_chroma = chroma is not False and (
-                    self.path / "chroma" / "chroma.sqlite3"
-                ).is_file()
+                # chromadb is never opened in place: ``check`` reads a copy of it.
+                self._use_chroma = chroma is not False
+                self._readable = True
             else:
                 self._open_writable()
                 self._use_chroma = True if chroma is None else bool(chroma)
-            if self._use_chroma:
-                self._chroma = self._open_chroma()
-            self._load()
+            if read_only:
+                self._read(self._load_again)
+                self._load_stamp = self._snapshot_stamp
+            else:
+                self._load()
             if defer_sqlite:
                 self._deferred = []
-            if self.path is not None and self._chroma is not None and repair and not read_only:
-                self._reconcile()
+            if self.path is not None and not read_only:
+                self.ensure_sound()  # before anything is written, chromadb included
+                self._upgrade_schema()
+            if self._use_chroma and not read_only:
+                self._chroma = self._open_chroma()  # chromadb writes whenever it opens
+                if self.path is not None:
+                    self._chroma_opened(repair)
         except BaseException:
             self._release()
             raise
 
     def close(self) -> None:
-        """Flush pending vectors, close SQLite and release the store lock (idempotent)."""
+        """Flush pending vectors, close chromadb's client (so that chromadb keeps nothing of
+        this store in the process), close SQLite and release the store lock (idempotent)."""
         if self._db is None:
+            self._release()
             return
         try:
             if self._batch_depth == 0:
@@ -354,32 +392,206 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             if mid in self._index and self.vectors.present[self._index[mid]]
         }
 
+    def _load_again(self) -> None:
+        """Check the schema and load (a read-only store, inside a snapshot; after a retried
+        snapshot, from scratch)."""
+        self._check_schema(True)
+        if self._records or self.graph.n_entities:
+            self._reload()
+        else:
+            self._load()
+
+    def ensure_sound(self) -> None:
+        """Refuse a store whose SQLite rows memlab could not have written.
+
+        Raises:
+            StoreCorruptError: One line naming the file, the first problem (table, row, field)
+                and how many there are; nothing was changed.
+        """
+        if self._row_problems:
+            n = len(self._row_problems)
+            raise StoreCorruptError(
+                f"{self._db_file}: {n} damaged row(s), first {self._row_problems[0]}; nothing "
+                f"was changed (memlab store check {self.path} lists them; restore the file from "
+                "a backup)"
+            )
+
     def _load_rows(self) -> None:
-        rows = self._exec("SELECT idx, payload, vector FROM memories ORDER BY idx").fetchall()
-        for expected, (idx, payload, blob) in enumerate(rows):
+        """Read every table into memory, each row checked as it comes
+        (:mod:`memlab.memory.integrity`).
+
+        A row memlab could not have written is listed in ``_row_problems`` (table, row, field,
+        what is wrong, never the stored text) and skipped: a memory row becomes a hidden
+        placeholder (inactive, forgotten, no vector), so row numbers stay right and
+        :meth:`check` lists every problem; a writable store then refuses to open
+        (:meth:`ensure_sound`). Rows out of order cannot be worked around: a
+        :class:`StoreCorruptError`.
+        """
+        problems: list[str] = []
+        damaged_ids: set[str] = set()
+        rows = self._exec(
+            "SELECT idx, CAST(id AS BLOB), CAST(client_id AS BLOB), CAST(type AS BLOB), "
+            "CAST(content_hash AS BLOB), active, CAST(payload AS BLOB), vector "
+            "FROM memories ORDER BY idx"
+        ).fetchall()
+        sizes = Counter(len(r[7]) for r in rows if isinstance(r[7], bytes))
+        width = sizes.most_common(1)[0][0] if sizes else None
+        vectors = _stored_vectors([r[7] for r in rows], width)
+        first_row: dict[str, int] = {}
+        for expected, (idx, *columns, payload, blob) in enumerate(rows):
             if idx != expected:
                 raise StoreCorruptError(
                     f"{self._db_file}: memories table has a gap at row {expected}"
                 )
-            data = json.loads(payload)
-            rec = MemoryRecord(**{k: data[k] for k in _RECORD_FIELDS if k in data})
-            vector = None if blob is None else np.frombuffer(blob, dtype=np.float32)
+            data, wrong = parse_payload(payload)
+            # A string can hold a lone surrogate only through a \\u escape in the JSON text.
+            escaped = not isinstance(payload, bytes) or b"\\ud" in payload or b"\\uD" in payload
+            found = [f"payload {wrong}"] if wrong else [
+                f"payload field '{name}' {what}"
+                for name, what in payload_problems(data, surrogates=escaped)
+            ]
+            if data is not None and not found:
+                get = data.get
+                id_b, client_b, type_b, hash_b, active = columns
+                if not (id_b == data["id"].encode() and type_b == data["type"].encode()
+                        and client_b == get("client_id", GLOBAL_CLIENT).encode()
+                        and hash_b == get("content_hash", "").encode()
+                        and type(active) is int and active == int(get("active", True))):
+                    found += _column_problems(columns, data)
+                mid = data["id"]
+                if mid in first_row:
+                    found.append(f"payload field 'id' is also the id of row {first_row[mid]}")
+            vector, what = vectors(idx, blob)
+            if what is not None:
+                found.append(f"column 'vector' {what}")
+            if found:
+                problems += [f"{DB_NAME} row {idx}: {f}" for f in found]
+                damaged_ids.update(
+                    v for v in (_text(columns[0]), (data or {}).get("id")) if type(v) is str
+                )
+                rec = MemoryRecord(
+                    id=f"(damaged row {idx})", text="", type="event", source_agent="",
+                    active=False, forgotten_reason="damaged", created_at=0.0,
+                )
+                vector = None
+            else:
+                first_row[data["id"]] = idx
+                rec = MemoryRecord(**{k: data[k] for k in _RECORD_FIELDS if k in data})
             self._index_in_memory(rec, vector, unit=True)  # stored normalised
-        for idx, name, type_ in self._exec("SELECT idx, name, type FROM entities ORDER BY idx"):
-            got = self.graph.add_entity(Entity(name, type_))
-            if got != idx:
+        known = first_row.keys() | damaged_ids
+        for idx, rec in enumerate(self._records):
+            for name in ("supersedes", "superseded_by"):
+                target = getattr(rec, name)
+                if target is not None and target not in known:
+                    problems.append(
+                        f"{DB_NAME} row {idx}: payload field '{name}' names no memory in the store"
+                    )
+        for idx, name, type_ in self._exec(
+            "SELECT idx, CAST(name AS BLOB), CAST(type AS BLOB) FROM entities ORDER BY idx"
+        ):
+            wrong = entity_row_problem(name, type_)
+            if wrong is None:
+                entity = Entity(name.decode(), type_.decode())
+                if self.graph.find(entity.name, entity.type) is not None:
+                    wrong = "has the name and type of an earlier entity"
+            if wrong is not None:
+                problems.append(f"{DB_NAME} entities row {idx}: {wrong}")
+                entity = Entity(f"(damaged entity {idx})", "damaged")
+            if self.graph.add_entity(entity) != idx:
                 raise StoreCorruptError(f"{self._db_file}: entity table out of order at {idx}")
-        for e, m, role in self._exec(
-            "SELECT entity_idx, memory_idx, role FROM entity_memory_links ORDER BY rowid"
+        n_entities, n_rows = self.graph.n_entities, len(self._records)
+        for rowid, e, m, role in self._exec(
+            "SELECT rowid, entity_idx, memory_idx, CAST(role AS BLOB) FROM entity_memory_links "
+            "ORDER BY rowid"
         ):
+            role = _text(role)
+            wrong = link_problem(e, m, role, n_entities=n_entities, n_rows=n_rows)
+            if wrong is not None:
+                problems.append(f"{DB_NAME} entity_memory_links row {rowid}: {wrong}")
+                continue
             self.graph.link(e, m, role)
-        for src, dst, rel, strength in self._exec(
-            "SELECT src, dst, relation, strength FROM entity_relationships ORDER BY rowid"
+        for rowid, src, dst, rel, strength in self._exec(
+            "SELECT rowid, src, dst, CAST(relation AS BLOB), strength FROM entity_relationships "
+            "ORDER BY rowid"
         ):
+            rel = _text(rel)
+            wrong = relation_problem(src, dst, rel, strength, n_entities=n_entities)
+            if wrong is not None:
+                problems.append(f"{DB_NAME} entity_relationships row {rowid}: {wrong}")
+                continue
             self.graph.add_relation(src, dst, rel, increment=strength)
         tables = {r[0] for r in self._exec("SELECT name FROM sqlite_master WHERE type='table'")}
         if "relation_scopes" in tables:  # absent from a store opened read-only before it
-            for src, dst, rel, scope, strength in self._exec(
-                "SELECT src, dst, relation, scope, strength FROM relation_scopes ORDER BY rowid"
+            for rowid, src, dst, rel, scope, strength in self._exec(
+                "SELECT rowid, src, dst, CAST(relation AS BLOB), CAST(scope AS BLOB), strength "
+                "FROM relation_scopes ORDER BY rowid"
             ):
+                rel, scope = _text(rel), _text(scope)
+                wrong = relation_problem(src, dst, rel, strength, n_entities=n_entities,
+                                         scope=scope, scoped=True)
+                if wrong is not None:
+                    problems.append(f"{DB_NAME} relation_scopes row {rowid}: {wrong}")
+                    continue
                 self.graph.add_relation_scope(src, dst, rel, scope, increment=strength)
+        self._row_problems = problems
+        self._damaged_ids = damaged_ids
+
+
+def _text(raw: Any) -> Any:
+    """A TEXT column read as a BLOB, decoded (bytes that are not UTF-8 stay bytes)."""
+    if isinstance(raw, bytes):
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw
+    return raw
+
+
+_COLUMN_DEFAULTS = (("id", None), ("client_id", GLOBAL_CLIENT), ("type", None),
+                    ("content_hash", ""))
+
+
+def _column_problems(columns: list[Any], data: dict[str, Any]) -> list[str]:
+    """Where the ``memories`` columns (``id, client_id, type, content_hash, active``)
+    contradict the payload they index."""
+    out = []
+    for (name, default), raw in zip(_COLUMN_DEFAULTS, columns, strict=False):
+        if _text(raw) != data.get(name, default):
+            out.append(f"column '{name}' differs from payload field '{name}'")
+    active = columns[4]
+    if type(active) is not int or active != int(data.get("active", True)):
+        out.append(
+            f"column 'active' is {describe(active)} but payload field 'active' is "
+            f"{describe(data.get('active', True))}"
+        )
+    return out
+
+
+def _stored_vectors(
+    blobs: list[Any], width: int | None
+) -> Callable[[int, Any], tuple[np.ndarray | None, str | None]]:
+    """The vectors of the ``memories`` rows (``width``: the byte size of the store's vectors,
+    the most common one), checked in one pass: ``(row, blob) -> (vector, None)`` or
+    ``(None, what is wrong)``."""
+    ok = [isinstance(b, bytes) and width is not None and len(b) == width and width % 4 == 0
+          for b in blobs]
+    dim = (width or 0) // 4
+    matrix = np.frombuffer(b"".join(b for b, good in zip(blobs, ok, strict=True) if good),
+                           dtype=np.float32).reshape(-1, dim) if dim else None
+    finite = np.isfinite(matrix).all(axis=1) if matrix is not None else None
+    place = np.cumsum(ok) - 1
+
+    def vector(idx: int, blob: Any) -> tuple[np.ndarray | None, str | None]:
+        if blob is None:
+            return None, None
+        if not isinstance(blob, bytes):
+            return None, f"is {describe(blob)}, not a float32 vector"
+        if not ok[idx]:
+            return None, (
+                f"is {len(blob)} bytes, not a float32 vector of the store's dimension {dim}"
+            )
+        if not finite[place[idx]]:
+            return None, "holds a value that is not finite"
+        return matrix[place[idx]], None
+
+    return vector

@@ -359,6 +359,36 @@ class AnnIndex:
         return np.asarray(hits.keys, dtype=np.int64)
 
 
+def drop_chroma_system(path: str | Path) -> None:
+    """Stop the chromadb system this process keeps for the directory ``path``, if any.
+
+    chromadb shares one system (and its caches of the directory's vector segments) between
+    every client of a directory in a process, until the last client is closed. A client that was
+    never closed (a store dropped without ``close()``) would leave it behind, stale once another
+    process writes there; the store drops it before it opens the directory, and whenever it gives
+    up on one. Only for a directory no live client of this process uses.
+    """
+    try:
+        from chromadb.api.shared_system_client import SharedSystemClient
+    except ImportError:  # pragma: no cover - chromadb is a dependency
+        return
+    systems = getattr(SharedSystemClient, "_identifier_to_system", None)
+    counts = getattr(SharedSystemClient, "_identifier_to_refcount", None)
+    guard = getattr(SharedSystemClient, "_refcount_lock", None)
+    if not isinstance(systems, dict) or guard is None:
+        return  # a chromadb whose cache this does not know: nothing to drop
+    key = str(path)
+    with guard:
+        system = systems.pop(key, None)
+        if isinstance(counts, dict):
+            counts.pop(key, None)
+    if system is not None:
+        try:
+            system.stop()
+        except Exception:  # chromadb raises many types; the system is out of the cache anyway
+            pass
+
+
 class ChromaIndex:
     """A chromadb ``PersistentClient`` collection holding the store's vectors under its ids.
 
@@ -391,6 +421,7 @@ class ChromaIndex:
         from chromadb.config import Settings
 
         settings = Settings(anonymized_telemetry=False, allow_reset=False)
+        self.path = None if path is None else Path(path)
         if path is None:
             # Ephemeral clients of one process share their collections: give each index its own.
             import uuid
@@ -399,19 +430,38 @@ class ChromaIndex:
             collection = f"{collection}-{uuid.uuid4().hex}"
         else:
             self.client = chromadb.PersistentClient(path=str(path), settings=settings)
-        if not create:
-            self.collection = self.client.get_collection(name=collection, embedding_function=None)
-            return
-        self.collection = self.client.get_or_create_collection(
-            name=collection,
-            metadata={
-                "hnsw:space": "cosine",
-                "hnsw:M": hnsw_m,
-                "hnsw:construction_ef": hnsw_construction_ef,
-                "hnsw:search_ef": hnsw_search_ef,
-            },
-            embedding_function=None,
-        )
+        try:
+            if not create:
+                self.collection = self.client.get_collection(
+                    name=collection, embedding_function=None
+                )
+                return
+            self.collection = self.client.get_or_create_collection(
+                name=collection,
+                metadata={
+                    "hnsw:space": "cosine",
+                    "hnsw:M": hnsw_m,
+                    "hnsw:construction_ef": hnsw_construction_ef,
+                    "hnsw:search_ef": hnsw_search_ef,
+                },
+                embedding_function=None,
+            )
+        except BaseException:
+            if self.path is not None:  # leave no system of the directory behind
+                self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the chromadb client (idempotent). chromadb stops the directory's system once
+        no client of this process uses it, so the next client starts from what is on disk
+        instead of this process's caches. The index cannot be used afterwards."""
+        client = self.__dict__.pop("client", None)
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # chromadb raises many types; closing must not fail a close
+                if self.path is not None:
+                    drop_chroma_system(self.path)
 
     def upsert(
         self,
