@@ -839,6 +839,10 @@ POSITIONAL_PASSWORDS = [
         'const pw = process.env.REDIS_PASSWORD || "[REDACTED:password]";',
     ),
     (
+        "SMTP_PASS ?? 'Sm7p#Fb22'",
+        "SMTP_PASS ?? '[REDACTED:password]'",
+    ),
+    (
         'pw = DB_PASSWORD ?? "Fb#Pass99"',
         'pw = DB_PASSWORD ?? "[REDACTED:password]"',
     ),
@@ -981,6 +985,14 @@ FOREIGN = [
     (
         "пароль от почты — Zima2024!",
         "пароль от почты — [REDACTED:password]",
+    ),
+    (
+        "heslo k wifi je Praha#2024",
+        "heslo k wifi je [REDACTED:password]",
+    ),
+    (
+        "La clé wifi est 8812-4471-9930-2215",
+        "La clé wifi est [REDACTED:password]",
     ),
     (
         "Пароль — это Qwerty#1x",
@@ -1372,6 +1384,11 @@ LOOKALIKES = [
     '# (e.g. "a/../../etc/passwd" or "a/../file.txt") is rejected',
     "code_obj = compile('pass', 'tests/dummy_module.py', 'exec')",
     "password = DEFAULT_PASSWORD",
+    '"Cryptography_HAS_PSK": cryptography_has_psk,',
+    '__all__ = ("BasicAuth", "ChainMapProxy", "ETag", "reify")',
+    'PASSWORD_VARIABLES = ("MYSQL_PASSWORD", "MYSQL_PWD")',
+    'return extract_field_from_www_auth(response, "resource_metadata")',
+    ".. _`RFC6749#Token`: https://tools.ietf.org/html/rfc6749#section-3.2",
     "define('DB_NAME', 'wordpress');",
     "define('DB_PASSWORD', getenv('DB_PASSWORD'));",
     "label('password', 'Password:')",
@@ -1388,6 +1405,7 @@ LOOKALIKES = [
     "Das Passwort ist seit gestern ungültig.",
     "La password è troppo corta.",
     "Le mot de passe du wifi est affiché sur la box.",
+    "Le code wifi est affiché sous la box",
     "Şifre: gerekli",
     "Mật khẩu là bắt buộc.",
     "Het wachtwoord is te kort",
@@ -1404,6 +1422,8 @@ LOOKALIKES = [
     "timestamp 1710512525123",
     "seeds = [576033618403180168, 308115465002673650]",
     "g = 4828147466240000*t**12",
+    "rng = np.random.default_rng(6763691329830218206)",
+    "mpf((1, 2386907802506363, -51, 52))",
     "Sendungsnummer 4200 1234 5678 9012 3456 78",
     "CVV codes are 3 digits long",
     "Luhn test: 79927398713",

@@ -620,8 +620,8 @@ def _prose_value(
             return None  # "key = process.env.STRIPE_KEY", "password: ${DB_PASSWORD}"
         if "\n" in joint and not _rest_of_line_blank(text, end):
             return None  # "confirm_password:\n    raise ValueError(…)": a block, not a value
-        if value.endswith(":"):
-            return None  # "password: str) -> bool:", "--token\nHost:": a key, not a value
+        if value.endswith(":") or "://" in value:
+            return None  # "password: str) -> bool:", "token: https://…": a key, a link
     if keyword.startswith(("pin", "puk")):
         return (start, end, "password") if _is_pin(value) else None
     if keyword.endswith("code") and not keyword.startswith("pass"):  # "the door code is 4821#"
@@ -768,7 +768,7 @@ def _shaped_password(word: str) -> bool:
     return (
         (letters and any(c.isdigit() for c in word))
         or any(not c.isalnum() and c not in "-_." for c in word)
-        or any(c.isupper() for c in word[1:])
+        or (any(c.isupper() for c in word[1:]) and any(c.islower() for c in word))
     )
 
 
@@ -810,6 +810,7 @@ _FOREIGN_KEYWORDS = (
     r"passwort(?:e?s)?|kennw(?:ort(?:e?s)?)|(?:wlan|netzwerk|wpa)-?schlüssel"
     r"|contraseñas?|contrasenas?|clave(?:[ \t]+de[ \t]+acceso)?"
     r"|mots?[ \t]+de[ \t]+passe|mdp|cl[ée][ \t]+(?:wifi|wi-fi|wpa2?|de[ \t]+s[ée]curit[ée])"
+    r"|code[ \t]+(?:du[ \t]+)?(?:wifi|wi-fi|wlan)"
     r"|senhas?|palavra[- ]passe|parola[ \t]+d['’]ordine|wachtwoord(?:en)?"
     r"|has[łl](?:o|a|em|u)|haśle|[şs]ifre(?:m|si|niz|n)?|parola(?:m|sı|si)?"
     r"|l[öo]senord(?:et)?|adgangskoden?|passord(?:et)?|kodeord(?:et)?|salasana(?:ni|si|n)?"
@@ -831,7 +832,7 @@ _BORROWED_PREPS = (
 _FOREIGN_PREPS = (
     r"de[ \t]+la|de[ \t]+l['’]|del|de|du|des|do|da|dos|das|di|della|dello|dell['’]|van[ \t]+de"
     r"|van|voor|von|vom|der|für|fürs|zum|zur|zu|od|от|для|к|dla|till|för|på|til|af|for|için"
-    r"|na|per|al|au|aux|pour|para|pro|untuk|dari|của|cho|του|της|για|من"
+    r"|na|per|al|au|aux|pour|para|pro|ke|k|untuk|dari|của|cho|του|της|για|من"
 )
 """Prepositions that open a short qualifier after a password's name ("Contraseña del
 router", "le mot de passe du wifi", "пароль от вайфая", "hasło do wifi")."""
@@ -867,6 +868,8 @@ def _check_foreign_password(m: re.Match[str], text: str) -> tuple[int, int, str]
     end = _strip_sentence_end(text, start, end)
     value = text[start:end]
     punct = link in ("=", ":", "：", "->", "→") and not m.group("qual")
+    if _DIGIT_GROUPS.fullmatch(value):
+        return start, end, "password"  # "la clé wifi est 8812-4471-9930-2215"
     if not (_strong_password if punct else _shaped_password)(value):
         return None  # "la clave es auto-generada"
     if _code_reference(text, start, end):
@@ -1110,7 +1113,29 @@ def _check_echo_pipe(m: re.Match[str], text: str) -> tuple[int, int] | None:
     return (start, end) if end > start else None
 
 
-_CALL_BEFORE = re.compile(r"([A-Za-z_][\w.]{0,80})\s{0,3}$")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.")
+
+
+def _run_start(text: str, end: int, chars: frozenset[str], limit: int) -> int:
+    """Where the run of ``chars`` that ends at ``end`` starts (at most ``limit`` long): a
+    scan backwards, so a check costs no more than the run (a regex searched with ``…$`` in
+    a window would try every start in it)."""
+    i = end
+    lo = max(0, end - limit)
+    while i > lo and text[i - 1] in chars:
+        i -= 1
+    return i
+
+
+def _name_before(text: str, pos: int) -> str | None:
+    """The identifier (``os.environ.get``) right before ``pos``, blanks skipped."""
+    j = pos
+    while j > max(0, pos - 3) and text[j - 1] in " \t":
+        j -= 1
+    name = text[_run_start(text, j, _NAME_CHARS, 81) : j]
+    return name if name and (name[0].isalpha() or name[0] == "_") else None
+
+
 _CLIENT_CALL = re.compile(r"(?i)(?:client|api|oauth\d?|oauthhandler|session|service|sdk|bot|rest)$")
 _LOGIN_CALL = re.compile(r"(?i)(?:credentials?|auth|basicauth|login|signin|connection)$")
 
@@ -1126,13 +1151,13 @@ def _check_call_pair(m: re.Match[str], text: str) -> tuple[int, int, str] | None
         kind = _named_literal(m.group("k"), value)
         if kind is not None:
             return start, end, kind
-    call = _CALL_BEFORE.search(text, max(0, m.start() - 81), m.start())
-    if call is None or _TEMPLATE_VALUE.fullmatch(value):
+    called = _name_before(text, m.start())
+    if called is None or _TEMPLATE_VALUE.fullmatch(value):
         return None
-    name = call.group(1).split(".")[-1]
+    name = called.split(".")[-1]
     if _CLIENT_CALL.search(name) and _looks_random(value, min_len=16):
         return (start, end, "token") if not _KEY_PREFIX.match(value) else None
-    if _LOGIN_CALL.search(name) and _strong_password(value) and " " not in value:
+    if _LOGIN_CALL.search(name) and _shaped_password(value) and " " not in value:
         return start, end, "password"  # NetworkCredential("svc", "…"), HTTPBasicAuth(…)
     return None
 
@@ -1146,32 +1171,52 @@ def _named_literal(key: str, value: str) -> str | None:
     environment variable): a password must have a password's shape (``label('password',
     'Password:')``, ``t('password', 'Mot de passe')`` are labels)."""
     kind = keyed_secret(key, value)
-    if kind is None or _PATH_LIKE.search(value):
-        return None
+    if kind is None or _PATH_LIKE.search(value) or _CONSTANT_NAME.fullmatch(value):
+        return None  # a path, or the name of another variable: ("MYSQL_PASSWORD", "MYSQL_PWD")
     letters = re.sub(r"[^a-z]", "", value.lower())
     if letters and (letters in _FOLD_KEYWORDS or letters == _norm_key(key)):
         return None
-    if kind == "password" and (not _strong_password(value) or any(c.isspace() for c in value)):
+    if kind == "password" and (not _shaped_password(value) or any(c.isspace() for c in value)):
         return None
     return kind
 
 
-_KEY_AT_END = re.compile(
-    r"(?:(?<=[\"'])(?P<arg>[A-Za-z_][\w.\-]{0,80})[\"'][\])]{1,2}"
-    r"|(?<![/\w.\-\"'])(?P<var>[A-Za-z_][\w.\-]{0,80})[\])]{0,2})\s{0,3}$"
-)
-"""The variable before a fallback: ``process.env.DB_PASS``, ``os.environ.get('PW')``, ``ENV["X"]``
-(not the end of a string literal: ``"a/../etc/passwd" or …``)."""
+_KEY_NAME_CHARS = _NAME_CHARS | {"-"}
+
+
+def _variable_before(text: str, pos: int) -> str | None:
+    """The variable before a fallback at ``pos``: ``process.env.DB_PASS``,
+    ``os.environ.get('PW')``, ``ENV["X"]`` (not the end of a string literal: ``"a/../etc/passwd"
+    or …``)."""
+    i = pos
+    while i > max(0, pos - 3) and text[i - 1] in " \t":
+        i -= 1
+    j = i
+    while j > max(0, i - 2) and text[j - 1] in ")]":
+        j -= 1
+    quoted = j > 0 and text[j - 1] in "\"'"
+    if quoted:
+        if j == i:
+            return None  # "…" or "…": a string literal, not an argument
+        j -= 1
+    k = _run_start(text, j, _KEY_NAME_CHARS, 81)
+    name = text[k:j]
+    if not name or not (name[0].isalpha() or name[0] == "_"):
+        return None
+    before = text[k - 1] if k > 0 else " "
+    if quoted != (before in "\"'") or before == "/":
+        return None
+    return name
 
 
 def _check_fallback(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
     """A literal fallback after a credential's variable: ``process.env.DB_PASS || '…'``,
     ``os.environ.get('PW') or '…'``, ``$PW ?? '…'``."""
-    key = _KEY_AT_END.search(text, max(0, m.start() - 90), m.start())
+    key = _variable_before(text, m.start())
     if key is None:
         return None
     start, end = m.span("v")
-    kind = _named_literal(key.group("arg") or key.group("var"), text[start:end])
+    kind = _named_literal(key, text[start:end])
     return None if kind is None else (start, end, kind)
 
 
@@ -1207,6 +1252,13 @@ _CONTIGUOUS_CARD = {
 network; 17 and 18 digits are read as an id)."""
 
 
+_CARD_CONTEXT = re.compile(
+    r"(?i)card|visa|master|amex|american express|discover|jcb|diners|maestro|unionpay|credit"
+    r"|debit|\bcc\b|\bpay|\bexp(?:ires?|iry|\b)|cvv|cvc|\bcid\b|\bpan\b|billing|checkout"
+)
+"""Words that name a payment card near an unbroken number."""
+
+
 def _luhn(digits: str) -> bool:
     total = 0
     for i, c in enumerate(reversed(digits)):
@@ -1228,7 +1280,8 @@ def _card_brand_ok(digits: str) -> bool:
 def _check_card(m: re.Match[str], text: str) -> tuple[int, int] | None:
     """A payment card number: 13–19 digits, contiguous or in the usual groups with one kind of
     separator, the first digits of a card network, and a valid Luhn check digit. Not part of
-    a longer grouped number (an IBAN ``FR76 3000 6000 …``, a tracking number)."""
+    a longer grouped number (an IBAN ``FR76 3000 6000 …``, a tracking number); an unbroken
+    number needs a word that names a card nearby ("visa", "pay with", "exp", "CVV")."""
     start, end = m.span()
     before = text[max(0, start - 6) : start]
     if re.search(r"[A-Za-z]{0,2}\d{1,6}[ \-]$", before):
@@ -1244,10 +1297,16 @@ def _check_card(m: re.Match[str], text: str) -> tuple[int, int] | None:
         groups = tuple(len(g) for g in raw.split(sep))
         if groups not in _CARD_LAYOUTS or len(set(raw) - set("0123456789" + sep)) > 0:
             return None
-    elif _CONTIGUOUS_CARD.get(len(digits), ()) and not digits.startswith(
-        _CONTIGUOUS_CARD[len(digits)]
-    ):
-        return None  # unbroken: the common lengths only (a long id in a list of numbers)
+    else:
+        # unbroken: the common lengths only, and named as a card nearby (a seed or a
+        # mantissa in code is sixteen digits too: "default_rng(6763691329830218206)")
+        if _CONTIGUOUS_CARD.get(len(digits), ()) and not digits.startswith(
+            _CONTIGUOUS_CARD[len(digits)]
+        ):
+            return None
+        lo, hi = max(0, start - 48), min(len(text), end + 48)
+        if _CARD_CONTEXT.search(text, lo, hi) is None:
+            return None
     return start, end
 
 
@@ -1328,21 +1387,27 @@ def _check_strong_in_parens(m: re.Match[str], text: str) -> tuple[int, int] | No
     return (start, end) if (has_digit and len(value) >= 8) or (symbol and len(value) >= 6) else None
 
 
-_VALUE_BEFORE = re.compile(
-    r"(?:[\"'“‘`](?P<qv>[^\"'”’`\n]{1,128})[\"'”’`]|(?<!\S)(?P<bv>[^\s\"'“”‘’`]{4,128}))[ \t]*$"
-)
+_QUOTES = "\"'“”‘’`"
 
 
 def _check_value_as_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
     """ "she typed in 'iloveyou123' as her password", "MoonLight77 is my password": the value
     stands before the name; quoted, or with a password's shape."""
-    v = _VALUE_BEFORE.search(text, max(0, m.start() - 131), m.start())
-    if v is None:
-        return None
-    if v.group("qv") is not None:
-        start, end = v.span("qv")
+    j = m.start()
+    while j > max(0, m.start() - 3) and text[j - 1] in " \t":
+        j -= 1
+    if j > 0 and text[j - 1] in _QUOTES:
+        lo = max(0, j - 130)
+        opening = max(text.rfind(c, lo, j - 1) for c in _QUOTES + "\n")
+        if opening < 0 or text[opening] == "\n" or j - 1 - opening < 2:
+            return None
+        start, end = opening + 1, j - 1
         return (start, end) if _quoted_password(text[start:end]) else None
-    start, end = v.span("bv")
+    start, end, lo = j, j, max(0, j - 128)
+    while start > lo and not text[start - 1].isspace() and text[start - 1] not in _QUOTES:
+        start -= 1
+    if end - start < 4 or (start > 0 and not text[start - 1].isspace()):
+        return None
     while end > start and text[end - 1] in ",;:!?)":
         end -= 1
     value = text[start:end]
@@ -1844,7 +1909,9 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         _check_foreign_password,
         lower=True,  # an ASCII-lower-cased copy when lower() changes the length: hence ПАРОЛЬ
         triggers=(
-            "passwort", "kennw", "schlüssel", "contras", "clave", "passe", "mdp", "clé", "cle ",
+            "passwort", "kennw", "schlüssel", "contras", "clave", "de passe", "a-passe",
+            "a passe", "mdp", "clé", "cle wi", "cle wpa", "cle de", "code wifi", "code wi-fi",
+            "code wlan", "code du wifi",
             "senha", "parola", "wacht", "ароль", "АРОЛЬ", "пароля", "hasł", "hasl", "haśle",
             "lösen", "losen", "adgang", "passord", "kodeord", "salas", "hesl", "jelsz", "ifre",
             "κωδικ", "συνθηματικό", "كلمة", "kata", "khẩu", "khau", "パスワード", "暗証番号",
@@ -2201,7 +2268,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_markup_key,
         lower=True,
-        triggers=("*", "_", "`", "</"),
+        triggers=("*", "`", "</", "__", "_:", "_ :", "_=", "_ -", "_ –", "_ —"),
     ),
     Rule(
         "password",  # <td>password</td><td>X</td>, <dt>API key</dt><dd>X</dd>
