@@ -142,3 +142,27 @@ def test_memories_merge_only_within_their_client_and_scope():
     (merged,) = report.merged
     assert (store.get(merged).scope, store.get(merged).client_id) == ("agent:hera", "acme")
     assert store.get(merged).text == "billing note 0 + billing note 1"
+
+
+def test_classify_counts_distinct_word_bounded_keywords_and_keeps_the_first_on_ties():
+    rules = {
+        "ops": ["deploy", "server", "c++"],
+        "people": ("team", "hire"),
+        "money": ("budget",),
+    }
+    c = Consolidator(category_keywords=rules)
+    # two distinct "ops" words (a repeated word counts once) against one "people" word
+    assert c.classify("Deploy the server, then deploy again; the team waits") == "ops"
+    # "deployment" and "servers" are not the words "deploy" and "server"
+    assert c.classify("The deployment servers need the team to hire") == "people"
+    # one hit each: the first category in the rules' order wins
+    assert c.classify("The budget for the server") == "ops"
+    assert c.classify("A budget for the team") == "people"
+    # keywords are matched literally (regex characters escaped), case-insensitively
+    assert c.classify("Rewrote it in C++ last week") == "ops"
+    assert c.classify("Rewrote it in C last week") is None
+    assert c.classify("Nothing relevant here") is None
+    # the same keywords under another instance give the same answers (rules compiled once)
+    assert Consolidator(category_keywords=dict(rules)).classify("BUDGET review") == "money"
+    # keywords given in capitals match as well
+    assert Consolidator(category_keywords={"db": ("PostgreSQL",)}).classify("on postgresql") == "db"

@@ -20,6 +20,7 @@ is one (docs/design.md §D3.6: cluster similar memories, summarise each cluster 
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -172,6 +173,19 @@ class ConsolidationReport:
         }
 
 
+@functools.lru_cache(maxsize=8)
+def _keyword_patterns(
+    rules: tuple[tuple[str, tuple[str, ...]], ...],
+) -> tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]:
+    """Each category's keywords compiled once, in the rules' order: a keyword matches where it
+    is neither preceded nor followed by a word character (``\\b`` for keywords that begin and
+    end with one; ``c++`` or ``.net`` match too)."""
+    return tuple(
+        (name, tuple(re.compile(rf"(?<!\w){re.escape(w.lower())}(?!\w)") for w in words))
+        for name, words in rules
+    )
+
+
 class Consolidator:
     """One consolidation cycle over the unconsolidated memories of a store.
 
@@ -223,12 +237,14 @@ class Consolidator:
         self.reclassify = reclassify
 
     def classify(self, text: str) -> str | None:
-        """The first category whose keywords appear in ``text`` (word-bounded), else ``None``."""
+        """The category with the most distinct keywords in ``text`` (each matched outside words,
+        case-insensitively; the first in the rules' order on a tie), else ``None``."""
         rules = self.category_keywords or DEFAULT_CATEGORY_KEYWORDS
         lowered = text.lower()
         best: tuple[int, str] | None = None
-        for name, words in rules.items():
-            hits = sum(1 for w in words if re.search(rf"\b{re.escape(w)}\b", lowered))
+        key = tuple((name, tuple(words)) for name, words in rules.items())
+        for name, patterns in _keyword_patterns(key):
+            hits = sum(1 for p in patterns if p.search(lowered))
             if hits and (best is None or hits > best[0]):
                 best = (hits, name)
         return None if best is None else best[1]
