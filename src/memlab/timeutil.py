@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+import numbers
+from datetime import UTC, datetime, timedelta
 
 SECONDS_PER_DAY = 86_400.0
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MIN_TS = datetime(1, 1, 1, tzinfo=UTC).timestamp()
 _MAX_TS = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC).timestamp()
+_MIN_MS = round(_MIN_TS * 1000)
+_MAX_MS = round(_MAX_TS * 1000)
 
 
 def _check_range(ts: float, shown: object, prefix: str, field: str) -> float:
     if not _MIN_TS <= ts <= _MAX_TS:  # also refuses NaN
-        raise ValueError(
-            f"{prefix}field '{field}': {shown!r} is outside years 1 to 9999 in UTC"
-        )
+        raise ValueError(f"{prefix}field '{field}': {shown!r} is outside years 1 to 9999 in UTC")
     return ts
 
 
@@ -67,12 +69,57 @@ def parse_ts(value: str, *, field: str = "ts", where: str = "") -> float:
     return _check_range(ts, value, prefix, field)
 
 
+def _millis(ts: float) -> int:
+    """Whole milliseconds since the epoch that ``ts`` is written as: the millisecond whose
+    float ``ts`` is, when it is one (what :func:`parse_ts` returns for any text this module
+    writes); else ``ts`` rounded to the microsecond (half to even, as :mod:`datetime` does)
+    and truncated to the millisecond below, in exact integer arithmetic."""
+    grid = round(ts * 1000.0)  # within 0.06 of the exact product for every year 1 to 9999
+    if grid / 1000 == ts:
+        return grid
+    num, den = ts.as_integer_ratio()
+    micros, rest = divmod(num * 1_000_000, den)
+    if 2 * rest > den or (2 * rest == den and micros % 2):
+        micros += 1
+    return micros // 1000
+
+
 def to_iso(ts: float | None) -> str | None:
-    """Format epoch seconds as ISO 8601 UTC with millisecond precision and a ``Z`` suffix."""
+    """Format epoch seconds as ISO 8601 UTC: ``YYYY-MM-DDTHH:MM:SS.mmmZ``.
+
+    The year always has four digits (``0999-06-01T00:00:00.000Z``) and the text is computed in
+    integer milliseconds (:func:`_millis`: a time between two milliseconds is truncated to the
+    first), so that a timestamp of whole milliseconds round-trips exactly through
+    :func:`parse_ts` and :func:`coerce_ts` for every year 1 to 9999.
+
+    Args:
+        ts: Seconds since the Unix epoch (UTC), or ``None``.
+
+    Returns:
+        The ISO 8601 text, or ``None`` for ``None``.
+
+    Raises:
+        TypeError: If ``ts`` is not a number (a bool included).
+        ValueError: If ``ts`` is NaN, infinite or outside years 1 to 9999 in UTC.
+    """
     if ts is None:
         return None
-    dt = datetime.fromtimestamp(ts, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    if isinstance(ts, bool) or not isinstance(ts, numbers.Real):
+        raise TypeError(f"a timestamp must be a number of seconds, got {type(ts).__name__}")
+    if isinstance(ts, numbers.Integral):
+        ms = int(ts) * 1000
+    else:
+        value = float(ts)
+        if not math.isfinite(value):
+            raise ValueError(f"timestamp {value!r} is outside years 1 to 9999 in UTC")
+        ms = _millis(value)
+    if not _MIN_MS <= ms <= _MAX_MS:
+        raise ValueError(f"timestamp {ts!r} is outside years 1 to 9999 in UTC")
+    dt = _EPOCH + timedelta(milliseconds=ms)
+    return (
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
+        f"{dt.second:02d}.{dt.microsecond // 1000:03d}Z"
+    )
 
 
 def coerce_ts(value: float | int | str | datetime | None, *, field: str = "ts") -> float | None:

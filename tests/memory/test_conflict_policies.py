@@ -1,7 +1,13 @@
 import pytest
 
 from memlab.embed import HashingEmbedder
-from memlab.memory.conflict_policies import CONFLICT_POLICIES, authority_rank, make_policy
+from memlab.memory.conflict_policies import (
+    CONFLICT_POLICIES,
+    ConfidenceWeight,
+    RecencyWeight,
+    authority_rank,
+    make_policy,
+)
 from memlab.memory.store import MemoryStore
 
 T0 = 1_767_225_600.0
@@ -94,3 +100,20 @@ def test_a_decision_is_flagged_not_retired():
     new = store.store("We never ship on Fridays", "fact", now=T0 + 3 * DAY).id
     ev = make_policy("supersede").resolve(store, new, old, now=T0 + 3 * DAY)
     assert ev.action == "flagged" and store.get(old).active
+
+
+@pytest.mark.parametrize("cls", [RecencyWeight, ConfidenceWeight])
+@pytest.mark.parametrize("factor", [0, 0.0, -0.5, 1.5, float("nan")])
+def test_a_weighting_factor_outside_zero_to_one_is_refused(cls, factor):
+    with pytest.raises(ValueError, match=r"field 'factor' must be in \(0, 1\]"):
+        cls(factor=factor)
+
+
+@pytest.mark.parametrize("cls", [RecencyWeight, ConfidenceWeight])
+def test_a_weighting_factor_must_be_a_number_and_is_kept_verbatim(cls):
+    with pytest.raises(TypeError, match="field 'factor' must be a number, got bool"):
+        cls(factor=True)
+    with pytest.raises(TypeError, match="field 'factor' must be a number, got str"):
+        cls(factor="0.5")
+    assert cls(factor=1).factor == 1 and isinstance(cls(factor=1).factor, int)
+    assert cls(factor=0.25).factor == 0.25

@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 
 from memlab.embed import HashingEmbedder
+from memlab.memory.integrity import FIELD_RULES
 from memlab.memory.records import MemoryInputError
-from memlab.memory.scopes import Principal, can_read, check_scope
+from memlab.memory.scopes import (
+    Principal,
+    agent_scope,
+    can_read,
+    check_name,
+    check_scope,
+    project_scope,
+)
 from memlab.memory.store import MemoryStore
 
 
@@ -22,6 +30,37 @@ def test_check_scope() -> None:
         check_scope(3)
 
 
+def test_a_trailing_newline_is_no_part_of_a_valid_name() -> None:
+    """A pattern ending in ``$`` matches before a final newline: every check refuses it."""
+    long_name = "a" * 128
+    assert check_name(long_name, "agent") == long_name
+    for name in ("alice\n", "apollo-2\n", long_name + "\n", "a\n\n", "alice\nbob"):
+        with pytest.raises(ValueError) as info:
+            check_name(name, "agent")
+        assert str(info.value) == (
+            f"field 'agent': {name!r} is not a valid name (it holds a line break)"
+        )
+        for scope in (f"agent:{name}", f"project:{name}"):
+            with pytest.raises(ValueError, match="field 'scope'"):
+                check_scope(scope)
+            assert FIELD_RULES["scope"](scope) == (
+                "is not a scope (team, agent:NAME or project:NAME)"
+            )
+        with pytest.raises(ValueError, match="field 'agent'"):
+            Principal.of(name)
+        with pytest.raises(ValueError, match="field 'projects'"):
+            Principal.of("atlas", ["zeus", name])
+        with pytest.raises(ValueError, match="field 'agent'"):
+            agent_scope(name)
+        with pytest.raises(ValueError, match="field 'project'"):
+            project_scope(name)
+    store = MemoryStore()
+    for scope in ("agent:alice\n", "project:apollo\n", "team\n"):
+        with pytest.raises(MemoryInputError, match="field 'scope'"):
+            store.store("a note", "event", scope=scope, now=1.0)
+    assert len(store) == 0
+
+
 def test_principal_reads() -> None:
     p = Principal.of("atlas", ["zeus", "apollo", "zeus"])
     assert p.projects == ("apollo", "zeus")
@@ -34,8 +73,7 @@ def test_principal_reads() -> None:
 def store() -> MemoryStore:
     s = MemoryStore(embedder=HashingEmbedder(dim=32))
     for i, scope in enumerate(("team", "agent:atlas", "agent:hera", "project:apollo")):
-        s.store(f"note {scope}", "event", client_id="acme", scope=scope, now=100.0 + i,
-                id=scope)
+        s.store(f"note {scope}", "event", client_id="acme", scope=scope, now=100.0 + i, id=scope)
     return s
 
 

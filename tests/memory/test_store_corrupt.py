@@ -28,8 +28,13 @@ def unit(i, dim=8):
 def make_store(path, n=4, **kwargs):
     with MemoryStore(path, **kwargs) as store:
         ids = [
-            store.store(f"Memory number {i} about Acme and PostgreSQL", source_agent="a",
-                        client_id="acme", now=T0 + i, embedding=unit(i)).id
+            store.store(
+                f"Memory number {i} about Acme and PostgreSQL",
+                source_agent="a",
+                client_id="acme",
+                now=T0 + i,
+                embedding=unit(i),
+            ).id
             for i in range(n)
         ]
     return ids
@@ -69,8 +74,9 @@ DAMAGE = {
     "truncated": lambda f: f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2]),
     "foreign": lambda f: (
         f.unlink(),
-        sqlite3.connect(f).executescript("CREATE TABLE notes (x TEXT); INSERT INTO notes "
-                                         "VALUES ('mine');").close(),
+        sqlite3.connect(f)
+        .executescript("CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('mine');")
+        .close(),
     ),
     "bad-payload": lambda f: _sql(f, "UPDATE memories SET payload = '{not json' WHERE idx = 1"),
     "gap": lambda f: _sql(f, "DELETE FROM memories WHERE idx = 1"),
@@ -96,6 +102,7 @@ def test_damaged_sqlite_is_refused_and_nothing_is_destroyed(tmp_path, capsys, na
     message = str(info.value)
     assert message.startswith(str(db_file))
     assert "Memory number" not in message
+
     # nothing changed: SQLite file as it was, every chromadb vector still there
     def kept(t):
         return {k: v for k, v in t.items() if "chroma" not in k and not k.endswith(".lock")}
@@ -120,13 +127,27 @@ def test_damaged_sqlite_is_refused_and_nothing_is_destroyed(tmp_path, capsys, na
     assert chroma_ids(path) == sorted(ids)
 
 
-def test_an_empty_sqlite_database_without_tables_is_a_new_store(tmp_path):
+def test_a_sqlite_database_without_tables_is_refused_not_made_a_store(tmp_path):
+    """memlab creates a store's file with its tables in it, so a database without them (left by
+    an older memlab killed while creating a store, or by any other program) is not a store:
+    refused with one error, never written to."""
     path = tmp_path / "s"
     path.mkdir()
     db = sqlite3.connect(path / "memlab.sqlite3")
-    db.execute("PRAGMA journal_mode=WAL")  # a writer killed right after creating the file
+    db.execute("PRAGMA journal_mode=WAL")
     db.close()
-    assert (path / "memlab.sqlite3").stat().st_size > 0
+    before = (path / "memlab.sqlite3").read_bytes()
+    assert len(before) > 0
+    for read_only in (False, True):
+        with pytest.raises(StoreCorruptError) as info:
+            MemoryStore(path, read_only=read_only)
+        assert str(info.value) == (
+            f"{path / 'memlab.sqlite3'}: a SQLite database without tables, not a memlab store; "
+            "nothing was changed (a store whose creation was interrupted by an older memlab "
+            "looks like this: move the file away to start a new store)"
+        )
+        assert (path / "memlab.sqlite3").read_bytes() == before
+    (path / "memlab.sqlite3").rename(path / "moved-away.sqlite3")
     with MemoryStore(path) as store:
         store.store("first", source_agent="a", now=T0, embedding=unit(0))
     with MemoryStore(path) as store:
@@ -140,15 +161,19 @@ def test_repair_quarantines_ids_sqlite_lost_and_never_serves_them(tmp_path):
     ids = make_store(path, n=3)
     backup = (path / DB_NAME).read_bytes()
     with MemoryStore(path) as store:
-        later = store.store("Written after the backup", source_agent="a", client_id="acme",
-                            now=T0 + 10, embedding=unit(5)).id
+        later = store.store(
+            "Written after the backup",
+            source_agent="a",
+            client_id="acme",
+            now=T0 + 10,
+            embedding=unit(5),
+        ).id
     (path / DB_NAME).write_bytes(backup)  # SQLite restored from an older copy
     with MemoryStore(path) as store:
         assert len(store) == 3
         assert sorted(store._chroma.ids()) == sorted([*ids, later])  # nothing deleted
         assert store.check() == [
-            f"memory {later}: in chromadb, missing from SQLite "
-            "(quarantined: hidden from searches)"
+            f"memory {later}: in chromadb, missing from SQLite (quarantined: hidden from searches)"
         ]
         for where in (
             store.chroma_where(),
@@ -165,8 +190,15 @@ def test_reopen_reconciles_metadata_left_stale_by_a_session_without_chromadb(tmp
     ids = make_store(path)
     with MemoryStore(path, chroma=False) as store:
         store.forget(ids[0], "asked to", now=T0 + 10)
-        store.store("Acme runs MySQL", "fact", key="db", client_id="acme",
-                    source_agent="a", now=T0 + 11, embedding=unit(6))
+        store.store(
+            "Acme runs MySQL",
+            "fact",
+            key="db",
+            client_id="acme",
+            source_agent="a",
+            now=T0 + 11,
+            embedding=unit(6),
+        )
     with MemoryStore(path, repair=False) as stale:
         problems = stale.check()
         assert f"memory {ids[0]}: chromadb metadata 'active' is True, SQLite says False" in (
@@ -187,8 +219,7 @@ def test_reopen_rewrites_a_vector_that_differs(tmp_path):
         store._chroma.upsert([ids[1]], unit(7)[None, :], [store._chroma_meta(1)])
     with MemoryStore(path) as store:
         assert store.check() == []
-        np.testing.assert_allclose(store._chroma.get([ids[1]])["embeddings"][0], unit(1),
-                                   atol=1e-6)
+        np.testing.assert_allclose(store._chroma.get([ids[1]])["embeddings"][0], unit(1), atol=1e-6)
 
 
 def test_store_check_never_writes(tmp_path, capsys):
@@ -210,8 +241,7 @@ def test_store_check_reads_through_a_live_writer_without_writing(tmp_path, capsy
     path = tmp_path / "s"
     make_store(path)
     with MemoryStore(path) as writer:
-        writer.store("Written by the live writer", source_agent="a", now=T0 + 9,
-                     embedding=unit(6))
+        writer.store("Written by the live writer", source_agent="a", now=T0 + 9, embedding=unit(6))
         before = tree(path)
         assert main(["store", "check", str(path)]) == 0
         assert capsys.readouterr().out.strip() == "5 memories, 0 problem(s)"
@@ -253,8 +283,19 @@ def test_cli_consolidate_on_a_full_disk_prints_one_line_and_changes_nothing(
         return FaultyConnection(connect(self, target, uri=uri), 1)
 
     monkeypatch.setattr(MemoryStore, "_connect", faulty)
-    line = one_line_error(capsys, ["store", "consolidate", str(path), "--embedder", "hashing",
-                                   "--no-cache", "--now", "2026-03-01T00:00:00Z"])
+    line = one_line_error(
+        capsys,
+        [
+            "store",
+            "consolidate",
+            str(path),
+            "--embedder",
+            "hashing",
+            "--no-cache",
+            "--now",
+            "2026-03-01T00:00:00Z",
+        ],
+    )
     assert line == (
         f"memlab: error: {path / 'memlab.sqlite3'}: cannot write to the store "
         "(database or disk is full)"
@@ -270,12 +311,16 @@ def test_cli_consolidate_on_a_read_only_database_prints_one_line(tmp_path, capsy
     connect = MemoryStore._connect
 
     def read_only(self, target, *, uri=False):
-        return connect(self, f"{os.fspath(target)}?mode=ro" if uri else
-                       "file:" + os.fspath(target) + "?mode=ro", uri=True)
+        return connect(
+            self,
+            f"{os.fspath(target)}?mode=ro" if uri else "file:" + os.fspath(target) + "?mode=ro",
+            uri=True,
+        )
 
     monkeypatch.setattr(MemoryStore, "_connect", read_only)
-    line = one_line_error(capsys, ["store", "consolidate", str(path), "--embedder", "hashing",
-                                   "--no-cache"])
+    line = one_line_error(
+        capsys, ["store", "consolidate", str(path), "--embedder", "hashing", "--no-cache"]
+    )
     assert line.startswith(f"memlab: error: {path / 'memlab.sqlite3'}: cannot write")
     assert "readonly" in line and "Memory number" not in line
 

@@ -50,7 +50,10 @@ def start(tmp_path, source, *args):
     script.write_text(source)
     return subprocess.Popen(
         [sys.executable, str(script), *map(str, args)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
     )
 
 
@@ -124,7 +127,9 @@ def test_two_processes_relating_at_once_keep_every_entity(tmp_path):
     with MemoryStore(path, chroma=False) as store:
         names = sorted(store.graph.entity(i).name for i in range(store.graph.n_entities))
         assert names == sorted(
-            f"{tag}-{end}-{i}" for tag in ("alpha", "beta") for end in ("src", "dst")
+            f"{tag}-{end}-{i}"
+            for tag in ("alpha", "beta")
+            for end in ("src", "dst")
             for i in range(15)
         )
         assert store.graph.n_edges == 30
@@ -142,3 +147,100 @@ def test_a_second_store_in_the_same_process_is_refused(tmp_path):
             assert len(reader) == 0
     with MemoryStore(path, chroma=False, lock_timeout=0):
         pass
+
+
+# Opens, closes and reopens the store as told on stdin: "open SECONDS", "write TEXT", "close".
+DRIVEN = textwrap.dedent(
+    """
+    import sys
+    from memlab.memory.store import MemoryStore
+
+    path, store, t = sys.argv[1], None, 1767225600.0
+    for line in sys.stdin:
+        cmd, _, arg = line.strip().partition(" ")
+        if cmd == "open":
+            try:
+                store = MemoryStore(path, chroma=False, lock_timeout=float(arg))
+            except ValueError as exc:
+                print("LOCKED", exc, flush=True)
+                continue
+            print("OPENED", flush=True)
+        elif cmd == "write":
+            t += 1
+            store.store(arg, source_agent="driven", now=t)
+            print("WRITTEN", flush=True)
+        elif cmd == "close":
+            store.close()
+            print("CLOSED", flush=True)
+    """
+)
+
+# Says WAITING as it starts waiting for memlab.lock, then writes once and closes.
+WAITER = textwrap.dedent(
+    """
+    import sys
+    import filelock
+    from memlab.memory.store import MemoryStore
+
+    acquire = filelock.FileLock.acquire
+
+    def announced(self, *args, **kwargs):
+        print("WAITING", flush=True)
+        return acquire(self, *args, **kwargs)
+
+    filelock.FileLock.acquire = announced
+    with MemoryStore(sys.argv[1], chroma=False, lock_timeout=300) as store:
+        store.store("written by the waiter", source_agent="waiter", now=1767229200.0)
+    print("DONE", flush=True)
+    """
+)
+
+
+def tell(proc, command, answer):
+    """Send one command to a DRIVEN child and return its answer line (starting with ``answer``)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(command + "\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline().strip()
+    assert line.startswith(answer), (command, line)
+    return line
+
+
+def test_a_writer_that_reopens_queues_behind_the_one_waiting(tmp_path):
+    """A writer that closes the store and opens it again at once does not take the lock back
+    from a writer already waiting for it (filelock polls: alone, the reopening process won
+    nearly every time, and writers of batches in a loop starved the others into
+    StoreLockedError). A waiter stopped in the queue keeps nobody out for long."""
+    import signal
+
+    path = tmp_path / "s"
+    driven = start(tmp_path, DRIVEN, path)
+    waiter = None
+    try:
+        tell(driven, "open 30", "OPENED")
+        tell(driven, "write first", "WRITTEN")
+        waiter = start(tmp_path, WAITER, path)
+        wait_for(waiter, "WAITING")  # in the queue, waiting for the lock
+        os.kill(waiter.pid, signal.SIGSTOP)  # it cannot take the lock while stopped ...
+        tell(driven, "close", "CLOSED")
+        # ... yet the lock stays its turn: reopening at once waits, then gives up
+        line = tell(driven, "open 0.5", "LOCKED")
+        assert line == (
+            f"LOCKED {path}: the store is open for writing in another process (waited 0.5 s "
+            f"for its lock {path / 'memlab.lock'}: lock_timeout); one writer process per store "
+            "directory — close the other one, retry, or open with read_only=True"
+        )
+        # a waiter that stays stopped is passed after a while, not waited for until timeout
+        tell(driven, "open 120", "OPENED")
+        tell(driven, "write while the waiter was stopped", "WRITTEN")
+        os.kill(waiter.pid, signal.SIGCONT)
+        tell(driven, "close", "CLOSED")
+        wait_for(waiter, "DONE")
+    finally:
+        for proc in (driven, waiter):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+    with MemoryStore(path, read_only=True) as store:
+        assert store.texts == ["first", "while the waiter was stopped", "written by the waiter"]
+        assert store.check() == []

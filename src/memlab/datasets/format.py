@@ -385,7 +385,7 @@ def _toml_value(value: Any, key: str) -> str:
 
 
 def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
 
 
 def _toml_table(prefix: str, table: Mapping[str, Any]) -> list[str]:

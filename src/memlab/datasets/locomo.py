@@ -277,7 +277,7 @@ class LocomoImporter(BuildingImporter):
             conv_files[cid] = file
             sessions = []
             for key, value in conv.items():
-                if (m := _SESSION.match(key)) is None:
+                if (m := _SESSION.fullmatch(key)) is None:
                     continue
                 if not isinstance(value, list):
                     raise ValueError(f"{file}: field '{key}' must be a list of turns, got "

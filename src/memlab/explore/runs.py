@@ -254,7 +254,7 @@ def embedder_from_id(model_id: str | None, *, fast: bool = False) -> Any:
     """
     from memlab.embed import HashingEmbedder, default_embedder
 
-    m = _HASHING_ID.match(model_id or "")
+    m = _HASHING_ID.fullmatch(model_id or "")
     if m is not None:
         return HashingEmbedder(dim=int(m["dim"]), seed=int(m["seed"]), char_ngram=int(m["ngram"]))
     return HashingEmbedder(dim=256) if fast else default_embedder()

@@ -674,7 +674,7 @@ def metric_curves(
     for config, pq in per_query.items():
         means = pq.group_by("metric").agg(pl.col("value").mean()).sort("metric")
         for metric, value in means.iter_rows():
-            m = _CUTOFF.match(metric)
+            m = _CUTOFF.fullmatch(metric)
             if m is not None and m["family"] in families:
                 rows.append((config, m["family"], int(m["k"]), float(value)))
     order = {c: i for i, c in enumerate(per_query)}

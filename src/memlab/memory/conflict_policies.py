@@ -244,6 +244,20 @@ class Merge:
         return ConflictEvent(now, self.name, "merged", new_id, old_id, res.id, res.id)
 
 
+def _check_number(
+    value: object, field: str, *, low: float, high: float | None = None, open_low: bool = False
+) -> float:
+    """A policy's constant, checked where it is set: a real number in its range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"field '{field}' must be a number, got {type(value).__name__}")
+    v = float(value)
+    too_low = v <= low if open_low else v < low
+    if v != v or too_low or (high is not None and v > high):
+        bounds = f"{'(' if open_low else '['}{low:g}, {'inf' if high is None else f'{high:g}'}]"
+        raise ValueError(f"field '{field}' must be in {bounds}, got {value!r}")
+    return value  # type: ignore[return-value]  # stored verbatim
+
+
 def _weight(store: MemoryStore, memory_id: str, factor: float, now: float) -> None:
     rec = store.get(memory_id)
     rec.confidence = float(rec.confidence) * factor
@@ -262,8 +276,8 @@ class RecencyWeight:
     name = "recency_weight"
 
     def __init__(self, min_gap_days: float = 7.0, factor: float = 0.5) -> None:
-        self.min_gap_days = min_gap_days
-        self.factor = factor
+        self.min_gap_days = _check_number(min_gap_days, "min_gap_days", low=0.0)
+        self.factor = _check_number(factor, "factor", low=0.0, high=1.0, open_low=True)
 
     def resolve(self, store: MemoryStore, new_id: str, old_id: str, *, now: float) -> ConflictEvent:
         """Weight the older claim down when the gap is large enough, else keep both."""
@@ -287,8 +301,8 @@ class ConfidenceWeight:
     name = "confidence_weight"
 
     def __init__(self, min_margin: float = 0.2, factor: float = 0.5) -> None:
-        self.min_margin = min_margin
-        self.factor = factor
+        self.min_margin = _check_number(min_margin, "min_margin", low=0.0, high=1.0)
+        self.factor = _check_number(factor, "factor", low=0.0, high=1.0, open_low=True)
 
     def resolve(self, store: MemoryStore, new_id: str, old_id: str, *, now: float) -> ConflictEvent:
         """Weight the lower-confidence claim down when the margin is large enough."""

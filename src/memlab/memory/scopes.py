@@ -27,14 +27,19 @@ from memlab.memory.records import GLOBAL_CLIENT
 
 TEAM = "team"
 SCOPE_KINDS: tuple[str, ...] = ("agent", "project")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@/-]{0,127}$")
+# Matched with ``fullmatch``: ``$`` (and ``match``) would accept a name followed by a newline.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@/-]{0,127}")
 
 
 def check_name(value: object, field: str) -> str:
     """An agent or project name: 1-128 characters ``[A-Za-z0-9_.@/-]``, starting alphanumeric."""
     if not isinstance(value, str):
         raise TypeError(f"field '{field}' must be a string, got {type(value).__name__}")
-    if not _NAME.match(value):
+    if _NAME.fullmatch(value) is None:
+        if "\n" in value or "\r" in value:
+            raise ValueError(
+                f"field '{field}': {value!r} is not a valid name (it holds a line break)"
+            )
         raise ValueError(
             f"field '{field}': {value!r} is not a valid name (letters, digits and _ . @ / -, "
             "starting with a letter or digit, at most 128 characters)"
@@ -148,5 +153,4 @@ def seen_strength(
     (no keys) counts as ``team``'s of ``global``: ``total`` for whoever reads ``team``."""
     if not scopes:
         return total if principal is None or principal.can_read(TEAM) else 0.0
-    return float(sum(w for key, w in scopes.items()
-                     if reads_relation(principal, client_id, key)))
+    return float(sum(w for key, w in scopes.items() if reads_relation(principal, client_id, key)))

@@ -28,9 +28,12 @@ a *snapshot* (:meth:`SQLiteIO._snapshot`), one read transaction that holds one o
 
 from __future__ import annotations
 
+import errno
 import json
 import operator
 import os
+import random
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -137,6 +140,57 @@ _SHARED_FIRST = 0x40000000 + 2
 _SHARED_SIZE = 510
 _SNAPSHOT_WAIT = 10.0
 """Seconds a snapshot waits for a writer caught opening or closing the store (it retries)."""
+_GATE_GRACE = 1.0
+"""Seconds between the tries a writer queued behind the gate makes at the store lock itself
+(so that a waiter stopped while it holds the gate cannot keep the store shut)."""
+_CREATING = ".creating-"
+"""``memlab.sqlite3.creating-<pid>-<random>``: a new store's file while its schema is made."""
+_LOCK_CONTENTION = frozenset({errno.EACCES, errno.EAGAIN, errno.EWOULDBLOCK})
+
+
+class _Gate:
+    """The queue in front of the store lock: an exclusive ``flock`` on the store directory
+    itself (no file is created). Only the writer holding it waits for ``memlab.lock``, and it
+    lets it go once it has the lock, so a writer that closes the store and opens it again
+    queues behind the writer that was waiting instead of taking the lock straight back.
+    Where the directory cannot be locked (no ``flock``, some network file systems) there is
+    no gate, and writers contend for ``memlab.lock`` alone, as before.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.fd: int | None = None
+        self.held = False
+        try:
+            import fcntl  # noqa: F401 - POSIX only
+        except ImportError:  # pragma: no cover - Windows: no gate
+            return
+        try:
+            self.fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            self.fd = None
+
+    def try_take(self) -> bool:
+        """Take the gate without waiting: True when held (or when there is no gate)."""
+        if self.fd is None:
+            return True
+        import fcntl
+
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in _LOCK_CONTENTION:
+                return False
+            self.release()  # the directory cannot be locked here: no gate
+            return True
+        self.held = True
+        return True
+
+    def release(self) -> None:
+        """Let the gate go (closing the descriptor drops the ``flock``)."""
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd = None
+        self.held = False
 
 
 class _SnapshotChanged(Exception):
@@ -169,8 +223,9 @@ class _ReadGuard:
                 # An open-file-description lock (Linux): closing it never drops the POSIX locks
                 # this process's own SQLite connections hold on the file, as a classic lock's
                 # close would. struct flock: l_type, l_whence, l_start, l_len, l_pid (0), pad.
-                flock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, _SHARED_FIRST,
-                                    _SHARED_SIZE, 0)
+                flock = struct.pack(
+                    "hhqqi", fcntl.F_RDLCK, os.SEEK_SET, _SHARED_FIRST, _SHARED_SIZE, 0
+                )
                 fcntl.fcntl(fd, ofd, flock + bytes(32 - len(flock)))
             else:
                 fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, _SHARED_SIZE, _SHARED_FIRST)
@@ -220,7 +275,8 @@ class SQLiteIO:
         return sqlite3.connect(target, isolation_level=None, uri=uri, check_same_thread=False)
 
     def _open_writable(self) -> None:
-        """Lock the store directory, then open (or create) ``memlab.sqlite3`` in WAL mode."""
+        """Lock the store directory, then open ``memlab.sqlite3`` in WAL mode, creating it
+        first when there is none (:meth:`_create_db`: a store is complete or does not exist)."""
         assert self.path is not None
         db_file = self.path / DB_NAME
         if self.path.exists() and not self.path.is_dir():
@@ -232,26 +288,79 @@ class SQLiteIO:
                 f"{self.path}: cannot create the store directory ({exc.strerror or exc})"
             ) from None
         self._acquire_lock()
-        existed = self._check_db_file(db_file)
+        if not self._check_db_file(db_file):
+            self._create_db(db_file)
         try:
             self._db = self._connect(str(db_file))
         except sqlite3.Error as exc:
             raise StoreWriteError(
                 f"{db_file}: cannot open the store ({sqlite_detail(exc)})"
             ) from None
-        self._check_schema(existed)
+        self._check_schema()
         self._exec("PRAGMA journal_mode=WAL")
         self._exec("PRAGMA synchronous=NORMAL")
-        # The savepoint of each write inside a batch keeps the pages it changes in a statement
-        # journal: in memory, not in a temporary file (it only matters until the savepoint
-        # is released; durability comes from the WAL).
-        self._exec("PRAGMA temp_store=MEMORY")
-        if not self._has_tables():
-            self._exec("BEGIN IMMEDIATE")
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    self._exec(statement)
-            self._exec("COMMIT")
+        # The statement journal of each write's savepoint stays SQLite's temporary file: with
+        # temp_store=MEMORY, releasing a savepoint in WAL mode costs time in the size of the
+        # whole transaction, so a batch of n rewrites (a consolidation cycle) took time in n²
+        # (40,000 memories: minutes); the write path is no faster in memory.
+
+    def _create_db(self, db_file: Path) -> None:
+        """Create ``memlab.sqlite3`` complete or not at all.
+
+        The schema is committed in a new file beside it, ``memlab.sqlite3.creating-<pid>-<hex>``
+        (in WAL mode; closing it folds the log into the file), which is flushed to disk and
+        then linked under the final name — a link never replaces a file, so whatever took the
+        name meanwhile is kept and the creation refused. A process killed half-way leaves at
+        most that temporary file (never a partial ``memlab.sqlite3``), which an open ignores;
+        any failure the process sees removes it.
+
+        Raises:
+            StoreError: The name is a symbolic link to nothing, or a file appeared there.
+            StoreWriteError: The file cannot be written.
+        """
+        if db_file.is_symlink():
+            raise StoreError(
+                f"{db_file}: a symbolic link to nothing, not a memlab store; nothing was "
+                "changed (remove the link or point it at a store)"
+            )
+        tmp = db_file.with_name(f"{DB_NAME}{_CREATING}{os.getpid()}-{secrets.token_hex(4)}")
+        made: list[Path] = []
+        try:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                made += [tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")]
+                os.close(fd)
+                db = self._connect(str(tmp))
+                try:
+                    db.execute("PRAGMA journal_mode=WAL")
+                    db.execute("PRAGMA synchronous=FULL")
+                    db.execute("BEGIN IMMEDIATE")
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute("COMMIT")
+                finally:
+                    db.close()  # the only connection: its log is checkpointed and deleted
+                _fsync(tmp)
+                _link_new(tmp, db_file)
+            except FileExistsError:
+                raise StoreError(
+                    f"{db_file}: a file appeared there while the store was being created (not "
+                    "memlab's: memlab holds the store lock); nothing was overwritten"
+                ) from None
+            except (sqlite3.Error, OSError) as exc:
+                raise StoreWriteError(
+                    f"{db_file}: cannot create the store ({sqlite_detail(exc)})"
+                ) from None
+            _fsync(db_file.parent)
+        finally:
+            for path in made:  # this call made them (the name is new): theirs to remove
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
+                except OSError:  # pragma: no cover - left behind, harmless
+                    pass
 
     def _upgrade_schema(self) -> None:
         """Give a store from before a table was added that table, empty (after the store's
@@ -404,7 +513,9 @@ class SQLiteIO:
         raise AssertionError("unreachable")
 
     def _check_db_file(self, db_file: Path) -> bool:
-        """Whether ``memlab.sqlite3`` exists; an empty one is refused (never read as empty)."""
+        """Whether ``memlab.sqlite3`` exists; an empty one is refused, never read as empty nor
+        written over (memlab creates the file complete, :meth:`_create_db`, so an empty one is
+        not memlab's to reuse)."""
         if not db_file.exists():
             return False
         if not db_file.is_file():
@@ -416,23 +527,26 @@ class SQLiteIO:
             )
         return True
 
-    def _has_tables(self) -> bool:
-        names = {r[0] for r in self._exec("SELECT name FROM sqlite_master WHERE type='table'")}
-        return all(t in names for t in _TABLES)
-
-    def _check_schema(self, existed: bool) -> None:
-        """Refuse a file that is not a SQLite database or lacks the memlab tables."""
+    def _check_schema(self) -> None:
+        """Refuse a file that is not a SQLite database or lacks memlab's tables: memlab creates
+        a store's file with every table in it, so a database without them is not a store,
+        and it is never turned into one."""
         try:
             names = {
-                r[0]
-                for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+                r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
             }
         except sqlite3.DatabaseError as exc:
             raise StoreCorruptError(
                 f"{self._db_file}: corrupt or not a SQLite database ({sqlite_detail(exc)}); "
                 "nothing was changed"
             ) from None
-        if existed and names and not all(t in names for t in _TABLES):
+        if not names:
+            raise StoreCorruptError(
+                f"{self._db_file}: a SQLite database without tables, not a memlab store; "
+                "nothing was changed (a store whose creation was interrupted by an older "
+                "memlab looks like this: move the file away to start a new store)"
+            )
+        if not all(t in names for t in _TABLES):
             missing = ", ".join(t for t in _TABLES if t not in names)
             raise StoreCorruptError(
                 f"{self._db_file}: not a memlab store (missing table(s) {missing}); "
@@ -440,24 +554,72 @@ class SQLiteIO:
             )
 
     def _acquire_lock(self) -> None:
-        from filelock import FileLock, Timeout
+        """Take ``memlab.lock`` exclusively, waiting at most ``lock_timeout`` seconds in turn.
+
+        Writers waiting for the store queue at a gate (:class:`_Gate`); the one holding it
+        polls the lock, and lets the gate go once it has it. ``filelock`` polls, and alone it
+        lets the process that has just let go of the lock take it back before any waiter looks
+        again, so that one writer reopening the store in a loop starved the others into
+        :class:`StoreLockedError`. A queued writer also tries the lock itself every
+        :data:`_GATE_GRACE` seconds, so that a waiter stopped at the gate cannot keep the
+        store shut.
+
+        Raises:
+            StoreLockedError: One line naming the store, its lock file and the time waited.
+            StoreWriteError: The lock file cannot be opened or created.
+        """
+        from filelock import FileLock
 
         assert self.path is not None
         lock_file = self.path / LOCK_NAME
-        lock = FileLock(lock_file, timeout=float(self.lock_timeout))
+        timeout = float(self.lock_timeout)
+        start = time.monotonic()
+        deadline = None if timeout < 0 else start + timeout
+        lock = FileLock(lock_file)
+        gate = _Gate(self.path)
         try:
-            lock.acquire()
+            next_try = start + _GATE_GRACE
+            while not gate.try_take():
+                now = time.monotonic()
+                if now >= next_try:  # is the lock free while the gate stays shut?
+                    next_try = now + _GATE_GRACE
+                    if self._try_lock(lock, lock_file, 0.0):
+                        self._lock = lock
+                        return
+                    now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    raise self._locked_error(lock_file, timeout)
+                pause = random.uniform(0.005, 0.03)  # noqa: S311 - spreads the waiters' looks
+                time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - now)))
+            left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self._try_lock(lock, lock_file, left, poll=0.01 if gate.held else 0.05):
+                raise self._locked_error(lock_file, timeout)
+        finally:
+            gate.release()
+        self._lock = lock
+
+    @staticmethod
+    def _try_lock(lock: Any, lock_file: Path, timeout: float, *, poll: float = 0.05) -> bool:
+        """Acquire the ``filelock`` ``lock`` within ``timeout`` seconds (negative: forever)."""
+        from filelock import Timeout
+
+        try:
+            lock.acquire(timeout=timeout, poll_interval=poll)
         except Timeout:
-            raise StoreLockedError(
-                f"{self.path}: the store is open for writing in another process (lock "
-                f"{lock_file} held for more than {self.lock_timeout} s); one writer process "
-                "per store directory — close the other one, or open with read_only=True"
-            ) from None
+            return False
         except OSError as exc:
             raise StoreWriteError(
                 f"{lock_file}: cannot take the store lock ({exc.strerror or exc})"
             ) from None
-        self._lock = lock
+        return True
+
+    def _locked_error(self, lock_file: Path, timeout: float) -> StoreLockedError:
+        """The one-line error of a writer that waited ``timeout`` seconds in vain."""
+        return StoreLockedError(
+            f"{self.path}: the store is open for writing in another process (waited "
+            f"{timeout:g} s for its lock {lock_file}: lock_timeout); one writer process per "
+            "store directory — close the other one, retry, or open with read_only=True"
+        )
 
     def _release(self) -> None:
         """Close chromadb's client, SQLite, and release the lock (idempotent)."""
@@ -495,9 +657,7 @@ class SQLiteIO:
             "SELECT seq, at, change, payload FROM versions WHERE memory_id = ? ORDER BY seq",
             (memory_id,),
         ).fetchall()
-        return pl.DataFrame(
-            rows, schema=["seq", "at", "change", "payload"], orient="row"
-        )
+        return pl.DataFrame(rows, schema=["seq", "at", "change", "payload"], orient="row")
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -731,3 +891,44 @@ class SQLiteIO:
                 f"{self._db_file}: the store cannot be read ({type(exc).__name__}); "
                 "nothing was changed"
             ) from None
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file, or a directory's entries, to disk (where the platform allows it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a directory cannot be opened (Windows)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - not supported for directories here
+        pass
+    finally:
+        os.close(fd)
+
+
+def _link_new(src: Path, dst: Path) -> None:
+    """Give the file ``src`` the name ``dst`` without ever replacing a file there.
+
+    Raises:
+        FileExistsError: ``dst`` exists.
+    """
+    try:
+        os.link(src, dst)
+        return
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (
+            errno.EPERM,
+            errno.EOPNOTSUPP,
+            errno.ENOTSUP,
+            errno.EMLINK,
+            errno.ENOSYS,
+        ):
+            raise
+    # A file system without hard links: rename onto a free name (the store lock keeps every
+    # memlab process away; only another program could take the name in between).
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, "file exists", str(dst))
+    os.rename(src, dst)

@@ -31,6 +31,16 @@ rewritten; ids SQLite does not know are never deleted, only quarantined (metadat
 ``chroma.damaged-<UTC time>`` (kept, never deleted) and rebuilt from SQLite
 (:mod:`~memlab.memory.chroma_mirror`).
 
+Creation. A new store's ``memlab.sqlite3`` is made complete or not at all: its tables are
+committed in a temporary file beside it, which is then linked under the final name, never over
+an existing file (:meth:`~memlab.memory.sqlite_io.SQLiteIO._create_db`). A process killed
+half-way leaves at most ``memlab.sqlite3.creating-<pid>-<hex>`` (ignored; safe to delete) and
+``memlab.lock``; a store is never left empty or without its tables, so an empty file or a
+database without memlab's tables at that name is not memlab's: refused, never written to. Rows
+that lifecycle writes rewrite (retire, save, promote, correct …) are checked with the rules of a
+write and of the loader before they are written, so no write leaves a row behind that would make
+the store refuse to open.
+
 Damage. Every row of ``memlab.sqlite3`` is checked as it is read
 (:mod:`~memlab.memory.integrity`): rows memlab could not have written are listed by
 :meth:`~MemoryStore.check` (table, row, field, what is wrong — never the stored text), and a
@@ -40,10 +50,12 @@ anything, chromadb included.
 Processes. A writable persisted store holds an exclusive lock on ``<path>/memlab.lock`` for its
 whole lifetime (``filelock``; released by :meth:`~MemoryStore.close` or when the process dies):
 one writer process per store directory. A second writer waits up to ``lock_timeout`` seconds,
-then raises :class:`~memlab.memory.records.StoreLockedError`. ``read_only=True`` (what
-``memlab store check`` uses) never writes or creates a file: each read is one consistent
-snapshot, which holds the lock *shared* while it reads a store no writer has open (a writer
-that opens meanwhile waits for it; :mod:`~memlab.memory.sqlite_io`).
+then raises :class:`~memlab.memory.records.StoreLockedError`. Waiting writers queue (an
+``flock`` on the store directory), so a writer that closes the store and reopens it at once
+goes behind the ones already waiting instead of taking the lock straight back.
+``read_only=True`` (what ``memlab store check`` uses) never writes or creates a file: each read
+is one consistent snapshot, which holds the lock *shared* while it reads a store no writer has
+open (a writer that opens meanwhile waits for it; :mod:`~memlab.memory.sqlite_io`).
 
 Modules. :class:`MemoryStore` is the one public face; each concern lives in its own module as a
 part of the class: :mod:`~memlab.memory.sqlite_io` (schema, connection, lock, transactions),
@@ -230,8 +242,10 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self._lock: Any | None = None
         self._db: Any | None = None
         self._db_file = ":memory:" if self.path is None else str(self.path / DB_NAME)
-        for name, value in (("max_observed_by", max_observed_by),
-                            ("max_text_chars", max_text_chars)):
+        for name, value in (
+            ("max_observed_by", max_observed_by),
+            ("max_text_chars", max_text_chars),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise MemoryInputError(f"field '{name}' must be an int >= 1, got {value!r}")
         if chroma_sync not in CHROMA_SYNC:
@@ -395,7 +409,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
     def _load_again(self) -> None:
         """Check the schema and load (a read-only store, inside a snapshot; after a retried
         snapshot, from scratch)."""
-        self._check_schema(True)
+        self._check_schema()
         if self._records or self.graph.n_entities:
             self._reload()
         else:
@@ -446,17 +460,25 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             data, wrong = parse_payload(payload)
             # A string can hold a lone surrogate only through a \\u escape in the JSON text.
             escaped = not isinstance(payload, bytes) or b"\\ud" in payload or b"\\uD" in payload
-            found = [f"payload {wrong}"] if wrong else [
-                f"payload field '{name}' {what}"
-                for name, what in payload_problems(data, surrogates=escaped)
-            ]
+            found = (
+                [f"payload {wrong}"]
+                if wrong
+                else [
+                    f"payload field '{name}' {what}"
+                    for name, what in payload_problems(data, surrogates=escaped)
+                ]
+            )
             if data is not None and not found:
                 get = data.get
                 id_b, client_b, type_b, hash_b, active = columns
-                if not (id_b == data["id"].encode() and type_b == data["type"].encode()
-                        and client_b == get("client_id", GLOBAL_CLIENT).encode()
-                        and hash_b == get("content_hash", "").encode()
-                        and type(active) is int and active == int(get("active", True))):
+                if not (
+                    id_b == data["id"].encode()
+                    and type_b == data["type"].encode()
+                    and client_b == get("client_id", GLOBAL_CLIENT).encode()
+                    and hash_b == get("content_hash", "").encode()
+                    and type(active) is int
+                    and active == int(get("active", True))
+                ):
                     found += _column_problems(columns, data)
                 mid = data["id"]
                 if mid in first_row:
@@ -470,8 +492,13 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
                     v for v in (_text(columns[0]), (data or {}).get("id")) if type(v) is str
                 )
                 rec = MemoryRecord(
-                    id=f"(damaged row {idx})", text="", type="event", source_agent="",
-                    active=False, forgotten_reason="damaged", created_at=0.0,
+                    id=f"(damaged row {idx})",
+                    text="",
+                    type="event",
+                    source_agent="",
+                    active=False,
+                    forgotten_reason="damaged",
+                    created_at=0.0,
                 )
                 vector = None
             else:
@@ -527,8 +554,9 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
                 "FROM relation_scopes ORDER BY rowid"
             ):
                 rel, scope = _text(rel), _text(scope)
-                wrong = relation_problem(src, dst, rel, strength, n_entities=n_entities,
-                                         scope=scope, scoped=True)
+                wrong = relation_problem(
+                    src, dst, rel, strength, n_entities=n_entities, scope=scope, scoped=True
+                )
                 if wrong is not None:
                     problems.append(f"{DB_NAME} relation_scopes row {rowid}: {wrong}")
                     continue
@@ -547,8 +575,12 @@ def _text(raw: Any) -> Any:
     return raw
 
 
-_COLUMN_DEFAULTS = (("id", None), ("client_id", GLOBAL_CLIENT), ("type", None),
-                    ("content_hash", ""))
+_COLUMN_DEFAULTS = (
+    ("id", None),
+    ("client_id", GLOBAL_CLIENT),
+    ("type", None),
+    ("content_hash", ""),
+)
 
 
 def _column_problems(columns: list[Any], data: dict[str, Any]) -> list[str]:
@@ -573,11 +605,18 @@ def _stored_vectors(
     """The vectors of the ``memories`` rows (``width``: the byte size of the store's vectors,
     the most common one), checked in one pass: ``(row, blob) -> (vector, None)`` or
     ``(None, what is wrong)``."""
-    ok = [isinstance(b, bytes) and width is not None and len(b) == width and width % 4 == 0
-          for b in blobs]
+    ok = [
+        isinstance(b, bytes) and width is not None and len(b) == width and width % 4 == 0
+        for b in blobs
+    ]
     dim = (width or 0) // 4
-    matrix = np.frombuffer(b"".join(b for b, good in zip(blobs, ok, strict=True) if good),
-                           dtype=np.float32).reshape(-1, dim) if dim else None
+    matrix = (
+        np.frombuffer(
+            b"".join(b for b, good in zip(blobs, ok, strict=True) if good), dtype=np.float32
+        ).reshape(-1, dim)
+        if dim
+        else None
+    )
     finite = np.isfinite(matrix).all(axis=1) if matrix is not None else None
     place = np.cumsum(ok) - 1
 

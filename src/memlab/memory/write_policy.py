@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
+from memlab.memory.integrity import FIELD_RULES, payload_problems
 from memlab.memory.records import (
     AUTHORITY_LEVELS,
     CATEGORIES,
@@ -35,14 +37,29 @@ from memlab.memory.records import (
 )
 from memlab.memory.scopes import TEAM, check_scope
 from memlab.memory.scrub import Scrubber, same_scrubber, scrub_message
-from memlab.memory.sqlite_io import _RECORD_FIELDS
+from memlab.memory.sqlite_io import _RECORD_FIELDS, _RECORD_VALUES, _encode
 from memlab.timeutil import coerce_ts
 
 log = logging.getLogger("memlab.store")
 
 _TIME_FIELDS = (
-    "created_at", "last_accessed_at", "superseded_at", "valid_from", "valid_to", "expired_at"
+    "created_at",
+    "last_accessed_at",
+    "superseded_at",
+    "valid_from",
+    "valid_to",
+    "expired_at",
+    "archived_at",
+    "purged_at",
 )
+_CHOICE_FIELDS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "importance": (IMPORTANCE_LEVELS, False),
+    "authority": (AUTHORITY_LEVELS, False),
+    "knowledge_category": (KNOWLEDGE_CATEGORIES, False),
+    "category": (CATEGORIES, True),
+}
+_SCRUBBED_FIELDS = ("source_agent", "key", "subject", "status_value", "forgotten_reason")
+_LINK_FIELDS = ("supersedes", "superseded_by")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +114,21 @@ def _check_k(k: Any, name: str = "k") -> int:
     return int(k)
 
 
-def _check_str(value: Any, name: str, *, optional: bool) -> None:
+def _check_str(value: Any, name: str, *, optional: bool, empty: bool = False) -> None:
+    """A string (``None`` when ``optional``), not blank unless ``empty``, that is Unicode text
+    (no lone surrogate, which SQLite could not store)."""
     if value is None and optional:
         return
     if not isinstance(value, str):
         raise TypeError(f"field '{name}' must be a string, got {type(value).__name__}")
-    if not value.strip():
+    if not empty and not value.strip():
         raise MemoryInputError(f"field '{name}' must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MemoryInputError(
+            f"field '{name}' holds a lone surrogate (\\ud800-\\udfff), which is not text"
+        ) from None
 
 
 class WritePolicy:
@@ -293,8 +318,7 @@ class WritePolicy:
             raise MemoryInputError(str(exc)) from None
         _check_str(key, "key", optional=True)
         _check_str(subject, "subject", optional=True)
-        if status_value is not None and not isinstance(status_value, str):
-            raise TypeError("field 'status_value' must be a string")
+        _check_str(status_value, "status_value", optional=True, empty=True)
         _check_choice(importance, "importance", IMPORTANCE_LEVELS, optional=False)
         _check_choice(authority, "authority", AUTHORITY_LEVELS, optional=False)
         _check_choice(category, "category", CATEGORIES, optional=True)
@@ -351,8 +375,13 @@ class WritePolicy:
                 old_idx = self._by_subject.get((client_id, scope, subject))
         elif type == "decision" and key is not None:
             for rec in self._records:  # within the client and scope, as dedup and supersession
-                if (rec.type == "decision" and rec.active and rec.key == key
-                        and rec.client_id == client_id and rec.scope == scope):
+                if (
+                    rec.type == "decision"
+                    and rec.active
+                    and rec.key == key
+                    and rec.client_id == client_id
+                    and rec.scope == scope
+                ):
                     raise DecisionImmutableError(
                         f"decision {rec.id} has key {key!r}: decisions are immutable and "
                         "can never be superseded; store a new decision with another key"
@@ -370,6 +399,10 @@ class WritePolicy:
             client_id=None if client_id == GLOBAL_CLIENT else client_id,
             source_agent=source_agent,
         )
+        entities = [m.entity.to_dict() for m in mentions]
+        wrong = FIELD_RULES["entities"](entities) if entities else None
+        if wrong is not None:  # an extractor's output, checked as the store's loader will
+            raise MemoryInputError(f"field 'entities' (from the entity extractor) {wrong}")
         rec = MemoryRecord(
             id=mem_id,
             text=scrubbed,
@@ -390,7 +423,7 @@ class WritePolicy:
             subject=subject,
             status_value=status_value,
             valid_from=t_valid if t_valid is not None else t_now,
-            entities=[m.entity.to_dict() for m in mentions],
+            entities=entities,
             metadata=dict(metadata) if metadata else {},
             scope=scope,
         )
@@ -434,15 +467,65 @@ class WritePolicy:
             mem_id = str(uuid.UUID(bytes=digest[:16], version=4))
         return mem_id
 
+    def _checked_payload(self, rec: MemoryRecord, idx: int) -> str:
+        """The payload of the record at row ``idx`` as JSON text, for :meth:`_save` (every
+        rewrite of a row: lifecycle moves, ``save`` after in-place edits), after checking that
+        it is one the store reads back (:mod:`~memlab.memory.integrity`'s rules for every
+        field, links to memories of the store, and the id, client, type and scope its row was
+        indexed under): what no write may leave behind, or the store would refuse to open.
+
+        Raises:
+            MemoryInputError: Naming the memory and the field (the unit of writes then rolls
+                back: nothing was changed).
+        """
+        data = dict(zip(_RECORD_FIELDS, _RECORD_VALUES(rec), strict=True))
+        try:
+            text: str | None = orjson.dumps(data).decode()
+        except TypeError:  # a lone surrogate, or an integer past 64 bits: look field by field
+            text = None
+        problems = payload_problems(data, surrogates=text is None)
+        for name in _LINK_FIELDS:
+            target = data[name]
+            if (
+                type(target) is str
+                and target not in self._index
+                and target not in self._damaged_ids
+            ):
+                problems.append((name, "names no memory in the store"))
+        c = self._cols
+        if not problems and (
+            self._index.get(rec.id) != idx
+            or c.type[idx] != rec.type
+            or c.client[idx] != self._clients.get(rec.client_id, -1)
+            or c.scope[idx] != self._scopes.get(rec.scope, -1)
+        ):
+            moved = "id, client_id, type or scope"
+            problems.append((moved, "cannot be changed in place (promote moves a scope)"))
+        if problems:
+            name, what = problems[0]
+            raise MemoryInputError(
+                f"memory {self._records[idx].id}: payload field '{name}' {what}; nothing was "
+                "changed"
+            )
+        return text if text is not None else _encode(data)
+
     def _append(self, rec: MemoryRecord, vector: np.ndarray | None) -> int:
         idx = self._index_in_memory(rec, vector)
         blob = None if vector is None else self.vectors.get(idx).tobytes()
-        payload = self._payload(rec)
+        payload = self._payload(rec)  # every field checked by ``store`` on its way here
         self._exec(
             "INSERT INTO memories (idx, id, client_id, type, content_hash, active, payload, vector)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (idx, rec.id, rec.client_id, rec.type, rec.content_hash, int(rec.active),
-             payload, blob),
+            (
+                idx,
+                rec.id,
+                rec.client_id,
+                rec.type,
+                rec.content_hash,
+                int(rec.active),
+                payload,
+                blob,
+            ),
         )
         self._version(rec, "created", rec.created_at, payload)
         if vector is not None:
@@ -453,8 +536,8 @@ class WritePolicy:
     def _save(self, idx: int, change: str | None, at: float) -> None:
         """Write a changed record back to SQLite (and the columns), logging a version."""
         rec = self._records[idx]
+        payload = self._checked_payload(rec, idx)
         self._sync_columns(idx)
-        payload = self._payload(rec)
         self._exec(
             "UPDATE memories SET active = ?, payload = ? WHERE idx = ?",
             (int(rec.active), payload, idx),
@@ -504,7 +587,9 @@ class WritePolicy:
     ) -> MemoryRecord:
         """Deactivate a memory, set payload fields (``expired_at=…``), and log the change.
 
-        Lifecycle jobs (TTL expiry, merges) use this; it refuses decisions.
+        Lifecycle jobs (TTL expiry, merges) use this; it refuses decisions. Each update is
+        checked (and its strings scrubbed) as a write checks that field
+        (:meth:`_check_updates`), before anything changes.
         """
         idx = self.idx(memory_id)
         rec = self._records[idx]
@@ -521,29 +606,70 @@ class WritePolicy:
         return rec
 
     _FIXED_FIELDS = frozenset(
-        ("id", "text", "type", "client_id", "content_hash", "created_at", "valid_from", "active")
+        (
+            "id",
+            "text",
+            "type",
+            "client_id",
+            "content_hash",
+            "created_at",
+            "valid_from",
+            "active",
+            "scope",
+        )
     )
 
-    @classmethod
-    def _check_updates(cls, updates: dict[str, Any]) -> dict[str, Any]:
-        """Validate payload updates before anything changes (times become epoch seconds)."""
+    def _check_updates(self, updates: dict[str, Any]) -> dict[str, Any]:
+        """Validate payload updates with the rules a write applies to the same fields, before
+        anything changes: times become epoch seconds, choices are among their values, strings
+        are text (and scrubbed, as every stored string), ``supersedes``/``superseded_by`` name
+        memories of the store, and whatever else the store's loader checks
+        (:data:`~memlab.memory.integrity.FIELD_RULES`) holds. ``scope`` moves only through
+        :meth:`promote`.
+        """
         unknown = sorted(set(updates) - set(_RECORD_FIELDS))
         if unknown:
             raise TypeError(f"unknown payload field(s): {', '.join(unknown)}")
-        fixed = sorted(set(updates) & cls._FIXED_FIELDS)
+        fixed = sorted(set(updates) & self._FIXED_FIELDS)
         if fixed:
             raise MemoryInputError(f"payload field(s) {', '.join(fixed)} cannot be changed")
         out: dict[str, Any] = {}
         for name, value in updates.items():
-            if name in _TIME_FIELDS and value is not None:
-                value = _check_time(value, name)
-            else:
-                try:
-                    json.dumps(value, allow_nan=False)
-                except (TypeError, ValueError) as exc:
+            if name in _TIME_FIELDS:
+                value = None if value is None else _check_time(value, name)
+            elif name in _CHOICE_FIELDS:
+                choices, optional = _CHOICE_FIELDS[name]
+                _check_choice(value, name, choices, optional=optional)
+            elif name in _SCRUBBED_FIELDS:
+                required = name == "source_agent"
+                blank_ok = name in ("status_value", "forgotten_reason")
+                _check_str(value, name, optional=not required, empty=blank_ok)
+                if value is not None:
+                    value = self.scrubber.scrub(value)[0]
+            elif name in _LINK_FIELDS:
+                _check_str(value, name, optional=True)
+                if value is not None and value not in self._index:
                     raise MemoryInputError(
-                        f"field '{name}' is not JSON-serialisable ({exc})"
-                    ) from None
+                        scrub_message(f"field '{name}': {value!r} is not a memory of the store")
+                    )
+            elif name == "confidence":
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise TypeError("field 'confidence' must be a number")
+                if not 0.0 <= float(value) <= 1.0:
+                    raise MemoryInputError(f"field 'confidence' must lie in [0, 1], got {value}")
+                value = float(value)
+            elif name == "metadata":
+                if not isinstance(value, dict):
+                    kind = value.__class__.__name__
+                    raise TypeError(f"field 'metadata' must be an object, got {kind}")
+                check_json_value(value, "metadata")
+                try:
+                    value = self.scrubber.scrub_value(value, field="metadata")[0]
+                except ValueError as exc:
+                    raise MemoryInputError(str(exc)) from None
+            what = FIELD_RULES[name](value)
+            if what is not None:
+                raise MemoryInputError(f"field '{name}' {what}")
             out[name] = value
         return out
 
@@ -603,7 +729,7 @@ class WritePolicy:
             if slot in table:
                 other = self._records[table[slot]].id
                 raise MemoryInputError(f"memory {memory_id} cannot be restored: {other} holds it")
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        t_now = _check_time(now, "now")
         with self.batch():
             rec.active = True
             rec.forgotten_reason = None
@@ -626,7 +752,7 @@ class WritePolicy:
         rec = self._records[idx]
         if rec.forgotten_reason is None:
             raise MemoryInputError(f"memory {memory_id} is not forgotten; forget it first")
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        t_now = _check_time(now, "now")
         with self.batch():
             rec.text = ""
             rec.entities = []
@@ -650,7 +776,10 @@ class WritePolicy:
         return rec
 
     def purge_forgotten(
-        self, *, retention_days: float = 30.0, now: float | str | None = None,
+        self,
+        *,
+        retention_days: float = 30.0,
+        now: float | str | None = None,
         dry_run: bool = False,
     ) -> list[str]:
         """Purge every memory forgotten at least ``retention_days`` before ``now`` (design §D3.7:
@@ -661,17 +790,24 @@ class WritePolicy:
             now: The clock (default: wall clock).
             dry_run: Only list what would be purged.
         """
-        if (isinstance(retention_days, bool) or not isinstance(retention_days, (int, float))
-                or not math.isfinite(retention_days) or retention_days < 0):
+        if (
+            isinstance(retention_days, bool)
+            or not isinstance(retention_days, (int, float))
+            or not math.isfinite(retention_days)
+            or retention_days < 0
+        ):
             raise MemoryInputError(
                 f"field 'retention_days' must be a finite number >= 0, got {retention_days!r}"
             )
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        t_now = _check_time(now, "now")
         cutoff = t_now - float(retention_days) * 86400.0
         due = [
-            rec.id for rec in self._records
-            if rec.forgotten_reason is not None and rec.purged_at is None
-            and rec.expired_at is not None and rec.expired_at <= cutoff
+            rec.id
+            for rec in self._records
+            if rec.forgotten_reason is not None
+            and rec.purged_at is None
+            and rec.expired_at is not None
+            and rec.expired_at <= cutoff
         ]
         if not dry_run and due:
             with self.batch():  # all or none
@@ -694,7 +830,9 @@ class WritePolicy:
         ways.
 
         The correction keeps the old memory's client, scope and payload fields; ``id`` names the
-        new memory (default: a deterministic UUID).
+        new memory (default: a deterministic UUID). A corrected text that another active memory
+        of the same client, scope and type holds is refused: the write would deduplicate onto
+        that memory and rewrite its lineage (forget the old memory instead).
         """
         idx = self.idx(memory_id)
         old = self._records[idx]
@@ -710,7 +848,15 @@ class WritePolicy:
         if source_agent is not None:
             _check_str(source_agent, "source_agent", optional=False)
         t_now = _check_time(now, "now")
-        self._scrub_text(new_text)  # validated before the old version is deactivated
+        scrubbed = self._scrub_text(new_text)[0]  # validated before the old one is deactivated
+        holder = self._dedup.get((old.client_id, old.scope, old.type, content_hash(scrubbed)))
+        if holder is not None and holder != idx:
+            # The write would deduplicate onto that memory, rewriting its own lineage.
+            raise MemoryInputError(
+                f"memory {memory_id} cannot be corrected to the text of memory "
+                f"{self._records[holder].id}, active in the same scope: forget {memory_id} "
+                "instead"
+            )
         if embedding is not None:
             embedding = self._check_vector(embedding, "embedding")
         with self._transaction():
@@ -750,10 +896,17 @@ class WritePolicy:
         the promoted memory; with ``supersede=False`` (an agent promoting: team memories are
         not its to change) such a promotion is refused instead, naming the team memory.
         Promoting text that the team scope already holds is refused: the team copy is named in
-        the error.
+        the error. A decision is refused (:class:`DecisionImmutableError`), as a write refuses
+        to supersede or change one; the row promoted is checked as every written row is.
         """
         idx = self.idx(memory_id)
         rec = self._records[idx]
+        if rec.type == "decision":
+            raise DecisionImmutableError(
+                f"decision {memory_id} is immutable and stays in the scope it was recorded in "
+                "(a write never moves or supersedes a decision); record it in the team scope "
+                "instead"
+            )
         if rec.scope == TEAM:
             raise MemoryInputError(f"memory {memory_id} is already in the team scope")
         if not rec.active:
@@ -764,7 +917,7 @@ class WritePolicy:
                 f"memory {memory_id}: the team scope already holds this text as "
                 f"{self._records[dup].id}"
             )
-        t_now = coerce_ts(now, field="now") if now is not None else time.time()
+        t_now = _check_time(now, "now")
         old_idx = None
         if rec.type == "fact" and rec.key is not None:
             old_idx = self._by_key.get((rec.client_id, TEAM, rec.key))
@@ -805,8 +958,7 @@ class WritePolicy:
             last = {idx: None for idx in rows}
             self._exec_many(
                 "UPDATE memories SET active = ?, payload = ? WHERE idx = ?",
-                [(int(self._records[i].active), self._payload(self._records[i]), i)
-                 for i in last],
+                [(int(self._records[i].active), self._payload(self._records[i]), i) for i in last],
             )
             self.version += len(rows)
 

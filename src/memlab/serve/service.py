@@ -162,14 +162,11 @@ def _entity_key(name: str) -> str:
 
 
 def _strict_name(value: Any, name: str) -> str:
-    """An agent or project name (:func:`~memlab.memory.scopes.check_name`), without the line
-    break that check lets through at the end."""
+    """An agent or project name (:func:`~memlab.memory.scopes.check_name`)."""
     try:
         check_name(value, name)
     except (TypeError, ValueError) as exc:
         raise ServiceError(str(exc)) from None
-    if "\n" in value:
-        raise ServiceError(f"field '{name}': {value!r} is not a valid name (it holds a line break)")
     return value
 
 

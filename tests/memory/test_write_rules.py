@@ -1,0 +1,207 @@
+"""Lifecycle writes (promote, retire, save, correct) apply the rules of a write: what a write
+refuses, they refuse too, before anything changes, and no row they write keeps the store from
+opening again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memlab.memory.records import DecisionImmutableError, MemoryInputError
+from memlab.memory.store import MemoryStore
+
+from .conftest import memory_state, sql_state
+
+T0 = 1_767_225_600.0
+
+
+def test_promote_refuses_a_decision_as_a_write_does() -> None:
+    s = MemoryStore()
+    team = s.store("We chose PostgreSQL for billing", "decision", key="db", now=T0).id
+    mine = s.store(
+        "We chose Redis for caching", "decision", key="db", scope="agent:atlas", now=T0 + 1
+    ).id
+    keyless = s.store("We ship on Fridays", "decision", scope="project:apollo", now=T0 + 2).id
+    # a write of the same decision into the team scope is refused ...
+    with pytest.raises(DecisionImmutableError, match="decisions are immutable"):
+        s.store("We chose Redis for caching", "decision", key="db", now=T0 + 3)
+    before = memory_state(s), sql_state(s)
+    # ... and so is moving it there, with or without a key
+    for mid in (mine, keyless):
+        for supersede in (True, False):
+            with pytest.raises(DecisionImmutableError, match=f"decision {mid} is immutable"):
+                s.promote(mid, now=T0 + 4, supersede=supersede)
+    assert (memory_state(s), sql_state(s)) == before
+    assert [(s.get(m).id, s.get(m).scope, s.get(m).active) for m in (team, mine, keyless)] == [
+        (team, "team", True),
+        (mine, "agent:atlas", True),
+        (keyless, "project:apollo", True),
+    ]
+    # what a write accepts, promote still does
+    fact = s.store("Acme uses Remix", "fact", key="stack", scope="agent:atlas", now=T0 + 5).id
+    assert s.promote(fact, now=T0 + 6).action == "promoted"
+
+
+# (updates, the error's type, what its message says)
+BAD_UPDATES: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"importance": "urgent"}, MemoryInputError, "field 'importance': 'urgent' is not one of"),
+    ({"authority": "root"}, MemoryInputError, "field 'authority'"),
+    ({"category": "misc"}, MemoryInputError, "field 'category'"),
+    ({"knowledge_category": None}, TypeError, "field 'knowledge_category' must be a string"),
+    ({"confidence": 1.5}, MemoryInputError, r"field 'confidence' must lie in \[0, 1\]"),
+    ({"confidence": True}, TypeError, "field 'confidence' must be a number"),
+    ({"observation_count": 0}, MemoryInputError, "field 'observation_count' is 0"),
+    ({"observed_by": "atlas"}, MemoryInputError, "field 'observed_by' is a string"),
+    ({"entities": [{"name": " ", "type": "tech"}]}, MemoryInputError, "field 'entities'"),
+    ({"metadata": ["a"]}, TypeError, "field 'metadata' must be an object"),
+    ({"metadata": {"x": float("nan")}}, MemoryInputError, "field 'metadata' holds nan"),
+    ({"key": " "}, MemoryInputError, "field 'key' must not be empty"),
+    ({"subject": "seo\ud800"}, MemoryInputError, "field 'subject' holds a lone surrogate"),
+    (
+        {"superseded_by": "no-such-memory"},
+        MemoryInputError,
+        "field 'superseded_by': 'no-such-memory' is not a memory of the store",
+    ),
+    ({"supersedes": ""}, MemoryInputError, "field 'supersedes' must not be empty"),
+    ({"archived_at": "yesterday"}, ValueError, "field 'archived_at' is not an ISO 8601"),
+    ({"purged_at": "2026-01-01T00:00:00"}, ValueError, "field 'purged_at'.*has no time zone"),
+    ({"archived_at": float("inf")}, ValueError, "field 'archived_at': inf is outside years"),
+    ({"scope": "agent:atlas"}, MemoryInputError, "payload field.*scope cannot be changed"),
+]
+
+
+@pytest.mark.parametrize(("updates", "error", "message"), BAD_UPDATES)
+def test_retire_refuses_what_a_write_refuses_and_the_store_still_opens(
+    tmp_path, updates: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with MemoryStore(tmp_path, chroma=False) as s:
+        mid = s.store("Globex SEO audit in progress", "status", subject="seo", now=T0).id
+        s.store("Acme runs PostgreSQL", "fact", key="db", now=T0 + 1)
+        before = memory_state(s), sql_state(s)
+        with pytest.raises(error, match=message):
+            s.retire(mid, "expired", now=T0 + 2, **updates)
+        assert (memory_state(s), sql_state(s)) == before
+    with MemoryStore(tmp_path, chroma=False) as again:
+        assert again.get(mid).active and again.check() == []
+
+
+def test_retire_takes_what_a_write_takes_in_the_form_a_write_stores() -> None:
+    s = MemoryStore()
+    mid = s.store("Globex SEO audit in progress", "status", subject="seo", now=T0).id
+    other = s.store("Globex SEO audit done", "status", subject="seo-2", now=T0 + 1).id
+    password = "hunter2-" + "Xk9#qLm2"
+    rec = s.retire(
+        mid,
+        "merged",
+        now=T0 + 2,
+        superseded_by=other,
+        archived_at="2026-01-02T00:00:00Z",
+        confidence=1,
+        forgotten_reason=f"password: {password}",
+    )
+    assert (rec.superseded_by, rec.archived_at, rec.confidence) == (other, T0 + 86_400.0, 1.0)
+    assert type(rec.confidence) is float
+    assert password not in rec.forgotten_reason and "[REDACTED" in rec.forgotten_reason
+
+
+def _set(name: str, value: Any):
+    def edit(rec: Any, ids: dict[str, str]) -> None:
+        setattr(rec, name, value(ids) if callable(value) else value)
+
+    return edit
+
+
+# in-place edits a caller of ``save`` could make, and the field the error names
+BAD_EDITS = [
+    (_set("confidence", 1.5), "confidence"),
+    (_set("importance", "urgent"), "importance"),
+    (_set("metadata", {"x": float("nan")}), "metadata"),
+    (_set("entities", [{"name": "", "type": "tech"}]), "entities"),
+    (_set("supersedes", "no-such-memory"), "supersedes"),
+    (_set("observed_by", ["a", 3]), "observed_by"),
+    (_set("key", "db\ud800"), "key"),
+    (_set("type", "fact"), "id, client_id, type or scope"),
+    (_set("client_id", "globex"), "id, client_id, type or scope"),
+    (_set("scope", "agent:atlas"), "id, client_id, type or scope"),
+]
+
+
+@pytest.mark.parametrize(("edit", "field"), BAD_EDITS)
+def test_save_refuses_a_record_the_store_could_not_read_back(tmp_path, edit, field) -> None:
+    with MemoryStore(tmp_path, chroma=False) as s:
+        ids = {"ev": s.store("Deployed the Acme storefront", now=T0).id}
+        before = memory_state(s), sql_state(s)
+        edit(s.get(ids["ev"]), ids)
+        with pytest.raises(MemoryInputError) as info:
+            s.save(ids["ev"], "edited", now=T0 + 1)
+        assert str(info.value).startswith(f"memory {ids['ev']}: payload field '{field}' ")
+        assert str(info.value).endswith("; nothing was changed")
+        assert (memory_state(s), sql_state(s)) == before  # the edit was rolled back
+    with MemoryStore(tmp_path, chroma=False) as again:
+        assert again.check() == []
+        assert again.history(ids["ev"])["change"].to_list() == ["created"]
+
+
+@pytest.mark.parametrize("mtype", ["fact", "status", "event"])
+def test_correct_refuses_a_text_another_active_memory_holds(mtype: str) -> None:
+    s = MemoryStore()
+    fields = {"fact": {"key": "db"}, "status": {"subject": "db"}, "event": {}}[mtype]
+    other = {"fact": {"key": "db3"}, "status": {"subject": "db3"}, "event": {}}[mtype]
+    old = s.store("Acme runs PostgreSQL", mtype, now=T0, **fields).id
+    first = s.store("Globex runs Oracle", mtype, now=T0 + 1, **other).id
+    holder = s.store("Globex runs Oracle 19c", mtype, now=T0 + 2, **other).id
+    lineage = s.get(holder).supersedes
+    before = memory_state(s), sql_state(s)
+    with pytest.raises(
+        MemoryInputError,
+        match=(
+            f"memory {old} cannot be corrected to the text of memory {holder}, active in the same "
+            f"scope: forget {old} instead"
+        ),
+    ):
+        s.correct(old, "Globex runs Oracle 19c", "wrong client", now=T0 + 3)
+    assert (memory_state(s), sql_state(s)) == before
+    assert s.get(old).active and s.get(holder).supersedes == lineage
+    assert lineage == (first if mtype != "event" else None)
+    # correcting a memory to its own text, or to a text held in another scope, still works
+    res = s.correct(old, "Acme runs PostgreSQL", "re-checked", now=T0 + 4)
+    assert (res.action, res.superseded) == ("created", old)
+
+
+@pytest.mark.parametrize(
+    "name", ["key", "subject", "status_value", "source_agent", "client_id", "id"]
+)
+def test_a_string_field_that_is_not_text_is_refused_naming_it(name: str) -> None:
+    s = MemoryStore()
+    with pytest.raises(MemoryInputError, match=f"field '{name}' holds a lone surrogate"):
+        s.store("Globex SEO audit in progress", "status", now=T0, **{name: "x\ud800"})
+    assert len(s) == 0
+
+
+class _BlankEntities:
+    """An entity extractor whose mentions have a blank name or type."""
+
+    def __init__(self, name: str, kind: str) -> None:
+        self.name, self.kind = name, kind
+
+    def extract(self, text: str, **kwargs: Any) -> list[Any]:
+        from memlab.memory.entities import Entity, EntityMention
+
+        return [EntityMention(Entity(self.name, self.kind), "mentioned")]
+
+    def resolve(self, name: str) -> None:
+        return None
+
+    def extract_query_entities(self, text: str) -> list[Any]:
+        return []
+
+
+@pytest.mark.parametrize(("name", "kind"), [("", "tech"), ("Redis", " "), ("  ", "")])
+def test_entities_the_loader_would_refuse_are_not_written(tmp_path, name: str, kind: str) -> None:
+    with MemoryStore(tmp_path, chroma=False, extractor=_BlankEntities(name, kind)) as s:
+        with pytest.raises(MemoryInputError, match="field 'entities' .from the entity extractor"):
+            s.store("Acme caches sessions in Redis", now=T0)
+        assert len(s) == 0
+    with MemoryStore(tmp_path, chroma=False) as again:
+        assert len(again) == 0 and again.check() == []
