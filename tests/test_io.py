@@ -256,11 +256,33 @@ def test_failure_leaves_the_old_result(tmp_path: Path) -> None:
     out = tmp_path / "run"
     _publish(out, {"metrics.json": "old"})
     with pytest.raises(RuntimeError):
-        with atomic_directory(out) as tmp:
+        with atomic_directory(out, kind="experiment") as tmp:
             (tmp / "metrics.json").write_text("half")
             raise RuntimeError("crash")
     assert (out / "metrics.json").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_result_replaces_only_a_result_of_its_own_kind(tmp_path: Path) -> None:
+    data = tmp_path / "ds"
+    _publish(data, {"memories.jsonl": "mine"}, kind="dataset")
+    for kind in ("experiment", "sweep", "result"):
+        with pytest.raises(mio.OutputDirError, match="is a memlab dataset directory"):
+            with atomic_directory(data, kind=kind) as tmp:
+                (tmp / "metrics.json").write_text("new")
+    with pytest.raises(mio.OutputDirError, match=r"this writes: sweep\)"):
+        mio.check_output_dir(data, kinds=("sweep",))
+    assert (data / "memories.jsonl").read_text() == "mine"
+    # its own kind, any kind, or a kind it is allowed to replace: accepted
+    assert mio.check_output_dir(data, kinds=("dataset",)) == data
+    assert mio.check_output_dir(data) == data
+    _publish(data, {"memories.jsonl": "again"}, kind="dataset")
+    with atomic_directory(data, kind="export", replaces=("export", "dataset")) as tmp:
+        (tmp / "x.txt").write_text("x")
+    assert (data / "x.txt").read_text() == "x"
+    # an empty directory is anyone's
+    (tmp_path / "empty").mkdir()
+    assert mio.check_output_dir(tmp_path / "empty", kinds=("sweep",)) == tmp_path / "empty"
 
 
 # ---------------------------------------------------------------- single-file outputs

@@ -216,7 +216,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"reports/{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     )
     # Check everything that can be checked before the expensive part.
-    check_output_dir(out, what="--out")
+    check_output_dir(out, what="--out", kinds=("experiment",))  # check_experiment_out's rule
     executor = _executor(args)
     from memlab.eval import DEFAULT_PIPELINES
 
@@ -346,7 +346,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else (
         f"reports/sweep-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
     )
-    check_output_dir(out, what="--out")
+    check_output_dir(out, what="--out", kinds=("sweep",))
     grid = parse_grid(args.grid)
     executor = _executor(args)
     _warm(executor, len(grid_points(grid)))
@@ -577,9 +577,10 @@ def cmd_store_consolidate(args: argparse.Namespace) -> int:
 
 def cmd_generations_record(args: argparse.Namespace) -> int:
     from memlab.generate import make_generator
-    from memlab.generate.record import record_generations
+    from memlab.generate.record import check_recording_out, record_generations
     from memlab.pipeline import load_pipeline
 
+    check_recording_out(args.out)  # before any work
     ds = _load_dataset(args.dataset)
     pipe = load_pipeline(args.pipeline)
     stages = [s for _, s in pipe.named_stages() if hasattr(s, "prompts")]

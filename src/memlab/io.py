@@ -277,8 +277,20 @@ def owned_entries(out: Path) -> Callable[[str], bool] | None:
     return None if claims is None else claims.__contains__
 
 
-def check_output_dir(out: str | os.PathLike[str], *, what: str = "output directory") -> Path:
+def check_output_dir(
+    out: str | os.PathLike[str],
+    *,
+    what: str = "output directory",
+    kinds: Collection[str] | None = None,
+) -> Path:
     """Refuse an output directory memlab must not write into (see the module docstring).
+
+    Args:
+        out: The directory.
+        what: How messages name it (``--out``).
+        kinds: The kinds of memlab result the caller writes (:func:`output_kind`); a
+            non-empty directory memlab wrote as another kind (a dataset under a sweep, a run
+            under an export) is refused. ``None``: any kind.
 
     Returns:
         The absolute path.
@@ -314,6 +326,14 @@ def check_output_dir(out: str | os.PathLike[str], *, what: str = "output directo
             f"(no {OUTPUT_MARKER}, and no manifest.json, sweep.json or tune.json with every "
             "field memlab writes); give a new or empty directory"
         )
+    if kinds is not None and any(path.iterdir()):
+        kind = output_kind(path)
+        if kind is not None and kind not in kinds:
+            raise OutputDirError(
+                f"{what} {out}: is a memlab {kind} directory, which only a result of its own "
+                f"kind replaces (this writes: {', '.join(sorted(set(kinds)))}); give a new or "
+                "empty directory"
+            )
     return path
 
 
@@ -468,7 +488,11 @@ def marker_digests(marker: dict[str, object] | None, name: str) -> list[str] | N
 
 @contextmanager
 def atomic_directory(
-    out: Path, *, kind: str = "result", keep: Collection[str] = ()
+    out: Path,
+    *,
+    kind: str = "result",
+    keep: Collection[str] = (),
+    replaces: Collection[str] | None = None,
 ) -> Iterator[Path]:
     """Yield a temporary sibling of ``out`` to fill; publish it as ``out`` on success.
 
@@ -484,11 +508,14 @@ def atomic_directory(
             marker.
         keep: Entries of memlab's in ``out`` that stay in place and stay claimed (a tune's
             ``study.db``; see :func:`replace_directory`).
+        replaces: The kinds of result ``out`` may already be (default: ``kind`` only;
+            :func:`check_output_dir`'s ``kinds``).
 
     Raises:
         OutputDirError: ``out`` is refused (see the module docstring).
     """
-    out = check_output_dir(out)
+    kinds = (kind,) if replaces is None else tuple(replaces)
+    out = check_output_dir(out, kinds=kinds)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -497,7 +524,7 @@ def atomic_directory(
         kept = {n for n in keep if out.exists() and (out / n).exists()}
         entries = sorted({e.name for e in tmp.iterdir()} | kept)
         (tmp / OUTPUT_MARKER).write_text(_marker_text(kind, entries), encoding="utf-8")
-        out = check_output_dir(out)  # it may have changed while the result was computed
+        out = check_output_dir(out, kinds=kinds)  # it may have changed meanwhile
         owned = owned_entries(out) if out.exists() and any(out.iterdir()) else None
         replace_directory(tmp, out, owned=owned, keep=kept)
     finally:
@@ -670,6 +697,8 @@ def loads_toml(text: str, where: str) -> dict[str, Any]:
         raise ValueError(f"{where}: invalid TOML: {exc}") from None
     except RecursionError:
         raise ValueError(f"{where}: invalid TOML: nested too deeply to read") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise ValueError(f"{where}: invalid TOML: {str(exc).splitlines()[0]}") from None
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -34,19 +34,30 @@ Configuration files (``eval/configs/NAME.toml``)::
 
 Limits checked at load time (a :class:`ConfigError` naming the file and the field):
 
+* a file that cannot be read (missing, not UTF-8, not TOML, nested too deeply for the parser,
+  an integer of more than 4300 digits) is refused, and so is a value of the wrong type however
+  it is nested (a configuration read from a run's ``manifest.json`` too);
 * parallel steps nest at most :data:`MAX_NESTING` deep (a parallel step whose branch is a
-  parallel step is depth 2), and a TOML file too deeply nested for the parser is refused;
+  parallel step is depth 2);
 * the pipeline ``name``, its ``description`` and every step name hold no control character
   (``U+0000``–``U+001F``, ``U+007F``–``U+009F``, a newline included): names end up in file
   names, charts and reports, and the description is one line of a report's table.
+
+:meth:`Pipeline.save` follows memlab's rule for single files (:func:`memlab.io.publish_file`):
+it writes a new file, an empty one or a configuration exactly as memlab writes it (the text
+:meth:`Pipeline.to_toml` gives for the pipeline the file describes, every parameter spelled
+out), atomically, and refuses any other file (a configuration written or edited by hand, a
+shipped one), a symbolic link or a directory. Every number is written so that it reads back
+equal (``0.1``, ``1e-300``, integers of any size up to 4300 digits, NumPy scalars as the
+Python number they equal).
 """
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
 import time
-import tomllib
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -54,7 +65,7 @@ from typing import Any
 
 import polars as pl
 
-from memlab.io import atomic_write_text
+from memlab.io import publish_file, read_bytes, read_toml
 from memlab.stages.base import (
     CANDIDATE_SCHEMA,
     FusionStage,
@@ -398,7 +409,7 @@ class Pipeline(Stage):
                                 f"{defaults[k]!r}; TOML has no null, so it cannot be written"
                             )
                         continue
-                    table[k] = list(v) if isinstance(v, tuple) else v
+                    table[k] = plain_value(v)
                 cfg[n] = table
         return cfg
 
@@ -406,9 +417,40 @@ class Pipeline(Stage):
         """The configuration as TOML text."""
         return dumps_toml(self.to_config())
 
-    def save(self, path: str | Path) -> None:
-        """Write the configuration atomically."""
-        atomic_write_text(Path(path), self.to_toml())
+    def save(self, path: str | Path, *, what: str = "configuration file") -> Path:
+        """Write the configuration atomically (see the module docstring).
+
+        Args:
+            path: The TOML file: new, empty, or a configuration memlab wrote.
+            what: How messages name ``path``.
+
+        Returns:
+            The absolute path written.
+
+        Raises:
+            memlab.io.OutputFileError: ``path`` is a file memlab did not write, a symbolic
+                link or a directory (nothing is written).
+            ValueError: The pipeline cannot be written (see :meth:`to_config`).
+        """
+        return publish_file(
+            path, self.to_toml(), what=what, owned=is_saved_config, kind=SAVED_CONFIG
+        )
+
+
+SAVED_CONFIG = "a pipeline configuration memlab wrote"
+"""How :meth:`Pipeline.save` describes the files it replaces."""
+
+
+def is_saved_config(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a configuration exactly as :meth:`Pipeline.save` writes it: its
+    text is what :meth:`Pipeline.to_toml` gives for the pipeline it describes (every parameter
+    spelled out, in memlab's layout), which a configuration written by hand is not."""
+    try:
+        data = read_bytes(path)
+        pipe = pipeline_from_config(read_toml(path), source=str(path))
+        return pipe.to_toml().encode("utf-8") == data
+    except (ValueError, TypeError, RecursionError):
+        return False
 
 
 def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pipeline:
@@ -458,8 +500,10 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
                     f"{source}: step '{name}': unknown key(s) {', '.join(sorted(table))} "
                     "(a parallel step has 'parallel' and 'fuse')"
                 )
-            if not isinstance(branches, list) or not branches or not all(
-                isinstance(b, str) for b in branches
+            if (
+                not isinstance(branches, list)
+                or not branches
+                or not all(isinstance(b, str) for b in branches)
             ):
                 raise ConfigError(
                     f"{source}: step '{name}': key 'parallel' must list branch step names"
@@ -468,8 +512,7 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
                 raise ConfigError(f"{source}: step '{name}': key 'fuse' must name a fusion step")
             if depth >= MAX_NESTING:
                 raise ConfigError(
-                    f"{source}: step '{name}': parallel steps nest more than {MAX_NESTING} "
-                    "deep"
+                    f"{source}: step '{name}': parallel steps nest more than {MAX_NESTING} deep"
                 )
             built = [(b, build(b, f"step '{name}'", depth + 1)) for b in branches]
             fusion = build(fuse, f"step '{name}'", depth + 1)
@@ -494,13 +537,18 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
                 )
             if not _type_ok(value, hints[key]):
                 raise ConfigError(
-                    f"{source}: step '{name}': key '{key}': {value!r} is not of type {hints[key]}"
+                    f"{source}: step '{name}': key '{key}': {_shown(value)} is not of type "
+                    f"{hints[key]}"
                 )
         params = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
         try:
             return cls(**params)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{source}: step '{name}': {exc}") from None
+            raise ConfigError(f"{source}: step '{name}': {_first_line(exc)}") from None
+        except RecursionError:
+            raise ConfigError(
+                f"{source}: step '{name}': a value is nested too deeply to read"
+            ) from None
 
     steps = [(s, build(s, "'steps'")) for s in cfg["steps"]]
     unused = sorted(set(tables) - used)
@@ -511,8 +559,10 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
         raise ConfigError(f"{source}: keys 'name' and 'description' must be strings")
     bad = _control_char(desc)
     if bad is not None:
-        raise ConfigError(f"{source}: key 'description' holds control character {bad} (it is "
-                          f"one line of a report)")
+        raise ConfigError(
+            f"{source}: key 'description' holds control character {bad} (it is "
+            f"one line of a report)"
+        )
     pipe = Pipeline(steps=steps, name=cfg["name"], description=desc)
     try:
         pipe.validate()
@@ -549,9 +599,7 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
     pipeline.
     """
     text = str(name_or_path)
-    if isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text or (
-        os.sep in text
-    ):
+    if isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text or (os.sep in text):
         p = Path(name_or_path)
         if not p.is_file():
             raise ConfigError(f"{p}: no such configuration file")
@@ -569,28 +617,89 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
 
 
 def load_pipeline(name_or_path: str | Path) -> Pipeline:
-    """Load a pipeline by name (from the configuration directories) or by path."""
+    """Load a pipeline by name (from the configuration directories) or by path.
+
+    Raises:
+        ConfigError: Naming the file (and the step and key) of anything that cannot be read
+            or built (see the module docstring).
+    """
     path = resolve_config_path(name_or_path)
+    return pipeline_from_config(_read_config(path), source=str(path))
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """The TOML document in ``path``; every way it cannot be read a :class:`ConfigError`."""
     try:
-        cfg = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
+        return read_toml(path)
+    except ValueError as exc:
+        message = _first_line(exc)
+        if not message.startswith(f"{path}:"):  # a failure the reader did not name it in
+            message = f"{path}: invalid TOML: {message}"
+        raise ConfigError(message) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters; a value nested too deeply
+    or an integer too long to print is described instead."""
+    try:
+        text = repr(value)
     except RecursionError:
-        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
-    return pipeline_from_config(cfg, source=str(path))
+        return f"a {type(value).__name__} nested too deeply to show"
+    except ValueError:  # an int of more than sys.get_int_max_str_digits() digits
+        return f"an {type(value).__name__} too long to show"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
+def _is_bool(value: Any) -> bool:
+    """A Python or NumPy boolean."""
+    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
+
+
+def plain_value(value: Any) -> Any:
+    """``value`` with NumPy scalars as the Python ``bool``, ``int`` or ``float`` they equal and
+    tuples as lists, so that TOML and JSON write it and read it back equal."""
+    if _is_bool(value):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [plain_value(v) for v in value]
+    return value
+
+
 def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
+    """``value`` as a TOML value that :mod:`tomllib` reads back equal.
+
+    Raises:
+        TypeError: A value TOML cannot hold (``None``, a mapping, an object).
+        ValueError: An integer too long to write, or a string holding a lone surrogate.
+    """
+    if _is_bool(value):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
+    if isinstance(value, numbers.Integral):
+        try:
+            return str(int(value))
+        except ValueError:  # more than sys.get_int_max_str_digits() digits
+            raise ValueError("an integer too long to write to TOML") from None
+    if isinstance(value, numbers.Real):
+        return repr(float(value))  # shortest text that reads back equal: 0.1, 1e-300, inf
     if isinstance(value, str):
+        bad = next((ch for ch in value if "\ud800" <= ch <= "\udfff"), None)
+        if bad is not None:
+            raise ValueError(
+                f"{_shown(value)} holds U+{ord(bad):04X}, a lone surrogate, which TOML cannot hold"
+            )
         escaped = "".join(
             _TOML_ESCAPES.get(ch, f"\\u{ord(ch):04X}" if ch < " " or ch == "\x7f" else ch)
             for ch in value
@@ -615,8 +724,20 @@ def dumps_toml(cfg: dict[str, Any]) -> str:
     """Write a configuration (scalars, lists and one level of tables) as TOML.
 
     Keys that are not bare TOML keys (``A-Za-z0-9_-``) are written quoted, so any string key
-    reads back unchanged.
+    reads back unchanged; numbers are written so that they read back equal.
+
+    Raises:
+        TypeError: A key or value TOML cannot hold.
+        ValueError: An integer too long to write, a string holding a lone surrogate, or a
+            list nested too deeply to write.
     """
+    try:
+        return _dumps_toml(cfg)
+    except RecursionError:
+        raise ValueError("a value is nested too deeply to write to TOML") from None
+
+
+def _dumps_toml(cfg: dict[str, Any]) -> str:
     lines = []
     for k, v in cfg.items():
         if not isinstance(v, dict):

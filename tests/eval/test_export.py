@@ -99,7 +99,7 @@ def test_load_reads_what_was_written_and_names_missing_files(run_dir, tmp_path):
     assert "per_query.parquet" in partial.missing and "manifest.json" in partial.missing
     assert partial.per_query.height == 0
     (trimmed / "metrics.json").write_text("{")
-    with pytest.raises(ValueError, match="metrics.json: not readable JSON"):
+    with pytest.raises(ValueError, match="metrics.json: invalid JSON"):
         ExperimentResult.load(trimmed)
 
 

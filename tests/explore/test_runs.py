@@ -70,7 +70,7 @@ def test_load_run_names_a_broken_file(tmp_path):
     d = tmp_path / "r"
     d.mkdir()
     (d / "metrics.json").write_text("{not json")
-    with pytest.raises(ValueError, match=r"metrics\.json: not readable JSON"):
+    with pytest.raises(ValueError, match=r"metrics\.json: invalid JSON"):
         rx.load_run(d)
     (d / "metrics.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match=r"expected \{pipeline"):

@@ -112,7 +112,7 @@ def test_complete_last_line_without_newline_is_read(tmp_path: Path) -> None:
 def test_bad_json_line_names_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "rec.jsonl"
     path.write_text(json.dumps(_line("smollm2", "q", "a")) + "\n{broken\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"{path}:2: not valid JSON"):
+    with pytest.raises(ValueError, match=rf"{path}:2: invalid JSON: Expecting property name"):
         scan_records(path)
 
 

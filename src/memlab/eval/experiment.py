@@ -25,12 +25,17 @@ metric within each query tag), ``DIR/per_tag.parquet``, ``DIR/timings.parquet``
 ``DIR/report.md`` with charts as PNG and SVG beside it.
 
 :meth:`ExperimentResult.load` is the one reader of this contract (the report, the runs app,
-``memlab export`` and ``memlab compare`` read runs through it).
+``memlab export`` and ``memlab compare`` read runs through it). Every way a run's file can be
+unreadable (not UTF-8, not JSON, nested too deeply for the parser, an integer of more than
+4300 digits, a parquet file polars cannot decode, a field of the wrong type) is one
+``ValueError`` naming the file and the field.
 
 The directory appears whole or not at all: everything is written into a temporary sibling that
 is renamed into place at the end. It carries the marker ``.memlab-output.json``; an existing
 ``DIR`` is replaced only when it is such a result (files a user added are kept), and a
-non-empty directory memlab did not write is refused before any work (:mod:`memlab.io`).
+non-empty directory memlab did not write is refused before any work (:mod:`memlab.io`), and
+so is a result of another kind memlab wrote (a dataset, a sweep, a tune, an export:
+:func:`check_experiment_out`).
 """
 
 from __future__ import annotations
@@ -78,7 +83,14 @@ from memlab.eval.stats import (
     compare_by_tag,
     per_tag,
 )
-from memlab.io import atomic_directory, check_output_dir
+from memlab.io import (
+    OutputDirError,
+    atomic_directory,
+    check_output_dir,
+    output_kind,
+    read_json,
+    read_parquet,
+)
 from memlab.pipeline import Pipeline, load_pipeline
 from memlab.progress import Progress, track
 from memlab.tokens import count_tokens
@@ -173,21 +185,24 @@ class ExperimentResult:
 
         Raises:
             ValueError: If ``path`` is not a directory holding ``metrics.json``, or a JSON or
-                parquet file of the run cannot be read (the message names the file).
+                parquet file of the run cannot be read (not UTF-8, not JSON, nested too deeply
+                to read, a parquet file polars cannot decode) or holds a field of the wrong
+                type (:func:`check_metric_values`, :func:`check_manifest_fields`); the message
+                names the file and the field.
         """
         p = Path(path)
         metrics_file = p / "metrics.json"
         if not metrics_file.is_file():
             raise ValueError(f"{p}: not a memlab run (no metrics.json)")
-        metrics = _read_json(metrics_file)
-        if not isinstance(metrics, dict) or not all(isinstance(v, dict) for v in metrics.values()):
-            raise ValueError(f"{metrics_file}: expected {{pipeline: {{metric: value}}}}")
+        metrics = read_json(metrics_file)
+        check_metric_values(metrics, metrics_file)
         missing: list[str] = []
         manifest: dict[str, Any] = {}
         if (p / "manifest.json").is_file():
-            loaded = _read_json(p / "manifest.json")
+            loaded = read_json(p / "manifest.json")
             if not isinstance(loaded, dict):
                 raise ValueError(f"{p / 'manifest.json'}: expected a JSON object")
+            check_manifest_fields(loaded, p / "manifest.json")
             manifest = loaded
         else:
             missing.append("manifest.json")
@@ -198,18 +213,77 @@ class ExperimentResult:
                 missing.append(name)
                 tables[attr] = pl.DataFrame()
                 continue
-            try:
-                tables[attr] = pl.read_parquet(f)
-            except Exception as exc:  # noqa: BLE001 - polars raises several error types
-                raise ValueError(f"{f}: not a readable parquet file ({exc})") from None
+            tables[attr] = read_parquet(f)
         return cls(metrics=metrics, manifest=manifest, out=p, missing=missing, **tables)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not readable JSON ({exc})") from None
+MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "dataset": ((dict,), "an object"),
+    "pipelines": ((dict,), "an object"),
+    "metrics": ((list,), "a list"),
+    "tests": ((list,), "a list"),
+    "alpha": ((int, float), "a number"),
+    "correction": ((str, type(None)), "a string"),
+    "baseline": ((str, type(None)), "a string"),
+    "protocol": ((dict,), "an object"),
+    "held_out_split": ((dict, type(None)), "an object or null"),
+}
+"""Fields of ``manifest.json`` that readers of a run use, with the JSON types memlab has written
+there (``held_out_split`` was ``null`` for a run without a held-out split)."""
+
+
+def json_type_name(value: Any) -> str:
+    """How a message names the JSON type of ``value`` (``string``, ``object``, ``null`` …)."""
+    if value is None:
+        return "null"
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array"}
+    return {**names, dict: "object"}.get(type(value), type(value).__name__)
+
+
+def check_manifest_fields(manifest: Mapping[str, Any], file: Path) -> None:
+    """Refuse a run manifest whose fields (:data:`MANIFEST_FIELDS`) have the wrong type.
+
+    Raises:
+        ValueError: ``FILE: field 'NAME': must be …, got …``.
+    """
+    for name, (types, what) in MANIFEST_FIELDS.items():
+        if name not in manifest:
+            continue
+        value = manifest[name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ValueError(f"{file}: field {name!r}: must be {what}, got {json_type_name(value)}")
+    for name in ("metrics", "tests"):
+        for item in manifest.get(name) or []:
+            if not isinstance(item, str):
+                raise ValueError(
+                    f"{file}: field {name!r}: must be a list of strings, got an item of type "
+                    f"{json_type_name(item)}"
+                )
+
+
+def check_metric_values(metrics: Any, file: Path) -> None:
+    """Refuse a ``metrics.json`` that is not ``{pipeline: {metric: number}}``.
+
+    Raises:
+        ValueError: ``FILE: expected {pipeline: {metric: value}}``, ``FILE: field
+            'PIPELINE.METRIC': must be a number, got …``, or a name holding a lone surrogate.
+    """
+    if not isinstance(metrics, dict) or not all(isinstance(v, dict) for v in metrics.values()):
+        raise ValueError(f"{file}: expected {{pipeline: {{metric: value}}}}")
+    for pipeline, values in metrics.items():
+        for name in (pipeline, *values):
+            bad = next((ch for ch in name if "\ud800" <= ch <= "\udfff"), None)
+            if bad is not None:  # JSON can spell one ("\ud800"); no file or text can hold it
+                raise ValueError(
+                    f"{file}: name {name!r} holds U+{ord(bad):04X}, a lone surrogate, which is "
+                    "not text"
+                )
+        for metric, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(
+                    f"{file}: field '{pipeline}.{metric}': must be a number, got "
+                    f"{json_type_name(value)}"
+                )
 
 
 SPLIT_BY = ("query", "client")
@@ -695,7 +769,7 @@ def run_experiment(
     ):
         raise ValueError(f"min_shard_queries must be a positive int, got {min_shard_queries!r}")
     if out is not None:
-        check_output_dir(out)  # refuse before the expensive part
+        check_experiment_out(out)  # refuse before the expensive part
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(Path(dataset))
     metric_names = check_metrics(default_metrics(ds) if metrics is None else metrics)
     for t in tests:
@@ -1039,6 +1113,30 @@ def metrics_json(metrics: dict[str, dict[str, float]]) -> str:
     return json.dumps(metrics, indent=2, sort_keys=True) + "\n"
 
 
+def check_experiment_out(
+    out: str | os.PathLike[str], *, what: str = "output directory"
+) -> Path:
+    """Refuse a run's output directory before any work: the rule of
+    :func:`memlab.io.check_output_dir`, and a result of another kind memlab wrote (a dataset,
+    a sweep, a tune, an export) is not replaced by a run either.
+
+    Returns:
+        The absolute path.
+
+    Raises:
+        memlab.io.OutputDirError: Naming the directory and what is wrong.
+    """
+    path = check_output_dir(out, what=what)
+    if path.is_dir() and any(path.iterdir()):
+        kind = output_kind(path)
+        if kind not in (None, "experiment"):
+            raise OutputDirError(
+                f"{what} {out}: is a memlab {kind} directory, not a run; a run replaces only "
+                "a run: give a new or empty directory"
+            )
+    return path
+
+
 def write_experiment(
     result: ExperimentResult,
     out: Path,
@@ -1047,7 +1145,12 @@ def write_experiment(
     rendered: Mapping[str, tuple[str, bytes]] | None = None,
 ) -> Path:
     """Write the output contract into ``out`` atomically (temporary sibling + rename);
-    ``rendered``: the report's charts rendered ahead (:func:`memlab.eval.report.render_specs`)."""
+    ``rendered``: the report's charts rendered ahead (:func:`memlab.eval.report.render_specs`).
+
+    Raises:
+        memlab.io.OutputDirError: ``out`` is refused (:func:`check_experiment_out`).
+    """
+    check_experiment_out(out)
     with atomic_directory(out, kind="experiment") as tmp:
         (tmp / "manifest.json").write_text(
             json.dumps(result.manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"

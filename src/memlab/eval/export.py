@@ -1,6 +1,10 @@
 """``memlab export RUN_DIR``: a finished run in the formats papers and other tools read.
 
-Writes into ``RUN_DIR/export/`` (or ``--out``), atomically:
+Writes into ``RUN_DIR/export/`` (or ``--out``), atomically. The target follows memlab's rule
+for result directories (:func:`memlab.io.check_output_dir`: new, empty, or an export memlab
+wrote, whose other files are kept), and is refused before anything is read when it is a
+memlab directory of another kind (the run itself, another run, a dataset, a sweep) or holds
+the run (:func:`check_export_dir`):
 
 ``runs/<pipeline>.trec``
     TREC run files (``qid Q0 docno rank score tag``). trec_eval re-sorts a run by score and
@@ -42,9 +46,42 @@ import polars as pl
 
 from memlab.eval.experiment import ExperimentResult
 from memlab.eval.metrics import higher_is_better
-from memlab.io import atomic_directory
+from memlab.io import OutputDirError, atomic_directory, check_output_dir, output_kind
 
 EXPORT_DIR = "export"
+
+EXPORT_KINDS = ("export", "result")
+"""Marker kinds of a directory an export replaces: an export (``result`` before exports were
+marked as such)."""
+
+
+def check_export_dir(
+    out: str | Path, run_dir: str | Path, *, what: str = "output directory"
+) -> Path:
+    """Refuse an export target before any work (see the module docstring).
+
+    Returns:
+        The absolute path.
+
+    Raises:
+        memlab.io.OutputDirError: Naming ``out`` and what is wrong.
+    """
+    path = check_output_dir(out, what=what)
+    run = Path(run_dir).expanduser().absolute().resolve()
+    real = path.resolve()
+    if real == run or real in run.parents:
+        raise OutputDirError(
+            f"{what} {out}: is the run {run_dir} or holds it; give a new directory (default: "
+            f"{Path(run_dir) / EXPORT_DIR})"
+        )
+    if path.is_dir() and any(path.iterdir()):
+        kind = output_kind(path)
+        if kind not in EXPORT_KINDS:
+            raise OutputDirError(
+                f"{what} {out}: is a memlab {kind} directory, not an export; an export "
+                "replaces only an export: give a new or empty directory"
+            )
+    return path
 
 
 def trec_field_problem(value: object) -> str | None:
@@ -64,8 +101,9 @@ def trec_field_problem(value: object) -> str | None:
     return None
 
 
-def _check_trec_fields(frame: pl.DataFrame, columns: dict[str, str], target: str,
-                       source: str) -> None:
+def _check_trec_fields(
+    frame: pl.DataFrame, columns: dict[str, str], target: str, source: str
+) -> None:
     """Refuse the first id of ``columns`` (column → what it is) a TREC line cannot hold.
 
     Raises:
@@ -82,8 +120,9 @@ def _check_trec_fields(frame: pl.DataFrame, columns: dict[str, str], target: str
                 )
 
 
-def trec_run_lines(rankings: pl.DataFrame, tag: str, *, target: str = "run file",
-                   source: str = "rankings") -> list[str]:
+def trec_run_lines(
+    rankings: pl.DataFrame, tag: str, *, target: str = "run file", source: str = "rankings"
+) -> list[str]:
     """TREC run lines of one pipeline's rankings, with tie-safe scores ``n - rank + 1``.
 
     Args:
@@ -110,8 +149,9 @@ def trec_run_lines(rankings: pl.DataFrame, tag: str, *, target: str = "run file"
     ]
 
 
-def trec_qrels_lines(qrels: pl.DataFrame, *, target: str = "qrels file",
-                     source: str = "qrels") -> list[str]:
+def trec_qrels_lines(
+    qrels: pl.DataFrame, *, target: str = "qrels file", source: str = "qrels"
+) -> list[str]:
     """TREC qrels lines (``qid 0 docno relevance``) of ``qid, mem_id, relevance``.
 
     Raises:
@@ -252,21 +292,29 @@ def aggregate_frame(result: ExperimentResult) -> pl.DataFrame:
 
     counts: dict[tuple[str, str], int] = {}
     if result.per_query.height:
-        for name, metric, n in (
-            result.per_query.group_by("pipeline", "metric").len().iter_rows()
-        ):
+        for name, metric, n in result.per_query.group_by("pipeline", "metric").len().iter_rows():
             counts[(name, metric)] = n
     protocol = describe_run(result.manifest)
     rows = [
-        {"pipeline": n, "metric": m, "value": float(v), "n": counts.get((n, m)),
-         "protocol": protocol}
+        {
+            "pipeline": n,
+            "metric": m,
+            "value": float(v),
+            "n": counts.get((n, m)),
+            "protocol": protocol,
+        }
         for n in result.pipelines
         for m, v in result.metrics[n].items()
     ]
     return pl.DataFrame(
         rows,
-        schema={"pipeline": pl.String, "metric": pl.String, "value": pl.Float64,
-                "n": pl.Int64, "protocol": pl.String},
+        schema={
+            "pipeline": pl.String,
+            "metric": pl.String,
+            "value": pl.Float64,
+            "n": pl.Int64,
+            "protocol": pl.String,
+        },
     )
 
 
@@ -282,17 +330,18 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path
         a trimmed run).
 
     Raises:
+        memlab.io.OutputDirError: ``out`` is refused (:func:`check_export_dir`), before the run
+            is read.
         ValueError: If ``run_dir`` is not a readable run.
     """
     from memlab.eval.protocol import describe_run
     from memlab.eval.runfiles import load_run
-    from memlab.io import check_output_dir
 
     run = Path(run_dir)
+    target = Path(out) if out is not None else run / EXPORT_DIR
+    check_export_dir(target, run)
     result = load_run(run)
     protocol = describe_run(result.manifest)
-    target = Path(out) if out is not None else run / EXPORT_DIR
-    check_output_dir(target)
     shown = out if out is not None else target
     # Every TREC line is built (and every id checked) before anything is written.
     runs: dict[str, list[str]] = {}
@@ -300,14 +349,20 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path
         for name in result.pipelines:
             file = run_file_name(name, str(run / "metrics.json"))
             part = result.rankings.filter(pl.col("pipeline") == name)
-            runs[file] = trec_run_lines(part, name, target=f"{Path(shown) / 'runs' / file}",
-                                        source=str(run / "rankings.parquet"))
+            runs[file] = trec_run_lines(
+                part,
+                name,
+                target=f"{Path(shown) / 'runs' / file}",
+                source=str(run / "rankings.parquet"),
+            )
     qrels = None
     if "qrels.parquet" not in result.missing:
-        qrels = trec_qrels_lines(result.qrels, target=str(Path(shown) / "qrels.trec"),
-                                 source=str(run / "qrels.parquet"))
+        qrels = trec_qrels_lines(
+            result.qrels, target=str(Path(shown) / "qrels.trec"), source=str(run / "qrels.parquet")
+        )
     notes: list[str] = []
-    with atomic_directory(target) as tmp:
+    check_export_dir(target, run)  # it may have changed while the run was read
+    with atomic_directory(target, kind="export", replaces=EXPORT_KINDS) as tmp:
         if result.rankings.height:
             (tmp / "runs").mkdir()
             for file, lines in runs.items():

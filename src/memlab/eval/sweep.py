@@ -375,7 +375,7 @@ def run_sweep(
     """
     started = time.time()
     if out is not None:
-        check_output_dir(out)  # refuse before the expensive part
+        check_output_dir(out, kinds=("sweep",))  # refuse before the expensive part
     names = check_metrics(list(dict.fromkeys([metric, *metrics])))
     metric = names[0]
     higher = higher_is_better(metric)

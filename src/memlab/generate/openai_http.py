@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 
 from memlab.generate.base import GeneratorError, generation_params, register_generator
+from memlab.io import loads_json
 
 __all__ = ["OpenAIHTTPGenerator", "chat_completions_url"]
 
@@ -180,9 +181,11 @@ class OpenAIHTTPGenerator:
         except OSError as exc:
             raise _AttemptError(True, f"connection to {shown} failed: {exc}") from None
         try:
-            payload = json.loads(raw.decode("utf-8"))
+            # Any undecodable answer (not UTF-8 or JSON, nested too deeply, a huge integer)
+            # is one ValueError from loads_json.
+            payload = loads_json(raw, shown)
             text = payload["choices"][0]["message"]["content"]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError):
+        except (ValueError, KeyError, IndexError, TypeError):
             raise _AttemptError(
                 False, f"{shown} returned a response without choices[0].message.content"
             ) from None

@@ -1,8 +1,18 @@
 """Record generations to a JSONL file for later replay by :class:`RecordedGenerator`.
 
 Recording is resumable: prompts whose ``(model, prompt_hash)`` is already in the file are
-skipped. Each line is flushed and fsynced as soon as it is written, so an interrupted run leaves
-a valid prefix; an unterminated fragment left by a crash is cut off before appending.
+skipped.
+
+The output follows memlab's rule for single files (:func:`memlab.io.check_output_file`): a
+missing path is created, an empty file or a recording memlab wrote is extended; anything else
+(a file whose lines are not all recorded generations, a symbolic link, a directory, the
+prompts file itself) is refused before any prompt is generated. Every write is atomic: the
+recording with its new lines goes to a hidden sibling ``.FILE.tmp-*`` that is renamed over
+``FILE`` (:func:`memlab.io.publish_file`), so the file is at every instant the old recording
+or the complete new one. New lines are published at least once a second while generating and
+whenever recording stops (an error, Ctrl-C), so a hard kill loses at most the last second of
+generations. An unterminated fragment of a line left by an older memlab is dropped when the
+file is next written.
 
 Command line::
 
@@ -16,54 +26,131 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from memlab.generate.base import Generator, generation_params, make_generator, prompt_hash
-from memlab.generate.recorded import scan_records
+from memlab.generate.base import (
+    Generator,
+    GeneratorError,
+    generation_params,
+    make_generator,
+    prompt_hash,
+)
+from memlab.generate.recorded import parse_records
+from memlab.io import (
+    OutputFileError,
+    check_output_file,
+    decode_utf8,
+    loads_json,
+    publish_file,
+    read_bytes,
+)
 from memlab.memory.scrub import scrub_text
 
-__all__ = ["main", "read_prompts", "record_generations"]
+__all__ = ["check_recording_out", "is_recording", "main", "read_prompts", "record_generations"]
+
+RECORDING_KIND = "a recording of generations memlab wrote"
+"""How a refused ``--out`` is described (:func:`memlab.io.check_output_file`)."""
+
+PUBLISH_SECONDS = 1.0
+"""New lines are published at least this often while generating (see the module docstring)."""
+
+# How every line memlab writes begins (``json.dumps`` with sorted keys): an unterminated last
+# line is the fragment of an interrupted write only if it is a prefix of such a line.
+_LINE_START = b'{"model": "'
 
 
-def _fsync_dir(path: Path) -> None:
+def _recording_problem(path: Path) -> str | None:
+    """Why the existing file ``path`` is not a recording memlab may extend (``None``: it is)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        data = read_bytes(path)
+        records, valid = parse_records(data, str(path))
+    except ValueError as exc:
+        return str(exc)
+    fragment = data[valid:]
+    if fragment and not (fragment.startswith(_LINE_START) or _LINE_START.startswith(fragment)):
+        return f"{path}: ends with an unterminated line that is not a recorded generation"
+    if not records and not fragment:
+        return f"{path}: holds no recorded generation"
+    return None
 
 
-def _prepare(path: Path) -> set[tuple[str, str]]:
-    """Return the recorded keys and cut off an interrupted last line, if any."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return set()
-    records, valid = scan_records(path)
-    size = path.stat().st_size
-    if valid < size:
-        with open(path, "r+b") as fh:
-            fh.truncate(valid)
-            fh.flush()
-            os.fsync(fh.fileno())
-    if valid > 0:
-        with open(path, "rb") as fh:
-            fh.seek(valid - 1)
-            last = fh.read(1)
-        if last != b"\n":
-            with open(path, "ab") as fh:
-                fh.write(b"\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-    return {(rec["model"], rec["prompt_hash"]) for rec in records}
+def is_recording(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a recording memlab may extend: every complete line a recorded
+    generation whose ``prompt_hash`` matches its content, then at most the fragment of a line
+    an interrupted write left (the beginning of a line as memlab writes it), and at least one
+    of the two."""
+    return _recording_problem(Path(path)) is None
+
+
+def check_recording_out(path: str | os.PathLike[str], *, what: str = "--out") -> Path:
+    """Refuse ``path`` before any work unless a recording may be written there (a new path,
+    an empty file or a recording memlab wrote; see the module docstring).
+
+    Args:
+        path: The recording.
+        what: How messages name it.
+
+    Returns:
+        The absolute path.
+
+    Raises:
+        memlab.io.OutputFileError: Naming ``path`` and what is wrong (for a file that is not
+            a recording, the line at fault).
+    """
+    target = check_output_file(path, what=what, owned=lambda p: True, kind=RECORDING_KIND)
+    if target.is_file() and target.stat().st_size > 0:
+        problem = _recording_problem(target)
+        if problem is not None:
+            raise OutputFileError(
+                f"{what} {path}: exists and is not {RECORDING_KIND} ({problem}); memlab "
+                "extends only a recording it wrote: give a new file name, or move it away first"
+            )
+    return target
+
+
+def _publish(target: Path, lines: list[tuple[tuple[str, str], bytes]], what: str) -> None:
+    """Write the recording at ``target`` plus those of ``lines`` it lacks, atomically.
+
+    The file is read again first, so lines another run added meanwhile are kept.
+    """
+    data = b""
+    recorded: set[tuple[str, str]] = set()
+    if target.is_file() and target.stat().st_size > 0:
+        check_recording_out(target, what=what)
+        data = read_bytes(target)
+        records, valid = parse_records(data, str(target))
+        data = data[:valid]
+        if data and not data.endswith(b"\n"):
+            data += b"\n"
+        recorded = {(rec["model"], rec["prompt_hash"]) for rec in records}
+    new = [line for key, line in lines if key not in recorded]
+    publish_file(target, data + b"".join(new), what=what, owned=is_recording, kind=RECORDING_KIND)
+
+
+def _checked_prompts(prompts: Iterable[str]) -> list[str]:
+    """The prompts as they are recorded (scrubbed), all checked before any is generated."""
+    checked: list[str] = []
+    for i, prompt in enumerate(prompts):
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompts[{i}] must be a string, got {type(prompt).__name__}")
+        # Query texts are written to the recording: credentials never reach the file (nor
+        # the generator). Replays scrub the prompt the same way before hashing it.
+        prompt = scrub_text(prompt)[0]
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"prompts[{i}] holds U+{ord(prompt[exc.start]):04X}, a lone surrogate, which "
+                "is not text"
+            ) from None
+        checked.append(prompt)
+    return checked
 
 
 def record_generations(
@@ -75,44 +162,48 @@ def record_generations(
     temperature: float = 0.0,
     seed: int = 0,
     progress: bool = True,
+    what: str = "--out",
 ) -> int:
-    """Generate and append one JSONL line per prompt not yet recorded in ``path``.
+    """Generate and record one JSONL line per prompt not yet recorded in ``path``.
 
     Args:
         prompts: Prompts to record; duplicates are generated once.
         generator: The generator to record; its ``model_id`` goes into every line.
-        path: The JSONL recording (created if missing, appended to otherwise).
+        path: The JSONL recording: created if missing, extended if it is a recording memlab
+            wrote (see the module docstring).
         max_new_tokens: Decoding parameter passed to the generator and recorded.
         temperature: Decoding parameter passed to the generator and recorded.
         seed: Decoding parameter passed to the generator and recorded.
         progress: Show a tqdm progress bar (always hidden when the environment has
             ``CI=true``).
+        what: How messages name ``path``.
 
     Returns:
         The number of prompts generated in this call.
 
     Raises:
-        TypeError: If a prompt or a generated text is not a string.
-        ValueError: If the existing file is malformed.
-        GeneratorError: If the generator fails; lines written before stay in the file.
+        memlab.io.OutputFileError: If ``path`` may not be written (before any generation).
+        TypeError: If a prompt or a generated text is not a string (a prompt: before any
+            generation).
+        ValueError: If a prompt or a generated text is not valid Unicode.
+        GeneratorError: If the generator fails; the lines generated before are published.
     """
-    target = Path(path)
     params = generation_params(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     model = generator.model_id
-    created = not target.exists()
-    done = _prepare(target)
+    target = check_recording_out(path, what=what)
+    checked = _checked_prompts(prompts)
+    done: set[tuple[str, str]] = set()
+    if target.is_file() and target.stat().st_size > 0:
+        records, _ = parse_records(read_bytes(target), str(target))
+        done = {(rec["model"], rec["prompt_hash"]) for rec in records}
     hide = not progress or os.environ.get("CI", "").strip().lower() == "true"
+    pending: list[tuple[tuple[str, str], bytes]] = []
     count = 0
-    with open(target, "ab") as fh:
-        if created:
-            _fsync_dir(target.parent)
-        bar = tqdm(prompts, disable=hide, desc=f"recording {model}", unit="prompt")
+    last = time.monotonic()
+    every = PUBLISH_SECONDS
+    bar = tqdm(checked, disable=hide, desc=f"recording {model}", unit="prompt")
+    try:
         for i, prompt in enumerate(bar):
-            if not isinstance(prompt, str):
-                raise TypeError(f"prompts[{i}] must be a string, got {type(prompt).__name__}")
-            # Query texts are written to the recording: credentials never reach the file (nor
-            # the generator). Replays scrub the prompt the same way before hashing it.
-            prompt = scrub_text(prompt)[0]
             key = prompt_hash(model, prompt, params)
             if (model, key) in done:
                 continue
@@ -134,12 +225,27 @@ def record_generations(
                 "prompt_hash": key,
                 "text": scrub_text(text)[0],
             }
-            fh.write((json.dumps(line, sort_keys=True, ensure_ascii=False) + "\n").encode())
-            fh.flush()
-            os.fsync(fh.fileno())
+            try:
+                raw = (json.dumps(line, sort_keys=True, ensure_ascii=False) + "\n").encode()
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"generator {model!r} returned text holding a lone surrogate for prompt "
+                    f"{i}, which is not text"
+                ) from None
+            pending.append(((model, key), raw))
             done.add((model, key))
             count += 1
+            if time.monotonic() - last >= every:
+                start = time.monotonic()
+                _publish(target, pending, what)
+                pending.clear()
+                last = time.monotonic()
+                # Rewriting a long recording costs time: never more than a tenth of it.
+                every = max(PUBLISH_SECONDS, 10 * (last - start))
+    finally:
         bar.close()
+        if pending or not target.exists():
+            _publish(target, pending, what)
     return count
 
 
@@ -153,30 +259,41 @@ def read_prompts(path: str | os.PathLike[str]) -> list[str]:
         The prompts in file order.
 
     Raises:
-        ValueError: If a line is not valid JSON or has no string prompt (names ``file:line``).
+        ValueError: If the file cannot be read or is not UTF-8, or a line is not valid JSON
+            (nested too deeply to read included) or has no string prompt (names
+            ``file:line``).
     """
+    text = decode_utf8(read_bytes(path), str(path))
     prompts: list[str] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj: Any = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not valid JSON ({exc})") from None
-            if isinstance(obj, dict):
-                if "prompt" not in obj:
-                    raise ValueError(f"{where}: missing field 'prompt'")
-                obj = obj["prompt"]
-            if not isinstance(obj, str):
-                raise ValueError(f"{where}: field 'prompt' must be a string")
-            prompts.append(obj)
+    for lineno, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{lineno}"
+        obj: Any = loads_json(raw, where)
+        if isinstance(obj, dict):
+            if "prompt" not in obj:
+                raise ValueError(f"{where}: missing field 'prompt'")
+            obj = obj["prompt"]
+        if not isinstance(obj, str):
+            raise ValueError(f"{where}: field 'prompt' must be a string")
+        prompts.append(obj)
     return prompts
+
+
+def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether ``a`` and ``b`` are one existing file (a link or another spelling included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; see the module docstring.
+
+    Bad input (an ``--out`` memlab may not write, an unreadable prompts file) ends with one
+    line ``error: ...`` on stderr and exit status 2; a failing generator or file system with
+    such a line and exit status 1; Ctrl-C with ``interrupted`` and exit status 130.
 
     Args:
         argv: Arguments (default: ``sys.argv[1:]``).
@@ -197,17 +314,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
-    options = {} if args.model is None else {"model": args.model}
-    generator = make_generator(args.generator, **options)
-    count = record_generations(
-        read_prompts(args.prompts),
-        generator,
-        args.out,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        seed=args.seed,
-        progress=not args.no_progress,
-    )
+    try:
+        if _same_file(args.out, args.prompts):
+            raise OutputFileError(
+                f"--out {args.out}: is the prompts file {args.prompts}; give another file name"
+            )
+        check_recording_out(args.out)
+        generation_params(
+            max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed
+        )
+        prompts = read_prompts(args.prompts)
+        options = {} if args.model is None else {"model": args.model}
+        generator = make_generator(args.generator, **options)
+        count = record_generations(
+            prompts,
+            generator,
+            args.out,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    except (ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (GeneratorError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # what was recorded is published (see the module docstring)
+        print("interrupted", file=sys.stderr)
+        return 130
     print(f"{count} new generation(s) written to {args.out}")
     return 0
 

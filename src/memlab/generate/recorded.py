@@ -7,12 +7,13 @@ object per line::
      "prompt": "...", "prompt_hash": "<sha256 hex>", "text": "..."}
 
 where ``prompt_hash == prompt_hash(model, prompt, params)``. A last line without its newline
-that does not parse is the trace of an interrupted write and is ignored.
+that does not parse is the trace of an interrupted write and is ignored. Every other way a
+recording can be unreadable (not UTF-8, not JSON, nested too deeply to read, ``NaN``, a line
+that is not such an object) is one :class:`ValueError` naming ``file:line``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,10 @@ from memlab.generate.base import (
     prompt_hash,
     register_generator,
 )
+from memlab.io import decode_utf8, loads_json, read_bytes
 from memlab.memory.scrub import scrub_text
 
-__all__ = ["RecordedGenerator", "scan_records"]
+__all__ = ["RecordedGenerator", "parse_records", "scan_records"]
 
 _FIELDS: dict[str, type] = {
     "model": str,
@@ -37,7 +39,13 @@ _FIELDS: dict[str, type] = {
 }
 
 
+def _not_a_number(name: str) -> Any:
+    """``parse_constant`` hook: a recording holds no ``NaN`` or ``Infinity``."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _check_record(obj: Any, where: str) -> dict[str, Any]:
+    """``obj`` if it is a valid recorded line, else a ``ValueError`` naming ``where``."""
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     for field, kind in _FIELDS.items():
@@ -47,13 +55,60 @@ def _check_record(obj: Any, where: str) -> dict[str, Any]:
             raise ValueError(
                 f"{where}: field {field!r} must be {kind.__name__}, got {type(obj[field]).__name__}"
             )
-    expected = prompt_hash(obj["model"], obj["prompt"], obj["params"])
+    for field in ("model", "prompt", "text"):
+        try:
+            obj[field].encode("utf-8")
+        except UnicodeEncodeError as exc:
+            char = f"U+{ord(obj[field][exc.start]):04X}"
+            raise ValueError(
+                f"{where}: field {field!r} holds {char}, a lone surrogate, which is not text"
+            ) from None
+    try:
+        expected = prompt_hash(obj["model"], obj["prompt"], obj["params"])
+    except RecursionError:
+        raise ValueError(f"{where}: field 'params' is nested too deeply to read") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: field 'params' cannot be hashed ({exc})") from None
     if obj["prompt_hash"] != expected:
         raise ValueError(
             f"{where}: field 'prompt_hash' is {obj['prompt_hash']!r} but model, prompt and "
             f"params hash to {expected!r}"
         )
     return obj
+
+
+def parse_records(data: bytes, where: str) -> tuple[list[dict[str, Any]], int]:
+    """Validate the bytes of a recording (see :func:`scan_records`).
+
+    Args:
+        data: The file's content.
+        where: The file, as messages name it (``where:line``).
+
+    Returns:
+        ``(records, valid_bytes)`` as :func:`scan_records` returns them.
+
+    Raises:
+        ValueError: Naming ``where`` and the line at fault.
+    """
+    cut = data.rfind(b"\n") + 1  # the complete lines end here; what follows is the tail
+    text = decode_utf8(data[:cut], where)
+    records: list[dict[str, Any]] = []
+    lines = text.split("\n")[:-1]
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        line = f"{where}:{lineno}"
+        obj = loads_json(raw, line, parse_constant=_not_a_number)
+        records.append(_check_record(obj, line))
+    tail = data[cut:]
+    if tail.strip():
+        line = f"{where}:{len(lines) + 1}"
+        try:
+            obj = loads_json(tail, line, parse_constant=_not_a_number)
+        except ValueError:  # an unterminated line that does not parse: an interrupted write
+            return records, cut
+        records.append(_check_record(obj, line))
+    return records, len(data)
 
 
 def scan_records(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
@@ -68,33 +123,12 @@ def scan_records(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], in
         unparsable fragment left by an interrupted write).
 
     Raises:
-        FileNotFoundError: If the file does not exist.
-        ValueError: If a complete line is not valid JSON or lacks a field (the message gives
-            ``file:line`` and the field), or its ``prompt_hash`` does not match its content.
+        ValueError: If the file is missing or cannot be read, is not UTF-8, or a complete line
+            is not a JSON object with every field and a matching ``prompt_hash`` (the message
+            gives ``file:line`` and the field; a line nested too deeply to read, ``NaN`` and a
+            lone surrogate included).
     """
-    data = Path(path).read_bytes()
-    records: list[dict[str, Any]] = []
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline
-    offset = 0
-    for lineno, raw in enumerate(lines, start=1):
-        offset += len(raw) + 1
-        if not raw.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{where}: not valid JSON ({exc})") from None
-        records.append(_check_record(obj, where))
-    if tail.strip():
-        where = f"{path}:{len(lines) + 1}"
-        try:
-            obj = json.loads(tail.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return records, offset
-        records.append(_check_record(obj, where))
-    return records, len(data)
+    return parse_records(read_bytes(path), str(path))
 
 
 @register_generator("recorded")
@@ -131,17 +165,16 @@ class RecordedGenerator:
 
         Raises:
             GeneratorError: If the file does not exist.
-            ValueError: If the file is malformed (see :func:`scan_records`).
+            ValueError: If the file is malformed or unreadable (see :func:`scan_records`).
         """
         index = getattr(self, "index_", None)
         if index is not None:
             return index
-        try:
-            records, _ = scan_records(self.path)
-        except FileNotFoundError:
+        if not Path(self.path).exists():
             raise GeneratorError(
                 f"recording {str(self.path)!r} does not exist; {self._how_to_record()}"
-            ) from None
+            )
+        records, _ = scan_records(self.path)
         index = {}
         for rec in records:
             index.setdefault((rec["model"], rec["prompt_hash"]), rec["text"])
