@@ -250,3 +250,169 @@ def test_arguments_of_another_json_type_are_refused(
 
     anyio.run(main)
     assert [store.get(i).text for i in store.ids] == ["typed"]
+
+
+# ----------------------------------------------------------------------------- stdio lines
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # messages pass unchanged (a request, a notification, a response, an error response)
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}', "same"),
+        (b'{"jsonrpc":"2.0","id":"a-1","method":"tools/list","params":null} \r', "same"),
+        (b'{"jsonrpc":"2.0","method":"notifications/initialized"}', "same"),
+        (b'{"jsonrpc":"2.0","id":3,"result":{}}', "same"),
+        (b'{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"no"}}', "same"),
+        (b" \t\r", None),  # a blank line: skipped
+        (
+            b"{",
+            (
+                -32700,
+                "Parse error: stdin line 4 is not JSON: EOF while parsing an object at column 1",
+                None,
+            ),
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":Infinity}}',
+            (-32700, "Parse error: stdin line 4 is not JSON: expected value at column 52", None),
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":"\\ud800"}}',
+            (
+                -32700,
+                "Parse error: stdin line 4 is not JSON: unexpected end of hex escape at column 59",
+                None,
+            ),
+        ),
+        (b'"\xc3"', (-32700, "Parse error: stdin line 4 is not UTF-8 (byte 2)", None)),
+        (
+            b"[]",
+            (
+                -32600,
+                "Invalid Request: stdin line 4 is a JSON array (a batch); MCP takes "
+                "one message object per line",
+                None,
+            ),
+        ),
+        (
+            b"true",
+            (
+                -32600,
+                "Invalid Request: stdin line 4 is a JSON boolean, not a JSON-RPC message object",
+                None,
+            ),
+        ),
+        (
+            b'"tools/list"',
+            (
+                -32600,
+                "Invalid Request: stdin line 4 is a JSON string, not a JSON-RPC message object",
+                None,
+            ),
+        ),
+        (
+            b'{"jsonrpc":"1.0","id":5,"method":"tools/list"}',
+            (-32600, 'Invalid Request: stdin line 4: field "jsonrpc" must be "2.0"', 5),
+        ),
+        # the SDK took these three for notifications, which are never answered
+        (
+            b'{"jsonrpc":"2.0","id":1.0,"method":"tools/list"}',
+            (
+                -32600,
+                'Invalid Request: stdin line 4: field "id" must be a string or an integer',
+                None,
+            ),
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":true,"method":"tools/list"}',
+            (
+                -32600,
+                'Invalid Request: stdin line 4: field "id" must be a string or an integer',
+                None,
+            ),
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":{},"method":"tools/list"}',
+            (
+                -32600,
+                'Invalid Request: stdin line 4: field "id" must be a string or an integer',
+                None,
+            ),
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":"q","method":["tools/list"]}',
+            (-32600, 'Invalid Request: stdin line 4: field "method" must be a string', "q"),
+        ),
+        (
+            b'{"jsonrpc":"2.0","method":"x","params":"bar"}',
+            (-32600, 'Invalid Request: stdin line 4: field "params" must be an object', None),
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":9}',
+            (
+                -32600,
+                'Invalid Request: stdin line 4: no "method" (a request or a notification), '
+                'nor an "id" with a "result" or an "error" (a response)',
+                None,
+            ),
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":9,"result":{},"error":{"code":1,"message":"x"}}',
+            (
+                -32600,
+                'Invalid Request: stdin line 4: no "method" (a request or a notification), '
+                'nor an "id" with a "result" or an "error" (a response)',
+                None,
+            ),
+        ),
+    ],
+)
+def test_screen_answers_what_is_not_a_message(raw: bytes, expected: Any) -> None:
+    from memlab.serve.mcp_server import _Reply, _screen
+
+    got = _screen(raw, 4)
+    if expected == "same":
+        assert got == raw.decode()
+    elif expected is None:
+        assert got is None
+    else:
+        code, message, request_id = expected
+        assert isinstance(got, _Reply)
+        assert json.loads(got.text) == {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "error": {"code": code, "message": message},
+        }
+        assert "\n" not in got.text
+
+
+def test_lines_are_split_numbered_and_bounded() -> None:
+    """Lines across reads, a line over the limit dropped as it is read (never held whole), a
+    line exactly at the limit kept, a last line without its newline."""
+    import threading
+
+    from memlab.serve.mcp_server import _lines
+
+    limit = 100_000  # more than one read of 65,536 bytes
+    data = (
+        b"one\n"
+        + b"x" * (limit + 1)
+        + b"\n\n"
+        + b"y" * limit
+        + b"\n"
+        + b"z" * (3 * limit)
+        + b"\ntail"
+    )
+    read_fd, write_fd = os.pipe()
+
+    def feed() -> None:
+        with os.fdopen(write_fd, "wb") as pipe:
+            pipe.write(data)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        got = list(_lines(read_fd, limit))
+    finally:
+        writer.join(timeout=30)
+        os.close(read_fd)
+    assert got == [(1, b"one"), (2, None), (3, b""), (4, b"y" * limit), (5, None), (6, b"tail")]

@@ -28,7 +28,7 @@ from starlette.testclient import TestClient
 
 from memlab.cli import main
 from memlab.datasets.validate import validate_dataset
-from memlab.serve.net import Limits, _loop_errors, bearer_guard
+from memlab.serve.net import Limits, StopSignals, _loop_errors, bearer_guard
 from memlab.serve.recording import Recorder
 
 MEMLAB = ("-c", "import sys; from memlab.cli import main; sys.exit(main())")
@@ -109,11 +109,7 @@ def _read_all(sock: socket.socket, timeout: float) -> bytes:
 # ----------------------------------------------------------------------------- SIGTERM
 @pytest.mark.parametrize(
     ("kind", "sig"),
-    [("http", signal.SIGTERM), ("mcp-http", signal.SIGTERM),
-     # Known race: now and then the SDK's stdio task group logs the unwinding as a rich
-     # traceback on stderr (the store and recording are still closed); not fixed yet.
-     pytest.param("mcp-stdio", signal.SIGTERM, marks=pytest.mark.xfail(
-         strict=False, reason="the MCP SDK sometimes logs SIGTERM's unwinding over stdio")),
+    [("http", signal.SIGTERM), ("mcp-http", signal.SIGTERM), ("mcp-stdio", signal.SIGTERM),
      ("mcp-stdio", signal.SIGINT)],
 )
 def test_sigterm_closes_the_store_and_the_recording_as_sigint_does(
@@ -416,3 +412,65 @@ def test_bearer_guard_compares_the_whole_header() -> None:
         assert res.status_code == 401 and res.json() == {"error": "missing or wrong Bearer token"}
     with pytest.raises(ValueError, match="must not be empty"):
         bearer_guard(Starlette(), " ")
+
+
+# ----------------------------------------------------------------------------- StopSignals
+def test_stop_signals_cancel_through_the_loop_and_never_raise() -> None:
+    """A signal while the loop runs calls the stop callback in the loop; one before ``arm``
+    is acted on by ``arm``; a second changes nothing; the old handlers come back."""
+    import asyncio
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    calls: list[str] = []
+
+    async def serve(stop: StopSignals, name: str) -> None:
+        loop = asyncio.get_running_loop()
+        stopped = asyncio.Event()
+
+        def cancel() -> None:
+            calls.append(name)
+            stopped.set()
+
+        stop.arm(loop, cancel)
+        signal.raise_signal(signal.SIGTERM)  # raises nothing here
+        signal.raise_signal(signal.SIGINT)  # the second: ignored
+        await asyncio.wait_for(stopped.wait(), 10)
+        stop.disarm()
+
+    with StopSignals() as stop:
+        asyncio.run(serve(stop, "during"))
+        assert stop.received == signal.SIGTERM
+    with StopSignals() as early:
+        signal.raise_signal(signal.SIGINT)  # before the loop: kept
+        asyncio.run(serve(early, "early"))
+        assert early.received == signal.SIGINT
+    assert calls == ["during", "early"]
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+@pytest.mark.parametrize("at_call", [1, 2, 3])  # install SIGINT, SIGTERM; put SIGINT back
+def test_stop_signals_put_every_handler_back_when_a_signal_raises_while_swapping(
+    monkeypatch: pytest.MonkeyPatch, at_call: int
+) -> None:
+    """An old handler that raises (SIGTERM's ``Terminated``, SIGINT's ``KeyboardInterrupt``)
+    while ``StopSignals`` puts its handlers in place or puts the old ones back leaves none of
+    its own behind."""
+    from memlab.serve.net import Terminated
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    real = signal.signal
+    calls = [0]
+
+    def signal_landing(sig: int, handler: Any) -> Any:
+        calls[0] += 1
+        old = real(sig, handler)
+        if calls[0] == at_call:
+            raise Terminated
+        return old
+
+    monkeypatch.setattr(signal, "signal", signal_landing)
+    with pytest.raises(Terminated):
+        with StopSignals():
+            pass
+    monkeypatch.undo()
+    assert {sig: signal.getsignal(sig) for sig in before} == before

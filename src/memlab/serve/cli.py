@@ -120,29 +120,35 @@ def _check_record_dir(record: Path, store_dir: Path) -> None:
 def _close(service: Any) -> None:
     """Close the service with ``SIGINT`` and ``SIGTERM`` held back: a signal that comes
     meanwhile is only noted, and acted on (``KeyboardInterrupt``,
-    :class:`~memlab.serve.net.Terminated`) once the store and the recording are closed."""
-    from memlab.serve.net import Terminated
+    :class:`~memlab.serve.net.Terminated`) once the store and the recording are closed. A
+    signal whose handler raises while the holding handlers are being put in place or taken
+    away (the old ones then being in force) skips neither the closing nor the putting back:
+    it is raised once both are done."""
+    from memlab.serve.net import Terminated, restore_handlers
 
     got: list[int] = []
 
     def hold(signum: int, frame: Any) -> None:
         got.append(signum)
 
-    before = {}
-    if threading.current_thread() is threading.main_thread():
-        before = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    before: dict[int, Any] = {}
     try:
-        service.close()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                before[sig] = signal.getsignal(sig)
+                signal.signal(sig, hold)
     finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+        try:
+            service.close()
+        finally:
+            restore_handlers(before)
     if got:
         raise Terminated if got[0] == signal.SIGTERM else KeyboardInterrupt
 
 
 def _stopped(sig: int | None) -> int:
-    """The exit status after an HTTP server stopped on a signal and its service was closed:
-    as the command line ends on that signal (``SIGTERM``: 143, ``SIGINT``: 130)."""
+    """The exit status after a server stopped on a signal and its service was closed: as the
+    command line ends on that signal (``SIGTERM``: 143, ``SIGINT``: 130)."""
     if sig == signal.SIGTERM:
         print("memlab: terminated", file=sys.stderr)
         return 128 + signal.SIGTERM

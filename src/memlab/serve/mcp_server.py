@@ -11,8 +11,13 @@ text names the field at fault.
 Over Streamable HTTP the app runs with :func:`memlab.serve.net.serve_app` (bounded connections,
 a header timeout, ``SIGTERM`` handled as ``SIGINT``) and, given a token, behind
 :func:`memlab.serve.net.bearer_guard`; without a token, any process that can reach the port
-acts as the server's principal. Over stdio, ``SIGTERM`` unwinds as ``SIGINT`` does, so the
-caller closes the service. Design §D4.5's tool names (``store_memory``, ``search_memory``,
+acts as the server's principal. Over stdio, ``SIGINT`` and ``SIGTERM`` alike cancel the
+server (:class:`memlab.serve.net.StopSignals`) and :func:`run` returns the signal, so the
+caller closes the service; a host that closes stdin or stdout stops it too. A line of stdin
+that is not JSON gets JSON-RPC's Parse error (-32700), and JSON that is not a message (a batch,
+a scalar, an object without ``"jsonrpc": "2.0"``, a line longer than :data:`MAX_LINE_BYTES`)
+its Invalid Request (-32600), where the SDK answered nothing; the server goes on serving. A
+blank line is skipped. Design §D4.5's tool names (``store_memory``, ``search_memory``,
 ``delete_memory``, ``correct_memory``) are registered too, so its agents' calls work unchanged.
 
 Resources: ``memory://{scope}/{entity}`` — the entity, its relations and its memories in one
@@ -24,14 +29,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
+import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from memlab.serve.net import Limits, bearer_guard, serve_app, sigterm_unwinds
+from memlab.serve.net import Limits, StopSignals, bearer_guard, serve_app
 from memlab.serve.service import MemoryService, ServiceError
 
 MemoryTypeArg = Literal[
@@ -313,16 +322,17 @@ def run(
     limits: Limits | None = None,
     token: str | None = None,
 ) -> int | None:
-    """Serve until stopped (stdio: until the host closes stdin, or a signal). Over HTTP,
-    returns the signal that stopped the server (``None``: none); over stdio, ``SIGTERM``
-    raises :class:`memlab.serve.net.Terminated` as ``SIGINT`` raises
-    :class:`KeyboardInterrupt`.
-    Either way the caller closes ``service`` afterwards.
+    """Serve until stopped (stdio: until the host closes stdin or stdout, or a signal) and
+    return the signal that stopped the server (``SIGINT`` or ``SIGTERM``; ``None``: none).
+    The caller closes ``service`` afterwards.
 
     Args:
         limits: Connection limit and timeouts of the HTTP transport.
         token: Bearer token the HTTP transport requires (``None``: none, any local process
             may call the tools as the server's principal).
+
+    Raises:
+        ValueError: A token for the stdio transport.
     """
     server = build_server(service)
     if transport == "stdio":
@@ -330,9 +340,9 @@ def run(
             raise ValueError("a token guards the HTTP transport; stdio has no network to guard")
         import anyio
 
-        with sigterm_unwinds():
-            anyio.run(_run_stdio, server)
-        return None
+        with StopSignals() as stop:
+            anyio.run(_run_stdio, server, stop)
+        return stop.received
     try:  # the SDK logs through rich, whose handler imports this on its first traceback:
         import rich.traceback  # noqa: F401 - imported now, not while descriptors run out
     except ImportError:  # pragma: no cover - rich comes with the SDK
@@ -343,57 +353,394 @@ def run(
     return serve_app(app, host=host, port=port, limits=limits)
 
 
-async def _run_stdio(server: Any) -> None:
-    """The SDK's stdio transport, reading stdin with :class:`_StdinLines`."""
+async def _run_stdio(server: Any, stop: StopSignals) -> None:
+    """The SDK's stdio transport over :class:`_StdinLines` and :class:`_StdoutLines`, until
+    stdin ends, the host closes stdout, or ``stop`` gets a signal (which cancels it)."""
+    import anyio
     from mcp.server.stdio import stdio_server
 
     low = server._lowlevel_server
-    async with stdio_server(stdin=_StdinLines()) as (read_stream, write_stream):  # type: ignore[arg-type]
-        await low.run(read_stream, write_stream, low.create_initialization_options())
+    with _claimed_stdio() as (in_fd, out_fd), anyio.CancelScope() as scope:
+        stop.arm(asyncio.get_running_loop(), scope.cancel)
+
+        def host_gone() -> None:
+            print("memlab: warning: the host closed stdout; the server stops", file=sys.stderr)
+            scope.cancel()
+
+        out = _StdoutLines(out_fd, on_closed=host_gone)
+        try:
+            lines = _StdinLines(in_fd, out)
+            async with stdio_server(stdin=lines, stdout=out) as (read_stream, write_stream):  # type: ignore[arg-type]
+                await low.run(read_stream, write_stream, low.create_initialization_options())
+        finally:
+            stop.disarm()
+            out.close()
+
+
+#: Longest line (bytes, its newline not counted) the stdio transport takes: a longer one is
+#: answered with an Invalid Request error and skipped without being held in memory.
+MAX_LINE_BYTES = 8 * 1024 * 1024
+
+#: JSON-RPC 2.0's error codes for a line that is not JSON, and for JSON that is not a message.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+
+
+@contextmanager
+def _claimed_stdio() -> Generator[tuple[int | None, int | None], None, None]:
+    """Private duplicates of fd 0 and fd 1 for the protocol (``None``: that descriptor was
+    closed when the process started, see :func:`_is_wire`), with fd 0 pointed at the null
+    device and fd 1 at stderr meanwhile, as the SDK's own transport does, so that a library's
+    or a child's stray read or print never touches the wire; both are put back afterwards.
+    The duplicates stay open: a thread may still be blocked reading or writing one, and a
+    closed descriptor's number would be reused."""
+    claimed: list[tuple[int, int]] = []
+    private: list[int | None] = []
+    try:
+        for fd, stream, divert in (
+            (0, sys.__stdin__, _null_input),
+            (1, sys.__stdout__, _stderr_output),
+        ):
+            dup = _private_dup(fd) if _is_wire(stream, fd) else None
+            private.append(dup)
+            if dup is None:
+                continue
+            if fd == 1:
+                with suppress(Exception):  # what Python buffered goes out before fd 1 moves
+                    sys.stdout.flush()
+            try:
+                target = divert()
+                try:
+                    os.dup2(target, fd)
+                finally:
+                    os.close(target)
+            except OSError:  # not diverted: the wire stays where it was
+                continue
+            claimed.append((fd, dup))
+        yield private[0], private[1]
+    finally:
+        for fd, dup in reversed(claimed):
+            with suppress(OSError):
+                os.dup2(dup, fd)
+
+
+def _is_wire(stream: Any, fd: int) -> bool:
+    """Whether descriptor ``fd`` is the host's pipe: Python found it open at start-up (the
+    standard ``stream`` it made is on it). A descriptor closed at start-up may have been
+    reused since by whatever opened a file (the store, a library's event loop), which must
+    never be written to, read from or moved."""
+    try:
+        return stream is not None and stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _private_dup(fd: int) -> int | None:
+    """A close-on-exec duplicate of ``fd`` numbered 3 or more (``None``: ``fd`` is closed)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX
+        try:
+            return os.dup(fd)
+        except OSError:
+            return None
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    except OSError:
+        return None
+
+
+def _null_input() -> int:
+    return os.open(os.devnull, os.O_RDONLY)
+
+
+def _stderr_output() -> int:
+    try:
+        return os.dup(2)
+    except OSError:
+        return os.open(os.devnull, os.O_WRONLY)
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """A JSON-RPC error response (one line of JSON) to write in place of a line of stdin."""
+
+    text: str
+
+
+def _error(code: int, message: str, request_id: int | str | None = None) -> _Reply:
+    error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return _Reply(json.dumps(error, separators=(",", ":")))
+
+
+def _is_id(value: object) -> bool:
+    """Whether ``value`` is an MCP request id: a string or an integer (never null)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+_JSON_TYPES = {str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def _screen(raw: bytes, number: int) -> str | _Reply | None:
+    """What to do with line ``number`` of stdin (``raw``, without its newline): the text to
+    hand to the SDK, a JSON-RPC error to answer instead, or ``None`` to skip it (a blank
+    line, which frames nothing).
+
+    The SDK drops a line it cannot parse or validate without a word (logged at debug level),
+    and takes a request whose ``id`` is null, a float or a boolean for a notification, which
+    gets no answer either. JSON-RPC 2.0 wants an answer: Parse error (-32700, ``id`` null)
+    for a line that is not UTF-8 JSON (``NaN`` and ``Infinity`` are not JSON), and Invalid
+    Request (-32600) for JSON that is not a message (a batch, a scalar, an object without
+    ``"jsonrpc": "2.0"``, a ``method`` or an ``id`` of the wrong type). Its ``id`` is the
+    request's when that is a valid one, else null; a malformed response (no ``method``) is
+    answered with ``id`` null, so that it is never taken for the answer to a request of the
+    client's own. Each error's message names the line of stdin.
+    """
+    import pydantic_core
+    from mcp_types import jsonrpc_message_adapter
+
+    if not raw.strip(b" \t\r\n"):
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _error(
+            PARSE_ERROR, f"Parse error: stdin line {number} is not UTF-8 (byte {exc.start + 1})"
+        )
+    try:
+        message = pydantic_core.from_json(raw, allow_inf_nan=False)
+    except ValueError as exc:
+        where = re.sub(r" at line \d+ column (\d+)$", r" at column \1", str(exc))
+        return _error(PARSE_ERROR, f"Parse error: stdin line {number} is not JSON: {where}")
+    if isinstance(message, list):
+        return _error(
+            INVALID_REQUEST,
+            f"Invalid Request: stdin line {number} is a JSON array "
+            "(a batch); MCP takes one message object per line",
+        )
+    if not isinstance(message, dict):
+        return _error(
+            INVALID_REQUEST,
+            f"Invalid Request: stdin line {number} is a JSON "
+            f"{_JSON_TYPES[type(message)]}, not a JSON-RPC message object",
+        )
+    problem = _problem(message)
+    if problem is None:
+        try:
+            jsonrpc_message_adapter.validate_json(text, by_name=False)
+        except pydantic_core.ValidationError:
+            problem = "not a valid JSON-RPC request, notification or response"
+    if problem is None:
+        return text
+    request_id = message.get("id")
+    if "method" not in message or not _is_id(request_id):
+        request_id = None
+    return _error(INVALID_REQUEST, f"Invalid Request: stdin line {number}: {problem}", request_id)
+
+
+def _problem(message: dict[str, Any]) -> str | None:
+    """What makes ``message`` no JSON-RPC message, in words (``None``: nothing seen)."""
+    if message.get("jsonrpc") != "2.0":
+        return 'field "jsonrpc" must be "2.0"'
+    if "id" in message and not _is_id(message["id"]):
+        return 'field "id" must be a string or an integer'
+    if "method" in message:
+        if not isinstance(message["method"], str):
+            return 'field "method" must be a string'
+        params = message.get("params")
+        if params is not None and not isinstance(params, dict):
+            return 'field "params" must be an object'
+        return None
+    if "id" not in message or ("result" in message) == ("error" in message):
+        return (
+            'no "method" (a request or a notification), nor an "id" with a "result" or '
+            'an "error" (a response)'
+        )
+    return None
+
+
+def _lines(fd: int, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes | None]]:
+    """``(number, line)`` for each line read from ``fd`` until end of file or a read error,
+    numbered from 1, without its newline; a line longer than ``limit`` bytes comes as
+    ``None``, and is never held in memory whole (what goes beyond the limit is dropped as it
+    is read). A last line without a newline counts."""
+    buffer = bytearray()
+    too_long = False
+    number = 0
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            if buffer or too_long:
+                yield number + 1, None if too_long else bytes(buffer)
+            return
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            if not too_long:
+                if len(buffer) + len(piece) > limit:
+                    too_long = True
+                    buffer.clear()
+                else:
+                    buffer += piece
+            if end < 0:
+                break
+            number += 1
+            yield number, None if too_long else bytes(buffer)
+            buffer.clear()
+            too_long = False
+            start = end + 1
 
 
 class _StdinLines:
-    """stdin's lines (text), for the SDK's stdio transport.
+    """stdin's messages (text lines), for the SDK's stdio transport.
 
     The SDK reads stdin in a worker thread that cannot be cancelled: a server asked to stop
     (``SIGINT``, ``SIGTERM``) while its host keeps stdin open and sends nothing waited for a
-    line that never came, and never closed its store. Here a daemon thread reads a duplicate
-    of fd 0 and hands each line to the event loop, and waiting for the next line is
-    cancelled like any other wait; the thread, blocked in a read, ends with the process.
+    line that never came, and never closed its store. Here a daemon thread reads the protocol's
+    duplicate of fd 0 a line at a time (at most one line ahead of the server), screens each
+    with :func:`_screen` and hands it to the event loop, and waiting for the next line is
+    cancelled like any other wait; the thread, blocked in a read, ends with the process. A
+    line :func:`_screen` refuses is answered through ``out`` and never reaches the SDK, and so
+    is a line longer than :data:`MAX_LINE_BYTES`.
     """
 
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[str | None] | None = None
+    def __init__(self, fd: int | None, out: _StdoutLines, limit: int = MAX_LINE_BYTES) -> None:
+        self._fd = fd
+        self._out = out
+        self._limit = limit
+        self._items: queue.Queue[str | _Reply | None] = queue.Queue(maxsize=1)
+        self._ready: asyncio.Event | None = None
+        self._ended = False
 
     def __aiter__(self) -> _StdinLines:
         return self
 
     async def __anext__(self) -> str:
-        if self._queue is None:
-            self._queue = asyncio.Queue()
-            loop = asyncio.get_running_loop()
-            fd = os.dup(sys.stdin.fileno())
-            threading.Thread(target=self._pump, args=(loop, fd, self._queue), daemon=True,
-                             name="memlab-stdin").start()
-        line = await self._queue.get()
-        if line is None:
-            raise StopAsyncIteration
-        return line
-
-    @staticmethod
-    def _pump(loop: asyncio.AbstractEventLoop, fd: int, queue: asyncio.Queue[str | None]) -> None:
-        def put(item: str | None) -> bool:
+        ready = self._ready
+        if ready is None and self._fd is not None:
+            ready = self._ready = asyncio.Event()
+            threading.Thread(
+                target=self._pump,
+                daemon=True,
+                name="memlab-stdin",
+                args=(self._fd, asyncio.get_running_loop(), ready),
+            ).start()
+        while not self._ended and ready is not None:
             try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the loop is closed: nobody reads any more
-                return False
-            return True
+                item = self._items.get_nowait()
+            except queue.Empty:
+                ready.clear()
+                await ready.wait()  # the pump sets it after each item it queues
+                continue
+            if item is None:
+                self._ended = True
+            elif isinstance(item, _Reply):
+                await self._out.write(item.text + "\n")
+            else:
+                return item
+        raise StopAsyncIteration
 
+    def _pump(self, fd: int, loop: asyncio.AbstractEventLoop, ready: asyncio.Event) -> None:
+        for number, raw in _lines(fd, self._limit):
+            if raw is None:
+                item: str | _Reply | None = _error(
+                    INVALID_REQUEST,
+                    f"Invalid Request: stdin line {number} is longer than {self._limit} bytes",
+                )
+            else:
+                item = _screen(raw, number)
+                if item is None:
+                    continue
+            if not self._hand(loop, ready, item):
+                return
+        self._hand(loop, ready, None)
+
+    def _hand(
+        self, loop: asyncio.AbstractEventLoop, ready: asyncio.Event, item: str | _Reply | None
+    ) -> bool:
+        """Queue ``item`` (waiting for the server to take the one before) and wake the loop;
+        ``False``: the loop is closed, nobody reads any more."""
+        self._items.put(item)
         try:
-            with os.fdopen(fd, "rb") as stdin:
-                for raw in stdin:
-                    if not put(raw.decode("utf-8", errors="replace")):
-                        return
-        except (OSError, ValueError):
-            pass
-        put(None)
+            loop.call_soon_threadsafe(ready.set)
+        except RuntimeError:
+            return False
+        return True
+
+
+class _StdoutLines:
+    """stdout for the SDK's stdio transport: each :meth:`write` is a whole line, written by a
+    daemon thread to the protocol's duplicate of fd 1.
+
+    The SDK writes through a worker thread that cancellation waits for: a host that stopped
+    reading stdout left a write blocked for good, and a signal then never stopped the server
+    (nor did the process end, the worker thread not being a daemon). Here waiting for a write
+    is cancelled like any other wait. A host that closed its end of the pipe (``EPIPE``; any
+    write error) is gone: ``on_closed`` is called once, in the event loop, and later lines are
+    dropped, where the SDK's writer raised into its task group and printed a traceback.
+    Characters UTF-8 cannot encode (lone surrogates, only ever inside a JSON string) are
+    written as their JSON escapes.
+    """
+
+    def __init__(self, fd: int | None, on_closed: Callable[[], None]) -> None:
+        self._fd = fd
+        self._on_closed = on_closed
+        self._jobs: queue.SimpleQueue[
+            tuple[bytes, asyncio.AbstractEventLoop, asyncio.Future[None]] | None
+        ] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._broken = fd is None
+        self._told = False
+
+    async def write(self, text: str) -> None:
+        """Write ``text`` (a whole line); returns once it is written, or dropped."""
+        loop = asyncio.get_running_loop()
+        if self._broken:
+            self._closed()
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._drain, args=(self._fd,), daemon=True, name="memlab-stdout"
+            )
+            self._thread.start()
+        done: asyncio.Future[None] = loop.create_future()
+        self._jobs.put((text.encode("utf-8", errors="backslashreplace"), loop, done))
+        await done
+
+    async def flush(self) -> None:
+        """Nothing to do: :meth:`write` returns once its line is written."""
+
+    def close(self) -> None:
+        """End the writing thread once what it was given is written (or it is blocked for
+        good: it is a daemon)."""
+        self._jobs.put(None)
+
+    def _closed(self) -> None:
+        if not self._told:
+            self._told = True
+            self._on_closed()
+
+    def _settle(self, done: asyncio.Future[None]) -> None:
+        if self._broken:
+            self._closed()
+        if not done.done():  # (a cancelled write's future is done)
+            done.set_result(None)
+
+    def _drain(self, fd: int) -> None:
+        while (job := self._jobs.get()) is not None:
+            data, loop, done = job
+            if not self._broken:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                except OSError:  # EPIPE: the host closed its end; EBADF, EIO: gone too
+                    self._broken = True
+            try:
+                loop.call_soon_threadsafe(self._settle, done)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                return

@@ -26,7 +26,9 @@ loop's error report itself needs a descriptor. :func:`serve_app` runs an app wit
   and ``SIGTERM``'s default action then ends the process before any ``finally`` runs.
 
 :func:`bearer_guard` puts a Bearer token in front of an ASGI app (compared in constant time),
-as the ingest server checks its token.
+as the ingest server checks its token. :class:`StopSignals` makes ``SIGINT`` and ``SIGTERM``
+cancel a server running on an event loop (the MCP stdio transport) instead of raising inside
+it.
 """
 
 from __future__ import annotations
@@ -75,6 +77,81 @@ def sigterm_unwinds() -> Generator[None, None, None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+class StopSignals:
+    """``SIGINT`` and ``SIGTERM`` as a request to stop a server that runs an event loop.
+
+    A handler that raises (``KeyboardInterrupt``, :class:`Terminated`) raises at whatever
+    bytecode the main thread is running. Inside an event loop that is, now and then, the middle
+    of a task's step (an anyio cancel scope's exit, a memory stream's receive) rather than the
+    wait for I/O: the task group then unwinds with a ``RuntimeError`` or logs the exception as
+    a traceback. While this context manager holds (main thread only; elsewhere nothing
+    changes), the two signals raise nothing: the first one is kept in :attr:`received` and
+    hands the callback given to :meth:`arm` to the event loop (a thread-safe call, as asyncio's
+    own ``SIGINT`` handling does), where it cancels the server as any cancellation does. A
+    signal before :meth:`arm` is acted on by :meth:`arm`; later signals change nothing (the
+    server is stopping already). On exit the handlers before it are put back.
+
+    Attributes:
+        received: The first signal received while it held (``None``: none).
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._request: Callable[[], None] | None = None
+        self._before: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            try:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    self._before[sig] = signal.getsignal(sig)
+                    signal.signal(sig, self._on_signal)
+            except BaseException:  # the old SIGTERM handler raised meanwhile: all back
+                self.__exit__()
+                raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._request = None
+        before, self._before = self._before, {}
+        restore_handlers(before)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.received is None:
+            self.received = signum
+            request = self._request
+            if request is not None:
+                request()
+
+    def arm(self, loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> None:
+        """Call ``stop`` in ``loop`` on the first signal (at once if one came already)."""
+
+        def request() -> None:
+            try:
+                loop.call_soon_threadsafe(stop)
+            except RuntimeError:  # the loop is closed: the server stopped already
+                pass
+
+        self._request = request
+        if self.received is not None:
+            request()
+
+    def disarm(self) -> None:
+        """Stop calling the callback of :meth:`arm` (a signal is still kept)."""
+        self._request = None
+
+
+def restore_handlers(handlers: dict[int, Any]) -> None:
+    """Put the signal ``handlers`` back, each one even if a signal raised from one put back
+    before it (``SIGINT``'s ``KeyboardInterrupt``), so that none is left in place."""
+    if handlers:
+        (sig, handler), *rest = handlers.items()
+        try:
+            signal.signal(sig, handler)
+        finally:
+            restore_handlers(dict(rest))
 
 
 def _canned(status: str, message: str) -> bytes:
