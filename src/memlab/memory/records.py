@@ -137,6 +137,19 @@ class StoreWriteError(StoreError):
     """A write failed (read-only file or store, full disk, I/O error); it was rolled back."""
 
 
+TIME_FIELDS = (
+    "created_at",
+    "last_accessed_at",
+    "superseded_at",
+    "valid_from",
+    "valid_to",
+    "expired_at",
+    "archived_at",
+    "purged_at",
+)
+"""The record's timestamps (epoch seconds in memory, ISO 8601 in payloads)."""
+
+
 @dataclass(slots=True)
 class MemoryRecord:
     """One memory with the full payload of docs/design.md §D0.2.
@@ -183,15 +196,6 @@ class MemoryRecord:
     def to_payload(self) -> dict[str, Any]:
         """The record as the design's JSON payload (timestamps as ISO 8601 strings)."""
         out = asdict(self)
-        for name in (
-            "created_at",
-            "last_accessed_at",
-            "superseded_at",
-            "valid_from",
-            "valid_to",
-            "expired_at",
-            "archived_at",
-            "purged_at",
-        ):
+        for name in TIME_FIELDS:
             out[name] = to_iso(out[name])
         return out

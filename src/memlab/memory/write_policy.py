@@ -30,6 +30,7 @@ from memlab.memory.records import (
     IMPORTANCE_LEVELS,
     KNOWLEDGE_CATEGORIES,
     MEMORY_TYPES,
+    TIME_FIELDS,
     DecisionImmutableError,
     MemoryInputError,
     MemoryRecord,
@@ -42,16 +43,7 @@ from memlab.timeutil import coerce_ts
 
 log = logging.getLogger("memlab.store")
 
-_TIME_FIELDS = (
-    "created_at",
-    "last_accessed_at",
-    "superseded_at",
-    "valid_from",
-    "valid_to",
-    "expired_at",
-    "archived_at",
-    "purged_at",
-)
+_TIME_FIELDS = TIME_FIELDS
 _CHOICE_FIELDS: dict[str, tuple[tuple[str, ...], bool]] = {
     "importance": (IMPORTANCE_LEVELS, False),
     "authority": (AUTHORITY_LEVELS, False),
