@@ -418,3 +418,28 @@ def test_kept_entries_stay_in_place_and_stay_claimed(tmp_path: Path) -> None:
     assert (out / "tune.json").read_text() == "2"
     marker = json.loads((out / OUTPUT_MARKER).read_text())
     assert marker == {"memlab": "tune", "entries": ["study.db", "tune.json"]}
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o444])
+def test_a_replaced_file_keeps_its_permission_bits(tmp_path: Path, mode: int) -> None:
+    out = tmp_path / "out.txt"
+    mio.publish_file(out, "memlab: 1\n", owned=_mine)
+    os.chmod(out, mode)
+    mio.publish_file(out, "memlab: 2\n", owned=_mine)
+    assert out.read_text() == "memlab: 2\n"
+    assert out.stat().st_mode & 0o777 == mode
+    marker = tmp_path / "marker.json"
+    mio.atomic_write_text(marker, "a")
+    os.chmod(marker, mode)
+    mio.atomic_write_text(marker, "b")
+    assert marker.stat().st_mode & 0o777 == mode
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["marker.json", "out.txt"]
+
+
+def test_a_new_file_gets_the_permissions_of_any_new_file(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        mio.publish_file(tmp_path / "new.txt", "memlab: 1\n", owned=_mine)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o644

@@ -48,6 +48,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Collection, Iterator
@@ -168,6 +169,18 @@ def _write_sibling(path: Path, data: bytes) -> Path:
     return tmp
 
 
+def _keep_mode(tmp: Path, target: Path) -> None:
+    """Give ``tmp`` the permission bits of the regular file ``target`` it is about to replace
+    (a replaced file keeps its mode, e.g. a recording a user made private); nothing when
+    ``target`` is absent."""
+    try:
+        st = os.stat(target, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(st.st_mode):
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write text through a temporary file in the same directory and a rename.
 
@@ -179,6 +192,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _write_sibling(path, text.encode("utf-8"))
     try:
+        _keep_mode(tmp, path)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -600,7 +614,8 @@ def publish_file(
 
     The content goes to a hidden sibling ``.NAME.tmp-*`` first; ``path`` is checked again
     just before the rename (it may have changed meanwhile) and the sibling is removed on any
-    failure, so ``path`` is the old file or the complete new one and nothing else is left.
+    failure, so ``path`` is the old file or the complete new one and nothing else is left. A
+    file replaced keeps its permission bits.
 
     Returns:
         The absolute path written.
@@ -614,6 +629,7 @@ def publish_file(
     tmp = _write_sibling(target, data.encode("utf-8") if isinstance(data, str) else data)
     try:
         check_output_file(path, **checks)  # type: ignore[arg-type]
+        _keep_mode(tmp, target)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
