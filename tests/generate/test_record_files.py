@@ -224,3 +224,46 @@ def test_command_line_bad_input_is_one_line_and_nothing_is_written(
     assert notes.read_text(encoding="utf-8") == "keep me"
     assert not out.exists()
     assert json.loads(own.decode("utf-8"))["prompt"] == "p1"
+
+
+def test_runs_take_turns_on_one_recording_and_keep_each_others_lines(tmp_path: Path) -> None:
+    import fcntl
+
+    path = tmp_path / "rec.jsonl"
+    record_generations(["a"], FakeGenerator(), path)
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another run is publishing in this directory
+        with pytest.raises(OutputFileError) as info:
+            record_generations(["b", "c"], FakeGenerator(), path, lock_timeout=0.05)
+        assert str(info.value) == (
+            f"--out {path}: another run is writing a recording in {tmp_path} (waited 0.05 s "
+            "for its turn); 2 new generation(s) of this run were not written"
+        )
+    finally:
+        os.close(fd)
+    assert [json.loads(x)["prompt"] for x in path.read_text().splitlines()] == ["a"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rec.jsonl"]  # no lock file
+    # a line another run published after this run read the file is kept when this one
+    # publishes (the file is read again under the lock)
+    other = tmp_path / "other.jsonl"
+    record_generations(["d"], FakeGenerator(), other)
+    gen = FakeGenerator()
+    original = gen.generate
+
+    def generate_while_another_run_publishes(prompt: str, **kw: object) -> str:
+        path.write_bytes(path.read_bytes() + other.read_bytes())
+        return original(prompt, **kw)
+
+    gen.generate = generate_while_another_run_publishes  # type: ignore[method-assign]
+    assert record_generations(["e"], gen, path) == 1
+    assert [json.loads(x)["prompt"] for x in path.read_text().splitlines()] == ["a", "d", "e"]
+
+
+@pytest.mark.parametrize(("value", "error"), [(True, TypeError), ("1", TypeError),
+                                              (-1, ValueError), (float("nan"), ValueError)])
+def test_a_bad_lock_timeout_is_refused_before_any_generation(tmp_path, value, error) -> None:
+    gen = FakeGenerator()
+    with pytest.raises(error, match="lock_timeout"):
+        record_generations(["a"], gen, tmp_path / "r.jsonl", lock_timeout=value)
+    assert gen.calls == [] and not (tmp_path / "r.jsonl").exists()

@@ -11,7 +11,9 @@ recording with its new lines goes to a hidden sibling ``.FILE.tmp-*`` that is re
 ``FILE`` (:func:`memlab.io.publish_file`), so the file is at every instant the old recording
 or the complete new one. New lines are published at least once a second while generating and
 whenever recording stops (an error, Ctrl-C), so a hard kill loses at most the last second of
-generations. An unterminated fragment of a line left by an older memlab is dropped when the
+generations. Runs recording into one directory take turns to publish (an ``flock`` of the
+directory; no file is created) and each re-reads the file first, so neither loses the other's
+lines. An unterminated fragment of a line left by an older memlab is dropped when the
 file is next written.
 
 Command line::
@@ -28,7 +30,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +117,67 @@ def check_recording_out(path: str | os.PathLike[str], *, what: str = "--out") ->
     return target
 
 
-def _publish(target: Path, lines: list[tuple[tuple[str, str], bytes]], what: str) -> None:
+@contextmanager
+def _directory_turn(directory: Path, timeout: float) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` of ``directory`` itself (no file is created) for the
+    block; yields False if another process held it for ``timeout`` seconds. Where the
+    directory cannot be locked (no ``flock``, some network file systems) it yields True at
+    once."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no turns
+        yield True
+        return
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        yield True
+        return
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.01)
+            except OSError:  # the file system cannot lock: no turns
+                break
+        yield True
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def _publish(
+    target: Path,
+    lines: list[tuple[tuple[str, str], bytes]],
+    what: str,
+    lock_timeout: float = 60.0,
+) -> None:
     """Write the recording at ``target`` plus those of ``lines`` it lacks, atomically.
 
-    The file is read again first, so lines another run added meanwhile are kept.
+    Runs writing recordings in one directory take turns (an ``flock`` of the directory, held
+    while the file is read again and replaced), so lines another run added are kept.
+
+    Raises:
+        OutputFileError: Another run held its turn for ``lock_timeout`` seconds.
     """
+    with _directory_turn(target.parent, lock_timeout) as mine:
+        if not mine:
+            raise OutputFileError(
+                f"{what} {target}: another run is writing a recording in {target.parent} "
+                f"(waited {lock_timeout:g} s for its turn); {len(lines)} new generation(s) of "
+                "this run were not written"
+            )
+        _merge_and_publish(target, lines, what)
+
+
+def _merge_and_publish(
+    target: Path, lines: list[tuple[tuple[str, str], bytes]], what: str
+) -> None:
     data = b""
     recorded: set[tuple[str, str]] = set()
     if target.is_file() and target.stat().st_size > 0:
@@ -163,6 +222,7 @@ def record_generations(
     seed: int = 0,
     progress: bool = True,
     what: str = "--out",
+    lock_timeout: float = 60.0,
 ) -> int:
     """Generate and record one JSONL line per prompt not yet recorded in ``path``.
 
@@ -177,6 +237,8 @@ def record_generations(
         progress: Show a tqdm progress bar (always hidden when the environment has
             ``CI=true``).
         what: How messages name ``path``.
+        lock_timeout: Seconds to wait for another run publishing a recording in the same
+            directory (runs take turns; each keeps the other's lines).
 
     Returns:
         The number of prompts generated in this call.
@@ -189,6 +251,10 @@ def record_generations(
         GeneratorError: If the generator fails; the lines generated before are published.
     """
     params = generation_params(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)):
+        raise TypeError(f"field 'lock_timeout' must be a number, got {lock_timeout!r}")
+    if not lock_timeout >= 0:
+        raise ValueError(f"field 'lock_timeout' must be >= 0, got {lock_timeout!r}")
     model = generator.model_id
     target = check_recording_out(path, what=what)
     checked = _checked_prompts(prompts)
@@ -237,7 +303,7 @@ def record_generations(
             count += 1
             if time.monotonic() - last >= every:
                 start = time.monotonic()
-                _publish(target, pending, what)
+                _publish(target, pending, what, lock_timeout)
                 pending.clear()
                 last = time.monotonic()
                 # Rewriting a long recording costs time: never more than a tenth of it.
@@ -245,7 +311,7 @@ def record_generations(
     finally:
         bar.close()
         if pending or not target.exists():
-            _publish(target, pending, what)
+            _publish(target, pending, what, lock_timeout)
     return count
 
 
