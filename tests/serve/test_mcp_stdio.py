@@ -419,3 +419,27 @@ def test_a_standard_descriptor_closed_at_start_stops_the_server_quietly(
     assert status == 0
     assert (tmp_path / "err").read_text() == expected_err
     assert main(["store", "check", str(tmp_path / "store")]) == 0
+
+
+def test_a_host_that_closes_stdin_after_its_requests_gets_every_answer(tmp_path: Path) -> None:
+    calls = [
+        {
+            "jsonrpc": "2.0",
+            "id": i,
+            "method": "tools/call",
+            "params": {"name": "store", "arguments": {"content": f"deploy step {i} ran", "memory_type": "event"}},
+        }
+        for i in range(1, 6)
+    ]
+    with _host(tmp_path) as host:
+        assert host.proc.stdin is not None and host.proc.stdout is not None
+        host.send(*(json.dumps(c).encode() for c in calls), TOOLS_LIST)
+        host.proc.stdin.close()  # the host has nothing more to say, and waits for answers
+        assert host.proc.wait(timeout=60) == 0, host.stderr()
+        replies = [json.loads(line) for line in host.proc.stdout.read().splitlines()]
+        assert sorted(r["id"] for r in replies) == [1, 2, 3, 4, 5, 99]
+        for r in replies:
+            if r["id"] != 99:
+                assert r["result"]["isError"] is False, r
+        _assert_tools_list(next(r for r in replies if r["id"] == 99))
+        assert host.stderr() == ""

@@ -381,6 +381,48 @@ async def _run_stdio(server: Any, stop: StopSignals) -> None:
 #: answered with an Invalid Request error and skipped without being held in memory.
 MAX_LINE_BYTES = 8 * 1024 * 1024
 
+#: Seconds a stdio server whose input has ended still waits for the answers to the requests
+#: it read (the SDK cancels whatever is running once its input ends).
+EOF_GRACE_SECONDS = 60.0
+
+
+def _id_key(value: object) -> tuple[str, object] | None:
+    """A JSON-RPC id as a set key (``1`` and ``"1"`` are different ids), or ``None``."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None
+    return (type(value).__name__, value)
+
+
+def _request_key(
+    line: str,
+) -> tuple[tuple[str, object] | None, tuple[str, object] | None]:
+    """The id of a request line (a message with a ``method`` and an ``id``), and the id a
+    ``notifications/cancelled`` line cancels; ``None`` for either that is not there."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None, None
+    if not isinstance(message, dict) or "method" not in message:
+        return None, None
+    cancelled = None
+    params = message.get("params")
+    if message["method"] == "notifications/cancelled" and isinstance(params, dict):
+        cancelled = _id_key(params.get("requestId"))
+    return _id_key(message.get("id")), cancelled
+
+
+def _response_key(line: str) -> tuple[str, object] | None:
+    """The id a response line answers (a message with ``result`` or ``error``), else
+    ``None``."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or not ("result" in message or "error" in message):
+        return None
+    return _id_key(message.get("id"))
+
+
 #: JSON-RPC 2.0's error codes for a line that is not JSON, and for JSON that is not a message.
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -608,9 +650,16 @@ class _StdinLines:
     is a line longer than :data:`MAX_LINE_BYTES`.
     """
 
-    def __init__(self, fd: int | None, out: _StdoutLines, limit: int = MAX_LINE_BYTES) -> None:
+    def __init__(
+        self,
+        fd: int | None,
+        out: _StdoutLines,
+        limit: int = MAX_LINE_BYTES,
+        eof_grace: float = EOF_GRACE_SECONDS,
+    ) -> None:
         self._fd = fd
         self._out = out
+        self._eof_grace = eof_grace
         self._limit = limit
         self._items: queue.Queue[str | _Reply | None] = queue.Queue(maxsize=1)
         self._ready: asyncio.Event | None = None
@@ -638,9 +687,18 @@ class _StdinLines:
                 continue
             if item is None:
                 self._ended = True
+                # the SDK cancels what is still running once its input ends: a host that
+                # sends its requests and closes stdin gets their answers first
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._out.answered(), self._eof_grace)
             elif isinstance(item, _Reply):
                 await self._out.write(item.text + "\n")
             else:
+                key, cancelled = _request_key(item)
+                if key is not None:
+                    self._out.unanswered.add(key)
+                if cancelled is not None:  # a cancelled request is not answered (MCP)
+                    self._out.unanswered.discard(cancelled)
                 return item
         raise StopAsyncIteration
 
@@ -695,9 +753,30 @@ class _StdoutLines:
         self._thread: threading.Thread | None = None
         self._broken = fd is None
         self._told = False
+        self.unanswered: set[tuple[str, object]] = set()
+        """Requests read and not yet answered (``(type, id)``; :class:`_StdinLines` adds them,
+        a response written removes its own)."""
+        self._answered: asyncio.Event | None = None
+
+    async def answered(self) -> None:
+        """Return once every request in :attr:`unanswered` has its response written (or
+        the host is gone)."""
+        while self.unanswered and not self._broken:
+            self._answered = asyncio.Event()
+            await self._answered.wait()
 
     async def write(self, text: str) -> None:
         """Write ``text`` (a whole line); returns once it is written, or dropped."""
+        try:
+            await self._write(text)
+        finally:
+            key = _response_key(text)
+            if key is not None and key in self.unanswered:
+                self.unanswered.discard(key)
+                if not self.unanswered and self._answered is not None:
+                    self._answered.set()
+
+    async def _write(self, text: str) -> None:
         loop = asyncio.get_running_loop()
         if self._broken:
             self._closed()
