@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,23 +18,9 @@ from memlab.generate import (
 )
 from memlab.generate.record import main, read_prompts, record_generations
 
-
-class FakeGenerator:
-    """Deterministic generator that records its calls; optionally fails on one prompt."""
-
-    model_id = "fake"
-
-    def __init__(self, fail_on: str | None = None) -> None:
-        self.fail_on = fail_on
-        self.calls: list[str] = []
-
-    def generate(
-        self, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, seed: int = 0
-    ) -> str:
-        self.calls.append(prompt)
-        if prompt == self.fail_on:
-            raise GeneratorError("model crashed")
-        return f"answer to {prompt} ({max_new_tokens}, {temperature}, {seed})"
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _fake_generator import FakeGenerator  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

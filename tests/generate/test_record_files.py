@@ -12,27 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from memlab.generate import GENERATORS, GeneratorError
+from memlab.generate import GENERATORS
 from memlab.generate.record import main, read_prompts, record_generations
 from memlab.io import OutputFileError
 
-
-class FakeGenerator:
-    """Deterministic generator that records its calls; optionally fails on one prompt."""
-
-    model_id = "fake"
-
-    def __init__(self, fail_on: str | None = None) -> None:
-        self.fail_on = fail_on
-        self.calls: list[str] = []
-
-    def generate(
-        self, prompt: str, *, max_new_tokens: int = 128, temperature: float = 0.0, seed: int = 0
-    ) -> str:
-        self.calls.append(prompt)
-        if prompt == self.fail_on:
-            raise GeneratorError("model crashed")
-        return f"answer to {prompt}"
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _fake_generator import FakeGenerator  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
