@@ -170,3 +170,25 @@ def test_a_failed_creation_leaves_no_database_behind(tmp_path, monkeypatch) -> N
     with sqlite3.connect(path / "memlab.sqlite3") as db:
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"memories", "versions", "entities", "meta", "relation_scopes"} <= names
+
+
+def test_store_check_notes_a_file_an_interrupted_creation_left(tmp_path, capsys) -> None:
+    from memlab.cli import main
+
+    path = tmp_path / "s"
+    with MemoryStore(path, chroma=False) as store:
+        store.store("kept", source_agent="a", now=T0)
+    left = path / "memlab.sqlite3.creating-4242-0a1b2c3d"
+    left.write_bytes(b"")  # as a creation killed before its link leaves it
+    with MemoryStore(path, read_only=True) as store:
+        assert store.check() == []
+        assert store.check_notes == [
+            "memlab.sqlite3.creating-4242-0a1b2c3d: left by a store creation that was "
+            "interrupted (it holds no memory); remove it unless a store is being created here "
+            "now"
+        ]
+    assert main(["store", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "note: memlab.sqlite3.creating-4242-0a1b2c3d: left by a store creation" in out
+    assert out.endswith("1 memories, 0 problem(s)\n")
+    assert left.exists()  # never deleted

@@ -37,6 +37,7 @@ from memlab.memory.records import (
     StoreWriteError,
 )
 from memlab.memory.scopes import Principal
+from memlab.memory.sqlite_io import CREATING, DB_NAME
 from memlab.memory.vectors import ChromaIndex, drop_chroma_system
 from memlab.timeutil import coerce_ts
 
@@ -371,6 +372,11 @@ class ChromaMirror:
         put in :attr:`check_notes` instead.
         """
         self.check_notes = []
+        problems = self._check_parts()
+        self.check_notes += self._creation_notes()
+        return problems
+
+    def _check_parts(self) -> list[str]:
         if self.read_only:
             return self._check_copy()
         problems = self._sqlite_problems()
@@ -380,6 +386,17 @@ class ChromaMirror:
         where = self.path / "chroma" if self.path is not None else "chromadb"
         problems += self._chroma_problems(self._chroma, where)
         return problems
+
+    def _creation_notes(self) -> list[str]:
+        """A note for each file a store creation left behind when it was killed (its schema
+        file, never linked into place): memlab does not delete what it cannot prove it wrote."""
+        if self.path is None:
+            return []
+        return [
+            f"{left.name}: left by a store creation that was interrupted (it holds no memory); "
+            "remove it unless a store is being created here now"
+            for left in sorted(self.path.glob(f"{DB_NAME}{CREATING}*"))
+        ]
 
     def _sqlite_problems(self) -> list[str]:
         problems = []

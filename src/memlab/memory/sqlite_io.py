@@ -143,7 +143,7 @@ _SNAPSHOT_WAIT = 10.0
 _GATE_GRACE = 1.0
 """Seconds between the tries a writer queued behind the gate makes at the store lock itself
 (so that a waiter stopped while it holds the gate cannot keep the store shut)."""
-_CREATING = ".creating-"
+CREATING = ".creating-"
 """``memlab.sqlite3.creating-<pid>-<random>``: a new store's file while its schema is made."""
 _LOCK_CONTENTION = frozenset({errno.EACCES, errno.EAGAIN, errno.EWOULDBLOCK})
 
@@ -323,7 +323,7 @@ class SQLiteIO:
                 f"{db_file}: a symbolic link to nothing, not a memlab store; nothing was "
                 "changed (remove the link or point it at a store)"
             )
-        tmp = db_file.with_name(f"{DB_NAME}{_CREATING}{os.getpid()}-{secrets.token_hex(4)}")
+        tmp = db_file.with_name(f"{DB_NAME}{CREATING}{os.getpid()}-{secrets.token_hex(4)}")
         made: list[Path] = []
         try:
             try:
