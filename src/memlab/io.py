@@ -42,6 +42,7 @@ nested too deeply for the parser, a parquet file a library cannot decode) into o
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -544,6 +545,57 @@ def atomic_directory(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+_FLOCK_CONTENTION = frozenset({errno.EACCES, errno.EAGAIN, errno.EWOULDBLOCK})
+
+
+class DirectoryGate:
+    """An exclusive ``flock`` on a directory itself (no file is created), taken without
+    waiting (:meth:`try_take`) and let go by :meth:`release`.
+
+    The store's writers queue at their store directory's gate in front of ``memlab.lock``
+    (the one holding it waits for the lock, so a writer that closes the store and opens it
+    again queues behind the writer that was waiting); runs recording generations take turns
+    at their recording's directory. Where the directory cannot be locked (no ``flock``, some
+    network file systems) there is no gate: :meth:`try_take` always succeeds.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.fd: int | None = None
+        self.held = False
+        try:
+            import fcntl  # noqa: F401 - POSIX only
+        except ImportError:  # pragma: no cover - Windows: no gate
+            return
+        try:
+            self.fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            self.fd = None
+
+    def try_take(self) -> bool:
+        """Take the gate without waiting: True when held (or when there is no gate)."""
+        if self.fd is None:
+            return True
+        import fcntl
+
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in _FLOCK_CONTENTION:
+                return False
+            self.release()  # the directory cannot be locked here: no gate
+            return True
+        self.held = True
+        return True
+
+    def release(self) -> None:
+        """Let the gate go (closing the descriptor drops the ``flock``)."""
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd = None
+        self.held = False
+
 
 
 # ---------------------------------------------------------------------------- single files

@@ -12,9 +12,9 @@ recording with its new lines goes to a hidden sibling ``.FILE.tmp-*`` that is re
 or the complete new one. New lines are published at least once a second while generating and
 whenever recording stops (an error, Ctrl-C), so a hard kill loses at most the last second of
 generations. Runs recording into one directory take turns to publish (an ``flock`` of the
-directory; no file is created) and each re-reads the file first, so neither loses the other's
-lines. An unterminated fragment of a line left by an older memlab is dropped when the
-file is next written.
+directory, :class:`memlab.io.DirectoryGate`; no file is created) and each re-reads the file
+first, so neither loses the other's lines. An unterminated fragment of a line left by an older
+memlab is dropped when the file is next written.
 
 Command line::
 
@@ -30,8 +30,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from memlab.generate.base import (
 )
 from memlab.generate.recorded import parse_records
 from memlab.io import (
+    DirectoryGate,
     OutputFileError,
     check_output_file,
     decode_utf8,
@@ -117,40 +117,6 @@ def check_recording_out(path: str | os.PathLike[str], *, what: str = "--out") ->
     return target
 
 
-@contextmanager
-def _directory_turn(directory: Path, timeout: float) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` of ``directory`` itself (no file is created) for the
-    block; yields False if another process held it for ``timeout`` seconds. Where the
-    directory cannot be locked (no ``flock``, some network file systems) it yields True at
-    once."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: no turns
-        yield True
-        return
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        yield True
-        return
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    yield False
-                    return
-                time.sleep(0.01)
-            except OSError:  # the file system cannot lock: no turns
-                break
-        yield True
-    finally:
-        os.close(fd)  # drops the lock
-
-
 def _publish(
     target: Path,
     lines: list[tuple[tuple[str, str], bytes]],
@@ -165,14 +131,20 @@ def _publish(
     Raises:
         OutputFileError: Another run held its turn for ``lock_timeout`` seconds.
     """
-    with _directory_turn(target.parent, lock_timeout) as mine:
-        if not mine:
-            raise OutputFileError(
-                f"{what} {target}: another run is writing a recording in {target.parent} "
-                f"(waited {lock_timeout:g} s for its turn); {len(lines)} new generation(s) of "
-                "this run were not written"
-            )
+    gate = DirectoryGate(target.parent)
+    try:
+        deadline = time.monotonic() + lock_timeout
+        while not gate.try_take():
+            if time.monotonic() >= deadline:
+                raise OutputFileError(
+                    f"{what} {target}: another run is writing a recording in {target.parent} "
+                    f"(waited {lock_timeout:g} s for its turn); {len(lines)} new generation(s) "
+                    "of this run were not written"
+                )
+            time.sleep(0.01)
         _merge_and_publish(target, lines, what)
+    finally:
+        gate.release()
 
 
 def _merge_and_publish(

@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 import orjson
 import polars as pl
 
+from memlab.io import DirectoryGate
 from memlab.memory.integrity import sqlite_detail
 from memlab.memory.records import (
     MemoryRecord,
@@ -145,52 +146,6 @@ _GATE_GRACE = 1.0
 (so that a waiter stopped while it holds the gate cannot keep the store shut)."""
 CREATING = ".creating-"
 """``memlab.sqlite3.creating-<pid>-<random>``: a new store's file while its schema is made."""
-_LOCK_CONTENTION = frozenset({errno.EACCES, errno.EAGAIN, errno.EWOULDBLOCK})
-
-
-class _Gate:
-    """The queue in front of the store lock: an exclusive ``flock`` on the store directory
-    itself (no file is created). Only the writer holding it waits for ``memlab.lock``, and it
-    lets it go once it has the lock, so a writer that closes the store and opens it again
-    queues behind the writer that was waiting instead of taking the lock straight back.
-    Where the directory cannot be locked (no ``flock``, some network file systems) there is
-    no gate, and writers contend for ``memlab.lock`` alone, as before.
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.fd: int | None = None
-        self.held = False
-        try:
-            import fcntl  # noqa: F401 - POSIX only
-        except ImportError:  # pragma: no cover - Windows: no gate
-            return
-        try:
-            self.fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        except OSError:
-            self.fd = None
-
-    def try_take(self) -> bool:
-        """Take the gate without waiting: True when held (or when there is no gate)."""
-        if self.fd is None:
-            return True
-        import fcntl
-
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in _LOCK_CONTENTION:
-                return False
-            self.release()  # the directory cannot be locked here: no gate
-            return True
-        self.held = True
-        return True
-
-    def release(self) -> None:
-        """Let the gate go (closing the descriptor drops the ``flock``)."""
-        if self.fd is not None:
-            os.close(self.fd)
-        self.fd = None
-        self.held = False
 
 
 class _SnapshotChanged(Exception):
@@ -556,8 +511,9 @@ class SQLiteIO:
     def _acquire_lock(self) -> None:
         """Take ``memlab.lock`` exclusively, waiting at most ``lock_timeout`` seconds in turn.
 
-        Writers waiting for the store queue at a gate (:class:`_Gate`); the one holding it
-        polls the lock, and lets the gate go once it has it. ``filelock`` polls, and alone it
+        Writers waiting for the store queue at the directory's gate
+        (:class:`memlab.io.DirectoryGate`); the one holding it polls the lock, and lets the
+        gate go once it has it. ``filelock`` polls, and alone it
         lets the process that has just let go of the lock take it back before any waiter looks
         again, so that one writer reopening the store in a loop starved the others into
         :class:`StoreLockedError`. A queued writer also tries the lock itself every
@@ -576,7 +532,7 @@ class SQLiteIO:
         start = time.monotonic()
         deadline = None if timeout < 0 else start + timeout
         lock = FileLock(lock_file)
-        gate = _Gate(self.path)
+        gate = DirectoryGate(self.path)
         try:
             next_try = start + _GATE_GRACE
             while not gate.try_take():

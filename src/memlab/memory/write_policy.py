@@ -43,7 +43,6 @@ from memlab.timeutil import coerce_ts
 
 log = logging.getLogger("memlab.store")
 
-_TIME_FIELDS = TIME_FIELDS
 _CHOICE_FIELDS: dict[str, tuple[tuple[str, ...], bool]] = {
     "importance": (IMPORTANCE_LEVELS, False),
     "authority": (AUTHORITY_LEVELS, False),
@@ -627,7 +626,7 @@ class WritePolicy:
             raise MemoryInputError(f"payload field(s) {', '.join(fixed)} cannot be changed")
         out: dict[str, Any] = {}
         for name, value in updates.items():
-            if name in _TIME_FIELDS:
+            if name in TIME_FIELDS:
                 value = None if value is None else _check_time(value, name)
             elif name in _CHOICE_FIELDS:
                 choices, optional = _CHOICE_FIELDS[name]
