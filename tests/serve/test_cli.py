@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import signal
-from typing import Any
+import sys
+from pathlib import Path
 
 import pytest
 
 from memlab.serve import cli
 from memlab.serve.net import Terminated
+
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _signal_landing import signal_landing  # noqa: E402
 
 
 class _Service:
@@ -27,17 +32,7 @@ def test_close_closes_even_when_a_signal_raises_while_it_swaps_its_handlers(
     or puts the old ones back, still leaves the service closed and every old handler back,
     and is raised afterwards."""
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    real = signal.signal
-    calls = [0]
-
-    def signal_landing(sig: int, handler: Any) -> Any:
-        calls[0] += 1
-        old = real(sig, handler)
-        if calls[0] == at_call:
-            raise Terminated
-        return old
-
-    monkeypatch.setattr(cli.signal, "signal", signal_landing)
+    monkeypatch.setattr(cli.signal, "signal", signal_landing(at_call))
     service = _Service()
     with pytest.raises(Terminated):
         cli._close(service)

@@ -31,6 +31,10 @@ from memlab.datasets.validate import validate_dataset
 from memlab.serve.net import Limits, StopSignals, _loop_errors, bearer_guard
 from memlab.serve.recording import Recorder
 
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _signal_landing import signal_landing  # noqa: E402
+
 MEMLAB = ("-c", "import sys; from memlab.cli import main; sys.exit(main())")
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 TOKEN = "test-token-0123"
@@ -458,17 +462,7 @@ def test_stop_signals_put_every_handler_back_when_a_signal_raises_while_swapping
     from memlab.serve.net import Terminated
 
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    real = signal.signal
-    calls = [0]
-
-    def signal_landing(sig: int, handler: Any) -> Any:
-        calls[0] += 1
-        old = real(sig, handler)
-        if calls[0] == at_call:
-            raise Terminated
-        return old
-
-    monkeypatch.setattr(signal, "signal", signal_landing)
+    monkeypatch.setattr(signal, "signal", signal_landing(at_call))
     with pytest.raises(Terminated):
         with StopSignals():
             pass
