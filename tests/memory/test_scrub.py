@@ -1651,3 +1651,156 @@ def test_new_triggers_finish_and_stay_idempotent(unit: str) -> None:
     out, n = scrub_text(text)
     assert scrub_text(out)[1] == 0
     assert n <= len(text)
+
+
+# Written forms of credentials outside the shapes above: a token glued to its API path, URL
+# passwords with "?" or "#", "account / password" pairs, elided prepositions after a
+# password's name, recovery keys, quoted or qualified seed phrases, TOTP seeds in code and
+# more names of a key ("admin key", "write key").
+WRITTEN_FORMS = [
+    (
+        "GET https://api.telegram.org/bot7712345678:AAHf3kLmNpQrStUvWxYz0123456789abcde"
+        "/getUpdates",
+        "GET https://api.telegram.org/bot[REDACTED:api_key]/getUpdates",
+    ),
+    (
+        "mongodb+srv://admin:pa?ss#W0rd!@db.example.net/app",
+        "mongodb+srv://admin:[REDACTED:password]@db.example.net/app",
+    ),
+    (
+        "DATABASE_URL=postgresql+psycopg2://etl:Qm%7x?Lp2@warehouse/dw",
+        "DATABASE_URL=postgresql+psycopg2://etl:[REDACTED:password]@warehouse/dw",
+    ),
+    ("Router admin: admin / Qz7rLmx2Vb", "Router admin: admin / [REDACTED:password]"),
+    (
+        "NAS: root / Tr0ub4dor&3 (ssh on port 22)",
+        "NAS: root / [REDACTED:password] (ssh on port 22)",
+    ),
+    (
+        "La password dell'account admin è Viola2024!",
+        "La password dell'account admin è [REDACTED:password]",
+    ),
+    (
+        "la password d’accesso è Mare7Blu",
+        "la password d’accesso è [REDACTED:password]",
+    ),
+    (
+        "Le mot de passe de l'administrateur est Soleil#77",
+        "Le mot de passe de l'administrateur est [REDACTED:password]",
+    ),
+    (
+        "iCloud recovery key 4F7K-9QXM-2B8T-ZR6W-H3JD-PV5N-8CEA",
+        "iCloud recovery key [REDACTED:password]",
+    ),
+    (
+        "recovery key ZP4Q-7M2K-XW9T-3BRN-HV6C-D8LF for the laptop",
+        "recovery key [REDACTED:password] for the laptop",
+    ),
+    (
+        'My secret recovery phrase is "ocean maple rocket timber velvet anchor silver quartz'
+        ' harbor meadow violet candle"',
+        'My secret recovery phrase is "[REDACTED:seed_phrase]"',
+    ),
+    (
+        "mnemonic for the staging wallet:\nocean maple rocket timber velvet anchor silver"
+        " quartz harbor meadow violet candle",
+        "mnemonic for the staging wallet:\n[REDACTED:seed_phrase]",
+    ),
+    (
+        "totp = pyotp.TOTP('JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP')",
+        "totp = pyotp.TOTP('[REDACTED:token]')",
+    ),
+    (
+        'code = pyotp.HOTP("GEZDGNBVGY3TQOJQ").at(0)',
+        'code = pyotp.HOTP("[REDACTED:token]").at(0)',
+    ),
+    (
+        "new OTPAuth.TOTP({ secret: OTPAuth.Secret.fromBase32('KRSXG5CTMVRXEZLU') })",
+        "new OTPAuth.TOTP({ secret: OTPAuth.Secret.fromBase32('[REDACTED:token]') })",
+    ),
+    (
+        "Algolia admin key 9f3b2c1d8e7a6f5b4c3d2e1f0a9b8c7d",
+        "Algolia admin key [REDACTED:token]",
+    ),
+    ("Segment write key Xy7KpQ2mNv8RtL4sWz9B", "Segment write key [REDACTED:token]"),
+    (
+        "Meilisearch root key 6f2Kx9Qm4TzR8vLp3NwB7yHc, search only",
+        "Meilisearch root key [REDACTED:token], search only",
+    ),
+]
+
+WRITTEN_FALSE_POSITIVES = [
+    # a writer's own redaction marker, an inline image or font, an OpenSSH public key's type
+    "Authorization: Bearer [REDACTED]",
+    "mysql --password [hidden] -u root",
+    "curl -u admin:[removed] https://ci.example.org/api/json",
+    "avatar: data:image/png;base64,iVBORw0KGgpzpY83SfpMKnwww9E6J3lqn5otL5doNWBQZ41G0pq7qoibS0gd"
+    "xM2AO6N0IptVlIOQtmYu0Ryco3XP+CQ=",
+    "@font-face { src: url(data:font/woff2;charset=utf-8;base64,d09GMgABAAAAAAJ8qT5xR2mKz9Lp"
+    "W3vB7nQ4cY1sE8hJ6uD0fG2kA5tXoM9rZwC3bV7yN1eH4jP8gL) }",
+    "public key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE"
+    " dana@workstation",
+    "host key: ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBEmKSENjQE"
+    "zOmxkZMy7opKgwFB9nkt5YRrYMjNuG5N87uRgg6CLrbo5wAdT/y6v0mKV0U2w0WZ2YB/++Tpockg= root@host",
+]
+
+# Near misses of the forms above, which the rules for them must leave alone.
+WRITTEN_LOOKALIKES = [
+    "see http://intranet:8080?user=bob@example.org",
+    "http://wiki:8090#top@anchor",
+    "open admin/Users2 in the console",
+    "admin / settings / users",
+    "La password dell'utente è obbligatoria.",
+    "Le mot de passe de l'utilisateur est expiré.",
+    "The recovery key is stored in Intune.",
+    "recovery keys are printed in the emergency kit",
+    "mnemonic for the planets: My Very Educated Mother Just Served Us Nachos",
+    "pyotp.TOTP(secret).now()",
+    "totp('thisisaverylongword')",
+    "cache key 3f9a2c1b7e4d5a6b8c9d0e1f2a3b4c5d",
+    "the admin key rotation is quarterly",
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), WRITTEN_FORMS)
+def test_written_forms_are_redacted_exactly(raw: str, expected: str) -> None:
+    out, n = scrub_text(raw)
+    assert out == expected
+    assert n == expected.count("[REDACTED:")
+    assert scrub_text(out) == (out, 0)
+
+
+@pytest.mark.parametrize("text", WRITTEN_FALSE_POSITIVES + WRITTEN_LOOKALIKES)
+def test_written_lookalikes_are_untouched(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+
+
+def test_a_secret_next_to_a_data_uri_is_still_redacted() -> None:
+    image = (
+        "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QD"
+        "wADhgGAWjR9awAAAABJRU5ErkJggg=="
+    )
+    raw = f"icon {image} token ghp_Xk2mP9vR4tY8wZ3bN6cD1eF5gH7jK9mN1pQ3"
+    assert scrub_text(raw) == (f"icon {image} token [REDACTED:api_key]", 1)
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "bot1234567890:aa",
+        "://a:b?c#",
+        "admin / ",
+        "recovery key ab12-",
+        "mnemonic for a ",
+        "totp('abcdefghijklmnop",
+        "data:image/png;base64,",
+        "[redacted] ",
+        "password dell'a ",
+        "admin key ",
+    ],
+)
+def test_written_form_triggers_finish_and_stay_idempotent(unit: str) -> None:
+    text = (unit * (200_000 // len(unit) + 1))[:200_000]
+    out, n = scrub_text(text)
+    assert scrub_text(out)[1] == 0
+    assert n <= len(text)

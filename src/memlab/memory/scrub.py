@@ -26,9 +26,11 @@ one pass:
    ways ("API key: …" and "passphrase for the gpg key: …", "changed the root password to …",
    a quoted value right after "password", a long random value right after "access key", a
    user/password pair after "credentials" or "login", a 12–24-word recovery phrase after
-   "mnemonic", "seed phrase" or "recovery phrase is:", also as a numbered list, backup and
-   recovery codes, one per line too, base32 TOTP seeds after "2FA secret" / "MFA seed", "log
-   in as root with Kx9#mPq2"), numeric codes (PINs, PUKs, door / gate / alarm / keypad /
+   "mnemonic", "seed phrase" or "recovery phrase is:", also quoted, after a qualifier
+   ("mnemonic for the test wallet: …") or as a numbered list, backup and recovery codes, one
+   per line too, and recovery keys, base32 TOTP seeds after "2FA secret" / "MFA seed" or
+   given to ``pyotp.TOTP('…')``, "log in as root with Kx9#mPq2", "admin / Kx9#mPq2"),
+   numeric codes (PINs, PUKs, door / gate / alarm / keypad /
    unlock / access codes, safe combinations ``12-34-56``, "code du portail", "Türcode"),
    payment card numbers (13–19 digits in the usual groupings, Luhn-checked, with a card
    network's prefix and length) and CVV/CVC/CID codes, passwords named in other languages
@@ -45,8 +47,9 @@ one pass:
    ``getpass.getpass(…)``, ``vault.read(…)[…]``, ``$PASS``, ``${DB_PASSWORD}``, ``<token>``,
    ``password: str``, ``password != confirm_password``), and so is a pointer to where a
    secret is kept ("Password: see the 1Password vault"). Public material is never redacted:
-   certificate and public-key PEM blocks, OpenSSH public keys, age recipients and Stripe
-   publishable keys (``pk_live_…``).
+   certificate and public-key PEM blocks, OpenSSH public keys (type and blob), age recipients,
+   Stripe publishable keys (``pk_live_…``) and the base64 payload of an image, audio, video
+   or font ``data:`` URI.
 2. detect-secrets' vendor plugins (:data:`DETECT_SECRETS_PLUGINS`), run only on short windows
    around a cheap literal trigger, so their regexes never see more than a few hundred
    characters at once (several of them backtrack on long lines). detect-secrets'
@@ -556,6 +559,8 @@ def _stated_non_value(value: str) -> bool:
         return True
     if value.startswith(("$", "%(", "{{", "<", "${")) or (value[0] in "{<" and value[-1] in "}>"):
         return True
+    if value[0] == "[" and _TEMPLATE_VALUE.fullmatch(value):
+        return True  # "[REDACTED]", "[hidden]": the writer's own marker
     return _ENV_REFERENCE.fullmatch(value) is not None
 
 
@@ -591,10 +596,11 @@ _DETERMINER_BEFORE = re.compile(
 _TEMPLATE_VALUE = re.compile(
     r"\$(?:\{[^{}\n]{1,64}\}|[A-Za-z_]\w{0,64}|\([^()\n]{1,128}\))|%[A-Za-z_]\w{0,64}%"
     r"|\$env:\w{1,64}|<[^<>\n]{1,64}>|\{\{[^{}\n]{0,128}\}\}|\{[A-Za-z_]?\w{0,64}\}"
-    r"|%(?:\([^()\n]{1,64}\))?[sdr]"
+    r"|%(?:\([^()\n]{1,64}\))?[sdr]|\[[A-Za-z][A-Za-z _\-]{0,40}\]"
 )
-"""A placeholder that a program or a template fills in: ``$PASS``, ``${DB_PASSWORD}``,
-``$(cat pw.txt)``, ``%TOKEN%``, ``<token>``, ``{{ secret }}``, ``{password}``, ``%s``."""
+"""A placeholder that a program or a template fills in, or that a writer left where a value
+was or will be: ``$PASS``, ``${DB_PASSWORD}``, ``$(cat pw.txt)``, ``%TOKEN%``, ``<token>``,
+``{{ secret }}``, ``{password}``, ``%s``, ``[REDACTED]``, ``[your token]``."""
 _COUNT_WORDS = ("char", "digit", "letter", "day", "symbol", "number", "time", "minute", "hour")
 
 
@@ -715,8 +721,12 @@ def _check_entropy(m: re.Match[str], text: str) -> tuple[int, int] | None:
     return start, end
 
 
-_KEY_NAME_WORDS = "secret|private|api|access|auth|bot|signing|encryption|master"
-"""Words before "key" or "token" that make it a credential's name (regex alternation)."""
+_KEY_NAME_WORDS = (
+    "secret|private|api|access|auth|bot|signing|encryption|master|admin|root|server|service"
+    "|deploy|write|management|live|session|refresh|client|consumer|app|webhook|integration"
+)
+"""Words before "key" or "token" that make it a credential's name (regex alternation): "API
+key", "admin key", "write key", "refresh token" (not "cache key", "primary key")."""
 _PROSE_KEYWORDS = (
     r"password|passphrase|passcode|pwd|pw|pin\s+code|pin\s+number|pin"
     r"|security\s+answer|secret\s+answer"
@@ -826,11 +836,15 @@ _BORROWED_LINKS = (
 """Linking verbs of the languages that borrow the English word ("la password è …", "mi
 password es …", "het password is" is English to a regex and left to the English rules)."""
 _BORROWED_PREPS = (
-    r"de[ \t]+la|del|de|du|des|do|da|dos|das|di|della|dello|dell['’]|van[ \t]+de|van|von|vom"
+    r"de[ \t]+l['’]|dell['’]|dall['’]|all['’]|nell['’]|sull['’]|d['’]"
+    r"|de[ \t]+la|del|de|du|des|do|da|dos|das|di|della|dello|van[ \t]+de|van|von|vom"
     r"|der|für|zum|zur|od|dla|till|för|på|til|af|için|al|au|pour|para|untuk|dari|của|cho"
 )
+"""Prepositions after the borrowed word "password" (an elided one, ``dell'``, ``de l'``,
+first: the word after it follows with no blank)."""
 _FOREIGN_PREPS = (
-    r"de[ \t]+la|de[ \t]+l['’]|del|de|du|des|do|da|dos|das|di|della|dello|dell['’]|van[ \t]+de"
+    r"de[ \t]+l['’]|dell['’]|dall['’]|all['’]|nell['’]|sull['’]|d['’]"
+    r"|de[ \t]+la|del|de|du|des|do|da|dos|das|di|della|dello|van[ \t]+de"
     r"|van|voor|von|vom|der|für|fürs|zum|zur|zu|od|от|для|к|dla|till|för|på|til|af|for|için"
     r"|na|per|al|au|aux|pour|para|pro|ke|k|untuk|dari|của|cho|του|της|για|من"
 )
@@ -1514,10 +1528,29 @@ def _check_wifi_qr(m: re.Match[str], text: str) -> tuple[int, int] | None:
     return None if _stated_non_value(text[start:end]) else (start, end)
 
 
-def _check_url_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
-    """``scheme://user:PASSWORD@host``, not ``user:${DB_PASSWORD}@`` (a template)."""
+def _check_otp_call(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """A base32 seed given to a TOTP / HOTP constructor: in one case, and a lower-case one
+    with a digit (``TOTP('thisisnotaseedatall')`` is a word)."""
     start, end = m.span("secret")
-    return None if _TEMPLATE_VALUE.fullmatch(text[start:end]) else (start, end)
+    value = text[start:end].rstrip("=")
+    if value.isupper() or (value.islower() and any(c.isdigit() for c in value)):
+        return start, end
+    return None
+
+
+def _check_url_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """``scheme://user:PASSWORD@host``, not ``user:${DB_PASSWORD}@`` (a template). A password
+    may hold an unescaped ``?`` or ``#`` (``mongodb://admin:pa?ss#1@db``), but a port with a
+    query or a fragment behind it is no password (``http://host:8080?to=bob@example.org``)."""
+    start, end = m.span("secret")
+    value = text[start:end]
+    if _TEMPLATE_VALUE.fullmatch(value):
+        return None
+    if "?" in value or "#" in value:
+        head = re.split(r"[?#]", value, maxsplit=1)[0]
+        if not head or head.isdigit() or "=" in value or "&" in value:
+            return None
+    return start, end
 
 
 # ----------------------------------------------------------------------------- rules
@@ -1604,12 +1637,18 @@ def _check_azure_client_secret(m: re.Match[str], text: str) -> tuple[int, int] |
 
 
 def _check_telegram(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """``123456789:AA…`` as a word, or glued to the ``bot`` of a Bot API URL
+    (``https://api.telegram.org/bot123456789:AA…/sendMessage``)."""
     start = m.start()
     lo = max(0, start - 10)
     while start > lo and text[start - 1].isdigit():
         start -= 1
-    if m.start() - start < 8 or (start > 0 and text[start - 1].isalnum()):
+    if m.start() - start < 8:
         return None
+    if start > 0 and text[start - 1].isalnum():
+        glued = text[max(0, start - 3) : start].lower() == "bot"
+        if not glued or (start > 3 and text[start - 4].isalnum()):
+            return None
     return start, m.end()
 
 
@@ -1687,11 +1726,11 @@ def _alt(literals: Sequence[str]) -> str:
 
 DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
-        "password",  # credentials in a URL: scheme://user:PASSWORD@host
+        "password",  # credentials in a URL: scheme://user:PASSWORD@host (also "pa?ss#w@host")
         re.compile(
             r"://[^\s:/@\[\]\"'<>]{0,256}+:"
             + _NOT_PLACEHOLDER
-            + r"(?P<secret>[^\s/?#\[\]\"'<>]{1,256})@"
+            + r"(?P<secret>[^\s/\[\]\"'<>]{1,256})@"
         ),
         _check_url_password,
     ),
@@ -1897,7 +1936,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"(?P<key>" + _FOREIGN_KEYWORDS + r")"
             # a short qualifier: "Contraseña del router", "пароль от вайфая", "mật khẩu wifi"
             r"(?:(?P<qual>[ \t]{1,3}(?P<prep>" + _FOREIGN_PREPS + r")"
-            r"(?:[ \t]{1,3}[^\s:=：,;.!?\"'“”«»—–]{1,24}+){1,3}?"
+            r"(?:(?:[ \t]{1,3}|(?<=['’]))[^\s:=：,;.!?\"'“”«»—–]{1,24}+){1,3}?"
             r"|(?:[ \t]{1,3}(?!(?:" + _FOREIGN_LINKS + r")[ \t:])[^\s:=：,;.!?\"'“”«»—–\d]{2,24}+)"
             r"{1,2}?)(?P<link>" + _FOREIGN_JOINT + r")"
             # with no qualifier the value may follow the name directly: "şifrem Istanbul34!"
@@ -1922,7 +1961,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         "password",  # "la password del router è …", "mi password es …" (the borrowed word)
         re.compile(
             r"(?P<key>password)(?P<qual>[ \t]{1,3}(?P<prep>" + _BORROWED_PREPS + r")"
-            r"(?:[ \t]{1,3}[^\s:=,;.!?\"'“”«»—–]{1,24}+){1,3}?)?"
+            r"(?:(?:[ \t]{1,3}|(?<=['’]))[^\s:=,;.!?\"'“”«»—–]{1,24}+){1,3}?)?"
             r"(?P<link>[ \t]{1,5}(?:" + _BORROWED_LINKS + r")(?:[ \t]{0,3}:)?[ \t]{1,5})"
             + _NOT_PLACEHOLDER
             + r"(?:[\"'“‘`«](?P<qv>[^\"'”’`»\n]{1,256}+)[\"'”’`»]"
@@ -1984,9 +2023,10 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         triggers=(" as ",),
     ),
     Rule(
-        "password",  # "2FA backup codes: 1234-5678, 9012-3456"
+        "password",  # "2FA backup codes: 1234-5678, 9012-3456", "recovery key: 4F7K-9QXM-…"
         re.compile(
-            r"(?:backup|recovery|2fa|mfa|one-time|one\s+time)\s{1,3}codes?"
+            r"(?:(?:backup|recovery|2fa|mfa|one-time|one\s+time)\s{1,3}codes?"
+            r"|(?:recovery|rescue)\s{1,3}keys?)"
             r"(?:[ \t]{0,3}\([^()\n]{1,40}+\))?"  # "backup codes (GitHub): …"
             r"(?:\s{0,5}[:=]|\s{1,5}(?:are|is|were|was):?)?\s{1,5}"
             + _NOT_PLACEHOLDER
@@ -1999,13 +2039,14 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_word_start,
         lower=True,
-        triggers=("code",),
+        triggers=("code", "key"),
     ),
     Rule(
-        "password",  # "root:Tr0ub4dor&3 on the NAS": a well-known account and its password
+        "password",  # "root:Tr0ub4dor&3 on the NAS", "admin / Tr0ub4dor&3": a well-known
+        # account and its password (a slash only with blanks around it: "admin/Users2" is a path)
         re.compile(
             r"(?:root|admin|administrator|sa|postgres|ubuntu|pi|deploy|ec2-user|oracle|sysadmin)"
-            r"[ \t]{0,2}:[ \t]{0,2}"
+            r"(?:[ \t]{0,2}:[ \t]{0,2}|[ \t]{1,2}/[ \t]{1,2})"
             + _NOT_PLACEHOLDER
             + r"(?P<secret>[^\s\"'`,;:()\[\]{}<>/]{6,64}+)(?![:/])"
         ),
@@ -2066,7 +2107,10 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"(?:mnemonic|seed\s{1,3}(?:phrase|words)|recovery\s{1,3}(?:phrase|words)"
             r"|secret\s{1,3}recovery\s{1,3}phrase|backup\s{1,3}phrase|wallet\s{1,3}(?:seed|words))"
             r"(?:[ \t]{0,3}\([^()\n]{1,40}+\))?"  # "seed phrase (12 words): …"
+            # "mnemonic for the test wallet: …"
+            r"(?:[ \t]{1,3}(?:for|of|on|to|from)(?:[ \t]{1,3}[\w@.'’\-]{1,40}+){1,4}?)?"
             r"(?:\s{0,5}[:=]|\s{1,5}(?:is|was|are|were):?|\s{0,5}[-–—])?\s{1,5}"
+            r"[\"'“‘`]?"  # a quoted phrase: "… is \"ribbon glance …\""
             r"(?P<secret>[a-z]{3,8}(?:(?:[ \t]{1,3}|[ \t]{0,3}[,\n][ \t]{0,3})[a-z]{3,8}){11,23}"
             # a numbered list: "1. ribbon 2. glance … 12. tunnel"
             r"|1[.)][ \t]{0,3}[a-z]{3,8}"
@@ -2309,6 +2353,16 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         triggers=("2fa", "mfa", "totp", "otp", "authenticator", "factor", "2-step"),
     ),
     Rule(
+        "token",  # pyotp.TOTP('JBSWY3DPEHPK3PXP…'), OTPAuth.Secret.fromBase32("…")
+        re.compile(
+            r"(?:totp|hotp|frombase32)[ \t]{0,3}\([ \t]{0,3}(?P<q>[\"'])" + _NOT_PLACEHOLDER
+            + r"(?P<secret>[a-z2-7]{16,128}+=*)(?P=q)"
+        ),
+        _check_otp_call,
+        lower=True,
+        triggers=("otp", "frombase32"),
+    ),
+    Rule(
         "password",  # WIFI:T:WPA;S:CafeGuest;P:secret;; (a Wi-Fi QR code)
         re.compile(
             r"wifi:(?:(?!p:)[a-z]{1,3}:(?:\"[^\"\n]{0,128}+\"|(?:[^;\\\n]|\\.){0,128}+);){0,8}+p:"
@@ -2348,14 +2402,18 @@ _PUBLIC_TOKEN = re.compile(
     # an age recipient (public key), a Stripe publishable key
     r"|(?<![A-Za-z0-9])(?P<age>age1[02-9ac-hj-np-z]{58})(?![A-Za-z0-9])"
     r"|(?<![A-Za-z0-9_])(?P<pk>pk_(?:live|test)_[A-Za-z0-9]{10,256}+)"
+    # the payload of a media data: URI (an inline image, a font)
+    r"|data:(?:image|audio|video|font)/[\w.+\-]{1,64}+(?:;[\w.+\-]{1,64}+=[\w.+\-]{1,64}+){0,4}+"
+    r";base64,(?P<data>[A-Za-z0-9+/]{16,}+={0,2})"
 )
 """Public material that looks like a secret but is published by design."""
 
 
 def _public_ranges(text: str) -> list[tuple[int, int]]:
     """Sorted ``(start, end)`` ranges of public material in ``text``: certificate and
-    public-key PEM blocks (BEGIN to its END), OpenSSH public keys, age recipients and Stripe
-    publishable keys. No secret is redacted inside them."""
+    public-key PEM blocks (BEGIN to its END), OpenSSH public keys (their type name too, so
+    that "public key: ssh-ed25519 AAAA…" keeps it), age recipients, Stripe publishable keys
+    and media ``data:`` URI payloads. No secret is redacted inside them."""
     out: list[tuple[int, int]] = []
     if "-----BEGIN " in text:
         ends = [m.end() for m in _PUBLIC_END.finditer(text)]
@@ -2367,10 +2425,12 @@ def _public_ranges(text: str) -> list[tuple[int, int]]:
             if i < len(ends):
                 out.append((m.start(), ends[i]))
                 covered = ends[i]
-    if "AAAA" in text or "age1" in text or "pk_" in text:
+    if "AAAA" in text or "age1" in text or "pk_" in text or ";base64," in text:
         for m in _PUBLIC_TOKEN.finditer(text):
-            group = "blob" if m.group("blob") else "age" if m.group("age") else "pk"
-            out.append(m.span(group))
+            if m.group("blob"):
+                out.append(m.span())
+            else:
+                out.append(m.span("age" if m.group("age") else "pk" if m.group("pk") else "data"))
     out.sort()
     return out
 
