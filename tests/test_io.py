@@ -443,3 +443,32 @@ def test_a_new_file_gets_the_permissions_of_any_new_file(tmp_path: Path) -> None
     finally:
         os.umask(old)
     assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o644
+
+
+def test_the_old_shared_result_kind_is_read_as_the_kind_its_entries_prove(tmp_path: Path) -> None:
+    def marked(name: str, entries: list[str]) -> Path:
+        out = tmp_path / name
+        out.mkdir()
+        for entry in entries:
+            (out / entry).write_text("x")
+        mio.write_marker(out, "result", entries)
+        return out
+
+    compared = marked("c", ["comparison.csv", "per_query.csv"])
+    exported = marked("e", ["aggregate.csv", "comparison.tex", "per_query.csv", "runs"])
+    unknown = marked("u", ["aggregate.csv", "metrics.json"])
+    assert mio.output_kind(compared) == "compare"
+    assert mio.output_kind(exported) == "export"
+    assert mio.output_kind(unknown) == "result"
+    assert mio.check_output_dir(compared, kinds=("compare",)) == compared
+    assert mio.check_output_dir(exported, kinds=("export",)) == exported
+    refused = r"is a memlab {} directory.*this writes: {}\)"
+    with pytest.raises(mio.OutputDirError, match=refused.format("compare", "export")):
+        mio.check_output_dir(compared, kinds=("export",))
+    with pytest.raises(mio.OutputDirError, match=refused.format("export", "compare")):
+        mio.check_output_dir(exported, kinds=("compare",))
+    for kind in ("export", "compare"):
+        with pytest.raises(mio.OutputDirError, match="is a memlab result directory"):
+            mio.check_output_dir(unknown, kinds=(kind,))
+    # a writer that still names the old kind itself replaces what that kind marked
+    assert mio.check_output_dir(unknown, kinds=("result",)) == unknown

@@ -134,6 +134,21 @@ _LEGACY_KINDS: tuple[tuple[str, dict[str, tuple[type, ...]], tuple[str, ...]], .
 # The kind of result each legacy proof file stands for (what :func:`output_kind` reports).
 _LEGACY_KIND_NAMES = {"manifest.json": "experiment", "sweep.json": "sweep", "tune.json": "tune"}
 
+# Before ``memlab export`` and ``memlab compare --out`` had kinds of their own, both marked
+# their directories ``"result"``. Such a marker's entries tell which wrote it: a comparison
+# writes only its CSV tables, an export always writes aggregate.csv and comparison.tex too.
+LEGACY_RESULT_KIND = "result"
+_LEGACY_RESULT_NAMES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("compare", frozenset({"comparison.csv", "comparison_by_tag.csv", "per_query.csv"})),
+    (
+        "export",
+        frozenset({
+            "runs", "qrels.trec", "aggregate.csv", "per_query.csv", "comparison.csv",
+            "comparison_by_tag.csv", "comparison.tex",
+        }),
+    ),
+)
+
 # How memlab's report.md links a chart it saved as NAME.png and NAME.svg.
 _LEGACY_CHART_LINK = re.compile(r"!\[[^\]\n]*\]\(([^()/\\\s]+)\.png\) \(\[svg\]\(\1\.svg\)\)")
 
@@ -229,13 +244,37 @@ def read_marker(out: Path) -> dict[str, object] | None:
 
 def output_kind(out: Path) -> str | None:
     """What kind of memlab result ``out`` is: its marker's kind (``"experiment"``,
-    ``"sweep"``, ``"tune"``, ``"dataset"``, ``"result"`` …), for a result written before the
-    marker the kind its proof file stands for, else ``None``."""
-    marker = _read_marker(Path(out))
+    ``"sweep"``, ``"tune"``, ``"dataset"``, ``"export"``, ``"compare"`` …), for a result
+    written before the marker the kind its proof file stands for, else ``None``.
+
+    A marker of the old shared kind ``"result"`` is reported as the kind its entries prove
+    (``"compare"``: only a comparison's CSV tables; ``"export"``: only an export's files, its
+    ``aggregate.csv`` or ``comparison.tex`` among them), or as ``"result"`` when they prove
+    neither (no writer of today replaces it)."""
+    return _kinds_of(Path(out))[0]
+
+
+def _kinds_of(out: Path) -> tuple[str | None, str | None]:
+    """``out``'s kind (:func:`output_kind`) and the kind its marker names verbatim (``None``:
+    no marker; the two differ only for a marker of the old kind ``"result"``)."""
+    marker = _read_marker(out)
     if marker is not None:
-        return str(marker["memlab"])
-    proof = _legacy_proof(Path(out))
-    return None if proof is None else _LEGACY_KIND_NAMES[proof]
+        raw = str(marker["memlab"])
+        return (_legacy_result_kind(marker) if raw == LEGACY_RESULT_KIND else raw), raw
+    proof = _legacy_proof(out)
+    return (None if proof is None else _LEGACY_KIND_NAMES[proof]), None
+
+
+def _legacy_result_kind(marker: dict[str, object]) -> str:
+    """The kind a ``"result"`` marker's entries prove (see :func:`output_kind`)."""
+    entries = marker.get("entries")
+    if not isinstance(entries, list) or not entries:
+        return LEGACY_RESULT_KIND
+    names = {str(e) for e in entries}
+    for kind, allowed in _LEGACY_RESULT_NAMES:
+        if names <= allowed:
+            return kind
+    return LEGACY_RESULT_KIND
 
 
 def _legacy_proof(out: Path) -> str | None:
@@ -305,7 +344,9 @@ def check_output_dir(
         what: How messages name it (``--out``).
         kinds: The kinds of memlab result the caller writes (:func:`output_kind`); a
             non-empty directory memlab wrote as another kind (a dataset under a sweep, a run
-            under an export) is refused. ``None``: any kind.
+            under an export, a comparison under an export) is refused. A directory marked with
+            the old shared kind ``"result"`` counts as the kind its entries prove (or as
+            ``"result"`` itself, named in ``kinds``). ``None``: any kind.
 
     Returns:
         The absolute path.
@@ -342,8 +383,8 @@ def check_output_dir(
             "field memlab writes); give a new or empty directory"
         )
     if kinds is not None and any(path.iterdir()):
-        kind = output_kind(path)
-        if kind is not None and kind not in kinds:
+        kind, named = _kinds_of(path)
+        if kind is not None and kind not in kinds and named not in kinds:
             raise OutputDirError(
                 f"{what} {out}: is a memlab {kind} directory, which only a result of its own "
                 f"kind replaces (this writes: {', '.join(sorted(set(kinds)))}); give a new or "

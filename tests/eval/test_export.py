@@ -221,3 +221,41 @@ def test_a_table_without_its_columns_is_named(run_dir, tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"memlab: error: {run / 'rankings.parquet'}: missing column 'mem_id'\n"
     )
+
+
+def _marked(out: Path, kind: str, files: dict[str, str]) -> Path:
+    """A directory memlab marked as ``kind`` holding ``files``."""
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    (out / ".memlab-output.json").write_text(
+        json.dumps({"memlab": kind, "entries": sorted(files)})
+    )
+    return out
+
+
+@pytest.mark.parametrize("kind", ["compare", "result"])
+def test_export_refuses_a_comparison_directory_old_or_new(run_dir, tmp_path, kind):
+    # "result": what `memlab compare --out` marked before comparisons had a kind of their own
+    out = _marked(tmp_path / "cmp", kind, {"comparison.csv": "a\n", "per_query.csv": "b\n"})
+    with pytest.raises(ValueError) as info:
+        export_run(run_dir, out)
+    assert str(info.value) == (
+        f"output directory {out}: is a memlab compare directory, not an export; an export "
+        "replaces only an export: give a new or empty directory"
+    )
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".memlab-output.json", "comparison.csv", "per_query.csv"]
+    assert (out / "comparison.csv").read_text() == "a\n"
+
+
+def test_export_replaces_an_export_marked_with_the_old_shared_kind(run_dir, tmp_path):
+    old = {"aggregate.csv": "old\n", "comparison.tex": "old\n", "per_query.csv": "old\n"}
+    out = _marked(tmp_path / "exp", "result", old)
+    (out / "notes.md").write_text("mine")
+    written, _ = export_run(run_dir, out)
+    assert written == out.resolve()
+    assert (out / "aggregate.csv").read_text() != "old\n"
+    assert (out / "notes.md").read_text() == "mine"
+    marker = json.loads((out / ".memlab-output.json").read_text())
+    assert marker["memlab"] == "export"

@@ -110,3 +110,88 @@ def test_runs_scored_under_different_protocols_are_named_in_a_note(tmp_path):
     )
     assert res.notes == [f"the runs' protocols differ: A: {res.protocols[0]}; B: 3 queries; "
                          "cross-fit"]
+
+
+def _marked(out: Path, kind: str, files: dict[str, str]) -> Path:
+    import json
+
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    (out / ".memlab-output.json").write_text(
+        json.dumps({"memlab": kind, "entries": sorted(files)})
+    )
+    return out
+
+
+EXPORT_FILES = {"aggregate.csv": "x\n", "comparison.tex": "x\n", "comparison.csv": "x\n"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "files", "shown"),
+    [
+        ("export", EXPORT_FILES, "export"),
+        ("result", EXPORT_FILES, "export"),  # an export from before exports had their kind
+        ("experiment", {"metrics.json": "{}"}, "experiment"),
+        ("sweep", {"sweep.json": "{}"}, "sweep"),
+        ("dataset", {"memories.jsonl": ""}, "dataset"),
+    ],
+)
+def test_a_comparison_refuses_a_directory_of_another_kind(tmp_path, kind, files, shown):
+    from memlab.eval.runcompare import check_compare_dir, write_comparison
+
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 0, 1]})
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1, 1, 0]})
+    res = compare_runs(a, b, tests=("t",))
+    out = _marked(tmp_path / "o", kind, files)
+    message = (
+        f"--out {out}: is a memlab {shown} directory, which only a result of its own kind "
+        "replaces (this writes: compare); give a new or empty directory"
+    )
+    with pytest.raises(ValueError) as info:
+        check_compare_dir(out)
+    assert str(info.value) == message
+    with pytest.raises(ValueError) as info:
+        write_comparison(res, out)
+    assert str(info.value) == message
+    assert sorted(p.name for p in out.iterdir()) == sorted([".memlab-output.json", *files])
+
+
+def test_a_comparison_replaces_a_comparison_old_or_new_and_keeps_other_files(tmp_path):
+    import json
+
+    from memlab.eval.runcompare import write_comparison
+
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 0, 1]})
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1, 1, 0]})
+    res = compare_runs(a, b, tests=("t",))
+    out = _marked(tmp_path / "o", "result", {"comparison.csv": "old\n", "per_query.csv": "old\n"})
+    (out / "notes.md").write_text("mine")
+    assert write_comparison(res, out) == out.resolve()
+    assert pl.read_csv(out / "comparison.csv").height == 1
+    assert (out / "notes.md").read_text() == "mine"
+    marker = json.loads((out / ".memlab-output.json").read_text())
+    assert marker == {"memlab": "compare", "entries": [
+        "comparison.csv", "comparison_by_tag.csv", "per_query.csv"]}
+    write_comparison(res, out)  # and again, over its own kind
+    assert pl.read_csv(out / "per_query.csv").height == 4
+    # a run compared (here without the manifest of a run memlab wrote) is refused too
+    with pytest.raises(ValueError, match=r"^--out .*/a: exists, is not empty and is not a memlab "):
+        write_comparison(res, a)
+
+
+def test_cli_compare_refuses_an_export_directory_before_comparing(tmp_path, capsys):
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 0, 1]})
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1, 1, 0]})
+    out = _marked(tmp_path / "o", "export", EXPORT_FILES)
+    assert main(["compare", str(a), str(b), "--tests", "t", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before any table was printed
+    assert captured.err == (
+        f"memlab: error: --out {out}: is a memlab export directory, which only a result of its "
+        "own kind replaces (this writes: compare); give a new or empty directory\n"
+    )
+    assert (out / "aggregate.csv").read_text() == "x\n"
+    assert main(["compare", str(a), str(b), "--tests", "t", "--out", str(tmp_path / "c")]) == 0
+    marker = (tmp_path / "c" / ".memlab-output.json").read_text()
+    assert '"memlab": "compare"' in marker

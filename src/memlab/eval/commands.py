@@ -28,12 +28,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from memlab.cli import CLIError, _split
     from memlab.eval.report import markdown_table
-    from memlab.eval.runcompare import compare_runs
+    from memlab.eval.runcompare import check_compare_dir, compare_runs, write_comparison
     from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
 
     for path in (args.run_a, args.run_b):
         if not Path(path).is_dir():
             raise CLIError(f"{path}: no such run directory")
+    if args.out:
+        check_compare_dir(args.out)  # refused before the tests run
     res = compare_runs(
         args.run_a,
         args.run_b,
@@ -60,14 +62,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"## Queries whose {res.metric} changed ({changed.height}), largest change first\n")
     print(markdown_table(changed.head(args.show)))
     if args.out:
-        from memlab.io import atomic_directory
-
-        with atomic_directory(Path(args.out)) as tmp:
-            res.comparison.write_csv(tmp / "comparison.csv")
-            if res.tag_comparison.height:
-                res.tag_comparison.write_csv(tmp / "comparison_by_tag.csv")
-            res.per_query.write_csv(tmp / "per_query.csv")
-        print(f"wrote {Path(args.out).resolve()}")
+        print(f"wrote {write_comparison(res, args.out)}")
     return 0
 
 

@@ -3,8 +3,8 @@
 Writes into ``RUN_DIR/export/`` (or ``--out``), atomically. The target follows memlab's rule
 for result directories (:func:`memlab.io.check_output_dir`: new, empty, or an export memlab
 wrote, whose other files are kept), and is refused before anything is read when it is a
-memlab directory of another kind (the run itself, another run, a dataset, a sweep) or holds
-the run (:func:`check_export_dir`):
+memlab directory of another kind (the run itself, another run, a dataset, a sweep, a
+comparison written by ``memlab compare --out``) or holds the run (:func:`check_export_dir`):
 
 ``runs/<pipeline>.trec``
     TREC run files (``qid Q0 docno rank score tag``). trec_eval re-sorts a run by score and
@@ -50,9 +50,10 @@ from memlab.io import OutputDirError, atomic_directory, check_output_dir, output
 
 EXPORT_DIR = "export"
 
-EXPORT_KINDS = ("export", "result")
-"""Marker kinds of a directory an export replaces: an export (``result`` before exports were
-marked as such)."""
+EXPORT_KINDS = ("export",)
+"""Kinds of directory an export replaces (:func:`memlab.io.output_kind`): an export only. An
+export written when exports and comparisons shared the marker kind ``result`` is recognised by
+its entries as an export; a comparison's directory (``memlab compare --out``) never is."""
 
 
 def check_export_dir(

@@ -9,6 +9,14 @@ how many queries each run scored so that a change of population is never silent.
 Each pair gets the paired tests of :func:`memlab.eval.stats.compare` (wins, losses, ties, the
 run's tests), with p-values corrected across every (pair, metric) row; per-tag tests of the
 headline metric follow when the runs carry ``queries.parquet``.
+
+``--out DIR`` writes the tables as CSV (:func:`write_comparison`): ``comparison.csv``,
+``per_query.csv`` and, with per-tag tests, ``comparison_by_tag.csv``, published atomically
+as a memlab result of kind ``compare``. ``DIR`` follows memlab's rule for result directories
+(:func:`memlab.io.check_output_dir`): new, empty, or a comparison memlab wrote (whose other
+files are kept); a run, an export, a sweep, a dataset or any other memlab directory is refused
+before anything is computed (:func:`check_compare_dir`), and an export never replaces a
+comparison either.
 """
 
 from __future__ import annotations
@@ -23,6 +31,14 @@ from memlab.eval.experiment import ExperimentResult
 from memlab.eval.metrics import canonical_metric, main_metric_of
 from memlab.eval.protocol import describe_run
 from memlab.eval.stats import compare, compare_by_tag, correct_pvalues, wins_losses
+from memlab.io import atomic_directory, check_output_dir
+
+COMPARE_KIND = "compare"
+"""The kind of a comparison's output directory (:func:`memlab.io.output_kind`)."""
+
+COMPARE_KINDS = (COMPARE_KIND,)
+"""Kinds of directory a comparison replaces: a comparison only (one written when comparisons
+and exports shared the marker kind ``result`` is recognised by its entries)."""
 
 
 @dataclass
@@ -224,3 +240,37 @@ def _canonical_metrics(per_query: pl.DataFrame) -> pl.DataFrame:
     if all(k == v for k, v in names.items()):
         return per_query
     return per_query.with_columns(pl.col("metric").replace_strict(names, return_dtype=pl.String))
+
+
+def check_compare_dir(out: str | Path, *, what: str = "--out") -> Path:
+    """Refuse a comparison's output directory before any work (see the module docstring): a
+    run (the runs compared included) is refused as a directory of another kind, a directory
+    holding one as a directory memlab did not write.
+
+    Returns:
+        The absolute path.
+
+    Raises:
+        memlab.io.OutputDirError: Naming ``out`` and what is wrong, in one line.
+    """
+    return check_output_dir(out, what=what, kinds=COMPARE_KINDS)
+
+
+def write_comparison(res: RunComparison, out: str | Path, *, what: str = "--out") -> Path:
+    """Write ``res``'s tables as CSV into ``out`` atomically, as a result of kind
+    :data:`COMPARE_KIND` (see the module docstring).
+
+    Returns:
+        The absolute path written.
+
+    Raises:
+        memlab.io.OutputDirError: ``out`` is refused (:func:`check_compare_dir`; nothing was
+            written).
+    """
+    target = check_compare_dir(out, what=what)
+    with atomic_directory(target, kind=COMPARE_KIND, replaces=COMPARE_KINDS) as tmp:
+        res.comparison.write_csv(tmp / "comparison.csv")
+        if res.tag_comparison.height:
+            res.tag_comparison.write_csv(tmp / "comparison_by_tag.csv")
+        res.per_query.write_csv(tmp / "per_query.csv")
+    return target.resolve()
