@@ -205,3 +205,82 @@ def test_entities_the_loader_would_refuse_are_not_written(tmp_path, name: str, k
         assert len(s) == 0
     with MemoryStore(tmp_path, chroma=False) as again:
         assert len(again) == 0 and again.check() == []
+
+
+def _retext(text: str):
+    def edit(rec: Any, ids: dict[str, str]) -> None:
+        from memlab.memory.store import content_hash
+
+        rec.text, rec.content_hash = text, content_hash(text)
+
+    return edit
+
+
+# in-place edits of fields the store derives or only its lifecycle moves, and the message
+DERIVED_EDITS = [
+    (_set("content_hash", "0" * 16),
+     "'content_hash' is computed by the store from the text and cannot be changed"),
+    # a new text with the hash of that text: still not the hash the row was written with
+    (_retext("password=hunter2-very-secret"),
+     "'content_hash' is computed by the store from the text and cannot be changed"),
+    (_set("text", "password=hunter2-very-secret"),
+     "'text' does not match content_hash: a text cannot be changed in place (correct writes "
+     "a corrected memory)"),
+    (_set("observation_count", 3),
+     "'observation_count' must count the agents of observed_by (1), got 3"),
+    (_set("observed_by", ["a", "b"]),
+     "'observation_count' must count the agents of observed_by (2), got 1"),
+    (_set("active", False), "'active' cannot be changed in place (the store's lifecycle moves it)"),
+    (_set("created_at", T0 - 5.0),
+     "'created_at' cannot be changed in place (the store's lifecycle moves it)"),
+    (_set("valid_from", T0 + 9.0),
+     "'valid_from' cannot be changed in place (the store's lifecycle moves it)"),
+    (_set("valid_to", T0 + 9.0),
+     "'valid_to' cannot be changed in place (the store's lifecycle moves it)"),
+    (_set("forgotten_reason", "hidden"),
+     "'forgotten_reason' cannot be changed in place (the store's lifecycle moves it)"),
+    (_set("access_count", 7),
+     "'access_count' cannot be changed in place (the store's lifecycle moves it)"),
+    (_set("last_accessed_at", T0 + 3.0),
+     "'last_accessed_at' cannot be changed in place (the store's lifecycle moves it)"),
+]
+
+
+@pytest.mark.parametrize("via", ["save", "touch"])
+@pytest.mark.parametrize(("edit", "message"), DERIVED_EDITS)
+def test_a_field_the_store_derives_edited_in_place_is_refused_and_put_back(
+    tmp_path, edit, message, via
+) -> None:
+    with MemoryStore(tmp_path, chroma=False) as s:
+        mid = s.store("Acme runs PostgreSQL for billing", "fact", key="db", source_agent="a",
+                      now=T0).id
+        before = memory_state(s), sql_state(s)
+        edit(s.get(mid), {})
+        with pytest.raises(MemoryInputError) as info:
+            if via == "save":
+                s.save(mid, "edited", now=T0 + 1)
+            else:
+                s.touch([mid], now=T0 + 1)
+        assert str(info.value) == f"memory {mid}: payload field {message}; nothing was changed"
+        assert (memory_state(s), sql_state(s)) == before  # the edit was put back
+        # the store still dedups onto the memory, and a legitimate edit still saves
+        assert s.store("Acme runs PostgreSQL for billing", "fact", key="db", source_agent="a",
+                       now=T0 + 2).action == "deduplicated"
+        s.get(mid).knowledge_category = "technical"
+        s.save(mid, "reclassified", now=T0 + 3)
+        s.touch([mid], now=T0 + 4)
+    with MemoryStore(tmp_path, chroma=False) as again:  # it opens: nothing bricked it
+        assert again.check() == []
+        assert again.get(mid).knowledge_category == "technical"
+        assert again.get(mid).access_count == 1
+        assert again.history(mid)["change"].to_list() == ["created", "reclassified"]
+
+
+def test_a_purged_memory_keeps_saving_with_its_erased_text() -> None:
+    s = MemoryStore()
+    mid = s.store("Acme runs PostgreSQL for billing", now=T0).id
+    s.forget(mid, "asked to", now=T0 + 1)
+    s.purge(mid, now=T0 + 2)
+    s.get(mid).metadata = {"note": "kept"}
+    s.save(mid, "annotated", now=T0 + 3)
+    assert (s.get(mid).text, s.get(mid).metadata) == ("", {"note": "kept"})

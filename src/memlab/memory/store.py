@@ -212,6 +212,9 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self._cols = _Columns()
         self._clients: dict[str, int] = {}
         self._dedup: dict[tuple[str, str, str, str], int] = {}
+        # Per row, the content hash its SQLite column holds (written once, with the row): a
+        # rewrite of the row's payload must carry the same, or the store would refuse to open.
+        self._row_hashes: list[str] = []
         self._by_key: dict[tuple[str, str, str], int] = {}
         self._by_subject: dict[tuple[str, str, str], int] = {}
         self._scopes: dict[str, int] = {}
@@ -387,6 +390,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self.graph = EntityGraph()
         self.vectors = ExactIndex()
         self._records = []
+        self._row_hashes = []
         self._index = {}
         self._cols = _Columns()
         self._id_column = pl.Series("mem_id", [], dtype=pl.String)
@@ -505,6 +509,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
                 first_row[data["id"]] = idx
                 rec = MemoryRecord(**{k: data[k] for k in _RECORD_FIELDS if k in data})
             self._index_in_memory(rec, vector, unit=True)  # stored normalised
+            self._row_hashes.append(rec.content_hash)
         known = first_row.keys() | damaged_ids
         for idx, rec in enumerate(self._records):
             for name in ("supersedes", "superseded_by"):

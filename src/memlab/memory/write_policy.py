@@ -458,12 +458,19 @@ class WritePolicy:
             mem_id = str(uuid.UUID(bytes=digest[:16], version=4))
         return mem_id
 
-    def _checked_payload(self, rec: MemoryRecord, idx: int) -> str:
+    def _checked_payload(self, rec: MemoryRecord, idx: int, *, edited: bool = False) -> str:
         """The payload of the record at row ``idx`` as JSON text, for :meth:`_save` (every
-        rewrite of a row: lifecycle moves, ``save`` after in-place edits), after checking that
-        it is one the store reads back (:mod:`~memlab.memory.integrity`'s rules for every
-        field, links to memories of the store, and the id, client, type and scope its row was
-        indexed under): what no write may leave behind, or the store would refuse to open.
+        rewrite of a row: lifecycle moves, ``save`` after in-place edits, ``touch``), after
+        checking that it is one the store reads back (:mod:`~memlab.memory.integrity`'s rules
+        for every field, links to memories of the store, and the id, client, type and scope
+        its row was indexed under) and that the fields the store derives still hold what it
+        derived (:meth:`_derived_problems`): what no write may leave behind, or the store would
+        refuse to open or hold a text its write path never saw.
+
+        Args:
+            edited: The row is rewritten after a caller's in-place edits (``save``,
+                ``touch``): the fields only the store's own lifecycle moves change must also
+                be as the store last wrote them (:meth:`_lifecycle_problems`).
 
         Raises:
             MemoryInputError: Naming the memory and the field (the unit of writes then rolls
@@ -492,6 +499,10 @@ class WritePolicy:
         ):
             moved = "id, client_id, type or scope"
             problems.append((moved, "cannot be changed in place (promote moves a scope)"))
+        if not problems:
+            problems = self._derived_problems(rec, idx)
+        if not problems and edited:
+            problems = self._lifecycle_problems(rec, idx)
         if problems:
             name, what = problems[0]
             raise MemoryInputError(
@@ -500,8 +511,66 @@ class WritePolicy:
             )
         return text if text is not None else _encode(data)
 
+    def _derived_problems(self, rec: MemoryRecord, idx: int) -> list[tuple[str, str]]:
+        """Where a field the store computes no longer holds what it computed (a caller's
+        in-place edit): ``content_hash`` is the hash the row was written with (its SQLite
+        column; the loader refuses a row whose payload differs), ``text`` hashes to it (an
+        edited text would skip scrubbing, dedup and the entity graph: :meth:`correct` writes a
+        new text; a purged memory's text is empty), ``observation_count`` counts
+        ``observed_by``."""
+        if rec.content_hash != self._row_hashes[idx]:
+            return [(
+                "content_hash",
+                "is computed by the store from the text and cannot be changed",
+            )]
+        if rec.text == "" and rec.purged_at is not None:
+            pass  # purge erased the text; the hash names what was there
+        elif content_hash(rec.text) != rec.content_hash:
+            return [(
+                "text",
+                "does not match content_hash: a text cannot be changed in place (correct "
+                "writes a corrected memory)",
+            )]
+        if rec.observation_count != len(rec.observed_by):
+            return [(
+                "observation_count",
+                f"must count the agents of observed_by ({len(rec.observed_by)}), got "
+                f"{rec.observation_count!r}",
+            )]
+        return []
+
+    def _lifecycle_problems(self, rec: MemoryRecord, idx: int) -> list[tuple[str, str]]:
+        """Where a caller's in-place edit changed a field only the store's lifecycle moves
+        change (compared with the row's columns, which hold what the store last wrote):
+        ``active`` (forget, restore, retire, promote), ``created_at`` and ``valid_from``
+        (fixed at the write), ``valid_to`` (supersession, retire), ``forgotten_reason``
+        (forget, restore), ``access_count`` and ``last_accessed_at`` (touch). Editing them in
+        place would leave the dedup and supersession lookups pointing elsewhere."""
+        c = self._cols
+
+        def same(value: float | None, column: np.ndarray, none: float) -> bool:
+            stored = float(column[idx])
+            if value is None:
+                return stored == none or (none != none and stored != stored)
+            return float(value) == stored
+
+        checks = (
+            ("active", bool(c.active[idx]) == rec.active),
+            ("created_at", same(rec.created_at, c.created_at, math.nan)),
+            ("valid_from", same(rec.valid_from, c.valid_from, math.nan)),
+            ("valid_to", same(rec.valid_to, c.valid_to, math.inf)),
+            ("forgotten_reason", bool(c.forgotten[idx]) == (rec.forgotten_reason is not None)),
+            ("access_count", int(c.access_count[idx]) == rec.access_count),
+            ("last_accessed_at", same(rec.last_accessed_at, c.last_accessed_at, math.nan)),
+        )
+        for name, ok in checks:
+            if not ok:
+                return [(name, "cannot be changed in place (the store's lifecycle moves it)")]
+        return []
+
     def _append(self, rec: MemoryRecord, vector: np.ndarray | None) -> int:
         idx = self._index_in_memory(rec, vector)
+        self._row_hashes.append(rec.content_hash)
         blob = None if vector is None else self.vectors.get(idx).tobytes()
         payload = self._payload(rec)  # every field checked by ``store`` on its way here
         self._exec(
@@ -524,10 +593,13 @@ class WritePolicy:
         self.version += 1
         return idx
 
-    def _save(self, idx: int, change: str | None, at: float) -> None:
-        """Write a changed record back to SQLite (and the columns), logging a version."""
+    def _save(
+        self, idx: int, change: str | None, at: float, *, edited: bool = False
+    ) -> None:
+        """Write a changed record back to SQLite (and the columns), logging a version
+        (``edited``: after a caller's in-place edits; see :meth:`_checked_payload`)."""
         rec = self._records[idx]
-        payload = self._checked_payload(rec, idx)
+        payload = self._checked_payload(rec, idx, edited=edited)
         self._sync_columns(idx)
         self._exec(
             "UPDATE memories SET active = ?, payload = ? WHERE idx = ?",
@@ -668,13 +740,20 @@ class WritePolicy:
         """Persist in-place edits of a record's descriptive fields and log a version.
 
         For fields that do not move it through the lifecycle (``knowledge_category``,
-        ``consolidated``, ``metadata``); lifecycle moves go through :meth:`retire`.
+        ``consolidated``, ``metadata``, ``confidence``, ``archived_at``); lifecycle moves go
+        through :meth:`retire` (and :meth:`forget`, :meth:`restore`, :meth:`promote`,
+        :meth:`correct`). A field the store derives (``content_hash``, the ``text`` it hashes,
+        ``observation_count``) or only its lifecycle moves change (``active``, ``created_at``,
+        ``valid_from``, ``valid_to``, ``forgotten_reason``, ``access_count``,
+        ``last_accessed_at``) edited in place is refused with a
+        :class:`~memlab.memory.records.MemoryInputError` naming it, and the record is put back
+        as the store last wrote it.
         """
         idx = self.idx(memory_id)
         _check_str(change, "change", optional=False)
         t_now = _check_time(now, "now")
         with self._transaction():
-            self._save(idx, change, t_now)
+            self._save(idx, change, t_now, edited=True)
 
     def forget(self, memory_id: str, reason: str, *, now: float | str | None = None) -> None:
         """Soft-delete a memory (design §D3.7 ``forget``): inactive, reason kept, never returned."""
@@ -934,22 +1013,36 @@ class WritePolicy:
         return WriteResult(rec.id, "promoted", superseded, 0)
 
     def touch(self, memory_ids: Sequence[str], *, now: float | str | None = None) -> None:
-        """Count a search hit for each id: ``access_count += 1``, ``last_accessed_at = now``."""
+        """Count a search hit for each id: ``access_count += 1``, ``last_accessed_at = now``.
+
+        Each row written is checked as :meth:`save` checks one (a caller's in-place edit of a
+        record it then touches is refused, naming the field, and put back).
+        """
         if isinstance(memory_ids, str):
             raise TypeError("field 'memory_ids' must be a list of ids, got a string")
         t_now = _check_time(now, "now")
         rows = [self.idx(mid) for mid in memory_ids]
         with self._transaction():
+            last = dict.fromkeys(rows)
+            for idx in last:  # before the counts move: the rest is as the store wrote it
+                problems = self._lifecycle_problems(self._records[idx], idx)
+                if problems:
+                    name, what = problems[0]
+                    raise MemoryInputError(
+                        f"memory {self._records[idx].id}: payload field '{name}' {what}; "
+                        "nothing was changed"
+                    )
             for idx in rows:
                 rec = self._records[idx]
                 rec.access_count += 1
                 rec.last_accessed_at = t_now
-                self._sync_columns(idx)
             # One statement for all of them (a row touched twice is written once, as it ends).
-            last = {idx: None for idx in rows}
+            payloads = [(i, self._checked_payload(self._records[i], i)) for i in last]
+            for idx in last:
+                self._sync_columns(idx)
             self._exec_many(
                 "UPDATE memories SET active = ?, payload = ? WHERE idx = ?",
-                [(int(self._records[i].active), self._payload(self._records[i]), i) for i in last],
+                [(int(self._records[i].active), text, i) for i, text in payloads],
             )
             self.version += len(rows)
 
