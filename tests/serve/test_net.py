@@ -421,7 +421,8 @@ def test_bearer_guard_compares_the_whole_header() -> None:
 # ----------------------------------------------------------------------------- StopSignals
 def test_stop_signals_cancel_through_the_loop_and_never_raise() -> None:
     """A signal while the loop runs calls the stop callback in the loop; one before ``arm``
-    is acted on by ``arm``; a second changes nothing; the old handlers come back."""
+    is acted on by ``arm``; the old handlers come back. (A second signal ends the process:
+    see the subprocess tests below.)"""
     import asyncio
 
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -436,8 +437,8 @@ def test_stop_signals_cancel_through_the_loop_and_never_raise() -> None:
             stopped.set()
 
         stop.arm(loop, cancel)
-        signal.raise_signal(signal.SIGTERM)  # raises nothing here
-        signal.raise_signal(signal.SIGINT)  # the second: ignored
+        if stop.received is None:
+            signal.raise_signal(signal.SIGTERM)  # raises nothing here
         await asyncio.wait_for(stopped.wait(), 10)
         stop.disarm()
 
@@ -468,3 +469,91 @@ def test_stop_signals_put_every_handler_back_when_a_signal_raises_while_swapping
             pass
     monkeypatch.undo()
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+# ----------------------------------------------------------------------------- a second signal
+FORCED = ("memlab: {} again: stopped at once, without waiting for open requests or closing "
+          "the store (its next open recovers it)")
+
+
+@pytest.mark.parametrize(("first", "second"), [(signal.SIGTERM, signal.SIGTERM),
+                                               (signal.SIGINT, signal.SIGTERM),
+                                               (signal.SIGTERM, signal.SIGINT)])
+def test_a_second_signal_stops_an_http_server_at_once(
+    tmp_path: Path, first: int, second: int
+) -> None:
+    """The first signal waits for a request still being sent (up to the grace period); a
+    second one ends the process at once, with one line and the second signal's status, and
+    the store opens again with every acknowledged write."""
+    store, port = tmp_path / "store", _free_port()
+    (tmp_path / "token").write_text(TOKEN)
+    args = ["serve", "http", str(store), "--human", "--embedder", "hashing", "--no-cache",
+            "--no-chroma", "--port", str(port), "--token-file", str(tmp_path / "token")]
+    with _server(args, tmp_path) as proc:
+        _listening(proc, port)
+        res = httpx.post(f"http://127.0.0.1:{port}/memories", timeout=60,
+                         headers={"Authorization": f"Bearer {TOKEN}"},
+                         json=[{"content": "kept note"}])
+        assert res.status_code == 200
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+            slow.sendall(b"POST /memories HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                         + TOKEN.encode() + b"\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n[")
+            time.sleep(0.5)
+            proc.send_signal(first)
+            time.sleep(1.0)
+            assert proc.poll() is None  # gracefully waiting for the request
+            sent = time.monotonic()
+            proc.send_signal(second)
+            proc.wait(timeout=30)
+            took = time.monotonic() - sent
+    err = (tmp_path / "err").read_text()
+    word = "terminated" if second == signal.SIGTERM else "interrupted"
+    assert proc.returncode == 128 + second, err
+    assert err.splitlines()[-1] == FORCED.format(word), err
+    assert "Traceback" not in err
+    assert took < 2.5, took  # not the rest of the grace period
+    assert main(["store", "check", str(store)]) == 0
+
+
+_BUSY_LOOP = """
+import asyncio, sys, time
+import anyio
+from memlab.serve.net import StopSignals
+
+async def serve(stop):
+    with anyio.CancelScope() as scope:
+        stop.arm(asyncio.get_running_loop(), scope.cancel)
+        print("ready", flush=True)
+        for _ in range(600):  # a call that holds the loop: the cancel waits for it
+            time.sleep(0.1)
+        await anyio.sleep(0)
+
+with StopSignals() as stop:
+    anyio.run(serve, stop)
+print("stopped by", stop.received, flush=True)
+"""
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_ends_a_loop_whose_cancellation_waits(tmp_path: Path, second: int) -> None:
+    """What the MCP stdio transport runs under: the first signal cancels, and the cancellation
+    waits for a call that holds the loop; the second ends the process at once."""
+    err = open(tmp_path / "err", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-c", _BUSY_LOOP], env=_env(),
+                            stdout=subprocess.PIPE, stderr=err)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        assert proc.poll() is None  # the cancellation waits for the call
+        proc.send_signal(second)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        err.close()
+    text = (tmp_path / "err").read_text()
+    word = "terminated" if second == signal.SIGTERM else "interrupted"
+    assert (proc.returncode, out, text) == (128 + second, b"", FORCED.format(word) + "\n")

@@ -12,7 +12,9 @@
 
 ``SIGINT`` and ``SIGTERM`` stop every transport the same way: the server stops taking calls,
 the memory service is closed (chromadb flushed, SQLite checkpointed, the recording's lock
-released), and the process exits 130 or 143.
+released), and the process exits 130 or 143. A second signal while it stops (open requests
+finishing, the service closing) ends the process at once with one line on stderr
+(:func:`memlab.serve.net.force_stop`).
 """
 
 from __future__ import annotations
@@ -117,18 +119,24 @@ def _check_record_dir(record: Path, store_dir: Path) -> None:
         )
 
 
-def _close(service: Any) -> None:
+def _close(service: Any, *, stopping: bool = False) -> None:
     """Close the service with ``SIGINT`` and ``SIGTERM`` held back: a signal that comes
     meanwhile is only noted, and acted on (``KeyboardInterrupt``,
     :class:`~memlab.serve.net.Terminated`) once the store and the recording are closed. A
     signal whose handler raises while the holding handlers are being put in place or taken
     away (the old ones then being in force) skips neither the closing nor the putting back:
-    it is raised once both are done."""
-    from memlab.serve.net import Terminated, restore_handlers
+    it is raised once both are done.
+
+    A signal that comes while the service closes because of an earlier one (``stopping``: a
+    signal stopped the server), or a second one while it closes, ends the process at once
+    (:func:`~memlab.serve.net.force_stop`)."""
+    from memlab.serve.net import Terminated, force_stop, restore_handlers
 
     got: list[int] = []
 
     def hold(signum: int, frame: Any) -> None:
+        if stopping or got:
+            force_stop(signum)
         got.append(signum)
 
     before: dict[int, Any] = {}
@@ -235,8 +243,10 @@ def cmd_serve_mcp(args: argparse.Namespace) -> int:
                 )
             stopped = run(service, transport=args.transport, host=args.host, port=args.port,
                           limits=limits, token=token)
-        finally:
-            _close(service)
+        except BaseException as exc:
+            _close(service, stopping=isinstance(exc, KeyboardInterrupt))
+            raise
+        _close(service, stopping=stopped is not None)
         return _stopped(stopped)
 
     return _serving(serve)
@@ -293,8 +303,10 @@ def cmd_serve_http(args: argparse.Namespace) -> int:
                 max_batch=args.max_batch,
             )
             stopped = serve(app, host=args.host, port=args.port, limits=limits)
-        finally:
-            _close(service)
+        except BaseException as exc:
+            _close(service, stopping=isinstance(exc, KeyboardInterrupt))
+            raise
+        _close(service, stopping=stopped is not None)
         return _stopped(stopped)
 
     return _serving(run)

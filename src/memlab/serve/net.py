@@ -24,11 +24,16 @@ loop's error report itself needs a descriptor. :func:`serve_app` runs an app wit
   caller closes the memory service (flushing chromadb, checkpointing SQLite, releasing the
   recording) before the process ends. uvicorn itself re-raises the signal once it has stopped,
   and ``SIGTERM``'s default action then ends the process before any ``finally`` runs.
+* a second ``SIGINT`` or ``SIGTERM`` while it stops ends the process at once
+  (:func:`force_stop`: one line on stderr, exit status 128 + the signal), as a second Ctrl-C
+  stops uvicorn: what was acknowledged is committed, and the store's next open recovers
+  what closing it would have done (SQLite's log, chromadb's backlog; the locks go with the
+  process).
 
 :func:`bearer_guard` puts a Bearer token in front of an ASGI app (compared in constant time),
 as the ingest server checks its token. :class:`StopSignals` makes ``SIGINT`` and ``SIGTERM``
 cancel a server running on an event loop (the MCP stdio transport) instead of raising inside
-it.
+it, and a second one end the process at once.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import errno
 import hmac
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -45,7 +51,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 log = logging.getLogger("memlab.serve")
 
@@ -79,6 +85,25 @@ def sigterm_unwinds() -> Generator[None, None, None]:
         signal.signal(signal.SIGTERM, before)
 
 
+def force_stop(signum: int) -> NoReturn:
+    """End the process at once on a second ``SIGINT``/``SIGTERM`` while a server stops.
+
+    One line on stderr (written with :func:`os.write`: a signal handler may interrupt a
+    ``print`` in progress) and ``os._exit(128 + signum)`` (130, 143): open requests are not
+    waited for, the memory service is not closed. Every write the server acknowledged is
+    committed (SQLite, the recording's complete lines); the store's next open checkpoints
+    SQLite's log and re-sends chromadb what it missed, and the locks end with the process.
+    """
+    word = "terminated" if signum == signal.SIGTERM else "interrupted"
+    line = (f"memlab: {word} again: stopped at once, without waiting for open requests or "
+            "closing the store (its next open recovers it)\n")
+    try:
+        os.write(2, line.encode())
+    except OSError:  # no stderr: the status says it
+        pass
+    os._exit(128 + signum)
+
+
 class StopSignals:
     """``SIGINT`` and ``SIGTERM`` as a request to stop a server that runs an event loop.
 
@@ -90,8 +115,9 @@ class StopSignals:
     changes), the two signals raise nothing: the first one is kept in :attr:`received` and
     hands the callback given to :meth:`arm` to the event loop (a thread-safe call, as asyncio's
     own ``SIGINT`` handling does), where it cancels the server as any cancellation does. A
-    signal before :meth:`arm` is acted on by :meth:`arm`; later signals change nothing (the
-    server is stopping already). On exit the handlers before it are put back.
+    signal before :meth:`arm` is acted on by :meth:`arm`. A second signal (the server is
+    stopping already, and may be waiting for work that does not end) ends the process at once
+    (:func:`force_stop`). On exit the handlers before it are put back.
 
     Attributes:
         received: The first signal received while it held (``None``: none).
@@ -119,11 +145,12 @@ class StopSignals:
         restore_handlers(before)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if self.received is None:
-            self.received = signum
-            request = self._request
-            if request is not None:
-                request()
+        if self.received is not None:
+            force_stop(signum)
+        self.received = signum
+        request = self._request
+        if request is not None:
+            request()
 
     def arm(self, loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> None:
         """Call ``stop`` in ``loop`` on the first signal (at once if one came already)."""
@@ -137,6 +164,14 @@ class StopSignals:
         self._request = request
         if self.received is not None:
             request()
+
+    def arm_handler(self, stop: Callable[[], None]) -> None:
+        """Call ``stop`` from the signal handler itself on the first signal (at once if one
+        came already): for a ``stop`` that only sets flags a running loop polls (uvicorn's
+        ``should_exit``)."""
+        self._request = stop
+        if self.received is not None:
+            stop()
 
     def disarm(self) -> None:
         """Stop calling the callback of :meth:`arm` (a signal is still kept)."""
@@ -353,35 +388,25 @@ def serve_app(
         timeout_graceful_shutdown=GRACE_SECONDS,
     )
     server = _server(config)
-    server.run()
-    return server.stopped_by
+    # The handlers hold from before the loop starts until it is closed (asyncio.run's own
+    # cleanup waits for the requests' tasks): the first signal stops the server gracefully,
+    # a second one ends the process at once.
+    with StopSignals() as stop:
+        stop.arm_handler(lambda: server.handle_exit(stop.received or signal.SIGINT, None))
+        server.run()
+    return stop.received
 
 
 def _server(config: Any) -> Any:
-    """A uvicorn server that stops on ``SIGINT``/``SIGTERM`` without re-raising them (the
-    signal is kept in ``stopped_by``), and reports loop errors with :func:`_loop_errors`."""
+    """A uvicorn server whose signals :func:`serve_app` handles (:class:`StopSignals`; uvicorn
+    neither installs handlers nor re-raises the signal), reporting loop errors with
+    :func:`_loop_errors`."""
     import uvicorn
 
     class Server(uvicorn.Server):
-        stopped_by: int | None = None
-
         @contextmanager
         def capture_signals(self) -> Generator[None, None, None]:
-            if threading.current_thread() is not threading.main_thread():
-                yield
-                return
-
-            def stop(sig: int, frame: Any) -> None:
-                if self.stopped_by is None:
-                    self.stopped_by = sig
-                self.handle_exit(sig, frame)
-
-            before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for sig, handler in before.items():
-                    signal.signal(sig, handler)
+            yield
 
         async def startup(self, sockets: Any = None) -> None:
             asyncio.get_running_loop().set_exception_handler(_loop_errors)
