@@ -178,6 +178,67 @@ def test_memory_texts_are_scrubbed_once_in_prepare_and_adopted_by_every_replay(s
     assert not set(scrub_calls) & set(rep.scrubs_)  # no memory text scrubbed again
 
 
+def _scrub_dataset(key: str) -> Dataset:
+    return dataset(
+        [
+            MemoryOp.store("v1", T0, f"Acme deploy key {key}", "fact", source_agent="a",
+                           client_id="acme"),
+            MemoryOp.store("v2", T0 + 1, "Acme hosts on Fly.io", "fact", source_agent="a",
+                           client_id="acme"),
+            MemoryOp.store("v3", T0 + 2, "Acme hosts on Fly.io", "fact", source_agent="b",
+                           client_id="acme"),
+        ],
+        [Query(0, "q1", T0 + DAY, "acme", client_id="acme")],
+    )
+
+
+def test_a_large_datasets_scrubbing_is_kept_per_texts_and_source(tmp_path, monkeypatch,
+                                                                  scrub_calls):
+    """Above SCRUB_CACHE_MIN_TEXTS distinct texts, prepare keeps the scrubbed texts in the cache
+    (keyed by memlab's source and the texts): a second replayer reads them instead of scrubbing
+    again; other texts, or an entry that is not ours, are scrubbed anew."""
+    from memlab.eval import replay
+
+    monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(replay, "SCRUB_CACHE_MIN_TEXTS", 2)
+    key = "AKIA" + "ABCDEFGHIJKLMNOP"
+    ds = _scrub_dataset(key)
+    first = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False)
+    first.prepare()
+    assert scrub_calls == [f"Acme deploy key {key}", "Acme hosts on Fly.io"]
+    entries = list((tmp_path / "cache" / "scrubs").glob("*.json"))
+    assert len(entries) == 1
+    scrub_calls.clear()
+    second = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False)
+    second.prepare()
+    assert scrub_calls == []  # read from the cache
+    assert second.scrubs_ == first.scrubs_ == {
+        f"Acme deploy key {key}": ("Acme deploy key [REDACTED:api_key]", 1),
+        "Acme hosts on Fly.io": ("Acme hosts on Fly.io", 0),
+    }
+    res = second.run(Pipeline([("all", AllVisible())], name="all"))
+    assert res.store.texts == ["Acme deploy key [REDACTED:api_key]",
+                               "Acme hosts on Fly.io"]
+    assert not set(scrub_calls) & set(second.scrubs_)  # no text scrubbed (only agent names)
+    scrub_calls.clear()
+    entries[0].write_text('{"scrubs": [["x", 0]]}')  # not the texts' entry: scrubbed anew
+    third = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False)
+    third.prepare()
+    assert third.scrubs_ == first.scrubs_ and len(scrub_calls) == 2
+    scrub_calls.clear()
+    other = _scrub_dataset("AKIA" + "ZZZZZZZZZZZZZZZZ")
+    Replayer(other, embedder=HashingEmbedder(dim=16), progress=False).prepare()
+    assert scrub_calls == ["Acme deploy key AKIAZZZZZZZZZZZZZZZZ", "Acme hosts on Fly.io"]
+    assert len(list((tmp_path / "cache" / "scrubs").glob("*.json"))) == 2
+
+
+def test_a_small_datasets_scrubbing_is_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path / "cache"))
+    Replayer(_scrub_dataset("AKIA" + "ABCDEFGHIJKLMNOP"), embedder=HashingEmbedder(dim=16),
+             progress=False).prepare()
+    assert not (tmp_path / "cache").exists()
+
+
 # --------------------------------------------------------------------------- number bounds
 
 

@@ -631,7 +631,7 @@ def _write_check_entry(memories: Path, bad_lines: set[int | None]) -> Path | Non
     try:
         data = memories.read_bytes()
         root = default_cache_dir()  # Path.home() raises RuntimeError where there is no home
-        source = _source_digest()
+        source = source_digest()
     except (OSError, RuntimeError):
         return None  # no cache: the check runs
     digest = hashlib.sha256(source.encode())
@@ -641,8 +641,12 @@ def _write_check_entry(memories: Path, bad_lines: set[int | None]) -> Path | Non
 
 
 @functools.cache
-def _source_digest() -> str:
-    """A digest of every source file of the installed memlab (computed once per process)."""
+def source_digest() -> str:
+    """A digest of every source file of the installed memlab (computed once per process).
+
+    Caches of results that depend only on their input and on memlab's code (a write check's
+    verdict, a replay's scrubbed texts) are keyed by it: any change to the code is a new key.
+    """
     package = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):

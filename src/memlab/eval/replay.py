@@ -459,6 +459,77 @@ class ReplayResult:
         return sid
 
 
+SCRUB_CACHE_MIN_TEXTS = 1_000
+"""A replay's scrubbing of its memory texts is kept in the cache from this many distinct texts
+(:meth:`Replayer.prepare`); fewer take less time to scrub than to look up."""
+
+
+def _scrub_cache_entry(store: MemoryStore, texts: Sequence[Any]) -> Any:
+    """The cache file of the scrubbing of ``texts`` by ``store``'s write path, or ``None``.
+
+    Kept under ``$MEMLAB_CACHE_DIR/scrubs`` (the embedding cache's root) and keyed by a digest
+    of memlab's source (the scrubber's rules and defaults are code), the store's text limit and
+    the distinct texts in order, so a warm replay of a large dataset reads the scrubbed texts
+    instead of scrubbing each again. Only the default scrubber's work is kept; a store with
+    its own scrubber, a text that is not a string, or a cache that cannot be located (no home
+    directory) gets ``None``: the texts are scrubbed.
+    """
+    from memlab.datasets.validate import source_digest
+    from memlab.embed.cache import default_cache_dir
+
+    distinct = list(dict.fromkeys(texts))
+    if (
+        len(distinct) < SCRUB_CACHE_MIN_TEXTS
+        or store.scrubber is not default_scrubber()
+        or not all(isinstance(t, str) for t in distinct)
+    ):
+        return None
+    try:
+        root = default_cache_dir()
+        digest = hashlib.sha256(source_digest().encode())
+    except (OSError, RuntimeError):
+        return None
+    digest.update(f"\0{store.max_text_chars}\0{len(distinct)}\0".encode())
+    for text in distinct:
+        digest.update(text.encode("utf-8", "surrogatepass") + b"\0")
+    return root / "scrubs" / f"{digest.hexdigest()[:32]}.json", distinct
+
+
+def _read_scrub_cache(entry: Any) -> dict[str, tuple[str, int]] | None:
+    """The scrubbing kept in ``entry`` (text → scrubbed text, redactions), or ``None`` when
+    there is no usable entry (missing, unreadable, or not one memlab wrote for these texts)."""
+    if entry is None:
+        return None
+    path, distinct = entry
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))["scrubs"]
+        if not isinstance(rows, list) or len(rows) != len(distinct):
+            return None
+        out: dict[str, tuple[str, int]] = {}
+        for text, row in zip(distinct, rows, strict=True):
+            scrubbed, count = row
+            if not isinstance(scrubbed, str) or type(count) is not int or count < 0:
+                return None
+            out[text] = (scrubbed, count)
+        return out
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+
+
+def _save_scrub_cache(entry: Any, scrubs: Mapping[str, tuple[str, int]]) -> None:
+    """Keep the scrubbing (atomically; a cache that cannot be written is left alone)."""
+    from memlab.io import atomic_write_text
+
+    if entry is None:
+        return
+    path, distinct = entry
+    rows = [list(scrubs[text]) for text in distinct]
+    try:
+        atomic_write_text(path, json.dumps({"scrubs": rows}, ensure_ascii=False))
+    except (OSError, UnicodeEncodeError):
+        pass
+
+
 def queries_are_read_only(config: ReplayConfig) -> bool:
     """Whether a replay under ``config`` can answer its queries in any subset.
 
@@ -818,16 +889,20 @@ class Replayer:
         if self._vectors is not None:
             return
         scratch = MemoryStore()
-        texts: list[str] = []
-        scrubs: dict[str, tuple[str, int]] = {}
-        for op in self.dataset.ops:
-            if op.op in ("store", "correct"):
-                try:  # each distinct text once (a text that is not one fails here too)
-                    done = scrubs[op.text] if op.text in scrubs else scratch.prepare_text(op.text)
+        written = [op for op in self.dataset.ops if op.op in ("store", "correct")]
+        entry = _scrub_cache_entry(scratch, [op.text for op in written])
+        scrubs = _read_scrub_cache(entry)
+        if scrubs is None:
+            scrubs = {}
+            for op in written:
+                if op.text in scrubs:  # each distinct text once
+                    continue
+                try:  # a text that is not one fails here too
+                    scrubs[op.text] = scratch.prepare_text(op.text)
                 except (TypeError, ValueError) as exc:
                     raise ValueError(f"memories.jsonl:{op.line}: {exc}") from None
-                scrubs[op.text] = done
-                texts.append(done[0])
+            _save_scrub_cache(entry, scrubs)
+        texts = [scrubs[op.text][0] for op in written]
         # Each replay's store (default scrubber, as here) adopts these instead of scrubbing
         # every text again.
         self.scrubs_ = scrubs
