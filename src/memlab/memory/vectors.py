@@ -59,46 +59,147 @@ def single_thread_blas() -> Iterator[None]:
 BLOCK_ROWS = 512
 """Rows per product in :func:`block_products` (blocks start at multiples of it)."""
 
+PAD_ROWS = 32
+"""Products are computed over a multiple of this many rows (zero rows added at the end).
+
+BLAS matrix-vector kernels take rows in groups of a few (4 or 8 on x86) and round the last
+rows of a product whose length is not a multiple of the group through another code path: the
+same row may then differ by a bit between two products. Padded, every row goes through the
+same path, and a row's value is the same in any padded product that holds it."""
+
+GATHER_SHARE = 0.25
+""":func:`block_products` multiplies only the wanted rows (gathered) when they are at most this
+share of the rows in the blocks that hold them; otherwise it multiplies those blocks in place."""
+
+
+def _padded_rows(r: int) -> int:
+    """``r`` rounded up to a multiple of :data:`PAD_ROWS`."""
+    return -(-r // PAD_ROWS) * PAD_ROWS
+
+
+def _padded_product(
+    matrix: np.ndarray,
+    vector: np.ndarray,
+    rows: np.ndarray | None = None,
+    *,
+    end: int | None = None,
+) -> np.ndarray:
+    """The products of ``vector`` with rows ``0..end`` of ``matrix`` (default: all of them), or
+    with ``matrix[rows]``, computed over a multiple of :data:`PAD_ROWS` rows.
+
+    Rows past ``end`` that ``matrix`` holds (zero rows of a buffer's spare capacity) serve as the
+    padding where there are enough of them; otherwise the rows are copied into a padded buffer.
+    """
+    if rows is None:
+        r = len(matrix) if end is None else end
+        padded = _padded_rows(r)
+        if padded <= len(matrix):
+            return (matrix[:padded] @ vector)[:r]
+    else:
+        r = len(rows)
+        padded = _padded_rows(r)
+    buf = np.zeros((padded, matrix.shape[1]), dtype=np.float32)
+    if rows is None:
+        buf[:r] = matrix[:r]
+    else:
+        np.take(matrix, rows, axis=0, out=buf[:r])
+    return (buf @ vector)[:r]
+
+
+_GATHER_EXACT: dict[int, bool] = {}
+"""Per vector dimension: whether a gathered product gives each row the value its block gives
+(checked once per process and dimension by :func:`_gather_is_exact`)."""
+
+
+def _gather_is_exact(dim: int) -> bool:
+    """Whether this process's BLAS gives a row the same value in a product of gathered rows as
+    in its fixed block (:data:`PAD_ROWS`); checked on random unit vectors of ``dim``, once.
+
+    When it does not (a BLAS whose kernels round rows by their position), :func:`block_products`
+    always multiplies whole blocks, so results never depend on which rows were wanted."""
+    known = _GATHER_EXACT.get(dim)
+    if known is not None:
+        return known
+    rng = np.random.default_rng(0)
+    n = BLOCK_ROWS + 3 * PAD_ROWS + 5
+    matrix = rng.standard_normal((n, dim)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    vector = rng.standard_normal(dim).astype(np.float32)
+    vector /= np.linalg.norm(vector)
+    exact = True
+    with single_thread_blas():
+        ref = np.concatenate([
+            _padded_product(matrix[lo : lo + BLOCK_ROWS], vector)
+            for lo in range(0, n, BLOCK_ROWS)
+        ])
+        for size in (1, 2, 3, 5, 7, 9, 31, 33, 100, 257):
+            rows = np.sort(rng.choice(n, size, replace=False))
+            if not np.array_equal(_padded_product(matrix, vector, rows), ref[rows]):
+                exact = False
+                break
+    _GATHER_EXACT[dim] = exact
+    return exact
+
 
 def block_products(
-    matrix: np.ndarray, vector: np.ndarray, wanted: np.ndarray | None = None
+    matrix: np.ndarray, vector: np.ndarray, wanted: np.ndarray | None = None,
+    *, n: int | None = None,
 ) -> np.ndarray:
-    """``matrix @ vector`` (float32) in blocks of :data:`BLOCK_ROWS` rows, skipping every block
-    that holds no ``wanted`` row (its entries are ``-inf``).
+    """``matrix @ vector`` (float32) for the ``wanted`` rows; ``-inf`` for rows not computed.
 
-    A query sees a fraction of the store (its client's rows, written together, so a few
-    blocks): the product over the visible blocks reads that fraction of the matrix, where the
-    whole product is a memory-bound pass over all of it. Blocks are fixed (rows ``k*B`` to
-    ``(k+1)*B``), so a row's value never depends on which other rows are wanted: BLAS may round
-    a row differently in products of other shapes, never in the same one. One BLAS thread
-    (:func:`single_thread_blas`).
+    A query sees a fraction of the store, and one client's rows are scattered over it (clients
+    write at the same time). When the wanted rows are few beside the blocks of
+    :data:`BLOCK_ROWS` that hold them (:data:`GATHER_SHARE`), only they are gathered and
+    multiplied; otherwise each block holding a wanted row is multiplied in place and its other
+    rows are computed too. Either way a row's value never depends on which other rows are
+    wanted: every product is padded to :data:`PAD_ROWS` rows, and the gathered path is used
+    only where this BLAS gives each row the value of its block (:func:`_gather_is_exact`).
+    One BLAS thread (:func:`single_thread_blas`).
 
     Args:
-        matrix: ``(n, d)`` float32.
+        matrix: ``(n, d)`` float32, or a buffer whose first ``n`` rows are the matrix and whose
+            other rows are zero (then used as the padding of the last block).
         vector: ``(d,)`` float32.
         wanted: Boolean mask of ``n`` rows (default: every row).
+        n: The number of rows (default: all of ``matrix``'s).
+
+    Returns:
+        ``n`` float32 values.
     """
-    n = matrix.shape[0]
+    if n is None:
+        n = matrix.shape[0]
     out = np.full(n, -np.inf, dtype=np.float32)
     n_blocks = -(-n // BLOCK_ROWS)
     if wanted is None:
         blocks = np.arange(n_blocks)
     else:
-        blocks = np.flatnonzero(
-            np.bincount(np.flatnonzero(wanted) // BLOCK_ROWS, minlength=n_blocks)
-        )
+        rows = np.flatnonzero(wanted)
+        blocks = np.flatnonzero(np.bincount(rows // BLOCK_ROWS, minlength=n_blocks))
+        if (
+            len(rows)
+            and len(rows) <= GATHER_SHARE * len(blocks) * BLOCK_ROWS
+            and _gather_is_exact(matrix.shape[1])
+        ):
+            with single_thread_blas():
+                out[rows] = _padded_product(matrix, vector, rows)
+            return out
     with single_thread_blas():
         for k in blocks.tolist():
             lo = k * BLOCK_ROWS
             hi = min(lo + BLOCK_ROWS, n)
-            np.matmul(matrix[lo:hi], vector, out=out[lo:hi])
+            if hi - lo == BLOCK_ROWS:  # a multiple of PAD_ROWS
+                np.matmul(matrix[lo:hi], vector, out=out[lo:hi])
+            else:
+                out[lo:hi] = _padded_product(matrix[lo:], vector, end=hi - lo)
     return out
 
 
 def append_rows(buffer: np.ndarray | None, used: int, block: np.ndarray) -> np.ndarray:
     """``block``'s rows written after the first ``used`` rows of ``buffer``; returns the buffer
     (the same one, or a new one of twice the size, at least 1,024 rows, holding the first
-    ``used`` rows), whose first ``used + len(block)`` rows are the result.
+    ``used`` rows), whose first ``used + len(block)`` rows are the result. A new buffer's
+    rows are zero until written, and it holds a multiple of :data:`PAD_ROWS` rows, so a
+    product over its rows can be padded in place (:func:`_padded_product`).
 
     Fitted state that grows with the store between queries (sentence or token vectors) is
     appended this way: stacking the old rows and the new ones each time would copy every row
@@ -106,14 +207,15 @@ def append_rows(buffer: np.ndarray | None, used: int, block: np.ndarray) -> np.n
     """
     end = used + len(block)
     if buffer is None or buffer.shape[1:] != block.shape[1:] or buffer.dtype != block.dtype:
-        grown = np.empty((max(end, 1024), *block.shape[1:]), dtype=block.dtype)
+        grown = np.zeros((_padded_rows(max(end, 1024)), *block.shape[1:]), dtype=block.dtype)
         if used:
             if buffer is None:
                 raise ValueError("append_rows: rows are in use but there is no buffer")
             grown[:used] = buffer[:used]
         buffer = grown
     elif end > len(buffer):
-        grown = np.empty((max(end, 2 * len(buffer)), *buffer.shape[1:]), dtype=buffer.dtype)
+        size = _padded_rows(max(end, 2 * len(buffer)))
+        grown = np.zeros((size, *buffer.shape[1:]), dtype=buffer.dtype)
         grown[:used] = buffer[:used]
         buffer = grown
     buffer[used:end] = block
@@ -182,7 +284,7 @@ class RowGroups:
                 if group is None:
                     continue
                 buffer, used, rows, starts = group
-                sims = buffer[:used] @ query
+                sims = _padded_product(buffer, query, end=used)
                 out[rows] = sims if len(starts) == used else np.maximum.reduceat(sims, starts)
         return out
 
@@ -208,7 +310,7 @@ class ExactIndex:
         cap = self._matrix.shape[0]
         if n <= cap:
             return
-        new_cap = max(n, 2 * cap, 1024)
+        new_cap = _padded_rows(max(n, 2 * cap, 1024))  # spare rows pad the last block
         matrix = np.zeros((new_cap, self.dim or 0), dtype=np.float32)
         matrix[: self._n] = self._matrix[: self._n]
         present = np.zeros(new_cap, dtype=bool)
@@ -275,7 +377,7 @@ class ExactIndex:
         norm = float(np.linalg.norm(q))
         if norm > 0:
             q = q / norm
-        sims = block_products(self.matrix, q, wanted)
+        sims = block_products(self._matrix, q, wanted, n=self._n)
         return np.where(self.present, sims.astype(np.float64), -np.inf)
 
 
