@@ -297,6 +297,7 @@ def _forbid_extra(server: Any) -> None:
     on the wire (``from_`` in Python) is renamed on the way in.
     """
     for tool in server._tool_manager.list_tools():
+        _one_line_argument_errors(tool)
         model = tool.fn_metadata.arg_model
         model.model_config["extra"] = "forbid"
         model.model_config["strict"] = True  # no coercion: true is not 1, "yes" not True
@@ -304,6 +305,50 @@ def _forbid_extra(server: Any) -> None:
         tool.parameters["additionalProperties"] = False
         if "from" in tool.parameters.get("properties", {}):
             tool.fn = _renamed(tool.fn, {"from": "from_"})
+
+
+def argument_problems(exc: Any, limit: int = 40) -> str:
+    """A pydantic validation error of a tool's arguments as one line naming each argument:
+    ``argument 'limit' must be a valid integer, got '5' (str); unknown argument 'bogus'``
+    (no documentation links, no model names; values cut to ``limit`` characters)."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        name = ".".join(str(p) for p in err.get("loc", ())) or "(arguments)"
+        kind = err.get("type", "")
+        if kind == "missing":
+            parts.append(f"argument '{name}' is required")
+        elif kind == "extra_forbidden":
+            parts.append(f"unknown argument '{name}'")
+        else:
+            value = err.get("input")
+            text = repr(value)
+            if len(text) > limit:
+                text = text[: limit - 3] + "..."
+            msg = str(err.get("msg", "is not valid"))
+            msg = msg[0].lower() + msg[1:] if msg else "is not valid"
+            msg = msg.replace("input should be", "must be", 1)
+            parts.append(f"argument '{name}' {msg}, got {text} ({type(value).__name__})")
+    return "; ".join(parts) if parts else "invalid arguments"
+
+
+def _one_line_argument_errors(tool: Any) -> None:
+    """Report ``tool``'s invalid arguments in one line (:func:`argument_problems`) instead of
+    pydantic's several lines with a documentation link; every other error is unchanged."""
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import ValidationError
+
+    run = tool.run
+
+    async def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await run(*args, **kwargs)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                problems = argument_problems(exc.__cause__)
+                raise ToolError(f"Error executing tool {tool.name}: {problems}") from None
+            raise
+
+    object.__setattr__(tool, "run", checked)  # a pydantic model: no plain assignment
 
 
 def _renamed(fn: Callable[..., Any], names: dict[str, str]) -> Callable[..., Any]:
