@@ -1804,3 +1804,125 @@ def test_written_form_triggers_finish_and_stay_idempotent(unit: str) -> None:
     out, n = scrub_text(text)
     assert scrub_text(out)[1] == 0
     assert n <= len(text)
+
+
+# Forms of credential that other rules let through: a YAML block under a key that names a
+# credential, Kubernetes/ECS name/value entries, an e-mail address as a URL's user, a
+# password read out character by character, security answers, one-time codes, software
+# serials, "net user NAME PASS", long qualifiers in other languages, a name with a short
+# qualifier before its colon, hex keys named in their line, Linear OAuth tokens.
+NAMED_FORMS = [
+    (
+        "postgresql:\n  auth:\n    postgresPassword: 22-&hrm64ZU%%4\n    database: app",
+        "postgresql:\n  auth:\n    postgresPassword: [REDACTED:password]\n    database: app",
+    ),
+    (
+        '        env:\n        - name: DB_PASSWORD\n          value: "sm8+Vj-9O&7qU"',
+        '        env:\n        - name: DB_PASSWORD\n          value: "[REDACTED:password]"',
+    ),
+    (
+        '{"name": "API_TOKEN", "value": "Zq81kLmN0pQr7sTu"}',
+        '{"name": "API_TOKEN", "value": "[REDACTED:token]"}',
+    ),
+    (
+        "imaps://support@acme.io:H96MPCR0J4aMe8@imap.gmail.com:993/INBOX",
+        "imaps://support@acme.io:[REDACTED:password]@imap.gmail.com:993/INBOX",
+    ),
+    (
+        "Caller read the password out: capital K, x, nine, hash, lowercase m, seven.",
+        "Caller read the password out: [REDACTED:password].",
+    ),
+    (
+        "Pin for the door: four, eight, two, nine, one, six.",
+        "Pin for the door: [REDACTED:password].",
+    ),
+    (
+        "Bank security answers: first pet = Biscuitbones, city of birth = Szczecinek",
+        "Bank security answers: first pet = [REDACTED:password], city of birth = "
+        "[REDACTED:password]",
+    ),
+    (
+        "> customer: my verification code is 265206, can you finish the reset?",
+        "> customer: my verification code is [REDACTED:password], can you finish the reset?",
+    ),
+    (
+        "Photoshop serial number 9533-9569-3499-7946-7984-7482",
+        "Photoshop serial number [REDACTED:token]",
+    ),
+    ("net user backupadmin IR1DShClUL!@ /add", "net user backupadmin [REDACTED:password] /add"),
+    (
+        "a senha do banco de dados de homologação é cwxGbZ+7j36w",
+        "a senha do banco de dados de homologação é [REDACTED:password]",
+    ),
+    (
+        "api key part 1: kglsc5AWF6nfyaJTaYVm\napi key part 2: HGjWGmKFTuHhyHkspkr3",
+        "api key part 1: [REDACTED:token]\napi key part 2: [REDACTED:token]",
+    ),
+    (
+        "`dbc980e0140ef329179d67cff7c5e4263ad3f` is the Cloudflare global key credential",
+        "`[REDACTED:token]` is the Cloudflare global key credential",
+    ),
+    (
+        "Linear: lin_oauth_7a9bed83ff7d6995bc9c1118c19cd9a62e70194514c3b180f34d42feabef7c9b",
+        "Linear: [REDACTED:api_key]",
+    ),
+    (
+        '{"kty":"OKP","crv":"Ed25519","d":"nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A",'
+        '"x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}',
+        '{"kty":"OKP","crv":"Ed25519","d":"[REDACTED:high_entropy]",'
+        '"x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}',
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), NAMED_FORMS)
+def test_named_forms_are_redacted(raw: str, expected: str) -> None:
+    out, n = scrub_text(raw)
+    assert out == expected
+    assert n == expected.count("[REDACTED:")
+    assert scrub_text(out) == (out, 0)
+
+
+# Look-alikes: a header naming only its scheme, values the writer masked, the public members
+# of a JSON Web Key, vendors' documented example keys cited as examples, base64 of ordinary
+# data.
+NAMED_FORM_LOOKALIKES = [
+    "Authorization: Basic",
+    "token: ghp_****************************Xk2Q (masked)",
+    '{"kty":"RSA","e":"AQAB","use":"sig","kid":"k1","n":"0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2'
+    'aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7aPFFxuhDR1L6tSoc_BJECPebWKRXjBZCiFV4n3oknjhMstn64tZ_2W-5J'
+    'sGY4Hc5n9yBXArwl93lqt7_RN5w6Cf0h4QyQ5v-65YGjQR0_FDW2QvzqY368QQMicAtaSqzs8KJZgnYb9c7d0zgdAZ'
+    'Hzu6qMQvRL5hajrn1n91CbOpbISD08qNLyrdkt-bFTWhAI4vMQFh6WeZu0fM4lFd2NcRwr3XPksINHaQ-G_xBniIqb'
+    'w0Ls1jF44-csFCur-kEgU8awapJzKnqDKgw"}',
+    "The AWS docs use AKIAIOSFODNN7EXAMPLE and wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY as "
+    "example credentials.",
+    "payload was eyJldmVudCI6InNpZ251cCIsInBsYW4iOiJwcm8iLCJzZWF0cyI6MTJ9",
+    "decoded SGVsbG8gZnJvbSB0aGUgbmlnaHRseSBqb2IsIGFsbCAxNCB0YXNrcyBvaw== from the queue",
+
+]
+
+# Prose near the new forms that holds no credential, masked values without a key name, and
+# base64 that names a credential (which stays redacted).
+NEAR_NEW_FORMS = [
+    "key ends in sk-...abcd, rotate it if you see it in logs",
+    "AWS key AKIA****************, owner: data team",
+    "my first car was a Volvo, my first pet was a cat",
+    "serial number C02XK1ABJGH5 on the laptop sticker",
+    "net user kiosk * /add",
+    "commit 3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c2d3e4f5a fixed the api key rotation",
+    "ssh key fingerprint: SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8",
+    "password reset: tomorrow",
+    "the password is one of the three I gave you",
+    "- name: LOG_LEVEL\n  value: debug",
+    "error code 502 from the gateway",
+]
+
+
+@pytest.mark.parametrize("text", NAMED_FORM_LOOKALIKES + NEAR_NEW_FORMS)
+def test_named_form_lookalikes_are_untouched(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+
+
+def test_base64_that_names_a_credential_stays_redacted() -> None:
+    raw = "blob eyJ1c2VyIjogImNpIiwgImF1dGgiOiAiWTJrNlMzZzVJMjFRY1RKNFZ3PT0ifQ=="
+    assert scrub_text(raw) == ("blob [REDACTED:high_entropy]", 1)

@@ -90,6 +90,8 @@ Example:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import bisect
 import inspect
 import math
@@ -404,8 +406,9 @@ def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | int
         or ("\n" in sep and not _rest_of_line_blank(text, v.end()))
     ):
         # "password = getpass.getpass(…)", "password == confirm_password", "password:\n
-        # raise ValueError(…)": code that refers to a secret, not one
-        return v.end()
+        # raise ValueError(…)": code that refers to a secret, not one; "auth:\n
+        # postgresPassword: X" opens a block whose first key is searched again
+        return start if "\n" in sep else v.end()
     if session and not key.endswith(_SECRET_KEY_ENDINGS):
         # "session=prod" names a setting; a session id is a long random value
         return (start, end, "token") if _looks_random(value, min_len=16) else v.end()
@@ -707,6 +710,8 @@ def _check_entropy(m: re.Match[str], text: str) -> tuple[int, int] | None:
         return None
     if _SRI_PREFIX.match(value):
         return None
+    if _readable_base64(value):
+        return None  # base64 of a sentence or a JSON object: data, not a key
     parts = re.split(r"[/_.-]", value)
     if sum(1 for p in parts if len(p) >= 3 and p.isalpha() and (p.islower() or p.istitle())) >= 2:
         return None  # a path or an identifier made of words
@@ -1024,11 +1029,22 @@ def _check_htpasswd(m: re.Match[str], text: str) -> tuple[int, int] | None:
 
 def _check_net_use(m: re.Match[str], text: str) -> tuple[int, int] | None:
     r"""``net use \\host\share PASS /user:DOMAIN\user`` (in either order): the one argument
-    after the share that is no ``/option`` and no ``*`` (which asks for the password)."""
+    after the share that is no ``/option`` and no ``*`` (which asks for the password);
+    ``net user NAME PASS /add``: the argument after the account's name."""
     if not _word_start(m, text):
         return None
+    args = _command_args(m.group("rest"), m.start("rest"))
+    if m.group("user") is not None:
+        # net user NAME PASS [/add]: the second argument, unless it is an option or "*"
+        if len(args) < 2:
+            return None
+        s, e = args[1]
+        arg = text[s:e]
+        if arg.startswith(("/", "*")) or _TEMPLATE_VALUE.fullmatch(arg) or arg.startswith("$"):
+            return None
+        return s, e
     seen_share = False
-    for s, e in _command_args(m.group("rest"), m.start("rest")):
+    for s, e in args:
         arg = text[s:e]
         if arg.startswith("\\\\"):
             seen_share = True
@@ -1326,7 +1342,8 @@ def _check_card(m: re.Match[str], text: str) -> tuple[int, int] | None:
 
 def _check_numeric_code(m: re.Match[str], text: str) -> tuple[int, int] | None:
     """A code named as one: a PUK, a door / gate / alarm / keypad / unlock / access code, a
-    safe's combination, a card's CVV. Digits only (``7 3 9 1``, ``12-34-56``, ``4512B``), not
+    one-time code (verification, SMS, 2FA, login code; OTP), a safe's combination, a card's
+    CVV. Digits only (``7 3 9 1``, ``12-34-56``, ``4512B``), not
     a count ("code 4 digits") nor a year after a name that needs no digits."""
     if not _word_start(m, text):
         return None
@@ -1539,18 +1556,198 @@ def _check_otp_call(m: re.Match[str], text: str) -> tuple[int, int] | None:
 
 
 def _check_url_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
-    """``scheme://user:PASSWORD@host``, not ``user:${DB_PASSWORD}@`` (a template). A password
-    may hold an unescaped ``?`` or ``#`` (``mongodb://admin:pa?ss#1@db``), but a port with a
-    query or a fragment behind it is no password (``http://host:8080?to=bob@example.org``)."""
+    """``scheme://user:PASSWORD@host`` (the user may be an unescaped e-mail address:
+    ``imaps://me@acme.io:PASSWORD@imap.host``), not ``user:${DB_PASSWORD}@`` (a template).
+    A password may hold an unescaped ``?`` or ``#`` (``mongodb://admin:pa?ss#1@db``), but a port
+    with a query or a fragment behind it is no password (``http://host:8080?to=bob@example.org``).
+    """
     start, end = m.span("secret")
     value = text[start:end]
     if _TEMPLATE_VALUE.fullmatch(value):
         return None
+    if m.group("mail") is not None and (value.isdigit() or "." not in m.group("mail")):
+        return None  # "ssh://git@host:22@…": a port; the user part must be an e-mail address
     if "?" in value or "#" in value:
         head = re.split(r"[?#]", value, maxsplit=1)[0]
         if not head or head.isdigit() or "=" in value or "&" in value:
             return None
     return start, end
+
+
+def _check_named_pair(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """``- name: DB_PASSWORD`` / ``value: X`` (a Kubernetes or ECS environment entry,
+    ``{"name": "API_TOKEN", "value": "X"}``): the value of a pair whose name names a
+    credential, judged as by :func:`keyed_secret`."""
+    if not _word_start(m, text):
+        return None
+    g = "q" if m.group("q") is not None else "b"
+    start, end = m.span(g)
+    kind = keyed_secret(text[m.start("k") : m.end("k")], text[start:end])
+    return None if kind is None else (start, end, kind)
+
+
+_SPOKEN_WORDS = (
+    r"zero|oh|one|two|three|four|five|six|seven|eight|nine|niner"
+    r"|alfa|alpha|bravo|charlie|delta|echo|foxtrot|golf|hotel|india|juliett?|kilo|lima|mike"
+    r"|november|oscar|papa|quebec|romeo|sierra|tango|uniform|victor|whiske?y|x-?ray|yankee|zulu"
+    r"|hash(?:tag)?|pound(?:[ \t]sign)?|at[ \t](?:sign|symbol)|dollar(?:[ \t]sign)?"
+    r"|exclamation(?:[ \t](?:mark|point))?|bang|star|asterisk|dash|hyphen|minus|underscore"
+    r"|dot|period|plus|equals(?:[ \t]sign)?|percent(?:[ \t]sign)?|ampersand|caret|tilde"
+    r"|(?:back)?slash|question[ \t]mark|colon|semicolon|space"
+)
+_SPOKEN_CHAR = (
+    r"(?:(?:capital|uppercase|upper[ \t]case|upper|lowercase|lower[ \t]case|lower|small|big|cap)"
+    r"[ \t]{1,3}[a-z](?:[ \t]{1,3}as[ \t]{1,3}in[ \t]{1,3}[a-z]{2,12})?"
+    r"|(?:" + _SPOKEN_WORDS + r")|[a-z](?:[ \t]{1,3}as[ \t]{1,3}in[ \t]{1,3}[a-z]{2,12})?|\d)"
+    r"(?![\w\-])"
+)
+"""One character of a password read out: "capital K", "x", "nine", "hash", "kilo", "P as
+in Peter" (regex, lower case)."""
+
+
+def _check_dictated(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """ "the password is capital K, x, nine, hash, …": four or more characters read out one
+    by one after a password's or a PIN's name."""
+    if not _word_start(m, text):
+        return None
+    start, end = m.span("secret")
+    n = 1 + len(re.findall(r"(?:[ \t]{0,3}[,;][ \t]{0,3}|[ \t]{1,3})(?:(?:then|and)[ \t]{1,3})?",
+                           text[start:end].lower()))
+    words = re.findall(_SPOKEN_CHAR, text[start:end].lower())
+    return (start, end, "password") if n >= 4 and len(words) >= 4 else None
+
+
+_SECURITY_CONTEXT = re.compile(
+    r"(?i)security|question|answer|memorable|verification|secret|recovery|bank"
+)
+"""Words that say a question's answer is a login's security answer."""
+
+
+def _check_security_answer(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """ "security question: mother's maiden name = Kowalska", "first pet: Biscuit": the answer
+    to a security question, when the text nearby speaks of security questions or answers
+    ("my first car was a Volvo" is a story)."""
+    if not _word_start(m, text):
+        return None
+    if _SECURITY_CONTEXT.search(text, max(0, m.start() - 200), m.start()) is None:
+        return None
+    start, end = m.span("v")
+    value = text[start:end]
+    if _stated_non_value(value) or _wordish(value) or value.lower() in _POINTER_WORDS:
+        return None
+    return start, end, "password"
+
+
+def _check_license_key(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """ "Photoshop serial number 1330-1004-…", "license code: 4F7K-…": a key of four or more
+    dash-separated groups named as a license, a product key or a software serial; a device's
+    serial number (one group) is no secret."""
+    if not _word_start(m, text):
+        return None
+    start, end = m.span("secret")
+    value = text[start:end]
+    return (start, end, "token") if _DIGIT.search(value) else None
+
+
+_QUALIFIER_STOP = re.compile(
+    r"(?i)id|ids|name|names|fingerprint|hash|type|length|size|format|path|file|location"
+    r"|expir\w*|policy|rotation|version|count|prefix|suffix|usage|scope|header|field|ref|url"
+    r"|endpoint|issuer|algorithm|alg|is|was|are|were|and|or|the|a|an|to|for|of|in|on|with"
+)
+
+
+def _check_qualified_name(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """ "api key part 1: kglsc5AWF6nfyaJTaYVm", "password prod db: Kx9#mPq2": a credential's
+    name, one or two short words, a colon and a value; with the words in between only a value
+    with a password's or a token's shape counts ("password reset: tomorrow", "key fingerprint:
+    SHA256:…", "token type: bearer" are not)."""
+    if not _word_start(m, text):
+        return None
+    if any(_QUALIFIER_STOP.fullmatch(w) for w in text[m.start("qual") : m.end("qual")].split()):
+        return None
+    start, end = m.span("bv")
+    end = _strip_sentence_end(text, start, end)
+    value = text[start:end]
+    if _stated_non_value(value) or ":" in value or _SRI_PREFIX.match(value):
+        return None
+    key = _norm_key(m.group("key"))
+    if _password_key(key):
+        return (start, end, "password") if _shaped_password(value) else None
+    min_len = 20 if key in ("key", "token", "secret") else 16
+    return (start, end, "token") if _looks_random(value, min_len=min_len) else None
+
+
+_HEX_CREDENTIAL = re.compile(
+    r"(?i)(?<![a-z])(?:api[ _\-]?keys?|secrets?|credentials?|tokens?|passwords?|passwd"
+    r"|(?:global|account|auth|access|private|signing|master|admin|license|licence|integration"
+    r"|service|app|client|write|ingest|routing|webhook)[ _\-]keys?)(?![a-z])"
+)
+_HEX_NOT_CREDENTIAL = re.compile(
+    r"(?i)(?<![a-z])(?:sha\w{0,6}|md5|hash(?:es|ed)?|digest|checksum|commit(?:s|ted)?|etag"
+    r"|fingerprint|rev(?:ision)?|build|trace|span|request|correlation|uuid|merged?|bisect"
+    r"|object|blob|tree|fixed|cid|ipfs|nonce|salt)(?![a-z])"
+)
+
+
+def _named_hex_spans(text: str, runs: Sequence[re.Match[str]]) -> list[tuple[int, int]]:
+    """Runs of 32–128 hex digits in a line that names a credential (an API key, a secret, a
+    token: "`dbc980e0…` is the Cloudflare global key") and no hash, commit or id within 80
+    characters (hex runs are mostly digests: "commit 3f6b…", "sha256: …", "trace id …").
+    The names are found once per text and looked up per run."""
+    hexes = [
+        m.span()
+        for m in runs
+        if 32 <= m.end() - m.start() <= 128 and _HEX_RUN.fullmatch(text, m.start(), m.end())
+    ]
+    if not hexes:
+        return []
+    named = [m.start() for m in _HEX_CREDENTIAL.finditer(text)]
+    if not named:
+        return []
+    other = [m.start() for m in _HEX_NOT_CREDENTIAL.finditer(text)]
+    out = []
+    for start, end in hexes:
+        lo = max(0, start - 80)
+        lo = max(lo, text.rfind("\n", lo, start) + 1)
+        nl = text.find("\n", end, end + 80)
+        hi = nl if nl >= 0 else min(len(text), end + 80)
+        i = bisect.bisect_left(named, lo)
+        if i == len(named) or named[i] >= hi:
+            continue
+        j = bisect.bisect_left(other, lo)
+        if j < len(other) and other[j] < hi:
+            continue
+        out.append((start, end))
+    return out
+
+
+_HEX_RUN = re.compile(r"[0-9a-f]{32,128}|[0-9A-F]{32,128}")
+
+
+def _readable_base64(value: str) -> bool:
+    """``value`` is base64 (standard or URL-safe) of readable text with no credential's name
+    in it: a sentence or a JSON object (``eyJldmVudCI6…`` → ``{"event": …}``), data rather
+    than a key. ``user:password`` pairs and texts that name a secret do not count."""
+    raw = value.rstrip("=")
+    if len(raw) % 4 == 1:
+        return False
+    try:
+        data = base64.b64decode(
+            raw + "=" * (-len(raw) % 4),
+            altchars=b"-_" if "-" in raw or "_" in raw else None,
+            validate=True,
+        ).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return False
+    if not data.isprintable() or _READABLE_SECRET.search(data):
+        return False
+    structured = data.startswith(("{", "[")) or data.count(" ") >= 2
+    return structured and len(re.findall(r"[A-Za-z]{3,}", data)) >= 2
+
+
+_READABLE_SECRET = re.compile(
+    r"(?i)pass|pwd|secret|token|auth|api.?key|\bkey\b|cred|\bsig\b|signature|session|cookie"
+)
 
 
 # ----------------------------------------------------------------------------- rules
@@ -1672,13 +1869,20 @@ def _check_password_word_start(m: re.Match[str], text: str) -> tuple[int, int] |
     return _check_password_word(m, text) if _word_start(m, text) else None
 
 
+_AUTH_SCHEMES = frozenset("bearer basic token digest apikey sso-key negotiate ntlm".split())
+"""HTTP authentication schemes: the name of one is no credential."""
+
+
 def _check_header(m: re.Match[str], text: str) -> tuple[int, int] | None:
     i = m.start()
     if i > 0 and (text[i - 1].isalnum() or text[i - 1] == "-"):
         if not text[max(0, i - 6) : i].lower().endswith("proxy-"):
             return None
-    if _TEMPLATE_VALUE.fullmatch(m.group("secret")):
+    value = m.group("secret")
+    if _TEMPLATE_VALUE.fullmatch(value):
         return None  # "Authorization: Bearer $TOKEN", "… Bearer <token>"
+    if value.lower() in _AUTH_SCHEMES:
+        return None  # "Authorization: Basic" names the scheme; no credential follows
     return m.span("secret")
 
 
@@ -1706,7 +1910,8 @@ _VENDOR_PREFIXES = (
     "hf_", "api_org_", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_", "shpat_",
     "shpca_", "shppa_", "shpss_", "npm_", "dckr_pat_", "glpat-", "gldt-", "glft-", "glsoat-",
     "glrt-", "glcbt-", "glimt-", "glptt-", "gloas-", "glagent-", "glffct-",
-    "GR1348941", "pypi-", "dop_v1_", "doo_v1_", "dor_v1_", "lin_api_", "xoxe.xoxb-",
+    "GR1348941", "pypi-", "dop_v1_", "doo_v1_", "dor_v1_", "lin_api_", "lin_oauth_",
+    "lin_wh_", "xoxe.xoxb-",
     "xoxe.xoxp-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "SG.", "sq0csp-",
     "sq0atp-", "GOCSPX-", "ya29.", "AIza", "dapi", "glsa_", "sntrys_", "rubygems_",
     "pscale_tkn_", "pscale_pw_", "AGE-SECRET-KEY-1", "NRAK-", "NRJS-", "NRII-", "NRRA-", "NRAA-",
@@ -1728,7 +1933,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "password",  # credentials in a URL: scheme://user:PASSWORD@host (also "pa?ss#w@host")
         re.compile(
-            r"://[^\s:/@\[\]\"'<>]{0,256}+:"
+            r"://[^\s:/@\[\]\"'<>]{0,256}+(?P<mail>@[^\s:/@\[\]\"'<>]{1,256}+)?:"
             + _NOT_PLACEHOLDER
             + r"(?P<secret>[^\s/\[\]\"'<>]{1,256})@"
         ),
@@ -1934,9 +2139,10 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         "password",  # "Passwort: Geheim123!", "le mot de passe est Soleil2024" (other languages)
         re.compile(
             r"(?P<key>" + _FOREIGN_KEYWORDS + r")"
-            # a short qualifier: "Contraseña del router", "пароль от вайфая", "mật khẩu wifi"
+            # a qualifier: "Contraseña del router", "пароль от вайфая", "mật khẩu wifi",
+            # "a senha do banco de dados de homologação"
             r"(?:(?P<qual>[ \t]{1,3}(?P<prep>" + _FOREIGN_PREPS + r")"
-            r"(?:(?:[ \t]{1,3}|(?<=['’]))[^\s:=：,;.!?\"'“”«»—–]{1,24}+){1,3}?"
+            r"(?:(?:[ \t]{1,3}|(?<=['’]))[^\s:=：,;.!?\"'“”«»—–]{1,24}+){1,6}?"
             r"|(?:[ \t]{1,3}(?!(?:" + _FOREIGN_LINKS + r")[ \t:])[^\s:=：,;.!?\"'“”«»—–\d]{2,24}+)"
             r"{1,2}?)(?P<link>" + _FOREIGN_JOINT + r")"
             # with no qualifier the value may follow the name directly: "şifrem Istanbul34!"
@@ -2151,8 +2357,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         triggers=("htpasswd",),
     ),
     Rule(
-        "password",  # net use \\host\share PASS /user:DOMAIN\user
-        re.compile(r"net[ \t]{1,5}use(?P<rest>" + _ARGS + ")"),
+        "password",  # net use \\host\share PASS /user:DOMAIN\user, net user NAME PASS /add
+        re.compile(r"net[ \t]{1,5}use(?P<user>r)?(?P<rest>" + _ARGS + ")"),
         _check_net_use,
         lower=True,
         triggers=("net",),
@@ -2265,6 +2471,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"|t[üu]r-?code|zugangscode|torcode|alarmcode|tresorcode|zahlenschloss"
             r"|c[óo]digo[ \t]de[ \t](?:acceso|la[ \t]puerta|entrada|alarma|seguridad)"
             r"|codice[ \t](?:di[ \t]accesso|del[ \t]cancello|della[ \t]porta|d['’]accesso)"
+            r"|(?:verification|confirmation|one[ \t\-]time|otp|sms|text|2fa|mfa|two[ \t\-]factor"
+            r"|authentication|auth|login|sign[ \t\-]?in|activation|reset)[ \t\-]?(?:code|pin)|otp"
             r"|cvv2?|cvc2?|cid|csc|cvn|card[ \t]security[ \t]code|security[ \t]code)"
             r"(?:[ \t]{1,3}(?:for|of|at|on|to|in|du|de|des|da|del|zum|zur|für)"
             r"(?:[ \t]{1,3}[^\s:=#,;.!?]{1,30}+){1,4}?|(?:[ \t]{1,3}[a-zà-ÿ'’]{2,20}+){1,3}?)?"
@@ -2276,7 +2484,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         _check_numeric_code,
         lower=True,
         triggers=("puk", "code", "combination", "combo", "keypad", "cvv", "cvc", "cid", "csc",
-                  "cvn", "digo", "codice", "schloss"),
+                  "cvn", "digo", "codice", "schloss", "otp"),
     ),
     Rule(
         "password",  # "she typed in 'iloveyou123' as her password", "MoonLight77 is my password"
@@ -2373,6 +2581,80 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         lower=True,
         triggers=("wifi:",),
     ),
+    Rule(
+        "password",  # - name: DB_PASSWORD\n  value: "…", {"name": "API_TOKEN", "value": "…"}
+        re.compile(
+            r"name[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?(?P<k>[a-z_][\w.\-]{0,64}+)[\"']?[ \t]{0,3}"
+            r"(?:,[ \t]{0,3}|\r?\n[ \t]{0,16}(?:-[ \t]{1,3})?)"
+            r"[\"']?value[\"']?[ \t]{0,3}[:=][ \t]{0,3}"
+            + _NOT_PLACEHOLDER
+            + r"(?:(?P<qq>[\"'])(?P<q>[^\"'\n]{1,512}+)(?P=qq)|(?P<b>[^\s\"',}\]]{1,512}+))"
+        ),
+        _check_named_pair,
+        lower=True,
+        triggers=("value",),
+    ),
+    Rule(
+        "password",  # "the password is capital K, x, nine, hash, …" (read out one by one)
+        re.compile(
+            r"(?:password|passcode|passphrase|pass[ \t]word|pin(?:[ \t]code)?|pw)"
+            r"[^\n:=]{0,30}?(?:[ \t]{1,3}(?:is|was|reads)(?:[ \t]{0,3}:)?|[ \t]{0,3}[:=])"
+            r"[ \t]{1,3}" + _NOT_PLACEHOLDER
+            + r"(?P<secret>" + _SPOKEN_CHAR
+            + r"(?:(?:[ \t]{0,3}[,;][ \t]{0,3}|[ \t]{1,3})(?:(?:then|and)[ \t]{1,3})?"
+            + _SPOKEN_CHAR + r"){3,40}+)"
+        ),
+        _check_dictated,
+        lower=True,
+        triggers=("pass", "pin", "pw"),
+    ),
+    Rule(
+        "password",  # security question "first pet" = Biscuit, mother's maiden name: Kowalska
+        re.compile(
+            r"(?:(?:(?:mother|mom|mum)['’]?s[ \t]{1,3})?maiden[ \t]{1,3}name"
+            r"|(?:name[ \t]{1,3}of[ \t]{1,3}(?:your|my|the)[ \t]{1,3})?first[ \t]{1,3}"
+            r"(?:pet|car|school|teacher|boss|concert|employer)(?:['’]s[ \t]{1,3}name)?"
+            r"|(?:city|town|place)[ \t]{1,3}of[ \t]{1,3}birth|birth[ \t]{0,3}(?:city|place|town)"
+            r"|(?:city|town)[ \t]{1,3}(?:you|i)[ \t]{1,3}(?:were|was)[ \t]{1,3}born[ \t]{1,3}in"
+            r"|favou?rite[ \t]{1,3}(?:teacher|food|movie|book|colou?r|band|sports[ \t]{1,3}team)"
+            r"|childhood[ \t]{1,3}(?:best[ \t]{1,3})?(?:friend|nickname|hero)"
+            r"|street[ \t]{1,3}(?:you|i)[ \t]{1,3}grew[ \t]{1,3}up[ \t]{1,3}on"
+            r"|high[ \t]{1,3}school[ \t]{1,3}mascot)"
+            r"(?:[\"'’”]?[ \t]{0,3}(?:=|:|->|→|[—–])[ \t]{0,3}"
+            r"|[\"'’”]?[ \t]{1,3}(?:is|was|-)[ \t]{1,3})"
+            + _NOT_PLACEHOLDER
+            + r"[\"'“‘]?(?P<v>[^\s,;.!?\"'“”‘’()\[\]{}<>]{2,40}+)"
+        ),
+        _check_security_answer,
+        lower=True,
+        triggers=("maiden", "first", "birth", "born", "favo", "childhood", "grew", "mascot"),
+    ),
+    Rule(
+        "token",  # Photoshop serial number 1330-1004-…, license code: 4F7K-9QXM-…
+        re.compile(
+            r"(?:serial|license|licence|product|activation|registration|cd|install(?:ation)?)"
+            r"[ \t\-]?(?:number|no\.?|#|key|code|serial)"
+            r"(?:[ \t]{1,3}(?:for|of)(?:[ \t]{1,3}[\w.\-]{1,30}+){1,3}?)?"
+            r"(?:[ \t]{0,3}[:=#][ \t]{0,3}|[ \t]{1,3}(?:is|was)[ \t]{1,3}|[ \t]{1,3})"
+            + _NOT_PLACEHOLDER
+            + r"(?P<secret>[a-z0-9]{4,12}+(?:-[a-z0-9]{4,12}+){3,7}+)(?![\w\-])"
+        ),
+        _check_license_key,
+        lower=True,
+        triggers=("serial", "licen", "product", "activation", "registration", "cd", "install"),
+    ),
+    Rule(
+        "password",  # "api key part 1: kglsc5AWF6nfyaJTaYVm", "password prod db: Kx9#mPq2"
+        re.compile(
+            r"(?P<key>" + _PROSE_KEYWORDS + r")"
+            r"(?P<qual>(?:[ \t]{1,3}[a-z0-9][\w.\-]{0,19}+){1,2}?)[ \t]{0,3}:[ \t]{1,5}"
+            + _NOT_PLACEHOLDER
+            + r"(?P<bv>[^\s\"'`,;()\[\]{}<>]{1,256}+)"
+        ),
+        _check_qualified_name,
+        lower=True,
+        triggers=("pass", "pw", "pin", "secret", "key", "token"),
+    ),
 )
 """memlab's own rules (:class:`Rule`), in priority order: when spans overlap, the earlier
 rule names the kind. Private-key blocks (``private_keys=True``) come first, long random runs
@@ -2408,12 +2690,27 @@ _PUBLIC_TOKEN = re.compile(
 )
 """Public material that looks like a secret but is published by design."""
 
+_MASKED_TOKEN = re.compile(
+    r"(?:(?<=[\s\"'`=:(\[{<,;|>])|^)[A-Za-z0-9_\-]{0,16}+"
+    r"(?:[*•●]{3,}+|(?<=[A-Za-z0-9_\-])(?:\.{3,8}+|…)(?=[A-Za-z0-9]))"
+    r"[A-Za-z0-9_\-]{0,8}+(?![A-Za-z0-9_\-*•●])"
+)
+"""A value the writer masked, with a few characters left visible: ``ghp_****Xk2Q``,
+``sk-...abcd``, ``AKIA************``."""
+_DOCS_WORD = re.compile(r"(?i)\b(?:examples?|docs|documentation|sample)\b")
+_JWK_PUBLIC = re.compile(r"\"(?:n|e|x|y)\"[ \t]{0,3}:[ \t]{0,3}\"(?P<v>[A-Za-z0-9_\-]{1,8192}+)\"")
+"""The public members of a JSON Web Key (RSA modulus and exponent, EC coordinates); its
+private members (``d``, ``p``, ``q``, ``k``, …) are secrets."""
+
 
 def _public_ranges(text: str) -> list[tuple[int, int]]:
     """Sorted ``(start, end)`` ranges of public material in ``text``: certificate and
     public-key PEM blocks (BEGIN to its END), OpenSSH public keys (their type name too, so
     that "public key: ssh-ed25519 AAAA…" keeps it), age recipients, Stripe publishable keys
-    and media ``data:`` URI payloads. No secret is redacted inside them."""
+    and media ``data:`` URI payloads; the public members of a JSON Web Key; values the
+    writer masked (``ghp_****Xk2Q``); and vendors' documented example keys, cited as such
+    (``AKIAIOSFODNN7EXAMPLE`` in a text that speaks of examples or docs). No secret is
+    redacted inside them."""
     out: list[tuple[int, int]] = []
     if "-----BEGIN " in text:
         ends = [m.end() for m in _PUBLIC_END.finditer(text)]
@@ -2431,6 +2728,12 @@ def _public_ranges(text: str) -> list[tuple[int, int]]:
                 out.append(m.span())
             else:
                 out.append(m.span("age" if m.group("age") else "pk" if m.group("pk") else "data"))
+    if '"kty"' in text:
+        out.extend(m.span("v") for m in _JWK_PUBLIC.finditer(text))
+    if "***" in text or "•••" in text or "●●●" in text or "..." in text or "…" in text:
+        out.extend(m.span() for m in _MASKED_TOKEN.finditer(text) if m.end() > m.start())
+    if "EXAMPLE" in text and _DOCS_WORD.search(text):
+        out.extend(m.span() for m in _TOKEN_RUN.finditer(text) if "EXAMPLE" in m.group())
     out.sort()
     return out
 
@@ -2861,8 +3164,9 @@ class Scrubber:
         runs = list(_TOKEN_RUN.finditer(text))
         if self._token_rules:
             self._token_spans(rules, runs, text, spans)
+        prio = len(rules) + 1
+        spans.extend((s, e, prio, "token") for s, e in _named_hex_spans(text, runs))
         if self.entropy:
-            prio = len(rules) + 1
             for m in runs:
                 if m.end() - m.start() >= 32:
                     got = _check_entropy(m, text)
