@@ -412,3 +412,30 @@ def test_an_interrupt_here_stops_the_workers_instead_of_waiting_for_them():
         ex.map(_interrupted_here, os.getpid(), [60, 0])
     assert time.monotonic() - start < 30
     assert ex.map(_square_plus, {"offset": 1}, [2, 3]) == [5, 10]
+
+
+_KEPT: list[object] = []
+
+
+def _grow_or_wait(shared, task):
+    """Task ``"grow"`` keeps 400 MB in this process (and waits past loky's 1 s between memory
+    checks); ``"wait"`` sleeps; every task returns its process id."""
+    if task == "grow":
+        _KEPT.append(np.ones(50_000_000))
+        time.sleep(1.5)
+    elif task == "wait":
+        time.sleep(2.5)
+    return os.getpid()
+
+
+def test_a_worker_that_keeps_its_memory_for_later_tasks_is_not_replaced():
+    """loky replaces a worker grown by 300 MB since its first call as leaking; memlab workers
+    keep a run's state for its later tasks, so the limit is raised in each of them."""
+    executor_module._shutdown_pool(kill=True)  # a new pool: its worker's first call is below
+    try:
+        ex = make_executor("joblib", n_jobs=2)
+        first = ex.map(_grow_or_wait, {}, ["pid", "wait"])[0]  # the worker's reference size
+        pids = ex.map(_grow_or_wait, {}, ["grow", "wait", "pid"])
+        assert pids[0] == first and pids[2] == first  # the same worker after it grew
+    finally:
+        executor_module._shutdown_pool(kill=True)

@@ -105,7 +105,31 @@ def _shared_state(token: str, blob: Any) -> Any:
     return state
 
 
+WORKER_MEMORY_GROWTH = 16 * 2**30
+"""How far (bytes) a worker's memory may grow past its size after its first call before loky
+replaces it (loky's own limit, 300 MB, is raised to this in each worker: :func:`_keep_worker`)."""
+
+
+def _keep_worker() -> None:
+    """Raise loky's limit on a worker's memory growth (:data:`WORKER_MEMORY_GROWTH`).
+
+    loky takes a worker that grew by 300 MB since its first call for a leak and replaces it
+    with a new process once its task ends. A memlab worker keeps each run's shared state and
+    its caches (a replay's query prefixes, entity and scrub memos) for the run's later tasks,
+    by design; one LoCoMo shard grows it past that, and the replacement then imported memlab
+    again before it could draw the report's charts (~1 s of the run's tail). The pool lives as
+    long as the command, so nothing accumulates across commands."""
+    try:
+        from joblib.externals.loky import process_executor
+    except ImportError:  # another worker kind (Ray): nothing to raise
+        return
+    limit = getattr(process_executor, "_MAX_MEMORY_LEAK_SIZE", None)
+    if isinstance(limit, int) and limit < WORKER_MEMORY_GROWTH:
+        process_executor._MAX_MEMORY_LEAK_SIZE = WORKER_MEMORY_GROWTH
+
+
 def _call(fn: Callable[[Any, T], R], token: str, blob: Any, task: T) -> R:
+    _keep_worker()
     return fn(_shared_state(token, blob), task)
 
 
@@ -133,6 +157,7 @@ def _import(modules: tuple[str, ...]) -> int:
     """Import ``modules`` in this worker; its process id (which worker did it)."""
     import importlib
 
+    _keep_worker()
     for name in modules:
         importlib.import_module(name)
     return os.getpid()
