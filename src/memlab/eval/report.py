@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -63,19 +64,24 @@ _CONTROL = ("Cc", "Cs")
 
 def sanitize_spec(spec: str) -> str:
     """A Vega-Lite spec (JSON) whose every string, keys included, has its control characters
-    escaped (:func:`_escape_control`), so that no pipeline name, tag or metric can crash the
-    renderer. Keys and values are rewritten alike: a field stays the field its data carries."""
+    escaped (:func:`_escape_control`), and whose every number that is not finite (``NaN``,
+    ``Infinity``: a metric no query of a split scored) is ``null``, so that no pipeline name,
+    tag, metric or degenerate value can crash the renderer (its parser accepts only strict
+    JSON; Vega-Lite leaves a ``null`` point out). Keys and values are rewritten alike: a field
+    stays the field its data carries."""
 
     def clean(value: Any) -> Any:
         if isinstance(value, str):
             return _escape_control(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
         if isinstance(value, list):
             return [clean(v) for v in value]
         if isinstance(value, dict):
             return {_escape_control(k): clean(v) for k, v in value.items()}
         return value
 
-    return json.dumps(clean(json.loads(spec)))
+    return json.dumps(clean(json.loads(spec)), allow_nan=False)
 
 
 _WARM: list[bool] = [False]
@@ -152,12 +158,17 @@ def report_specs(
     """The Vega-Lite specs of the charts :func:`write_report` draws, by file stem: ``metrics``
     (the relevance metrics, if any were asked for) and ``tags`` (the main metric per query
     tag, if the queries have tags). They read only the per-query and per-tag tables, so they
-    can be rendered (:func:`render_specs`) before the paired tests are done."""
+    can be rendered (:func:`render_specs`) before the paired tests are done. A metric that
+    scored no query (its population is empty on the dataset) is left out of both, as it is
+    of the report's headline."""
+    if "metric" in per_query.columns:
+        scored = set(per_query["metric"].unique().to_list())
+        metrics = [m for m in metrics if m in scored]
     rel_metrics = [m for m in metrics if m.split("@")[0] in ("R_all", "Success", "Recall", "nDCG")]
     charts: dict[str, alt.TopLevelMixin] = {}
     if rel_metrics:
         charts["metrics"] = metrics_chart(per_query, rel_metrics)
-    if per_tag.height:
+    if per_tag.height and metrics:
         charts["tags"] = tag_chart(per_tag, main_metric_of(list(metrics)))
     return {stem: chart.to_json(validate=False) for stem, chart in charts.items()}
 
@@ -325,10 +336,23 @@ def _lower_is_better(metric: str) -> bool:
     return not higher_is_better(metric)
 
 
+def scored_metrics(result: ExperimentResult) -> list[str]:
+    """The run's requested metrics that scored at least one query, in the manifest's order.
+
+    A metric whose population is empty on the dataset (``R_all@10`` where no query has a
+    relevant memory) has no aggregate; the headline and the paired comparison are chosen
+    among the others, so that both name the same metric.
+    """
+    if not result.pipelines:
+        return []
+    present = result.metrics[result.pipelines[0]]
+    return [m for m in result.manifest.get("metrics", []) if m in present]
+
+
 def answer_lines(result: ExperimentResult) -> list[str]:
     """The report's opening: which pipeline is best on what, by how much, and how sure."""
     man = result.manifest
-    metrics = [m for m in man.get("metrics", []) if m in result.metrics[result.pipelines[0]]]
+    metrics = scored_metrics(result)
     main_metric = main_metric_of(metrics) if metrics else None
     base = man.get("baseline")
     first_test = (man.get("tests") or ["t"])[0]
@@ -358,10 +382,16 @@ def answer_lines(result: ExperimentResult) -> list[str]:
         if row is not None:
             p = row.get(f"p_{first_test}_adj")
             sure = "significant" if row.get("significant") else "not significant"
+            if p is None or p != p:  # one pair, or nothing to test: no p-value exists
+                how = f"no {first_test}-test p-value on {row['n']} paired queries: {sure}"
+            else:
+                how = (
+                    f"{correction}-adjusted {first_test}-test p = {format_pvalue(p)}: "
+                    f"{sure} at α = {alpha:g}"
+                )
             text += (
                 f", {row['delta']:+.4f} against the baseline `{base}` over {row['n']} paired "
-                f"queries (wins {row['wins']} / losses {row['losses']}; {correction}-adjusted "
-                f"{first_test}-test p = {format_pvalue(p)}: {sure} at α = {alpha:g})"
+                f"queries (wins {row['wins']} / losses {row['losses']}; {how})"
             )
         elif name == base:
             text += " (the baseline itself)"
@@ -469,7 +499,8 @@ def write_report(
     if "metrics" in rendered:
         files = write_rendered(rendered["metrics"], out_dir / "metrics")
         lines += ["", f"![metrics]({files[0]}) ([svg]({files[1]}))", ""]
-    main_metric = main_metric_of(metrics)
+    scored = scored_metrics(result)
+    main_metric = main_metric_of(scored or metrics)
     lines += judging_lines(man)
     lower = [m for m in metrics if not higher_is_better(m)]
     if lower:

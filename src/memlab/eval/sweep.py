@@ -470,6 +470,13 @@ def run_sweep(
     test_by_split = []
     for r, (s_seed, tr, te) in enumerate(splits):
         train_s, test_s = scores(r, qid_sets[r][0], metric), scores(r, qid_sets[r][1], metric)
+        if not any(v == v for v in train_s.values()):
+            raise ValueError(
+                f"sweep: {metric} scores none of the {len(tr)} train queries of the split by "
+                f"{split_by} with seed {s_seed} (none is in its population: relevance "
+                "metrics need a relevant memory, stale@k a 'stale' list); choose another "
+                "--metric, --seed or --repeats"
+            )
         test_by_split.append(test_s)
         order = _better_order([nan_get(train_s, i) for i in range(len(points))], higher)
         b = order[0]
@@ -512,7 +519,15 @@ def run_sweep(
     results = pl.DataFrame(rows, strict=False)
     order = _better_order([r[f"{metric}_train"] for r in rows], higher)
     best_i = order[0]
-    warnings = edge_warnings(grid, points[best_i]) + warnings
+    train_values = {r[f"{metric}_train"] for r in rows}
+    if len(points) > 1 and len(train_values) == 1:
+        # every point ties: the first is "best" by grid order, wherever it lies
+        warnings = [
+            f"every grid point scores {metric} {train_values.pop():.4f} on the train "
+            "queries: the grid does not move it on this dataset"
+        ] + warnings
+    else:
+        warnings = edge_warnings(grid, points[best_i]) + warnings
     others: list[tuple[str, int]] = []
     if default_i != best_i and len(defaults) == len(grid):
         others.append(("defaults", default_i))

@@ -354,9 +354,23 @@ def run_tune(
         vals = frame.filter((pl.col("metric") == metric) & pl.col("qid").is_in(qids))["value"]
         return float("nan") if vals.len() == 0 else round(float(vals.mean()), 6)
 
+    unscored: list[str] = []
+
     def objective(trial: Any) -> float:
         point = {name: _suggest(trial, name, dist) for name, dist in space.items()}
-        return mean(per_query(point), train_ids)
+        value = mean(per_query(point), train_ids)
+        if value != value:
+            # Optuna would record a failed trial, log its traceback and go on, then find no
+            # best trial: the study stops here and the problem is raised after it.
+            unscored.append(
+                f"tune: {metric} scores none of the {len(train)} train queries of the split "
+                f"by {split_by} with seed {seed} (none is in its population: relevance "
+                "metrics need a relevant memory, stale@k a 'stale' list); choose another "
+                "--metric or --seed"
+            )
+            trial.study.stop()
+            raise optuna.TrialPruned(unscored[0])
+        return value
 
     if storage is None and out_dir is not None:
         storage = f"sqlite:///{(out_dir / STUDY_FILE).resolve()}"
@@ -383,6 +397,8 @@ def run_tune(
         mode = "auto" if progress is None else progress
         with Progress(f"tune {base.name}", trials, unit="trials", mode=mode) as bar:
             study.optimize(objective, n_trials=trials, callbacks=[lambda *_: bar.update()])
+        if unscored:
+            raise ValueError(unscored[0])
     except BaseException:
         finished = study is not None and any(t.state.name == "COMPLETE" for t in study.trials)
         if out_dir is not None and not finished:
