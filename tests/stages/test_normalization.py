@@ -29,3 +29,13 @@ def test_constant_lists_and_aliases() -> None:
     assert NORMALIZATIONS["zmuv"] is NORMALIZATIONS["zscore"]
     with pytest.raises(ValueError, match="wsum: field 'normalization': unknown normalization"):
         get_normalization("l2", where="wsum")
+
+
+@pytest.mark.parametrize("name", sorted(NORMALIZATIONS))
+def test_an_empty_list_stays_empty_without_warnings(name: str) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "mean of empty slice" would be raised
+        out = get_normalization(name)(np.zeros(0))
+    assert out.tolist() == []

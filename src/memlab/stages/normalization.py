@@ -79,7 +79,9 @@ def sum_norm(values: np.ndarray) -> np.ndarray:
 @register_normalization("zmuv")
 @register_normalization("zscore")
 def zscore_norm(values: np.ndarray) -> np.ndarray:
-    """``(s - mean) / std``; a constant list gives zeros."""
+    """``(s - mean) / std``; a constant list gives zeros (and an empty one stays empty)."""
+    if len(values) == 0:
+        return values
     std = float(values.std())
     return np.zeros_like(values) if std == 0.0 else (values - values.mean()) / std
 
