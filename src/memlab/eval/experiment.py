@@ -457,8 +457,10 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
         prefix = Pipeline(steps=pipeline.steps[:i], name=f"{pipeline.name}[:{name}]")
         collect = _Collector()
         result = replayer.run(prefix, queries=train, on_query=collect)
+        labels = training_labels(replayer)
         relevant = {
-            q.qid: {result.resolve(m, q.ts) for m in q.relevant} for q in train if q.relevant
+            q.qid: {result.resolve(m, q.ts) for m in labels[q.qid]}
+            for q in train if labels.get(q.qid)
         }
         stage.fit(
             result.store,
@@ -467,6 +469,21 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
             embedder=replayer.embedder,
             candidates=collect.candidates,
         )
+
+
+def training_labels(replayer: Replayer) -> dict[str, list[str]]:
+    """Per query, the dataset ids of the memories a learned stage is fitted to find: those the
+    run scores as relevant (:func:`dataset_qrels` of the replayer's ``qrels_source`` and
+    ``aggregate``: the inline ``relevant`` grades, overridden by the judgments; grade > 0),
+    so that a dataset judged in ``judgments.jsonl`` trains what it evaluates."""
+    frame = dataset_qrels(
+        replayer.dataset, {}, qrels_source=replayer.qrels_source, aggregate=replayer.aggregate
+    )
+    out: dict[str, list[str]] = {}
+    for qid, mem_id, grade in frame.iter_rows():
+        if grade > 0:
+            out.setdefault(qid, []).append(mem_id)
+    return out
 
 
 def cross_fit_learned_stages(
@@ -822,6 +839,7 @@ def run_experiment(
     replayer = replayer_for(
         ds, pipes, embedder=embedder, generator=generator, config=config, progress=progress
     )
+    replayer.qrels_source, replayer.aggregate = qrels_source, aggregate  # learned stages' labels
     embedder, generator = replayer.embedder, replayer.generator
     from memlab.embed.frozen import RecordingEmbedder
     from memlab.eval.sweep import run_tasks

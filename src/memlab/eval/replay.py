@@ -872,6 +872,11 @@ class Replayer:
         self._vectors: dict[str, np.ndarray] | None = None
         self.prepared_: dict[str, tuple[list[str], np.ndarray | None]] = {}
         self.scrubs_: dict[str, tuple[str, int]] = {}
+        self.qrels_source = "human"
+        """Which judgments of ``judgments.jsonl`` are relevance labels (besides the inline
+        ``relevant``): what learned stages are fitted on, as the run scores with them."""
+        self.aggregate = "majority"
+        """How several judges' grades of one pair combine (see :attr:`qrels_source`)."""
 
     @property
     def touch_k(self) -> int:
