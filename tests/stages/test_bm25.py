@@ -55,6 +55,22 @@ def test_hand_computed_scores(engine: str, now: float) -> None:
     assert out["score"].to_list() == out["bm25_score"].to_list()
 
 
+@pytest.mark.parametrize("engine", ["sparse", "rank_bm25"])
+@pytest.mark.parametrize("texts", [["the cat sat"], ["the cat sat", "the cat sat down"]])
+def test_a_corpus_whose_mean_idf_is_negative_floors_at_epsilon(engine, texts, now) -> None:
+    """One memory: every term's idf is log(0.5 / 1.5) < 0, and so is the mean, so rank_bm25's
+    floor (0.25 × mean) would leave "cat sat" scoring the memory below zero; it is floored at
+    epsilon (0.25) instead. Two memories sharing every term of the first: the same."""
+    store = _tiny_store(texts, now)
+    ctx = QueryContext(qid="q", text="cat sat", store=store, now=now)
+    out = BM25(engine=engine).transform(empty_candidates(), ctx)
+    avgdl = sum(len(t.split()) for t in texts) / len(texts)
+    tf_part = [1 * 2.5 / (1 + 1.5 * (1 - 0.75 + 0.75 * len(t.split()) / avgdl)) for t in texts]
+    want = [0.25 * p + 0.25 * p for p in tf_part]  # "cat" and "sat", each idf 0.25
+    assert out["mem_id"].to_list() == [f"d{i}" for i in range(len(texts))]
+    assert out["bm25_score"].to_list() == pytest.approx(want, rel=1e-12)
+
+
 def test_repeated_query_token_counts_twice(now: float) -> None:
     store = _tiny_store(["the cat sat", "the dog sat down", "a bird"], now)
     once = BM25().transform(empty_candidates(), QueryContext("q", "cat", store, now))

@@ -5,13 +5,21 @@ Foundations and Trends in IR 3(4), 2009) in the variant of ``rank_bm25.BM25Okapi
 Puurula & Burgess, "Improvements to BM25 and Language Models Examined", ADCS 2014)::
 
     idf(t)      = log(N - n(t) + 0.5) - log(n(t) + 0.5)
-                  (a negative idf is replaced by epsilon × mean idf over the vocabulary)
+                  (a negative idf is replaced by epsilon × mean idf over the vocabulary;
+                  where that mean is not positive, by epsilon itself)
     score(d, q) = Σ_{t in q} idf(t) · f(t, d) · (k1 + 1) / (f(t, d) + K(d))
     K(d)        = k1 · (1 - b + b · |d| / avgdl)
 
 where ``N`` is the number of documents, ``n(t)`` the number containing ``t``, ``f(t, d)`` the
 count of ``t`` in ``d`` and the sum runs over the query's tokens (a repeated query token counts
 each time). Defaults ``k1 = 1.5``, ``b = 0.75``, ``epsilon = 0.25`` are rank_bm25's.
+
+In a corpus where most terms occur in most documents — one or two memories, as a new client's
+scope has under ``statistics="scope"`` — the mean idf is itself negative and rank_bm25's floor
+leaves every matching term a negative weight: a query that shares its words with the only
+memory would score it below zero, and retrieve nothing. memlab floors those terms at
+``epsilon`` instead (a small positive weight: the documents are then ranked by how often they
+hold the query's terms); wherever the mean idf is positive, the scores are rank_bm25's.
 
 Two engines are registered: ``"rank_bm25"`` (the reference, rank_bm25's own code) and
 ``"sparse"`` (a scipy CSC matrix of precomputed term contributions; a query reads only its terms'
@@ -175,7 +183,8 @@ class BM25Engine(Protocol):
 
 
 def _idf(doc_freq: np.ndarray, n_docs: int, epsilon: float) -> np.ndarray:
-    """rank_bm25's idf with its negative-idf floor, computed in its order of operations."""
+    """rank_bm25's idf with its negative-idf floor, computed in its order of operations (and
+    ``epsilon`` as the floor where the mean idf is not positive: see the module docstring)."""
     log = math.log
     if len(doc_freq) == 0:
         return np.zeros(0, dtype=np.float64)
@@ -188,7 +197,7 @@ def _idf(doc_freq: np.ndarray, n_docs: int, epsilon: float) -> np.ndarray:
     idf = table[doc_freq]
     # cumsum adds left to right like rank_bm25's loop (np.sum would add pairwise).
     average_idf = float(np.cumsum(idf)[-1]) / len(idf)
-    idf[idf < 0] = epsilon * average_idf
+    idf[idf < 0] = epsilon * average_idf if average_idf > 0 else epsilon
     return idf
 
 
@@ -421,6 +430,11 @@ class RankBM25Engine:
         self.model_ = None
         if corpus.n_tokens_:
             self.model_ = BM25Okapi(corpus.tokens_, k1=self.k1, b=self.b, epsilon=self.epsilon)
+            if self.model_.average_idf <= 0:  # the floor of a degenerate corpus (module doc)
+                idf = self.model_.idf
+                for term, value in idf.items():
+                    if value < 0:
+                        idf[term] = self.epsilon
         return self
 
     def get_scores(self, query_tokens: Sequence[str]) -> np.ndarray:
