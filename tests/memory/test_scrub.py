@@ -1926,3 +1926,196 @@ def test_named_form_lookalikes_are_untouched(text: str) -> None:
 def test_base64_that_names_a_credential_stays_redacted() -> None:
     raw = "blob eyJ1c2VyIjogImNpIiwgImF1dGgiOiAiWTJrNlMzZzVJMjFRY1RKNFZ3PT0ifQ=="
     assert scrub_text(raw) == ("blob [REDACTED:high_entropy]", 1)
+
+
+# Further written forms: URL passwords holding "&", "?" or "#", answers after "; it's" or on
+# the line after a question, database clients' short password options and redis directives,
+# vendor shapes without a common prefix (Airtable, Braintree, Asana), webhook URLs of
+# automation services, qualified backup codes, a card "paid with", codes with a word before
+# "code", unlock patterns, PINs qualified in other languages, a "Code" column beside doors,
+# digits dictated in other languages or spelled out, product keys, passive "was changed to",
+# "pw X", foreign names with an adjective, a value alone under its label, XML elements named
+# by an attribute, and tokens named by their service.
+MORE_FORMS = [
+    (
+        "amqp://guest:jc&Dd9TXmaM_dtF?@rabbit.internal:5672/%2F is the broker URL",
+        "amqp://guest:[REDACTED:password]@rabbit.internal:5672/%2F is the broker URL",
+    ),
+    (
+        'mustConnect({"amqp://orders:0T_9obHRp#==-N@rabbit.prod:5672/orders"})',
+        'mustConnect({"amqp://orders:[REDACTED:password]@rabbit.prod:5672/orders"})',
+    ),
+    (
+        "ssh-add asked for the passphrase; it's PZ&WPI4viQrxdUI_",
+        "ssh-add asked for the passphrase; it's [REDACTED:password]",
+    ),
+    (
+        "Q: what's the password for the shared finance drive?\nA: it's Cobalt44!orbit (new)",
+        "Q: what's the password for the shared finance drive?\nA: it's [REDACTED:password] (new)",
+    ),
+    (
+        'sqlcmd -S sql01 -U sa -P NcwxGbZ+7j36wn -Q "select 1"',
+        'sqlcmd -S sql01 -U sa -P [REDACTED:password] -Q "select 1"',
+    ),
+    (
+        "command: redis-server --requirepass ^2JC0C7^spTd^",
+        "command: redis-server --requirepass [REDACTED:password]",
+    ),
+    ("masterauth Zq8mLp2Wx41", "masterauth [REDACTED:password]"),
+    (
+        "Airtable PAT: patq94uC2OA19saHl.7947bfb42ebc9bc846c94b73d3c2c95a325b51700f7288718021f2b64"
+        "a5ba844",
+        "Airtable PAT: [REDACTED:api_key]",
+    ),
+    (
+        "`access_token$production$frh5iayvuvfzeqah$a3149aac7ffd49d935c169fa6d6cd92a` is the "
+        "Braintree credential",
+        "`[REDACTED:api_key]` is the Braintree credential",
+    ),
+    (
+        "Asana key (prod) is 2/2664836586510440/4099244919980721:ff4e3375399e2723a11256e0f8ecc32d",
+        "Asana key (prod) is [REDACTED:api_key]",
+    ),
+    (
+        "Zapier catch hook https://hooks.zapier.com/hooks/catch/6556947/ji8a621/",
+        "Zapier catch hook https://hooks.zapier.com/hooks/catch/6556947/[REDACTED:webhook]/",
+    ),
+    (
+        "2FA backup codes for Google: 5429 6725 6977 2251 7562 4126",
+        "2FA backup codes for Google: [REDACTED:password]",
+    ),
+    ("Paid with 6011903293491493", "Paid with [REDACTED:card_number]"),
+    (
+        "- Building: Alte Schmiede\n- Alarm disarm code: 4087\n- Key safe behind the bins",
+        "- Building: Alte Schmiede\n- Alarm disarm code: [REDACTED:password]\n- Key safe behind "
+        "the bins",
+    ),
+    (
+        "unlock pattern for the test tablet: 1-4-7-8-9 (L shape)",
+        "unlock pattern for the test tablet: [REDACTED:password] (L shape)",
+    ),
+    ("Handy-PIN von Oma: 205304", "Handy-PIN von Oma: [REDACTED:password]"),
+    (
+        "| Door | Code |\n|---|---|\n| server room | 214654 |\n| lobby | open 8-18 |",
+        "| Door | Code |\n|---|---|\n| server room | [REDACTED:password] |\n| lobby | open 8-18 |",
+    ),
+    (
+        "she spelled it: P as in Peter, 4, W as in Whiskey, lowercase r, 9, at sign, Z",
+        "she spelled it: [REDACTED:password]",
+    ),
+    (
+        "Die PIN ist vier sieben null drei, hat er am Telefon gesagt.",
+        "Die PIN ist [REDACTED:password], hat er am Telefon gesagt.",
+    ),
+    (
+        "Office 2021 key HVP37-6BF4M-4J7BG-PB7VP-P73PG (activated)",
+        "Office 2021 key [REDACTED:token] (activated)",
+    ),
+    (
+        "Lizenzschlüssel für das CAD-Programm: VTT2H-77HT7-7R3PY-RY9FF-BKR97-YGBG9",
+        "Lizenzschlüssel für das CAD-Programm: [REDACTED:token]",
+    ),
+    (
+        "----- BEGIN LICENSE -----\nAcme GmbH\nM8DD-XWDF-8HYX-D84G\n----- END LICENSE -----",
+        "----- BEGIN LICENSE -----\nAcme GmbH\n[REDACTED:token]\n----- END LICENSE -----",
+    ),
+    (
+        "The shared laptop login was changed to Tangerine85#lantern on Friday.",
+        "The shared laptop login was changed to [REDACTED:password] on Friday.",
+    ),
+    (
+        "I set the router admin pass to maple95%river, same as the guest one.",
+        "I set the router admin pass to [REDACTED:password], same as the guest one.",
+    ),
+    (
+        "FYI creds for staging: user qa-bot, pw Cobalt81#nimbus",
+        "FYI creds for staging: user qa-bot, pw [REDACTED:password]",
+    ),
+    (
+        "Contraseña nueva del correo: D-19ytdez%0 (la cambié ayer)",
+        "Contraseña nueva del correo: [REDACTED:password] (la cambié ayer)",
+    ),
+    (
+        "Password:\n\n    M3Z7qtnyuI-G\n\n(case sensitive)",
+        "Password:\n\n    [REDACTED:password]\n\n(case sensitive)",
+    ),
+    (
+        '<property name="hibernate.connection.password">Ysqv?%Dz1?UjNsp</property>',
+        '<property name="hibernate.connection.password">[REDACTED:password]</property>',
+    ),
+    (
+        "note to self: PagerDuty = 8Va-7IRKRQDIo6Lh3Rzu",
+        "note to self: PagerDuty = [REDACTED:api_key]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), MORE_FORMS)
+def test_more_forms_are_redacted_exactly(raw: str, expected: str) -> None:
+    out, n = scrub_text(raw)
+    assert out == expected
+    assert n == expected.count("[REDACTED:")
+    assert scrub_text(out) == (out, 0)
+
+
+# Look-alikes of the forms above: templates' placeholder words in URLs, prose about the PEM
+# format, an option of "npm login", published test cards cited as such, a vendor prefix with
+# a mask, Terraform references, a spelled name, hex ids in groups, an error table, an e-mail
+# address as a login, a service named with no token, and questions with no answer.
+MORE_FORM_LOOKALIKES = [
+    "DATABASE_URL=postgres://USER:PASSWORD@HOST:5432/DB",
+    "psql postgresql://user:password@localhost:5432/db",
+    "A PEM private key begins with -----BEGIN PRIVATE KEY-----.",
+    "npm login --registry=https://npm.acme.io",
+    "Stripe's docs show test card 4242 4242 4242 4242 for successful payments.",
+    "Use the test number 4111 1111 1111 1111 in the sandbox.",
+    "STRIPE_SECRET_KEY=sk_live_xxxxxxxxxxxxxxxxxxxxxxxx",
+    "password = var.db_password",
+    "password = cfg.db_password",
+    "the caller spelled her surname: K as in Kilo, O, W, A, L",
+    "uuid 123E4567-E89B-12D3-A456-426614174000",
+    "part 1A2B-3C4D-5E6F-7A8B",
+    "| Error | Code |\n|---|---|\n| timeout | 504 |",
+    "the login was changed to bob@example.com",
+    "set the login to jsmith",
+    "Datadog: 3 monitors fired",
+    "Heroku app is acme-web-production-2024",
+    "what is the password?\nBob: no idea, ask Anna",
+    "the password; it's fine",
+    "Password:\n\nPlease reset it soon.",
+    "backup codes for the team are in the vault",
+    "Use GPIO pin 18 for the LED strip",
+    "http://host:8080?to=bob@example.org",
+    '<property name="hibernate.connection.username">admin</property>',
+]
+
+
+@pytest.mark.parametrize("text", MORE_FORM_LOOKALIKES)
+def test_more_form_lookalikes_are_untouched(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "--requirepass ",
+        "sqlcmd -P ",
+        "hooks.zapier.com/hooks/catch/1/",
+        "pagerduty = ",
+        '<p name="password">',
+        "ABCD-",
+        "2/1234567890:",
+        "spelled it: a ",
+        "| door | code |\n|---|---|\n",
+        "login was changed to ",
+        "pin von ",
+        "password?\n",
+    ],
+)
+def test_more_form_triggers_finish_and_stay_idempotent(unit: str) -> None:
+    # Linear-time rules (timing: bench/bench_scrub.py): a 200 kB input of each new trigger
+    # is scanned and scrubbing it again changes nothing.
+    text = (unit * (200_000 // len(unit) + 1))[:200_000]
+    out, n = scrub_text(text)
+    assert scrub_text(out)[1] == 0
+    assert n <= len(text)

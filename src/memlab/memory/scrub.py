@@ -41,7 +41,9 @@ one pass:
    table rows, a Markdown table column under a header that names a credential, HTML
    ``<td>password</td><td>…</td>`` cells, names set off by Markdown or HTML (``**password:**
    X``, ``<b>Password:</b> X``), ``auth=(user, pass)`` tuples, escaped JSON quotes, Wi-Fi
-   QR codes ``WIFI:…;P:…;;``), session cookies, and long high-entropy tokens. In prose the
+   QR codes ``WIFI:…;P:…;;``, ``<property name="…password">X</property>``), session cookies,
+   product keys (``HVP37-6BF4M-…``), tokens named by their service ("PagerDuty = …"), and long
+   high-entropy tokens. In prose the
    value's shape decides: "reset the password to access the server" is prose, "… to Kx9#mPq2"
    a password. Code that only refers to a secret is kept (``process.env.STRIPE_KEY``,
    ``getpass.getpass(…)``, ``vault.read(…)[…]``, ``$PASS``, ``${DB_PASSWORD}``, ``<token>``,
@@ -506,7 +508,8 @@ _IDENT_PATH = re.compile(r"[A-Za-z_$][\w$]{0,64}(?:(?:\.|::|->)[A-Za-z_$][\w$]{0
 _REF_ROOTS = frozenset(
     "process os env environ settings config conf cfg secrets secret vault self this request "
     "req ctx context app params args options opts props values data system environment import "
-    "window document credentials creds session getpass keyring".split()
+    "window document credentials creds session getpass keyring var vars local locals module "
+    "data each inputs parameters".split()
 )
 """First parts of a dotted path that reads a secret from somewhere (``process.env.KEY``)."""
 _CONSTANT_NAME = re.compile(
@@ -544,6 +547,9 @@ def _code_reference(text: str, start: int, end: int) -> bool:
     parts = re.split(r"\.|::|->", value)
     if len(parts) >= 3 and not any(c.isdigit() for c in value):
         return True  # Rails.application.credentials.secret_key_base
+    if len(parts) == 2 and "_" in parts[1] and _SNAKE_NAME.fullmatch(parts[1]):
+        if _names_credential(_norm_key(parts[1])):
+            return True  # "password = cfg.db_password": a field named as the credential
     return len(parts) >= 2 and parts[0].lower().lstrip("$") in _REF_ROOTS
 
 
@@ -560,11 +566,26 @@ def _stated_non_value(value: str) -> bool:
     or a reference to the environment or the settings (``os.environ["KEY"]``)."""
     if not _has_alnum(value) or _is_mask(value) or value.lower() in _NON_SECRET_VALUES:
         return True
+    if _masked_body(value):
+        return True  # "sk_live_xxxxxxxxxxxxxxxx": a vendor's prefix and a mask
     if value.startswith(("$", "%(", "{{", "<", "${")) or (value[0] in "{<" and value[-1] in "}>"):
         return True
     if value[0] == "[" and _TEMPLATE_VALUE.fullmatch(value):
         return True  # "[REDACTED]", "[hidden]": the writer's own marker
     return _ENV_REFERENCE.fullmatch(value) is not None
+
+
+_MASKED_BODY = re.compile(
+    r"[A-Za-z0-9]{1,12}(?:[_\-.][A-Za-z0-9]{1,12}){0,3}[_\-.](?:[xX]{6,}|[*•]{3,})"
+)
+"""A vendor's prefix followed by a mask: ``sk_live_xxxxxxxx``, ``ghp_XXXXXXXX``, ``SG.****``."""
+
+
+def _masked_body(value: str) -> bool:
+    """:data:`_MASKED_BODY` (a cheap substring test first: most values hold no mask)."""
+    if "xxx" not in value and "XXX" not in value and "*" not in value and "•" not in value:
+        return False
+    return _MASKED_BODY.fullmatch(value) is not None
 
 
 def _is_pin(value: str) -> bool:
@@ -627,7 +648,7 @@ def _prose_value(
             text, start, end
         ):
             return None  # "key = process.env.STRIPE_KEY", "password: ${DB_PASSWORD}"
-        if "\n" in joint and not _rest_of_line_blank(text, end):
+        if "\n" in joint and "?" not in joint and not _rest_of_line_blank(text, end):
             return None  # "confirm_password:\n    raise ValueError(…)": a block, not a value
         if value.endswith(":") or "://" in value:
             return None  # "password: str) -> bool:", "token: https://…": a key, a link
@@ -645,7 +666,12 @@ def _prose_value(
             # "the passcode is 883104", "password: 20481632" (not "password 8 characters")
             short = 4 if keyword.startswith(("passcode", "pass code")) else 6
             return (start, end, "password") if short <= len(value) <= 16 else None
-        if keyword == "pass" or "?" in joint or joint.rstrip().endswith(("-", "–", "—")):
+        if (
+            keyword == "pass"
+            or "?" in joint
+            or joint.lstrip()[:1] in (";", ",")
+            or joint.rstrip().endswith(("-", "–", "—"))
+        ):
             # a dash may open an aside ("the password - which we rotate - is …")
             return (start, end, "password") if _shaped_password(value) else None
         got = _password_end(text, start, end)
@@ -681,6 +707,8 @@ def _check_token_shape(m: re.Match[str], text: str) -> tuple[int, int] | None:
     start, end = m.span("secret") if "secret" in m.re.groupindex else m.span()
     end = _strip_sentence_end(text, start, end)
     body = text[m.start("body") : end] if "body" in m.re.groupindex else text[start:end]
+    if _is_mask(body):
+        return None  # "sk_live_xxxxxxxxxxxxxxxxxxxxxxxx": a placeholder
     parts = re.split(r"[-_.]", body)
     if not any(_looks_random(p, min_len=10) for p in parts) and not _looks_random(
         body.replace("-", "").replace("_", ""), min_len=16
@@ -749,10 +777,13 @@ _PROSE_VERBS = (
 longer verbs first: "is now" before "is")."""
 _PROSE_ASIDE_JOINTS = (
     r"[ \t]{0,5}[—–][ \t]{0,5}"
-    r"|\?[ \t]{1,3}(?:(?:it['’]?s|it[ \t]+is|it[ \t]+was|that['’]?s)[ \t]{1,3})?"
+    r"|\?(?:[ \t]{1,3}|[ \t]{0,3}\r?\n[ \t]{0,3}(?:[A-Za-z][\w.\-]{0,20}[ \t]{0,2}:[ \t]{1,3})?)"
+    r"(?:(?:it['’]?s|it[ \t]+is|it[ \t]+was|that['’]?s)[ \t]{1,3})?"
+    r"|[;,][ \t]{1,3}(?:it['’]?s|it[ \t]+is|it[ \t]+was)[ \t]{1,3}"
 )
-"""An unspaced dash ("password—MoonLight77") or a question ("The admin password? It's …"):
-only a value with a password's shape counts after these."""
+"""An unspaced dash ("password—MoonLight77"), a question, also answered on the next line
+("The admin password? It's …", "password for the drive?\nA: it's …"), or "; it's": only a
+value with a password's shape counts after these."""
 _ASIDE_WORDS = ("again", "now", "below", "here", "too", "also", "today", "everywhere")
 """Words between a credential's name and its separator: "the passphrase again: …"."""
 
@@ -811,6 +842,10 @@ def _check_set_to(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
     value = text[start:end]
     if keyword.endswith(("pin", "pincode")):
         return (start, end, "password") if _is_pin(value) else None
+    if keyword.endswith("login"):
+        # a login is often the user's name: only a password's shape, no e-mail address
+        ok = "@" not in value and _shaped_password(value) and _DIGIT.search(value) is not None
+        return (start, end, "password") if ok and (quoted or _strong_password(value)) else None
     is_password = _password_key(keyword)
     kind = "password" if is_password else "token"
     if quoted:
@@ -981,6 +1016,11 @@ def _check_credential_pair(m: re.Match[str], text: str) -> tuple[int, int] | Non
         return None
     start, end = m.span("secret")
     end = _strip_sentence_end(text, start, end)
+    if text[start : start + 1] in "/\\":
+        return None  # "npm login --registry=https://…": a URL, not a user and a password
+    user = text[m.start() : start].split()[-1] if text[m.start() : start].split() else ""
+    if user.startswith("-") or "=" in user:
+        return None  # "login --registry=https:…": an option
     return (start, end) if _strong_password(text[start:end]) else None
 
 
@@ -1284,9 +1324,22 @@ network; 17 and 18 digits are read as an id)."""
 
 _CARD_CONTEXT = re.compile(
     r"(?i)card|visa|master|amex|american express|discover|jcb|diners|maestro|unionpay|credit"
-    r"|debit|\bcc\b|\bpay|\bexp(?:ires?|iry|\b)|cvv|cvc|\bcid\b|\bpan\b|billing|checkout"
+    r"|debit|\bcc\b|\bpay|\bpaid\b|\bcharged\b|\bpurchas|\bexp(?:ires?|iry|\b)|cvv|cvc|\bcid\b"
+    r"|\bpan\b|billing|checkout"
 )
 """Words that name a payment card near an unbroken number."""
+
+
+_TEST_CARDS = frozenset(
+    "4242424242424242 4111111111111111 4012888888881881 4000056655665556 5555555555554444 "
+    "5105105105105100 5200828282828210 2223003122003222 378282246310005 371449635398431 "
+    "6011111111111117 6011000990139424 3056930009020004 36227206271667 3566002020360505 "
+    "6200000000000005 4000000000000002 4000000000009995 4000002500003155".split()
+)
+"""Card numbers that the payment networks and processors publish for testing."""
+_TEST_CONTEXT = re.compile(
+    r"(?i)\b(?:test(?:ing)?|sandbox|docs?|documentation|examples?|dummy|fake)\b"
+)
 
 
 def _luhn(digits: str) -> bool:
@@ -1323,6 +1376,8 @@ def _check_card(m: re.Match[str], text: str) -> tuple[int, int] | None:
     digits = raw.replace(" ", "").replace("-", "")
     if not 13 <= len(digits) <= 19 or not _luhn(digits) or not _card_brand_ok(digits):
         return None
+    if digits in _TEST_CARDS and _TEST_CONTEXT.search(text, max(0, start - 80), end + 80):
+        return None  # "Stripe's test card 4242 4242 4242 4242": published, cited as a test
     if sep is not None:
         groups = tuple(len(g) for g in raw.split(sep))
         if groups not in _CARD_LAYOUTS or len(set(raw) - set("0123456789" + sep)) > 0:
@@ -1365,6 +1420,8 @@ def _check_numeric_code(m: re.Match[str], text: str) -> tuple[int, int] | None:
         return (start, end) if ok else None
     if not 4 <= digits <= 12:
         return None
+    if key.startswith("pin") and m.end("key") < m.start("link") and not m.group("link").strip():
+        return None  # "pin it to version 2024.1": a verb; "PIN von Oma: 205304" has its colon
     if not m.group("link").strip() and re.fullmatch(r"(?:19|20)\d\d", value):
         return None  # "the access code 2024 campaign": a year, not a code
     if len(groups) > 1 and not all(len(g) <= 4 for g in groups):
@@ -1507,6 +1564,13 @@ def _table_cells(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return cells
 
 
+_PLACE_HEADER = re.compile(
+    r"(?i)\b(?:doors?|gates?|alarms?|locks?|lockers?|keypads?|entrances?|entry|garages?"
+    r"|safes?)\b"
+)
+"""A table header that names doors or locks: a "Code" column beside it holds their codes."""
+
+
 def _check_table_column(m: re.Match[str], text: str) -> list[tuple[int, int, str]] | None:
     """A Markdown table whose header names a credential (``| service | user | password |``):
     the cells under that header in the rows that follow."""
@@ -1517,6 +1581,10 @@ def _check_table_column(m: re.Match[str], text: str) -> list[tuple[int, int, str
         k = _norm_key(name)
         if name and (_names_credential(k) or k == "pin" or k.endswith(_CODE_KEY_ENDINGS)):
             columns[j] = name
+    if not columns and any(_PLACE_HEADER.search(text[s:e]) for s, e in head):
+        for j, (s, e) in enumerate(head):
+            if _norm_key(text[s:e].strip()) in ("code", "codes", "pin", "combination"):
+                columns[j] = "door_code"  # | Door | Code |: the codes of doors and alarms
     if not columns:
         return None
     out: list[tuple[int, int, str]] = []
@@ -1569,9 +1637,39 @@ def _check_url_password(m: re.Match[str], text: str) -> tuple[int, int] | None:
         return None  # "ssh://git@host:22@…": a port; the user part must be an e-mail address
     if "?" in value or "#" in value:
         head = re.split(r"[?#]", value, maxsplit=1)[0]
-        if not head or head.isdigit() or "=" in value or "&" in value:
-            return None
+        if not head or head.isdigit() or _QUERY_PARAM.search(value):
+            return None  # "host:8080?to=bob@…": a port and a query, not "pa&ss?@" nor "p#==@"
+    if _placeholder_word(value):
+        return None  # "postgres://USER:PASSWORD@HOST/DB": a template's words
     return start, end
+
+
+_QUERY_PARAM = re.compile(r"[?&#;][A-Za-z_][\w.\-]{0,64}=")
+"""A query parameter (``?to=``, ``&page=``) inside what would be a URL's password."""
+_PLACEHOLDER_WORDS = frozenset(
+    "password passwd pass pwd pw secret token apikey key passphrase changeme "
+    "yourpassword mypassword userpassword dbpassword yoursecret yourtoken yourapikey "
+    "xxx xxxx xxxxx".split()
+)
+
+
+def _placeholder_word(value: str) -> bool:
+    """A value that only names what belongs there (``PASSWORD``, ``your_password``,
+    ``<db-pass>``), as documentation and templates write it."""
+    letters = re.sub(r"[^a-z]", "", value.lower())
+    return (
+        letters in _PLACEHOLDER_WORDS
+        and not any(c.isdigit() for c in value)
+        and (value.isupper() or value.islower() or value.istitle() or value[0] in "<{[")
+    )
+
+
+def _check_named_element(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """``<property name="hibernate.connection.password">X</property>``, ``<entry
+    key="api.token">X</entry>``: an element's text under the name its attribute gives,
+    judged as by :func:`keyed_secret`."""
+    kind = keyed_secret(m.group("k"), m.group("v"))
+    return None if kind is None else (*m.span("v"), kind)
 
 
 def _check_named_pair(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
@@ -1588,6 +1686,10 @@ def _check_named_pair(m: re.Match[str], text: str) -> tuple[int, int, str] | Non
 
 _SPOKEN_WORDS = (
     r"zero|oh|one|two|three|four|five|six|seven|eight|nine|niner"
+    # digits in German, French, Spanish and Italian, by first letter (one branch each)
+    r"|(?=[acdefhnoqstuvz])(?:acht|c(?:ero|uatro|inco|inq(?:ue)?)|d(?:rei|eux|os|ue)|eins"
+    r"|f(?:ü|ue)nf|huit|n(?:ull|eun|euf|ueve|ove)|o(?:cho|tto)|quat(?:re|tro)"
+    r"|s(?:echs|ieben|ept|eis|iete|ette|ei)|t(?:rois|res?)|uno|vier|z(?:wei|éro))"
     r"|alfa|alpha|bravo|charlie|delta|echo|foxtrot|golf|hotel|india|juliett?|kilo|lima|mike"
     r"|november|oscar|papa|quebec|romeo|sierra|tango|uniform|victor|whiske?y|x-?ray|yankee|zulu"
     r"|hash(?:tag)?|pound(?:[ \t]sign)?|at[ \t](?:sign|symbol)|dollar(?:[ \t]sign)?"
@@ -1606,11 +1708,14 @@ in Peter" (regex, lower case)."""
 
 
 def _check_dictated(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
-    """ "the password is capital K, x, nine, hash, …": four or more characters read out one
-    by one after a password's or a PIN's name."""
+    """ "the password is capital K, x, nine, hash, …", "Die PIN ist vier sieben null drei",
+    "she spelled it: P as in Peter, 4, …": four or more characters read out one by one after
+    a password's or a PIN's name, or right after "spelled it"."""
     if not _word_start(m, text):
         return None
     start, end = m.span("secret")
+    if m.group("key").startswith("spel") and text[m.end("key") : start].strip() not in (":", "="):
+        return None  # "spelled her surname: K, O, …" names what was spelled: not a password
     n = 1 + len(re.findall(r"(?:[ \t]{0,3}[,;][ \t]{0,3}|[ \t]{1,3})(?:(?:then|and)[ \t]{1,3})?",
                            text[start:end].lower()))
     words = re.findall(_SPOKEN_CHAR, text[start:end].lower())
@@ -1675,6 +1780,51 @@ def _check_qualified_name(m: re.Match[str], text: str) -> tuple[int, int, str] |
         return (start, end, "password") if _shaped_password(value) else None
     min_len = 20 if key in ("key", "token", "secret") else 16
     return (start, end, "token") if _looks_random(value, min_len=min_len) else None
+
+
+def _check_product_key(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """A product key or a license line: upper-case groups of one length (five groups of five,
+    four to eight of four) with digits and letters mixed in two groups or more and a letter
+    that is no hex digit (hex groups are ids and hashes)."""
+    value = m.group()
+    groups = value.split("-")
+    mixed = sum(1 for g in groups if re.search(r"[A-Z]", g) and re.search(r"\d", g))
+    if mixed < 2 or not re.search(r"[G-Z]", value):
+        return None
+    return m.span()
+
+
+_SERVICE_NAMES = (
+    r"pagerduty|datadog|new[ \t]?relic|heroku|circleci|travis|netlify|vercel|cloudflare"
+    r"|digitalocean|linode|mapbox|algolia|asana|airtable|notion|trello|okta|auth0|mailgun"
+    r"|mailjet|postmark|mandrill|bugsnag|rollbar|pusher|mixpanel|amplitude|intercom|zendesk"
+    r"|freshdesk|hubspot|contentful|pinecone|cohere|replicate|elevenlabs|deepl|openweather"
+    r"|weatherapi|browserstack|saucelabs|snyk|sonarcloud|sonarqube|codecov|coveralls"
+)
+"""Services whose API tokens have no prefix of their own (regex alternation, lower case)."""
+_SERVICE_TRIGGERS = (
+    "pagerduty", "datadog", "relic", "heroku", "circleci", "travis", "netlify", "vercel",
+    "cloudflare", "digitalocean", "linode", "mapbox", "algolia", "asana", "airtable", "notion",
+    "trello", "okta", "auth0", "mailgun", "mailjet", "postmark", "mandrill", "bugsnag",
+    "rollbar", "pusher", "mixpanel", "amplitude", "intercom", "zendesk", "freshdesk", "hubspot",
+    "contentful", "pinecone", "cohere", "replicate", "elevenlabs", "deepl", "openweather",
+    "weatherapi", "browserstack", "saucelabs", "snyk", "sonar", "codecov", "coveralls",
+)  # fmt: skip
+
+
+def _check_service_token(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """A random-looking value right after a service's name ("Datadog: 3f6b…", "PagerDuty =
+    u+8Va…"): that service's token; not a URL, a path or an id made of words."""
+    if not _word_start(m, text):
+        return None
+    start, end = m.span("secret")
+    end = _strip_sentence_end(text, start, end)
+    value = text[start:end]
+    if not _looks_random(value, min_len=16) or "/" in value or "." in value.strip("."):
+        return None
+    if _stated_non_value(value):
+        return None
+    return start, end
 
 
 _HEX_CREDENTIAL = re.compile(
@@ -2008,6 +2158,24 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         at_tokens=True,
     ),
     Rule(
+        "api_key",  # Airtable personal access token: pat<14>.<64 hex>
+        re.compile(r"pat[A-Za-z0-9]{14}\.[0-9a-f]{64}(?![A-Za-z0-9])"),
+        _check_bounded,
+        anchors=("pat",),
+        at_tokens=True,
+    ),
+    Rule(
+        "api_key",  # Braintree: access_token$production$<16>$<32 hex>
+        re.compile(r"access_token\$(?:production|sandbox)\$[a-z0-9]{16}\$[0-9a-f]{32}(?![A-Za-z0-9])"),
+        _check_bounded,
+        triggers=("access_token$",),
+    ),
+    Rule(
+        "api_key",  # Asana personal access token: 1/<id>:<32 hex>, 2/<id>/<id>:<32 hex>
+        re.compile(r"(?<![\w/])[12]/\d{10,20}(?:/\d{10,20})?:[0-9a-f]{32}(?![A-Za-z0-9])"),
+        triggers=("1/", "2/"),
+    ),
+    Rule(
         "api_key",  # Mailchimp: <32 hex>-us<dc>
         re.compile(r"-us\d{1,2}+(?<=[0-9a-f]{32}-us\d)(?![A-Za-z0-9])"),
         _check_mailchimp,
@@ -2033,6 +2201,16 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         lower=True,
     ),
     Rule(
+        "webhook",  # Zapier / IFTTT / Make hooks: the last part of the path is the secret
+        re.compile(
+            r"(?:hooks\.zapier\.com/hooks/catch/\d{1,12}/"
+            r"|maker\.ifttt\.com/trigger/[\w\-]{1,64}/(?:json/)?with/key/"
+            r"|hook\.(?:[a-z]{2}\d\.)?(?:make|integromat)\.com/)"
+            r"(?P<secret>[A-Za-z0-9_\-]{6,128}+)"
+        ),
+        triggers=("hooks.zapier", "maker.ifttt", "hook."),
+    ),
+    Rule(
         "signature",  # Azure SAS and other signed URLs: ?…&sig=…
         re.compile(
             r"(?:sig|signature)=" + _NOT_PLACEHOLDER + r"(?P<secret>[A-Za-z0-9%+/=_\-]{16,1024}+)"
@@ -2048,6 +2226,26 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_option_value,
         lower=True,
+    ),
+    Rule(
+        "password",  # sqlcmd -S sql01 -U sa -P X, bcp … -P X, mongosh -u admin -p X
+        re.compile(
+            r"(?:sqlcmd|bcp|osql|isql|mongo|mongosh|mongodump|mongorestore|mongoexport"
+            # the gap skips no placeholder: "-P [REDACTED:…] -P x" stays as it is
+            r"|mongoimport)(?![\w\-])[^\n|;&\[]{0,200}?\s-[pP]\s{1,5}" + _NOT_PLACEHOLDER
+            + _OPT_VALUE
+        ),
+        _check_option_value,
+        triggers=("sql", "bcp", "mongo"),
+    ),
+    Rule(
+        "password",  # redis.conf / redis-server: requirepass X, masterauth X
+        re.compile(
+            r"(?:requirepass|masterauth)[ \t]{1,5}" + _NOT_PLACEHOLDER + _OPT_VALUE
+        ),
+        _check_option_value,
+        lower=True,
+        triggers=("requirepass", "masterauth"),
     ),
     Rule(
         "password",  # sshpass -p X, docker login -p X, redis-cli -a X
@@ -2088,7 +2286,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             # a key ending in "key" names a credential only with a prefix (api_key, AccountKey)
             r"|key(?<=[a-z0-9_.\-]key)|sess(?:ion)?(?:[_\-.]?(?:id|key))?"
             r"|sig(?:nature)?)"
-            r"(?P<close>(?:\\?[\"'\]]){0,2})(?P<sep>\s{0,5}(?::=|=>|==|::|[:=])\s{0,5})"
+            r"(?P<close>(?:\\?[\"'\]]){0,2})(?P<sep>\s{0,5}(?::=|=>|==|::|[:=])"
+            r"(?:[ \t]{0,5}(?:\r?\n[ \t]{0,12}){1,3}|\s{0,5}))"
             + _NOT_PLACEHOLDER  # the value: _VALUE_RE, read by the check
         ),
         _check_assignment,
@@ -2125,7 +2324,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"|switch|switched|switches|switching)"
             r"\s{1,5}(?:(?:the|my|our|your|his|her|their|its|a|an)\s{1,5})?"
             r"(?:[\w\-]{1,30}\s{1,5}){0,2}?"
-            r"(?P<key>(?:[\w\-]{0,30}[_\-])?(?:" + _PROSE_KEYWORDS + r"))"
+            r"(?P<key>(?:[\w\-]{0,30}[_\-])?(?:" + _PROSE_KEYWORDS + r"|pass|login))"
             r"\s{1,5}to\s{1,5}"
             + _NOT_PLACEHOLDER
             + r"(?:[\"'“‘`](?P<qv>[^\"'”’`\n]{1,256}+)[\"'”’`]"
@@ -2136,12 +2335,28 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         triggers=(" to ", " to\t", " to\n"),
     ),
     Rule(
+        "password",  # "the laptop login was changed to Kx9#mPq2" (the passive form)
+        re.compile(
+            r"(?P<key>password|passphrase|passcode|pass|pwd|pw|pin|login)"
+            r"[ \t]{1,3}(?:was|has[ \t]{1,3}been|had[ \t]{1,3}been|got|is[ \t]{1,3}now|is)"
+            r"[ \t]{1,3}(?:changed|set|reset|updated|switched)[ \t]{1,3}to[ \t]{1,3}"
+            + _NOT_PLACEHOLDER
+            + r"(?:[\"'“‘`](?P<qv>[^\"'”’`\n]{1,256}+)[\"'”’`]"
+            r"|(?P<bv>[^\s\"'“”‘’`,;()\[\]{}<>]{1,256}+))"
+        ),
+        _check_set_to,
+        lower=True,
+        triggers=(" to ",),
+    ),
+    Rule(
         "password",  # "Passwort: Geheim123!", "le mot de passe est Soleil2024" (other languages)
         re.compile(
             r"(?P<key>" + _FOREIGN_KEYWORDS + r")"
             # a qualifier: "Contraseña del router", "пароль от вайфая", "mật khẩu wifi",
             # "a senha do banco de dados de homologação"
-            r"(?:(?P<qual>[ \t]{1,3}(?P<prep>" + _FOREIGN_PREPS + r")"
+            r"(?:(?P<qual>(?:[ \t]{1,3}"
+            r"(?!(?:" + _FOREIGN_LINKS + r"|" + _FOREIGN_PREPS + r")[ \t:])"
+            r"[^\s:=：,;.!?\"'“”«»—–\d]{2,24}+)?[ \t]{1,3}(?P<prep>" + _FOREIGN_PREPS + r")"
             r"(?:(?:[ \t]{1,3}|(?<=['’]))[^\s:=：,;.!?\"'“”«»—–]{1,24}+){1,6}?"
             r"|(?:[ \t]{1,3}(?!(?:" + _FOREIGN_LINKS + r")[ \t:])[^\s:=：,;.!?\"'“”«»—–\d]{2,24}+)"
             r"{1,2}?)(?P<link>" + _FOREIGN_JOINT + r")"
@@ -2181,13 +2396,24 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         "password",  # <password>…</password>, <add key="ApiKey" value="…"/>, | password | … |
         re.compile(
             r"<(?P<k1>[\w:.\-]{1,64})>(?P<v1>[^<>\n]{1,512}+)</(?P=k1)>"
-            r"|key\s{0,3}=\s{0,3}\"(?P<k2>[^\"\n]{1,64}+)\"\s{1,5}value\s{0,3}=\s{0,3}"
+            r"|(?:key|name)\s{0,3}=\s{0,3}\"(?P<k2>[^\"\n]{1,64}+)\"\s{1,5}value\s{0,3}=\s{0,3}"
             r"\"(?P<v2>[^\"\n]{1,512}+)\""
             r"|\|[ \t]{0,5}(?P<k3>[^|\n]{1,64}?)[ \t]{0,5}\|[ \t]{0,5}(?P<v3>[^|\n \t]{1,256}+)"
             r"[ \t]{0,5}\|"
         ),
         _check_keyed_field,
         triggers=("pass", "pw", "secret", "token", "key", "auth", "cred", "sess", "pin"),
+    ),
+    Rule(
+        "password",  # <property name="hibernate.connection.password">X</property>
+        re.compile(
+            r"<(?P<t>[\w:.\-]{1,64}+)[ \t]{1,5}"
+            r"(?:[\w:.\-]{1,32}+[ \t]{0,3}=[ \t]{0,3}\"[^\"\n]{0,128}+\"[ \t]{1,5}){0,3}"
+            r"(?:name|key|id)[ \t]{0,3}=[ \t]{0,3}[\"'](?P<k>[^\"'\n]{1,128}+)[\"']"
+            r"[^<>\n]{0,256}+>" + _NOT_PLACEHOLDER + r"(?P<v>[^<>\n]{1,512}+)</(?P=t)>"
+        ),
+        _check_named_element,
+        triggers=("name=", "key=", "id=", "name =", "key =", "id ="),
     ),
     Rule(
         "password",  # requests.get(url, auth=("bob", "hunter2!")), client.login("bob", "…")
@@ -2234,6 +2460,9 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"(?:(?:backup|recovery|2fa|mfa|one-time|one\s+time)\s{1,3}codes?"
             r"|(?:recovery|rescue)\s{1,3}keys?)"
             r"(?:[ \t]{0,3}\([^()\n]{1,40}+\))?"  # "backup codes (GitHub): …"
+            # "backup codes for Google: …" (a colon or a verb must follow the qualifier)
+            r"(?:[ \t]{1,3}(?:for|of|on|to)(?:[ \t]{1,3}[\w@.'’\-]{1,30}+){1,3}?"
+            r"(?=[ \t]{0,3}[:=]|[ \t]{1,3}(?:are|is|were|was)\b))?"
             r"(?:\s{0,5}[:=]|\s{1,5}(?:are|is|were|was):?)?\s{1,5}"
             + _NOT_PLACEHOLDER
             + r"(?:[-*•][ \t]{1,3}|\d{1,2}[.)][ \t]{1,3})?"  # a list: one code per line
@@ -2329,7 +2558,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "password",  # "log in with password Hunter22" (mixed letters and digits, no verb)
         re.compile(
-            r"(?:password|passphrase)\s{1,5}"
+            r"(?:password|passphrase|passwd|pwd|pw)\s{1,5}"
             + _NOT_PLACEHOLDER
             + r"(?P<secret>(?=[^\s]{0,64}\d)(?=[^\s]{0,64}[a-z])[^\s\"',;()\[\]]{6,64}+)"
         ),
@@ -2463,7 +2692,10 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"(?P<key>puk(?:[ \t]?(?:code|number))?"
             r"|(?:sim|phone|screen|unlock|door|gate|alarm|garage|entry|entrance|lock|lockbox"
             r"|padlock|locker|safe|building|keypad|access|bike[ \t]lock)[ \t\-]?"
-            r"(?:code|pin|combination|combo)"
+            r"(?:(?:disarm|arming|arm|master|user|panel|system|keypad|entry|door|front|back|side"
+            r"|main|security)[ \t\-])?(?:code|pin|combination|combo)"
+            r"|(?:unlock|lock|screen|lock[ \t]screen)[ \t\-]?pattern|pattern[ \t\-]?lock"
+            r"|pin(?:[ \t\-]?(?:code|nummer|number|nr))?"
             r"|(?:safe|lock|locker|padlock|vault)[ \t]?combination|combination|combo|keypad"
             r"|digicode"
             r"|code[ \t](?:(?:du|de[ \t]la|de|d['’])[ \t]?)?(?:portail|porte|acc[eè]s|entr[ée]e"
@@ -2474,7 +2706,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"|(?:verification|confirmation|one[ \t\-]time|otp|sms|text|2fa|mfa|two[ \t\-]factor"
             r"|authentication|auth|login|sign[ \t\-]?in|activation|reset)[ \t\-]?(?:code|pin)|otp"
             r"|cvv2?|cvc2?|cid|csc|cvn|card[ \t]security[ \t]code|security[ \t]code)"
-            r"(?:[ \t]{1,3}(?:for|of|at|on|to|in|du|de|des|da|del|zum|zur|für)"
+            r"(?:[ \t]{1,3}(?:for|of|at|on|to|in|du|de|des|da|del|zum|zur|für|von|vom|der|pour"
+            r"|para|per|di|dla|do|od)"
             r"(?:[ \t]{1,3}[^\s:=#,;.!?]{1,30}+){1,4}?|(?:[ \t]{1,3}[a-zà-ÿ'’]{2,20}+){1,3}?)?"
             r"(?P<link>[ \t]{0,3}(?:[:=#]|->|→|[—–])[ \t]{0,3}"
             r"|[ \t]{1,3}(?:(?:is|was|are|est|es|ist|é|è|lautet)(?:[ \t]{0,2}:)?[ \t]{1,3})?)"
@@ -2484,7 +2717,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         _check_numeric_code,
         lower=True,
         triggers=("puk", "code", "combination", "combo", "keypad", "cvv", "cvc", "cid", "csc",
-                  "cvn", "digo", "codice", "schloss", "otp"),
+                  "cvn", "digo", "codice", "schloss", "otp", "pattern", "pin"),
     ),
     Rule(
         "password",  # "she typed in 'iloveyou123' as her password", "MoonLight77 is my password"
@@ -2597,8 +2830,10 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "password",  # "the password is capital K, x, nine, hash, …" (read out one by one)
         re.compile(
-            r"(?:password|passcode|passphrase|pass[ \t]word|pin(?:[ \t]code)?|pw)"
-            r"[^\n:=]{0,30}?(?:[ \t]{1,3}(?:is|was|reads)(?:[ \t]{0,3}:)?|[ \t]{0,3}[:=])"
+            r"(?P<key>password|passcode|passphrase|pass[ \t]word|pin(?:[ \t]code)?|pw|passwort"
+            r"|kennwort|geheimzahl|spel(?:led|t)(?:[ \t]{1,3}(?:it|that|them)(?:[ \t]{1,3}out)?)?)"
+            r"[^\n:=]{0,30}?(?:[ \t]{1,3}(?:is|was|reads|ist|lautet|war|est|es|era|è)"
+            r"(?:[ \t]{0,3}:)?|[ \t]{0,3}[:=])"
             r"[ \t]{1,3}" + _NOT_PLACEHOLDER
             + r"(?P<secret>" + _SPOKEN_CHAR
             + r"(?:(?:[ \t]{0,3}[,;][ \t]{0,3}|[ \t]{1,3})(?:(?:then|and)[ \t]{1,3})?"
@@ -2606,7 +2841,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_dictated,
         lower=True,
-        triggers=("pass", "pin", "pw"),
+        triggers=("pass", "pin", "pw", "wort", "geheim", "spel"),
     ),
     Rule(
         "password",  # security question "first pet" = Biscuit, mother's maiden name: Kowalska
@@ -2644,6 +2879,26 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         triggers=("serial", "licen", "product", "activation", "registration", "cd", "install"),
     ),
     Rule(
+        "token",  # product keys: HVP37-6BF4M-4J7BG-PB7VP-P73PG, license lines M8DD-XWDF-8HYX-D84G
+        re.compile(
+            r"(?<![\w\-])(?:[A-Z0-9]{5}+(?:-[A-Z0-9]{5}+){4,5}+|[A-Z0-9]{4}+(?:-[A-Z0-9]{4}+){3,7}+)"
+            r"(?![\w\-])"
+        ),
+        _check_product_key,
+        triggers=("-",),
+    ),
+    Rule(
+        "api_key",  # "PagerDuty = 8Va-7IRKRQDIo6Lh3Rzu": a token named by its service
+        re.compile(
+            r"(?P<name>" + _SERVICE_NAMES + r")(?:[ \t]{1,3}(?:api[ \t]?)?(?:key|token))?"
+            r"(?:[ \t]{0,3}[:=][ \t]{0,3}|[ \t]{1,3}(?:is|was)[ \t]{1,3})" + _NOT_PLACEHOLDER
+            + r"(?P<secret>[A-Za-z0-9_\-+/.=]{16,128}+)(?![^\s,;)\]}\"'`])"
+        ),
+        _check_service_token,
+        lower=True,
+        triggers=_SERVICE_TRIGGERS,
+    ),
+    Rule(
         "password",  # "api key part 1: kglsc5AWF6nfyaJTaYVm", "password prod db: Kx9#mPq2"
         re.compile(
             r"(?P<key>" + _PROSE_KEYWORDS + r")"
@@ -2667,6 +2922,9 @@ _PEM_BEGIN = re.compile(
 _PEM_END = re.compile(
     r"END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?[ ]{0,2}-{3,5}|Private-MAC: [0-9a-f]{20,128}"
 )
+
+_KEY_BODY = re.compile(r"\s{0,4}(?:[A-Za-z0-9+/=]{8}|[A-Za-z][\w\-]{0,30}:[ \t])")
+"""What follows a BEGIN marker in a key: base64, or a header line (``Proc-Type: …``)."""
 
 _PUBLIC_BEGIN = re.compile(
     r"-----BEGIN (?:CERTIFICATE|TRUSTED CERTIFICATE|(?:NEW )?CERTIFICATE REQUEST|X509 CRL"
@@ -3245,6 +3503,8 @@ class Scrubber:
             while start > lo and text[start - 1] in "- ":
                 start -= 1
             i = bisect.bisect_left(ends, m.end())
+            if i == len(ends) and not _KEY_BODY.match(text, m.end()):
+                continue  # "a PEM key begins with -----BEGIN PRIVATE KEY-----.": no key
             end = ends[i] if i < len(ends) else len(text)
             out.append((start, end))
             covered = end
@@ -3285,6 +3545,8 @@ class Scrubber:
                     for secret in set(plugin.analyze_string(chunk)):
                         if not secret or _ds_templated(secret) or "[REDACTED:" in secret:
                             continue
+                        if _masked_body(secret):
+                            continue  # "sk_live_xxxxxxxx": a placeholder
                         # Keep a URL's scheme and host: only the path is the secret.
                         cut = secret.find("/services/")
                         if cut >= 0:
