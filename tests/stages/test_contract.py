@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -179,3 +180,14 @@ def test_examples_from_the_issue() -> None:
     with pytest.raises(ValueError, match=r"RRF: parameter 'k' .*; got 'abc'"):
         Pipeline(steps=[("rrf", rrf())]).set_params(rrf__k="abc")
     assert rrf(k=0).k == 0  # the bound itself is allowed
+
+
+@pytest.mark.parametrize("n_store", [5, 40, 10_000])
+def test_unique_rows_is_np_unique_with_its_inverse(n_store: int) -> None:
+    from memlab.stages.base import unique_rows
+
+    rows = np.array([3, 1, 3, 4, 0, 1, 4, 4], dtype=np.int64)
+    union, inverse = unique_rows(rows, n_store)
+    assert union.tolist() == [0, 1, 3, 4]
+    assert inverse.tolist() == [2, 1, 2, 3, 0, 1, 3, 3]
+    assert unique_rows(np.zeros(0, dtype=np.int64), n_store)[0].tolist() == []

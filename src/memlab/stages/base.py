@@ -707,6 +707,23 @@ def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, 
     return positions + np.arange(bounds[-1]), bounds
 
 
+def unique_rows(rows: np.ndarray, n_store: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, return_inverse=True)`` for store rows (``0 <= row < n_store``).
+
+    When the rows are not few beside the store, marking them in a mask of the store's rows
+    gives the same two arrays about ten times sooner than sorting them (a fusion's union of
+    four lists of a few hundred candidates each, on every query)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) * 8 < n_store:
+        return np.unique(rows, return_inverse=True)
+    mark = np.zeros(n_store, dtype=bool)
+    mark[rows] = True
+    union = np.flatnonzero(mark)
+    position = np.empty(n_store, dtype=np.int64)
+    position[union] = np.arange(len(union), dtype=np.int64)
+    return union, position[rows]
+
+
 def frame_rows(frame: pl.DataFrame, ctx: QueryContext) -> np.ndarray:
     """The store row of every candidate, in frame order (``int64``).
 
@@ -966,7 +983,7 @@ class FusedLists:
             union_ids, inverse = np.unique(all_ids.to_numpy().astype(str), return_inverse=True)
             ids, rows = pl.Series("mem_id", union_ids.tolist(), dtype=pl.String), None
         else:
-            rows, inverse = np.unique(np.concatenate(row_lists), return_inverse=True)
+            rows, inverse = unique_rows(np.concatenate(row_lists), len(ctx.store))
             ids = None
         n, n_lists = len(rows) if ids is None else len(ids), len(frames)
         scores = np.full((n_lists, n), np.nan)

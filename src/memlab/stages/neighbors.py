@@ -123,14 +123,14 @@ class Neighbors(Stage):
         # Only the candidates and their neighbours can inherit: walk from the candidates
         # outwards and add each hop's score to the memory it was reached from.
         inherited = np.zeros(n, dtype=np.float64)
-        reached = [rows]
+        is_near = present.copy()
         for links in (prev, nxt):
             src = rows
             for _ in range(self.window):
                 src = links[src]
                 src = src[src >= 0]
-                reached.append(src)
-        near = np.unique(np.concatenate(reached))
+                is_near[src] = True
+        near = np.flatnonzero(is_near)  # ascending, each once (np.unique's order)
         for links in (prev, nxt):
             hop = near
             for _ in range(self.window):
