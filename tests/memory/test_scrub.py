@@ -2119,3 +2119,145 @@ def test_more_form_triggers_finish_and_stay_idempotent(unit: str) -> None:
     out, n = scrub_text(text)
     assert scrub_text(out)[1] == 0
     assert n <= len(text)
+
+
+# Command options, setters, Go DSNs, wiki tables, old and new passwords, door codes in
+# four more languages, *.sid cookies, wallet keys; elided and fill-in values, data keys,
+# psql variables and boolean password flags stay untouched.
+FOURTH_FORMS = [
+    (
+        'redis-cli -h cache1 -p 6379 -a Vq7rT2xLm9Kp ping',
+        'redis-cli -h cache1 -p 6379 -a [REDACTED:password] ping',
+    ),
+    (
+        'openssl enc -aes-256-cbc -pbkdf2 -in notes.txt -out notes.enc -k Hq3ZbN8wYt2M',
+        'openssl enc -aes-256-cbc -pbkdf2 -in notes.txt -out notes.enc -k [REDACTED:password]',
+    ),
+    (
+        "echo 'amber lotus quill maple' | gpg --batch --passphrase-fd 0 -d vault.gpg",
+        "echo '[REDACTED:password]' | gpg --batch --passphrase-fd 0 -d vault.gpg",
+    ),
+    (
+        "echo 'Qz8!mKw2Lp' | openssl enc -d -pass stdin -in a.enc",
+        "echo '[REDACTED:password]' | openssl enc -d -pass stdin -in a.enc",
+    ),
+    (
+        'ds.setPassword("Zr4%Tq9wLm2!");',
+        'ds.setPassword("[REDACTED:password]");',
+    ),
+    (
+        "client.set_api_key('Xk29LmQp7Tz4Rw8Nv3Hs')",
+        "client.set_api_key('[REDACTED:token]')",
+    ),
+    (
+        'DataSource.builder().username("app").password("Wn5$Pk8rBx2q").build()',
+        'DataSource.builder().username("app").password("[REDACTED:password]").build()',
+    ),
+    (
+        'db, err := sql.Open("mysql", "svc:Lp9?Vx2Kq7@tcp(db1:3306)/shop")',
+        'db, err := sql.Open("mysql", "svc:[REDACTED:password]@tcp(db1:3306)/shop")',
+    ),
+    (
+        "$pdo = new PDO('mysql:host=localhost;dbname=wp', 'wpuser', 'Hn4Gx8TqLw2Z');",
+        "$pdo = new PDO('mysql:host=localhost;dbname=wp', 'wpuser', '[REDACTED:password]');",
+    ),
+    (
+        '|| Service || User || Password ||\n| Grafana | admin | Tb7?Kw3%Xq9Z |',
+        '|| Service || User || Password ||\n| Grafana | admin | [REDACTED:password] |',
+    ),
+    (
+        'changed the router admin password from the default to Rk_482%TmQy',
+        'changed the router admin password from the default to [REDACTED:password]',
+    ),
+    (
+        'changed the wifi password from Spring2023! to Kx9#mPq2Lw',
+        'changed the wifi password from [REDACTED:password] to [REDACTED:password]',
+    ),
+    (
+        'printer admin pw updated -> 7tRk29qLx0Mz',
+        'printer admin pw updated -> [REDACTED:password]',
+    ),
+    (
+        'el código del portón es 8154',
+        'el código del portón es [REDACTED:password]',
+    ),
+    (
+        "Il codice dell'allarme è 06448",
+        "Il codice dell'allarme è [REDACTED:password]",
+    ),
+    (
+        'De deurcode is 9945',
+        'De deurcode is [REDACTED:password]',
+    ),
+    (
+        'Kod do domofonu: 8091',
+        'Kod do domofonu: [REDACTED:password]',
+    ),
+    (
+        'cookie: connect.sid=s%3A0f26f72f3959e5a9b54ea26dda38f15d',
+        'cookie: connect.sid=[REDACTED:token]',
+    ),
+    (
+        'wallet privkey deeee91c76fbd8962b927af5eb8d430721965a39449aa98d3fe4dd27598a6872 for tests',
+        'wallet privkey [REDACTED:token] for tests',
+    ),
+    (
+        'const signer = new '
+        "ethers.Wallet('0d7abd0e1cbc4340cbaa507051a69a17566d3b7680261bd83bd51afd4853c88c', p);",
+        "const signer = new ethers.Wallet('[REDACTED:token]', p);",
+    ),
+]
+
+FOURTH_FORM_LOOKALIKES = [
+    'wget --user=bob --ask-password https://repo.acme.io/releases/tool-2.1.tgz',
+    'Using cache key: node-modules-linux-9b2f6c1e0a4d7f3b8c5e2a1d6f9b0c3e7a4d1f8b',
+    "ALTER USER app PASSWORD :'new_password';",
+    'STRIPE_SECRET_KEY=sk_live_... (see vault)',
+    'MAILCHIMP_API_KEY=your-key-us6',
+    'GITHUB_TOKEN=ghp_…',
+    'redis-cli -h cache1 -p 6379 ping',
+    "echo 'hello' | gpg --clearsign",
+    "user.check_password('Zr4%Tq9wLm2!')",
+    'ds.setPassword(System.getenv("DB_PASSWORD"));',
+    'builder.password("${DB_PASSWORD}")',
+    'db, err := sql.Open("mysql", os.Getenv("DSN") + "@tcp(db1:3306)/shop")',
+    '|| Service || Owner ||\n| Grafana | ops-team |',
+    'changed the password from the default to something longer',
+    'password updated -> see vault',
+    'el código postal es 28001',
+    'De deurcode is veranderd',
+    'primary key: 3f6b2a9c8d7e4f1a0b5c6d7e8f9a0b1c',
+    'wallet address 0x52908400098527886E0F7030069857D2E4169EE7',
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), FOURTH_FORMS)
+def test_fourth_forms_are_redacted_exactly(raw: str, expected: str) -> None:
+    assert scrub_text(raw)[0] == expected
+    assert scrub_text(expected) == (expected, 0)
+
+
+@pytest.mark.parametrize("text", FOURTH_FORM_LOOKALIKES)
+def test_fourth_form_lookalikes_are_untouched(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "setPassword('x' ",
+        "a:b@tcp(",
+        "|| a ||\n| b |\n",
+        "password from x ",
+        "pw updated -> ",
+        "kod do ",
+        "connect.sid=",
+        "cache key: ",
+        "redis-cli -a ",
+    ],
+)
+def test_fourth_form_triggers_finish_and_stay_idempotent(unit: str) -> None:
+    text = (unit * (200_000 // len(unit) + 1))[:200_000]
+    out, n = scrub_text(text)
+    assert scrub_text(out)[1] == 0
+    assert n <= len(text)

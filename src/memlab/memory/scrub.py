@@ -207,7 +207,7 @@ _CODE_KEY_ENDINGS = (
     "combination", "cvv", "cvc", "cvv2", "cvc2", "securitycode", "cardcode",
 )  # fmt: skip
 """Normalised key names of a numeric code (``{"door_code": "4821"}``, ``{"cvv": "382"}``)."""
-_SESSION_KEY_ENDINGS = ("session", "sess", "sessionid", "sessid", "sessionkey", "sesskey")
+_SESSION_KEY_ENDINGS = ("session", "sess", "sessionid", "sessid", "sessionkey", "sesskey", "sid")
 """Normalised key names of a session id (a cookie that stands for a login)."""
 _PASSWORD_KEY_ENDINGS = (
     "password", "passwd", "passphrase", "passcode", "passkey", "pwd", "pw", "pass", "psk",
@@ -402,6 +402,8 @@ def _check_assignment(m: re.Match[str], text: str) -> tuple[int, int, str] | int
     if _stated_non_value(value):
         return v.end()
     sep = m.group("sep")
+    if quoted and sep[:1].isspace() and sep.endswith(":") and _SNAKE_NAME.fullmatch(value):
+        return v.end()  # "ALTER USER app PASSWORD :'new_password'": a psql variable
     if not quoted and (
         _code_reference(text, start, end)
         or (sep.strip() == "==" and _IDENT_PATH.fullmatch(value) is not None)
@@ -568,6 +570,8 @@ def _stated_non_value(value: str) -> bool:
         return True
     if _masked_body(value):
         return True  # "sk_live_xxxxxxxxxxxxxxxx": a vendor's prefix and a mask
+    if _elided_or_fill_in(value):
+        return True  # "sk_live_...", "ghp_…": a prefix cut short; "your-key-us6": a fill-in
     if value.startswith(("$", "%(", "{{", "<", "${")) or (value[0] in "{<" and value[-1] in "}>"):
         return True
     if value[0] == "[" and _TEMPLATE_VALUE.fullmatch(value):
@@ -579,6 +583,27 @@ _MASKED_BODY = re.compile(
     r"[A-Za-z0-9]{1,12}(?:[_\-.][A-Za-z0-9]{1,12}){0,3}[_\-.](?:[xX]{6,}|[*•]{3,})"
 )
 """A vendor's prefix followed by a mask: ``sk_live_xxxxxxxx``, ``ghp_XXXXXXXX``, ``SG.****``."""
+
+
+_ELIDED_VALUE = re.compile(
+    r"[A-Za-z0-9]{1,12}(?:[_\-.][A-Za-z0-9]{1,12}){0,3}[_\-](?:\.{2,}|…)"
+)
+"""A vendor's prefix and an ellipsis: ``sk_live_...``, ``ghp_…`` (the value left out)."""
+_FILL_IN_VALUE = re.compile(
+    r"(?i)(?:your|insert|enter|replace|put)[_\-](?:[a-z0-9]{1,20}[_\-]){0,4}[a-z0-9]{1,20}"
+)
+"""A value that asks the reader to fill it in: ``your-key-us6``, ``YOUR_API_TOKEN``,
+``insert_token_here``."""
+
+
+_FILL_IN_STARTS = ("your", "insert", "enter", "replace", "put")
+
+
+def _elided_or_fill_in(value: str) -> bool:
+    """:data:`_ELIDED_VALUE` or :data:`_FILL_IN_VALUE` (cheap tests first)."""
+    if value.endswith((".", "…")) and _ELIDED_VALUE.fullmatch(value):
+        return True
+    return value[:7].lower().startswith(_FILL_IN_STARTS) and bool(_FILL_IN_VALUE.fullmatch(value))
 
 
 def _masked_body(value: str) -> bool:
@@ -643,6 +668,8 @@ def _prose_value(
         value = text[start:end]
     if not _has_alnum(value) or _is_mask(value) or value.lower() in _NON_SECRET_VALUES:
         return None
+    if _elided_or_fill_in(value):
+        return None  # "API key: your-key-us6", "token: ghp_…"
     if not quoted:
         if (value[0] in "$%<{" and _TEMPLATE_VALUE.fullmatch(value)) or _code_reference(
             text, start, end
@@ -678,6 +705,8 @@ def _prose_value(
         return None if got is None else (start, got, "password")
     if keyword == "key" and any(c in value for c in ":/"):
         return None  # "cache key: user:123", "the key is in ~/keys/"
+    if keyword == "key" and _data_key_before(text, start):
+        return None  # "cache key: node-modules-9b2f…", "idempotency key: 7f3a…": no credential
     if keyword == "key" and re.match(r"[\"']?\s{1,5}value\s{0,3}=", text[end : end + 16]):
         return None  # <add key="PaymentApiKey" value="…"/>: the name of the value
     if quoted and re.fullmatch(r"[A-Za-z]{3,}(?:[-_.][A-Za-z0-9]{3,}){2,}", value):
@@ -688,6 +717,27 @@ def _prose_value(
     return (start, end, "token") if _looks_random(value) else None
 
 
+_DATA_KEY_WORDS = frozenset(
+    "cache idempotency partition primary sort foreign composite dedup dedupe deduplication "
+    "lookup shard row hash map dict dictionary object s3 storage i18n translation react list "
+    "index sorting grouping".split()
+)
+"""Words before "key" that make it the name of data, not of a credential."""
+
+
+def _data_key_before(text: str, start: int) -> bool:
+    """The value at ``start`` follows a key that names data ("cache key: node-modules-9b2f…",
+    "primary key = 7f3a…", "S3 object key: …"): the last "key" in the 48 characters before
+    it, on its line, comes right after one of :data:`_DATA_KEY_WORDS`."""
+    lo = max(0, start - 48)
+    window = text[lo:start].lower()
+    i = window.rfind("key")
+    if i < 2 or "\n" in window[i:] or window[i - 1] not in " \t_-":
+        return False
+    j = i - 1
+    while j > 0 and window[j - 1].isalnum():
+        j -= 1
+    return window[j : i - 1] in _DATA_KEY_WORDS
 _DIGIT_GROUPS = re.compile(r"\d{4,8}(?:[-\s]\d{4,8}){2,7}")
 """Three or more groups of four or more digits: a numeric key ("8812-4471-9930-2215")."""
 
@@ -699,6 +749,8 @@ def _check_password_word(m: re.Match[str], text: str) -> tuple[int, int] | None:
     value = text[start:end]
     if _HASH_WORDS.fullmatch(value) or value.lower() in _NON_SECRET_VALUES:
         return None
+    if "://" in value:
+        return None  # "wget --ask-password https://…/tool-2.1.tgz": a link after the flag
     return start, end
 
 
@@ -829,7 +881,9 @@ def _quoted_password(value: str) -> bool:
     return sum(_wordish(w) for w in words) <= 1
 
 
-def _check_set_to(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+def _check_set_to(
+    m: re.Match[str], text: str
+) -> tuple[int, int, str] | list[tuple[int, int, str]] | None:
     """ "changed the root password to Kx9#mPq2": the value's shape decides (a plain word after
     "to" is prose: "reset the password to access the server")."""
     if not _word_start(m, text):
@@ -847,6 +901,20 @@ def _check_set_to(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
         ok = "@" not in value and _shaped_password(value) and _DIGIT.search(value) is not None
         return (start, end, "password") if ok and (quoted or _strong_password(value)) else None
     is_password = _password_key(keyword)
+    old = m.group("old") if "old" in m.re.groupindex else None
+    if old is not None and is_password and _shaped_password(text[slice(*m.span("old"))]):
+        # "… from Summer2023! to Kx9#mPq2": the old password is one too
+        got = _check_set_to_value(text, start, end, quoted=quoted, is_password=True)
+        spans = [(*m.span("old"), "password")]
+        return [*spans, got] if got is not None else spans
+    return _check_set_to_value(text, start, end, quoted=quoted, is_password=is_password)
+
+
+def _check_set_to_value(
+    text: str, start: int, end: int, *, quoted: bool, is_password: bool
+) -> tuple[int, int, str] | None:
+    """The value after "to" in :func:`_check_set_to`, judged by its shape."""
+    value = text[start:end]
     kind = "password" if is_password else "token"
     if quoted:
         ok = _quoted_password(value) if is_password else _looks_random(value, min_len=6)
@@ -1160,6 +1228,8 @@ def _check_pgpass(m: re.Match[str], text: str) -> tuple[int, int] | None:
 _STDIN_COMMANDS = re.compile(
     r"--password-stdin|--pass-stdin|sudo\s+(?:-\w+\s+)*-s\b|chpasswd|passwd\s+--stdin"
     r"|--stdin\b|login\s+--password-stdin"
+    r"|--passphrase-fd[=\s]+0\b|--passphrase-file[=\s]+/dev/stdin|-pass(?:in)?\s+stdin\b"
+    r"|--(?:key|password)-file[=\s]+(?:-|/dev/stdin)(?![\w/])"
 )
 
 
@@ -1181,6 +1251,57 @@ def _check_echo_pipe(m: re.Match[str], text: str) -> tuple[int, int] | None:
     if "chpasswd" in cmd and ":" in value:
         start += value.index(":") + 1  # user:password
     return (start, end) if end > start else None
+
+
+_SETTER_PREFIX = re.compile(r"(?:set|with)[A-Za-z0-9_]{0,24}")
+
+
+def _check_setter(m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+    """``ds.setPassword("…")``, ``builder.password("…")``, ``client.with_api_key('…')``: a
+    literal handed to a setter or a builder method named after a credential; not a check
+    (``check_password("…")``, ``reset_token('…')``)."""
+    i = m.start()
+    lo = max(0, i - 25)
+    while i > lo and (text[i - 1].isalnum() or text[i - 1] == "_"):
+        i -= 1
+    prefix = text[i : m.start()]
+    if prefix:
+        if _SETTER_PREFIX.fullmatch(prefix.lower()) is None:
+            return None
+    elif i == 0 or text[i - 1] != ".":
+        return None
+    start, end = m.span("secret")
+    value = text[start:end]
+    if _TEMPLATE_VALUE.fullmatch(value) or _stated_non_value(value) or _placeholder_word(value):
+        return None
+    if _password_key(_norm_key(m.group("key"))):
+        return (start, end, "password") if _quoted_password(value) else None
+    return (start, end, "token") if _looks_random(value) else None
+
+
+_DSN_STOP = frozenset(" \t\n\"'`(=,;")
+
+
+def _check_go_dsn(m: re.Match[str], text: str) -> tuple[int, int] | None:
+    """Go's MySQL DSN ``user:pass@tcp(host:3306)/db`` (also ``@unix(…)``): the password
+    between the first colon and the ``@``."""
+    end = m.start()
+    i = end
+    lo = max(0, end - 512)
+    while i > lo and text[i - 1] not in _DSN_STOP:
+        i -= 1
+    seg = text[i:end]
+    if "://" in seg:
+        i += seg.index("://") + 3
+        seg = text[i:end]
+    colon = seg.find(":")
+    if colon <= 0:
+        return None
+    start = i + colon + 1
+    value = text[start:end]
+    if not value or _TEMPLATE_VALUE.fullmatch(value) or _stated_non_value(value):
+        return None
+    return start, end
 
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.")
@@ -1574,7 +1695,13 @@ _PLACE_HEADER = re.compile(
 def _check_table_column(m: re.Match[str], text: str) -> list[tuple[int, int, str]] | None:
     """A Markdown table whose header names a credential (``| service | user | password |``):
     the cells under that header in the rows that follow."""
-    head = _table_cells(text, *m.span("head"))
+    hs, he = m.span("head")
+    if text[hs:he].lstrip().startswith("||"):
+        # a wiki header marks its cells with "||" ("|| Service || Password ||")
+        wiki = text[hs:he].replace("||", "| ")
+        head = [(hs + s, hs + e) for s, e in _table_cells(wiki, 0, he - hs)]
+    else:
+        head = _table_cells(text, hs, he)
     columns = {}
     for j, (s, e) in enumerate(head):
         name = re.sub(r"\s+", "_", text[s:e].strip())
@@ -1830,7 +1957,8 @@ def _check_service_token(m: re.Match[str], text: str) -> tuple[int, int] | None:
 _HEX_CREDENTIAL = re.compile(
     r"(?i)(?<![a-z])(?:api[ _\-]?keys?|secrets?|credentials?|tokens?|passwords?|passwd"
     r"|(?:global|account|auth|access|private|signing|master|admin|license|licence|integration"
-    r"|service|app|client|write|ingest|routing|webhook)[ _\-]keys?)(?![a-z])"
+    r"|service|app|client|write|ingest|routing|webhook)[ _\-]keys?"
+    r"|priv(?:ate)?keys?|priv[ _\-]keys?|(?:ethers\.|new[ \t]{1,3})wallet)(?![a-z])"
 )
 _HEX_NOT_CREDENTIAL = re.compile(
     r"(?i)(?<![a-z])(?:sha\w{0,6}|md5|hash(?:es|ed)?|digest|checksum|commit(?:s|ted)?|etag"
@@ -2248,10 +2376,14 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         triggers=("requirepass", "masterauth"),
     ),
     Rule(
-        "password",  # sshpass -p X, docker login -p X, redis-cli -a X
+        "password",  # sshpass -p X, docker login -p X, redis-cli -a X, openssl enc -k X
         re.compile(
-            r"(?:sshpass|(?:docker|podman|buildah|nerdctl|registry)\s{1,5}login|redis-cli)"
-            r"(?![\w\-])[^\n|;&]{0,200}?\s-[pa]\s{1,5}" + _NOT_PLACEHOLDER + _OPT_VALUE
+            r"(?:(?:sshpass|(?:docker|podman|buildah|nerdctl|registry)\s{1,5}login)"
+            r"(?![\w\-])[^\n|;&]{0,200}?\s-p"
+            # redis-cli's -p is the port, openssl's -k the passphrase
+            r"|(?:redis-cli|keydb-cli)(?![\w\-])[^\n|;&]{0,200}?\s-a"
+            r"|openssl(?![\w\-])[^\n|;&]{0,200}?\s-k)"
+            r"\s{1,5}" + _NOT_PLACEHOLDER + _OPT_VALUE
         ),
         _check_option_value,
         lower=True,
@@ -2259,7 +2391,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "password",  # --password X, --db-password=X, --token X, --api-key X
         re.compile(
-            r"--(?:[a-z0-9]{1,20}-){0,3}"
+            r"--(?!(?:ask|prompt|no|read|interactive|require|request)-)(?:[a-z0-9]{1,20}-){0,3}"
             r"(?:password|passwd|pass|pwd|passphrase|token|secret|api-key|apikey)"
             r"(?:=|[ \t]{1,5})" + _NOT_PLACEHOLDER + _OPT_VALUE
         ),
@@ -2284,7 +2416,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"(?:pass(?:word|wd|phrase|code|key)?|pwd|pw|psk|secret|token|auth|credentials?"
             r"|base(?<=key_base)|base(?<=keybase)"  # Rails secret_key_base
             # a key ending in "key" names a credential only with a prefix (api_key, AccountKey)
-            r"|key(?<=[a-z0-9_.\-]key)|sess(?:ion)?(?:[_\-.]?(?:id|key))?"
+            r"|key(?<=[a-z0-9_.\-]key)|sess(?:ion)?(?:[_\-.]?(?:id|key))?|sid(?<=[_.\-]sid)"
             r"|sig(?:nature)?)"
             r"(?P<close>(?:\\?[\"'\]]){0,2})(?P<sep>\s{0,5}(?::=|=>|==|::|[:=])"
             r"(?:[ \t]{0,5}(?:\r?\n[ \t]{0,12}){1,3}|\s{0,5}))"
@@ -2325,6 +2457,8 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"\s{1,5}(?:(?:the|my|our|your|his|her|their|its|a|an)\s{1,5})?"
             r"(?:[\w\-]{1,30}\s{1,5}){0,2}?"
             r"(?P<key>(?:[\w\-]{0,30}[_\-])?(?:" + _PROSE_KEYWORDS + r"|pass|login))"
+            # "… password from the default to X", "… from Summer2023 to X"
+            r"(?:\s{1,5}from(?:\s{1,5}(?P<old>[^\s]{1,64}+)){1,2}?)?"
             r"\s{1,5}to\s{1,5}"
             + _NOT_PLACEHOLDER
             + r"(?:[\"'“‘`](?P<qv>[^\"'”’`\n]{1,256}+)[\"'”’`]"
@@ -2338,15 +2472,16 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         "password",  # "the laptop login was changed to Kx9#mPq2" (the passive form)
         re.compile(
             r"(?P<key>password|passphrase|passcode|pass|pwd|pw|pin|login)"
-            r"[ \t]{1,3}(?:was|has[ \t]{1,3}been|had[ \t]{1,3}been|got|is[ \t]{1,3}now|is)"
-            r"[ \t]{1,3}(?:changed|set|reset|updated|switched)[ \t]{1,3}to[ \t]{1,3}"
+            r"[ \t]{1,3}(?:(?:was|has[ \t]{1,3}been|had[ \t]{1,3}been|got|is[ \t]{1,3}now|is)"
+            r"[ \t]{1,3})?(?:changed|set|reset|updated|switched|rotated)[ \t]{1,3}"
+            r"(?:to|->|→|=>)[ \t]{1,3}"
             + _NOT_PLACEHOLDER
             + r"(?:[\"'“‘`](?P<qv>[^\"'”’`\n]{1,256}+)[\"'”’`]"
             r"|(?P<bv>[^\s\"'“”‘’`,;()\[\]{}<>]{1,256}+))"
         ),
         _check_set_to,
         lower=True,
-        triggers=(" to ",),
+        triggers=(" to ", "->", "→", "=>"),
     ),
     Rule(
         "password",  # "Passwort: Geheim123!", "le mot de passe est Soleil2024" (other languages)
@@ -2429,7 +2564,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
     Rule(
         "password",  # DriverManager.getConnection(url, "sa", "…"), smtp.login(sender, "…")
         re.compile(
-            r"(?:(?:get|create|open)_?connection|connect|login|log_in|signin|sign_in)\s{0,3}\("
+            r"(?:(?:get|create|open)_?connection|connect|login|log_in|signin|sign_in|pdo)\s{0,3}\("
             r"\s{0,3}(?:[^,()\n]{1,256}+,\s{0,3}(?P<q1>[\"'])[^\"'\n]{1,128}+(?P=q1)"
             r"|[a-z_][\w.]{0,64}+)\s{0,3},\s{0,3}"
             r"(?P<q2>[\"'])" + _NOT_PLACEHOLDER + r"(?P<secret>[^\"'\n]{1,256}+)(?P=q2)\s{0,3}[,)]"
@@ -2438,7 +2573,24 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         and " " not in m.group("secret") and not _TEMPLATE_VALUE.fullmatch(m.group("secret"))
         else None,
         lower=True,
-        triggers=("connect", "login", "log_in", "signin", "sign_in"),
+        triggers=("connect", "login", "log_in", "signin", "sign_in", "pdo"),
+    ),
+    Rule(
+        "password",  # ds.setPassword("…"), builder.password("…"), with_api_key('…')
+        re.compile(
+            r"(?P<key>password|passwd|passphrase|pwd|secret|api_?key|token|credentials?)"
+            r"[ \t]{0,3}\([ \t]{0,3}(?P<q>[\"'])" + _NOT_PLACEHOLDER
+            + r"(?P<secret>[^\"'\n]{1,256}+)(?P=q)[ \t]{0,3}\)"
+        ),
+        _check_setter,
+        lower=True,
+        triggers=("(\"", "('", "( \"", "( '"),
+    ),
+    Rule(
+        "password",  # Go's MySQL DSN: user:pass@tcp(host:3306)/db
+        re.compile(r"@(?:tcp|unix|udp)\("),
+        _check_go_dsn,
+        triggers=("@tcp(", "@unix(", "@udp("),
     ),
     Rule(
         "password",  # "ssh into 10.0.0.5 as root with Tr0ub4dor&3": a password with no name
@@ -2701,8 +2853,16 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
             r"|code[ \t](?:(?:du|de[ \t]la|de|d['’])[ \t]?)?(?:portail|porte|acc[eè]s|entr[ée]e"
             r"|immeuble|alarme|garage|cadenas|bo[iî]te)"
             r"|t[üu]r-?code|zugangscode|torcode|alarmcode|tresorcode|zahlenschloss"
-            r"|c[óo]digo[ \t]de[ \t](?:acceso|la[ \t]puerta|entrada|alarma|seguridad)"
-            r"|codice[ \t](?:di[ \t]accesso|del[ \t]cancello|della[ \t]porta|d['’]accesso)"
+            r"|c[óo]digo[ \t]de[ \t](?:acceso|la[ \t]puerta|entrada|alarma|seguridad"
+            r"|la[ \t](?:alarma|caja[ \t]fuerte|cerradura|verja|reja))"
+            r"|c[óo]digo[ \t]del[ \t](?:port[óo]n|portal|garaje|candado|edificio|timbre"
+            r"|portero|interfono|trastero)"
+            r"|codice[ \t](?:di[ \t]accesso|del[ \t]cancello|della[ \t]porta|d['’]accesso"
+            r"|dell['’]allarme|del[ \t]portone|del[ \t]garage|della[ \t]cassaforte"
+            r"|del[ \t]lucchetto|del[ \t]citofono|del[ \t]portoncino)"
+            r"|deurcode|poortcode|toegangscode|kluiscode|garagecode|alarmcode"
+            r"|kod[ \t](?:do[ \t](?:domofonu|drzwi|bramy|furtki|sejfu|garażu|klatki|kłódki)"
+            r"|alarmu|dostępu|bramy|drzwi|sejfu)"
             r"|(?:verification|confirmation|one[ \t\-]time|otp|sms|text|2fa|mfa|two[ \t\-]factor"
             r"|authentication|auth|login|sign[ \t\-]?in|activation|reset)[ \t\-]?(?:code|pin)|otp"
             r"|cvv2?|cvc2?|cid|csc|cvn|card[ \t]security[ \t]code|security[ \t]code)"
@@ -2717,7 +2877,7 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         _check_numeric_code,
         lower=True,
         triggers=("puk", "code", "combination", "combo", "keypad", "cvv", "cvc", "cid", "csc",
-                  "cvn", "digo", "codice", "schloss", "otp", "pattern", "pin"),
+                  "cvn", "digo", "codice", "schloss", "otp", "pattern", "pin", "kod "),
     ),
     Rule(
         "password",  # "she typed in 'iloveyou123' as her password", "MoonLight77 is my password"
@@ -2777,6 +2937,15 @@ DEFAULT_PATTERNS: tuple[Rule, ...] = (
         ),
         _check_table_column,
         triggers=("--",),
+    ),
+    Rule(
+        "password",  # || service || user || password ||\n| db | app | X | (a wiki table)
+        re.compile(
+            r"(?m)^(?P<head>[ \t]{0,3}\|\|[^\n]{1,2048}?\|\|)[ \t]{0,16}"
+            r"(?P<rows>(?:\n[ \t]{0,3}\|(?!\|)[^\n]{0,2048}+){1,256}+)"
+        ),
+        _check_table_column,
+        triggers=("||",),
     ),
     Rule(
         "token",  # 2FA secret: JBSW Y3DP EHPK 3PXP, MFA seed for the root account: 3S73…
