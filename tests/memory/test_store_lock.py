@@ -244,3 +244,40 @@ def test_a_writer_that_reopens_queues_behind_the_one_waiting(tmp_path):
     with MemoryStore(path, read_only=True) as store:
         assert store.texts == ["first", "while the waiter was stopped", "written by the waiter"]
         assert store.check() == []
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_lock_file_removed_under_a_writer_keeps_a_second_writer_out(tmp_path, how):
+    path = tmp_path / "s"
+    holder = start(tmp_path, HOLDER, path)
+    try:
+        wait_for(holder, "READY")
+        (path / "memlab.lock").unlink()
+        if how == "replaced":
+            (path / "memlab.lock").write_text("someone else's file\n")
+        with pytest.raises(StoreLockedError) as info:
+            MemoryStore(path, chroma=False, lock_timeout=0.3)
+        assert str(info.value) == (
+            f"{path}: the store is open for writing in another process that no longer holds "
+            f"its lock file {path / 'memlab.lock'} (removed or replaced while that process ran; "
+            "waited 0.3 s: lock_timeout); one writer process per store directory — stop the "
+            "other one, then retry"
+        )
+
+        def release_soon():
+            time.sleep(0.5)
+            assert holder.stdin is not None
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+
+        threading.Thread(target=release_soon, daemon=True).start()
+        # a writer that waits opens once the first one has closed
+        with MemoryStore(path, chroma=False, lock_timeout=60) as store:
+            store.store("second writer", source_agent="b", now=T0 + 1)
+            assert store.texts == ["held by the first process", "second writer"]
+    finally:
+        holder.kill()
+        holder.wait()
+    with MemoryStore(path, chroma=False) as store:
+        assert store.texts == ["held by the first process", "second writer"]
+        assert store.check() == []

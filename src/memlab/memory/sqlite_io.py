@@ -144,6 +144,14 @@ _SNAPSHOT_WAIT = 10.0
 _GATE_GRACE = 1.0
 """Seconds between the tries a writer queued behind the gate makes at the store lock itself
 (so that a waiter stopped while it holds the gate cannot keep the store shut)."""
+_WRITER_BYTE = 0x40000000 + 1024
+"""A byte of ``memlab.sqlite3`` past SQLite's own lock bytes (its pending, reserved and
+shared-lock bytes end at ``0x40000000 + 512``) that a writable store holds write-locked while it
+is open: a second writer finds the store open even when ``memlab.lock`` was removed or replaced
+under the first one (a new lock file is a new lock, and two writers on one database each
+append rows the other does not know of)."""
+_WRITER_POLL = 0.05
+"""Seconds between a waiting writer's tries at :data:`_WRITER_BYTE`."""
 CREATING = ".creating-"
 """``memlab.sqlite3.creating-<pid>-<random>``: a new store's file while its schema is made."""
 
@@ -242,9 +250,11 @@ class SQLiteIO:
             raise StoreWriteError(
                 f"{self.path}: cannot create the store directory ({exc.strerror or exc})"
             ) from None
+        start = time.monotonic()
         self._acquire_lock()
         if not self._check_db_file(db_file):
             self._create_db(db_file)
+        self._lock_writer(db_file, start)
         try:
             self._db = self._connect(str(db_file))
         except sqlite3.Error as exc:
@@ -335,6 +345,7 @@ class SQLiteIO:
         self._check_db_file(db_file)
 
     _guard: _ReadGuard | None = None
+    _writer_fd: int | None = None  # holds the writer's lock on _WRITER_BYTE
     _snapshot_writer = False  # whether a writer had the store open during the last snapshot
     _snapshot_stamp: tuple[int, ...] | None = None  # the database file as the last snapshot saw it
     _load_stamp: tuple[int, ...] | None = None  # ... and as the loaded state was read
@@ -554,6 +565,58 @@ class SQLiteIO:
             gate.release()
         self._lock = lock
 
+    def _lock_writer(self, db_file: Path, start: float) -> None:
+        """Write-lock :data:`_WRITER_BYTE` of ``db_file`` for the store's lifetime, waiting
+        until ``lock_timeout`` seconds after ``start`` for a writer that holds it.
+
+        ``memlab.lock`` alone cannot keep a second writer out once it was deleted or replaced
+        while a writer held it: the next writer creates a new file and locks that. The byte
+        lock lives on the database itself (an open-file-description lock, Linux: closing another
+        descriptor of the file does not drop it). Where there are no such locks, or the file
+        cannot be opened for writing (SQLite then reports the store read-only on its first
+        write), the directory lock is the only guard.
+
+        Raises:
+            StoreLockedError: Another process holds the byte: it has the store open for writing
+                although it no longer holds ``memlab.lock``.
+        """
+        try:
+            import fcntl
+            import struct
+        except ImportError:  # pragma: no cover - no POSIX locks (Windows)
+            return
+        ofd = getattr(fcntl, "F_OFD_SETLK", None)
+        if ofd is None:  # pragma: no cover - not Linux
+            return
+        try:
+            fd = os.open(db_file, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return
+        flock = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, _WRITER_BYTE, 1, 0)
+        flock += bytes(32 - len(flock))
+        timeout = float(self.lock_timeout)
+        deadline = None if timeout < 0 else start + timeout
+        while True:
+            try:
+                fcntl.fcntl(fd, ofd, flock)
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                    os.close(fd)  # no such lock on this file system: the directory lock guards
+                    return
+                if deadline is not None and time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise StoreLockedError(
+                        f"{self.path}: the store is open for writing in another process that "
+                        f"no longer holds its lock file {self.path / LOCK_NAME} (removed or "
+                        f"replaced while that process ran; waited {timeout:g} s: "
+                        "lock_timeout); one writer process per store directory — stop the "
+                        "other one, then retry"
+                    ) from None
+                time.sleep(_WRITER_POLL)
+                continue
+            self._writer_fd = fd
+            return
+
     @staticmethod
     def _try_lock(lock: Any, lock_file: Path, timeout: float, *, poll: float = 0.05) -> bool:
         """Acquire the ``filelock`` ``lock`` within ``timeout`` seconds (negative: forever)."""
@@ -590,6 +653,9 @@ class SQLiteIO:
             if self._guard is not None:
                 self._guard.release()
                 self._guard = None
+            if self._writer_fd is not None:  # after SQLite's connection: see _ReadGuard
+                os.close(self._writer_fd)
+                self._writer_fd = None
             self._readable = False
             if self._lock is not None:
                 self._lock.release()
@@ -772,8 +838,10 @@ class SQLiteIO:
                 self._deferred_rollback(mark)
                 raise
             self._batch_depth -= 1
-            if depth == 0 and self.chroma_sync == "commit":
-                self._flush_chroma()
+            if depth == 0:
+                self._drop_purged()
+                if self.chroma_sync == "commit":
+                    self._flush_chroma()
             return
         savepoint = f"memlab_{depth}"
         self._exec("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT {savepoint}")
@@ -802,6 +870,7 @@ class SQLiteIO:
         except BaseException:
             self._rollback(0, savepoint)
             raise
+        self._drop_purged()  # a purged memory's vector leaves chromadb at once
         if self.chroma_sync == "commit":
             self._flush_chroma()
 

@@ -23,9 +23,11 @@ changes, the write runs in one SQLite transaction (a savepoint when nested in a 
 anything fails — bad input found late, a full or read-only disk, an exception inside a batch —
 SQLite rolls back and the in-memory records, columns, vectors, lookup tables and entity graph are
 rebuilt from SQLite, so memory never runs ahead of disk. chromadb only ever receives committed
-rows (after the commit); if it fails, the write still stands and the index is repaired on the
-next open. Reopening reconciles chromadb with SQLite: missing ids, vectors and metadata are
-rewritten; ids SQLite does not know are never deleted, only quarantined (metadata
+rows (after the commit), and a purge's deletes after the commit too; if it fails, the write
+still stands and the index is repaired on the next open (a purged memory's vector that
+chromadb still holds is then deleted: memlab wrote it, and its content was erased).
+Reopening reconciles chromadb with SQLite: missing ids, vectors and metadata are rewritten;
+ids SQLite does not know are never deleted, only quarantined (metadata
 ``orphan=True, active=False, forgotten=True``, hidden from every filter) and reported by
 :meth:`~MemoryStore.check`. An index chromadb cannot open or read is moved aside to
 ``chroma.damaged-<UTC time>`` (kept, never deleted) and rebuilt from SQLite
@@ -50,7 +52,10 @@ anything, chromadb included.
 Processes. A writable persisted store holds an exclusive lock on ``<path>/memlab.lock`` for its
 whole lifetime (``filelock``; released by :meth:`~MemoryStore.close` or when the process dies):
 one writer process per store directory. A second writer waits up to ``lock_timeout`` seconds,
-then raises :class:`~memlab.memory.records.StoreLockedError`. Waiting writers queue (an
+then raises :class:`~memlab.memory.records.StoreLockedError`. A writer also holds a byte lock
+on ``memlab.sqlite3`` itself, so a second writer is kept out even when ``memlab.lock`` was
+deleted or replaced under the first (:meth:`~memlab.memory.sqlite_io.SQLiteIO._lock_writer`).
+Waiting writers queue (an
 ``flock`` on the store directory), so a writer that closes the store and reopens it at once
 goes behind the ones already waiting instead of taking the lock straight back.
 ``read_only=True`` (what ``memlab store check`` uses) never writes or creates a file: each read
@@ -229,6 +234,8 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self._field_scrubs: dict[str, tuple[str, int]] = {}
         self._adopted_scrubs: dict[str, tuple[str, int]] = {}
         self._chroma_pending: dict[str, int] = {}
+        # Purged memories whose vectors chromadb still holds (dropped after the commit).
+        self._chroma_purged: dict[str, int] = {}
         self._chroma: ChromaIndex | None = None
         self._chroma_pool: Any | None = None
         self._chroma_job: Any | None = None
@@ -387,6 +394,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         """
         version, graph_version = self.version, self.graph.version
         pending = {**self._chroma_pending, **self._chroma_job_ids}
+        purged = self._chroma_purged
         self.graph = EntityGraph()
         self.vectors = ExactIndex()
         self._records = []
@@ -408,6 +416,11 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
             mid: self._index[mid]
             for mid in pending
             if mid in self._index and self.vectors.present[self._index[mid]]
+        }
+        self._chroma_purged = {  # a purge rolled back leaves the vector where it is
+            mid: self._index[mid]
+            for mid in purged
+            if mid in self._index and self._records[self._index[mid]].purged_at is not None
         }
 
     def _load_again(self) -> None:
