@@ -102,6 +102,12 @@ _REBUILT = (
 )
 
 
+_STALE_PURGED = (
+    "purged in SQLite (its content erased), its vector still in chromadb (the next writable "
+    "open deletes it)"
+)
+
+
 class ChromaMirror:
     """The chromadb collection of :class:`~memlab.memory.store.MemoryStore` (a mixin; the store
     owns ``_chroma``, ``_chroma_pending``, ``_chroma_job``, ``_chroma_job_ids``)."""
@@ -238,23 +244,16 @@ class ChromaMirror:
         if self._chroma_job is not None:
             if skip_busy and not self._chroma_job.done():
                 return
-            job, self._chroma_job = self._chroma_job, None
-            try:
-                job.result()
-                self._chroma_job_ids = {}
-            except Exception as exc:  # chromadb raises many types
-                log.warning(
-                    "chromadb update failed (%s: %s); the index is repaired on the next open",
-                    type(exc).__name__,
-                    exc,
-                )
-                self._chroma_pending = {**self._chroma_job_ids, **self._chroma_pending}
-                self._chroma_job_ids = {}
+            if not self._collect_chroma_job():
                 return
-        if self._chroma is None or not self._chroma_pending:
+        if self._chroma is None:
             self._chroma_pending.clear()
+            self._chroma_purged.clear()
             return
         if self._batch_depth > 0:
+            return
+        self._drop_purged()
+        if not self._chroma_pending:
             return
         pending_ids = self._chroma_pending
         pending = sorted(pending_ids.values())
@@ -279,6 +278,50 @@ class ChromaMirror:
             self._chroma_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         self._chroma_job_ids = pending_ids
         self._chroma_job = self._chroma_pool.submit(self._chroma.upsert, ids, vectors, metas)
+
+    def _collect_chroma_job(self) -> bool:
+        """Wait for the upsert in flight; False when it failed (its ids are pending again)."""
+        job, self._chroma_job = self._chroma_job, None
+        if job is None:
+            return True
+        try:
+            job.result()
+            self._chroma_job_ids = {}
+        except Exception as exc:  # chromadb raises many types
+            log.warning(
+                "chromadb update failed (%s: %s); the index is repaired on the next open",
+                type(exc).__name__,
+                exc,
+            )
+            self._chroma_pending = {**self._chroma_job_ids, **self._chroma_pending}
+            self._chroma_job_ids = {}
+            return False
+        return True
+
+    def _drop_purged(self) -> None:
+        """Delete the vectors of purged memories from chromadb, after their purge committed
+        and whatever ``chroma_sync`` says (an upsert in flight, which may carry one of them,
+        lands first). A failure is logged and never fails a write: the ids stay pending, and
+        the next open deletes what chromadb still holds of a purged memory."""
+        if self._chroma is None:
+            self._chroma_purged.clear()
+            return
+        if not self._chroma_purged or self._batch_depth > 0:
+            return
+        self._collect_chroma_job()
+        gone, self._chroma_purged = self._chroma_purged, {}
+        for mid in gone:  # a failed upsert puts its ids back: a purged one has no vector
+            self._chroma_pending.pop(mid, None)
+        try:
+            self._chroma.delete(sorted(gone))
+        except Exception as exc:  # chromadb raises many types
+            log.warning(
+                "chromadb delete of %d purged id(s) failed (%s: %s); the next open deletes them",
+                len(gone),
+                type(exc).__name__,
+                exc,
+            )
+            self._chroma_purged = {**gone, **self._chroma_purged}
 
     def chroma_index(self) -> ChromaIndex:
         """The chromadb index, built (ephemeral) and filled on first use in an in-memory store."""
@@ -326,14 +369,16 @@ class ChromaMirror:
         self, index: ChromaIndex | None = None
     ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
         """Compare chromadb (``index``, default the store's) with SQLite: (ids missing from
-        chromadb, ids only in chromadb, (id, what differs) for ids in both). Ids of damaged
+        chromadb, ids only in chromadb, (id, what differs) for ids in both — a purged memory
+        whose vector chromadb still holds among them). Ids of damaged
         rows (``check`` lists them) are left out."""
         index = index if index is not None else self._chroma
         assert index is not None
         sql_ids = {r.id for i, r in enumerate(self._records) if self.vectors.present[i]}
+        purged = {r.id for r in self._records if r.purged_at is not None}
         chroma_ids = set(index.ids())
         missing = sorted(sql_ids - chroma_ids)
-        orphans = sorted(chroma_ids - sql_ids - self._damaged_ids)
+        orphans = sorted(chroma_ids - sql_ids - self._damaged_ids - purged)
         differ: list[tuple[str, str]] = []
         common = sorted(sql_ids & chroma_ids)
         for start in range(0, len(common), 1000):
@@ -355,6 +400,7 @@ class ChromaMirror:
                                 f"SQLite says {value!r}",
                             )
                         )
+        differ += [(mid, _STALE_PURGED) for mid in sorted(chroma_ids & purged)]
         return missing, orphans, differ
 
     def check(self) -> list[str]:
@@ -522,7 +568,11 @@ class ChromaMirror:
             self._flush_chroma(wait=True)
             return
         for mid in [*missing, *(mid for mid, _ in differ)]:
-            self._chroma_pending[mid] = self._index[mid]
+            idx = self._index[mid]
+            if self._records[idx].purged_at is not None:
+                self._chroma_purged[mid] = idx  # its content was erased: its vector goes too
+            else:
+                self._chroma_pending[mid] = idx
         todo = [mid for mid in orphans if mid not in done]
         if todo:
             log.warning(

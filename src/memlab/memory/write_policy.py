@@ -834,14 +834,12 @@ class WritePolicy:
             self.vectors.set(idx, None)
             self._exec("UPDATE memories SET vector = NULL WHERE idx = ?", (idx,))
             self._exec("UPDATE versions SET payload = '{}' WHERE memory_id = ?", (memory_id,))
-            if self._chroma is not None:
-                # An upsert in flight may still carry this memory: let it land first (inside
-                # the batch nothing new is sent), or it would put the vector back after the
-                # delete.
-                self._flush_chroma(wait=True)
+            # chromadb drops the vector after the commit, as it receives every write (an
+            # upsert still in flight lands first); a purge never waits for chromadb, nor
+            # fails with it. What it has not dropped when the process dies, or when it
+            # fails, the next open drops (:meth:`_reconcile`).
             self._chroma_pending.pop(memory_id, None)
-            if self._chroma is not None:
-                self._chroma.delete([memory_id])
+            self._chroma_purged[memory_id] = idx
             self._save(idx, "purged", t_now)
         return rec
 
