@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from memlab.memory.records import StoreError
 from memlab.serve.net import Limits, bearer_ok, serve_app
 from memlab.serve.service import MemoryService
 
@@ -113,7 +114,11 @@ def build_app(
         try:
             results = await run_in_threadpool(service.store_many, items)
         except Exception as exc:  # noqa: BLE001 - the group's commit or append failed
-            log.exception("bulk ingest: a group commit failed")
+            if isinstance(exc, (OSError, StoreError)):  # a full or read-only disk: one line
+                log.warning("bulk ingest: a group commit failed (%s: %s); nothing of it was "
+                            "written", type(exc).__name__, exc)
+            else:
+                log.exception("bulk ingest: a group commit failed")
             return _error(500, f"the batch was not stored: the group commit failed "
                                f"({type(exc).__name__}); nothing of it was written")
         failed = sum(1 for r in results if not r["ok"])

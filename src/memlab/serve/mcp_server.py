@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import queue
 import re
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Generator, Iterator
@@ -40,8 +42,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from memlab.memory.integrity import sqlite_detail
 from memlab.serve.net import Limits, StopSignals, bearer_guard, serve_app
 from memlab.serve.service import MemoryService, ServiceError
+
+log = logging.getLogger("memlab.serve")
 
 MemoryTypeArg = Literal[
     "event", "fact", "decision", "status", "rule", "preference", "summary"
@@ -87,6 +92,14 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
             return fn(*args, **kwargs)
         except (ServiceError, TypeError, ValueError, KeyError) as exc:
             raise ToolError(str(exc)) from None
+        except (OSError, sqlite3.Error) as exc:
+            # A full or read-only disk under the recording or the store: the call's unit rolled
+            # back (store and recording alike); the client is told why in one line, as the
+            # ingest endpoint tells it, and the server goes on serving.
+            what = resource_failure(exc)
+            log.warning("%s: the call failed and nothing of it was written (%s)",
+                        fn.__name__, what)
+            raise ToolError(f"the call failed and nothing of it was written ({what})") from None
 
     # ------------------------------------------------------------------ write
     @server.tool(description="Store a memory (scrubbed, deduplicated, superseding by key).")
@@ -284,9 +297,20 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
             return json.dumps(service.resource(scope, entity), ensure_ascii=False)
         except (ServiceError, TypeError, ValueError) as exc:
             raise ResourceError(str(exc)) from None
+        except (OSError, sqlite3.Error) as exc:
+            raise ResourceError(f"the read failed ({resource_failure(exc)})") from None
 
     _forbid_extra(server)
     return server
+
+
+def resource_failure(exc: OSError | sqlite3.Error) -> str:
+    """A failure of the disk or of SQLite in one line: its type and reason, and the file an
+    ``OSError`` names (never data SQLite may quote)."""
+    if isinstance(exc, sqlite3.Error):
+        return f"{type(exc).__name__}: {sqlite_detail(exc)}"
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{type(exc).__name__}: {exc.strerror or exc}{where}"
 
 
 def _forbid_extra(server: Any) -> None:
