@@ -71,6 +71,21 @@ def test_a_corpus_whose_mean_idf_is_negative_floors_at_epsilon(engine, texts, no
     assert out["bm25_score"].to_list() == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize("engine", ["sparse", "rank_bm25"])
+def test_in_two_memories_a_term_only_one_holds_weighs_as_much_as_a_shared_one(engine, now):
+    """Two memories: "cat" and "sat" are in one of them (idf log(1.5) - log(1.5) = 0), "the" in
+    both (idf < 0, and so is the mean): all three weigh epsilon (0.25), so the memory holding
+    both query terms ranks first, not the shorter one holding only "the"."""
+    store = _tiny_store(["the cat sat", "the dog"], now)
+    ctx = QueryContext(qid="q", text="the cat", store=store, now=now)
+    out = BM25(engine=engine).transform(empty_candidates(), ctx)
+    # avgdl = 2.5; one occurrence: 2.5 / (1 + 1.5 * (0.25 + 0.75 * |d| / 2.5))
+    d0 = 0.25 * 2.5 / 2.725 + 0.25 * 2.5 / 2.725  # "the" and "cat" in "the cat sat"
+    d1 = 0.25 * 2.5 / 2.275  # "the" in "the dog"
+    assert out["mem_id"].to_list() == ["d0", "d1"]
+    assert out["bm25_score"].to_list() == pytest.approx([d0, d1], rel=1e-12)
+
+
 def test_repeated_query_token_counts_twice(now: float) -> None:
     store = _tiny_store(["the cat sat", "the dog sat down", "a bird"], now)
     once = BM25().transform(empty_candidates(), QueryContext("q", "cat", store, now))

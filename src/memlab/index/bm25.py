@@ -6,7 +6,7 @@ Puurula & Burgess, "Improvements to BM25 and Language Models Examined", ADCS 201
 
     idf(t)      = log(N - n(t) + 0.5) - log(n(t) + 0.5)
                   (a negative idf is replaced by epsilon × mean idf over the vocabulary;
-                  where that mean is not positive, by epsilon itself)
+                  where that mean is not positive, every idf not above 0 by epsilon itself)
     score(d, q) = Σ_{t in q} idf(t) · f(t, d) · (k1 + 1) / (f(t, d) + K(d))
     K(d)        = k1 · (1 - b + b · |d| / avgdl)
 
@@ -19,7 +19,10 @@ scope has under ``statistics="scope"`` — the mean idf is itself negative and r
 leaves every matching term a negative weight: a query that shares its words with the only
 memory would score it below zero, and retrieve nothing. memlab floors those terms at
 ``epsilon`` instead (a small positive weight: the documents are then ranked by how often they
-hold the query's terms); wherever the mean idf is positive, the scores are rank_bm25's.
+hold the query's terms); wherever the mean idf is positive, the scores are rank_bm25's. The
+terms whose idf is exactly 0 (in half of the documents: in two memories, the term only one of
+them holds) get ``epsilon`` too: left at 0, they would weigh less than the terms both memories
+hold, and "the cat" would rank "the dog" above "the cat sat".
 
 Two engines are registered: ``"rank_bm25"`` (the reference, rank_bm25's own code) and
 ``"sparse"`` (a scipy CSC matrix of precomputed term contributions; a query reads only its terms'
@@ -197,7 +200,10 @@ def _idf(doc_freq: np.ndarray, n_docs: int, epsilon: float) -> np.ndarray:
     idf = table[doc_freq]
     # cumsum adds left to right like rank_bm25's loop (np.sum would add pairwise).
     average_idf = float(np.cumsum(idf)[-1]) / len(idf)
-    idf[idf < 0] = epsilon * average_idf if average_idf > 0 else epsilon
+    if average_idf > 0:
+        idf[idf < 0] = epsilon * average_idf
+    else:  # a degenerate corpus (module docstring)
+        idf[idf <= 0] = epsilon
     return idf
 
 
@@ -433,7 +439,7 @@ class RankBM25Engine:
             if self.model_.average_idf <= 0:  # the floor of a degenerate corpus (module doc)
                 idf = self.model_.idf
                 for term, value in idf.items():
-                    if value < 0:
+                    if value <= 0:
                         idf[term] = self.epsilon
         return self
 
