@@ -232,6 +232,34 @@ def test_a_large_datasets_scrubbing_is_kept_per_texts_and_source(tmp_path, monke
     assert len(list((tmp_path / "cache" / "scrubs").glob("*.json"))) == 2
 
 
+def test_a_scrub_cache_key_tells_lists_of_texts_apart_and_names_what_scrubbing_runs_on(
+    tmp_path, monkeypatch
+):
+    """Texts are hashed with their lengths (a text may hold the separator, NUL), and the key
+    names the interpreter and the detect-secrets release the scrubber runs on."""
+    from importlib import metadata
+
+    from memlab.eval import replay
+    from memlab.memory.scrub import default_scrubber
+
+    monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(replay, "SCRUB_CACHE_MIN_TEXTS", 2)
+    store = SimpleNamespace(scrubber=default_scrubber(), max_text_chars=10_000)
+
+    def name(texts: list[str]) -> str:
+        return replay._scrub_cache_entry(store, texts)[0].name
+
+    first = name(["a\0", "b"])
+    assert name(["a", "\0b"]) != first
+    assert name(["a\0", "b"]) == first
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda d: "0.0" if d == "detect-secrets" else real(d))
+    assert name(["a\0", "b"]) != first
+    monkeypatch.setattr(metadata, "version", real)
+    monkeypatch.setattr("sys.version", "3.99.0 (other)")
+    assert name(["a\0", "b"]) != first
+
+
 def test_a_small_datasets_scrubbing_is_not_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path / "cache"))
     Replayer(_scrub_dataset("AKIA" + "ABCDEFGHIJKLMNOP"), embedder=HashingEmbedder(dim=16),
