@@ -67,9 +67,11 @@ rows of a product whose length is not a multiple of the group through another co
 same row may then differ by a bit between two products. Padded, every row goes through the
 same path, and a row's value is the same in any padded product that holds it."""
 
-GATHER_SHARE = 0.25
+GATHER_SHARE = 0.125
 """:func:`block_products` multiplies only the wanted rows (gathered) when they are at most this
-share of the rows in the blocks that hold them; otherwise it multiplies those blocks in place."""
+share of the rows in the blocks that hold them; otherwise it multiplies those blocks in place.
+Gathering copies the rows, and costs as much as the blocks' product at about 15–20% of their
+rows (384 dimensions; 5,882 and 100,000 rows)."""
 
 
 def _padded_rows(r: int) -> int:
@@ -178,6 +180,8 @@ def block_products(
         if (
             len(rows)
             and len(rows) <= GATHER_SHARE * len(blocks) * BLOCK_ROWS
+            and matrix.dtype == np.float32
+            and matrix.flags.c_contiguous
             and _gather_is_exact(matrix.shape[1])
         ):
             with single_thread_blas():
