@@ -337,3 +337,22 @@ def test_fit_like_run_cross_fits_learned_stages_as_a_cross_fitted_run_did(tmp_pa
         assert sorted(copy.fitted_["candidates"]) == sorted(
             q for q, fold in fold_of.items() if fold != f
         )
+
+
+def test_fit_like_run_fits_on_the_labels_the_run_scored_with(tmp_path):
+    """A run scored with the agents' judgments alone (``--qrels-source agent``) is refitted on
+    them: the dataset's inline labels are not the run's, and here it has no agent judgments."""
+    from _explore_fixtures import Newest, small_dataset
+
+    from memlab.explore.session import make_replayer
+
+    ds = small_dataset()
+    judging = {"qrels_source": "agent", "aggregate": "mean"}
+    run = rx.load_run(_run_dir(tmp_path / "r", {}, {
+        "seed": 3, "held_out_split": {"test_fraction": 0.5}, "judging": judging}))
+    learner = Learner(("d1",))
+    pipe = Pipeline([("newest", Newest()), ("learn", learner)])
+    rep = make_replayer(ds, HashingEmbedder(dim=16))
+    assert rx.fit_like_run(run, pipe, rep) == 1
+    assert (rep.qrels_source, rep.aggregate) == ("agent", "mean")
+    assert learner.fitted_["relevant"] == {}

@@ -812,7 +812,7 @@ def run_experiment(
     if learned:
         protocol.check_groups(ds.queries, where=f"cross-fit of {', '.join(learned)}")
         fold_of = protocol.assign(ds.queries)
-    judging = judging_summary(ds, qrels_source=qrels_source)
+    judging = judging_summary(ds, qrels_source=qrels_source, aggregate=aggregate)
     if any(q.agent is not None for q in ds.queries) and not any(
         m.startswith("scope_violation") for m in metric_names
     ):
@@ -1038,8 +1038,11 @@ def _pipeline_task(
     return result, memories
 
 
-def judging_summary(dataset: Dataset, *, qrels_source: str = "human") -> dict[str, Any]:
-    """What the manifest records about the judgments: source, counts, judges, agreement.
+def judging_summary(
+    dataset: Dataset, *, qrels_source: str = "human", aggregate: str = "majority"
+) -> dict[str, Any]:
+    """What the manifest records about the judgments: source, how judges' grades combine,
+    counts, judges, agreement.
 
     ``pooled`` is true when the dataset has ``judgments.jsonl``: its qrels are then incomplete
     by construction and the report warns below :data:`JUDGED_WARNING` judged@10. A dataset
@@ -1054,6 +1057,7 @@ def judging_summary(dataset: Dataset, *, qrels_source: str = "human") -> dict[st
     return {
         "pooled": has_judgments(dataset),
         "qrels_source": qrels_source,
+        "aggregate": aggregate,
         "n": len(kept),
         "judges": sorted({j.judge for j in kept}),
         "queries": len({j.qid for j in kept}),

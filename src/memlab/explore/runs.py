@@ -623,8 +623,9 @@ def fit_like_run(run: Run, pipeline: Pipeline, replayer: Any) -> int:
     (:func:`memlab.eval.experiment.cross_fit_learned_stages` with the run's folds, group key
     and seed): the learned steps of ``pipeline`` are replaced by their cross-fitted copies, so
     each query is answered out of fold. An older run held out a share of the queries
-    (``held_out_split``): the stages are fitted on its training split. Returns how many stages
-    need fitting (0: nothing was replayed).
+    (``held_out_split``): the stages are fitted on its training split. Either way they are
+    fitted on the labels the run scored with (its manifest's ``judging``: qrels source and
+    aggregation). Returns how many stages need fitting (0: nothing was replayed).
     """
     from memlab.eval.experiment import (
         cross_fit_learned_stages,
@@ -637,6 +638,10 @@ def fit_like_run(run: Run, pipeline: Pipeline, replayer: Any) -> int:
     n = len(learnable_stages(pipeline))
     if n == 0:
         return 0
+    judging = run.manifest.get("judging")
+    if isinstance(judging, dict):  # the labels the run scored with (and fitted on)
+        replayer.qrels_source = str(judging.get("qrels_source", "human"))
+        replayer.aggregate = str(judging.get("aggregate", "majority"))
     seed = int(run.manifest.get("seed", 0))
     proto = run.manifest.get("protocol")
     if isinstance(proto, dict):
