@@ -43,7 +43,8 @@ def _no_relevant(root: Path) -> Path:
 def _single(root: Path) -> Path:
     memories = [{"id": "a", "ts": "2030-01-01T00:00:00Z", "type": "fact",
                  "text": "The only memory.", "client_id": "solo"}]
-    queries = [{"qid": "only", "ts": "2030-01-02T00:00:00Z", "text": "only memory",
+    # no word in common with the memory: BM25 finds nothing, dense ranks every memory
+    queries = [{"qid": "only", "ts": "2030-01-02T00:00:00Z", "text": "sole record",
                 "client_id": "solo", "relevant": {"a": 1}, "tags": []}]
     return _dataset(root, "single", memories, queries)
 
@@ -80,13 +81,14 @@ def test_a_sweep_whose_metric_scores_no_train_query_is_refused_in_one_line(tmp_p
 
 
 def test_a_sweep_on_a_sparse_metric_writes_its_charts_and_says_the_points_tie(tmp_path) -> None:
-    # tokens@10 scores every query; every point returns the same memories
+    # tokens@10 scores every query; every point returns the same memory for "something":
+    # "Something." (2 tokens)
     ds = _no_relevant(tmp_path / "ds")
     res = run_sweep(ds, "bm25", {"bm25__k1": [1.2, 1.5]}, metric="tokens@10", repeats=2,
                     embedder=HashingEmbedder(dim=16), out=tmp_path / "s", progress=False,
                     executor="serial")
     assert res.warnings[0] == (
-        "every grid point scores tokens@10 0.0000 on the train queries: the grid does not "
+        "every grid point scores tokens@10 2.0000 on the train queries: the grid does not "
         "move it on this dataset"
     )
     assert not any("smallest value of the grid" in w for w in res.warnings)

@@ -368,7 +368,9 @@ def answer_lines(result: ExperimentResult) -> list[str]:
         best_value = min(values.values()) if lower else max(values.values())
         best = [n for n, v in values.items() if v == best_value]
         if len(best) == len(values) and len(values) > 1:
-            if i and m != main_metric:
+            if m == main_metric:  # the headline says so, rather than vanish
+                lines.insert(0, f"- **Headline ({m})**: every pipeline scores {best_value:.4f}.")
+            elif i:
                 lines.append(f"- {m}: every pipeline scores {best_value:.4f}.")
             continue
         name = best[0]
