@@ -414,29 +414,19 @@ def test_an_interrupt_here_stops_the_workers_instead_of_waiting_for_them():
     assert ex.map(_square_plus, {"offset": 1}, [2, 3]) == [5, 10]
 
 
-_KEPT: list[object] = []
+def _leak_limit(shared, task):
+    """The memory growth loky lets this process's worker loop allow, and the process id."""
+    from joblib.externals.loky import process_executor
+
+    return process_executor._MAX_MEMORY_LEAK_SIZE, os.getpid()
 
 
-def _grow_or_wait(shared, task):
-    """Task ``"grow"`` keeps 400 MB in this process (and waits past loky's 1 s between memory
-    checks); every task returns its process id."""
-    if task == "grow":
-        _KEPT.append(np.ones(50_000_000))
-        time.sleep(1.5)
-    return os.getpid()
-
-
-def test_a_worker_that_keeps_its_memory_for_later_tasks_is_not_replaced():
-    """loky replaces a worker grown by 300 MB since its first call as leaking; memlab workers
-    keep a run's state for its later tasks, so the limit is raised in each of them. With two
-    jobs the pool has one worker, and each map's first task is the worker's, whichever job is
-    quicker: the same process answers before and after it grew."""
-    executor_module._shutdown_pool(kill=True)  # a new pool: its worker's first call is below
-    try:
-        ex = make_executor("joblib", n_jobs=2)
-        worker = ex.map(_grow_or_wait, {}, ["pid", "pid"])[0]  # the worker's reference size
-        assert worker != os.getpid()
-        assert ex.map(_grow_or_wait, {}, ["grow", "pid"])[0] == worker
-        assert ex.map(_grow_or_wait, {}, ["pid", "pid"]) == [worker, os.getpid()]
-    finally:
-        executor_module._shutdown_pool(kill=True)
+def test_workers_allow_a_runs_state_to_grow_past_lokys_leak_limit():
+    """loky replaces a worker grown by 300 MB since its first call as leaking (then the next
+    task waits for a new process to import memlab); memlab workers keep a run's state for its
+    later tasks, so each worker raises the limit to WORKER_MEMORY_GROWTH (16 GiB) before its
+    first task. With two jobs each map's first task is the one worker's."""
+    assert executor_module.WORKER_MEMORY_GROWTH == 16 * 2**30
+    ex = make_executor("joblib", n_jobs=2)
+    limit, pid = ex.map(_leak_limit, {}, ["worker", "here"])[0]
+    assert pid != os.getpid() and limit == 16 * 2**30
