@@ -1,4 +1,5 @@
 import json
+import sys
 from pathlib import Path
 
 import ir_measures
@@ -10,6 +11,10 @@ from memlab.cli import main
 from memlab.embed import HashingEmbedder
 from memlab.eval.experiment import ExperimentResult, run_experiment
 from memlab.eval.export import export_run, latex_table, trec_run_lines
+
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _marked_dirs import marked as _marked  # noqa: E402
 
 HANDMADE = Path(__file__).resolve().parents[1] / "fixtures" / "handmade"
 
@@ -221,17 +226,6 @@ def test_a_table_without_its_columns_is_named(run_dir, tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"memlab: error: {run / 'rankings.parquet'}: missing column 'mem_id'\n"
     )
-
-
-def _marked(out: Path, kind: str, files: dict[str, str]) -> Path:
-    """A directory memlab marked as ``kind`` holding ``files``."""
-    out.mkdir()
-    for name, text in files.items():
-        (out / name).write_text(text)
-    (out / ".memlab-output.json").write_text(
-        json.dumps({"memlab": kind, "entries": sorted(files)})
-    )
-    return out
 
 
 @pytest.mark.parametrize("kind", ["compare", "result"])

@@ -1,3 +1,4 @@
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -6,6 +7,10 @@ import pytest
 from memlab.cli import main
 from memlab.eval.experiment import ExperimentResult
 from memlab.eval.runcompare import compare_runs
+
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _marked_dirs import marked as _marked  # noqa: E402
 
 
 def fake_run(
@@ -110,18 +115,6 @@ def test_runs_scored_under_different_protocols_are_named_in_a_note(tmp_path):
     )
     assert res.notes == [f"the runs' protocols differ: A: {res.protocols[0]}; B: 3 queries; "
                          "cross-fit"]
-
-
-def _marked(out: Path, kind: str, files: dict[str, str]) -> Path:
-    import json
-
-    out.mkdir()
-    for name, text in files.items():
-        (out / name).write_text(text)
-    (out / ".memlab-output.json").write_text(
-        json.dumps({"memlab": kind, "entries": sorted(files)})
-    )
-    return out
 
 
 EXPORT_FILES = {"aggregate.csv": "x\n", "comparison.tex": "x\n", "comparison.csv": "x\n"}

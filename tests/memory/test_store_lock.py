@@ -93,19 +93,25 @@ def test_second_writer_gets_a_clear_error_then_opens_once_the_first_closes(tmp_p
         assert store.texts == ["held by the first process"]
 
 
+def release_after(holder: subprocess.Popen, seconds: float) -> None:
+    """Have ``holder`` close its store ``seconds`` from now (a line on its stdin), in a thread."""
+
+    def release() -> None:
+        time.sleep(seconds)
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+
+    threading.Thread(target=release, daemon=True).start()
+
+
 def test_second_writer_waits_for_the_lock(tmp_path):
     path = tmp_path / "s"
     holder = start(tmp_path, HOLDER, path)
     try:
         wait_for(holder, "READY")
 
-        def release_soon():
-            time.sleep(1.0)
-            assert holder.stdin is not None
-            holder.stdin.write("\n")
-            holder.stdin.flush()
-
-        threading.Thread(target=release_soon, daemon=True).start()
+        release_after(holder, 1.0)
         start_t = time.monotonic()
         with MemoryStore(path, chroma=False, lock_timeout=120) as store:
             waited = time.monotonic() - start_t
@@ -264,13 +270,7 @@ def test_a_lock_file_removed_under_a_writer_keeps_a_second_writer_out(tmp_path, 
             "other one, then retry"
         )
 
-        def release_soon():
-            time.sleep(0.5)
-            assert holder.stdin is not None
-            holder.stdin.write("\n")
-            holder.stdin.flush()
-
-        threading.Thread(target=release_soon, daemon=True).start()
+        release_after(holder, 0.5)
         # a writer that waits opens once the first one has closed
         with MemoryStore(path, chroma=False, lock_timeout=60) as store:
             store.store("second writer", source_agent="b", now=T0 + 1)
