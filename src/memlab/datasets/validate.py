@@ -640,13 +640,30 @@ def _write_check_entry(memories: Path, bad_lines: set[int | None]) -> Path | Non
     return root / "write-checks" / f"{digest.hexdigest()[:32]}.json"
 
 
-@functools.cache
 def source_digest() -> str:
-    """A digest of every source file of the installed memlab (computed once per process).
+    """A digest of every source file of the installed memlab and of what its results depend on
+    besides: the interpreter (its ``re`` and ``unicodedata``) and the detect-secrets release
+    whose plugins the scrubber runs.
 
     Caches of results that depend only on their input and on memlab's code (a write check's
-    verdict, a replay's scrubbed texts) are keyed by it: any change to the code is a new key.
+    verdict, a replay's scrubbed texts) are keyed by it: any change to the code, the
+    interpreter or detect-secrets is a new key.
     """
+    import sys
+    import unicodedata
+    from importlib import metadata
+
+    try:
+        plugins = metadata.version("detect-secrets")
+    except metadata.PackageNotFoundError:
+        plugins = "absent"
+    environment = f"{sys.version}\0unicode {unicodedata.unidata_version}\0detect-secrets {plugins}"
+    return hashlib.sha256(f"{_files_digest()}\0{environment}".encode()).hexdigest()
+
+
+@functools.cache
+def _files_digest() -> str:
+    """A digest of every source file of the installed memlab (computed once per process)."""
     package = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):

@@ -464,26 +464,12 @@ SCRUB_CACHE_MIN_TEXTS = 1_000
 (:meth:`Replayer.prepare`); fewer take less time to scrub than to look up."""
 
 
-def _scrub_environment() -> str:
-    """What the default scrubber's results depend on besides memlab's source: the interpreter
-    (its ``re`` and ``unicodedata``) and the detect-secrets release whose plugins it runs."""
-    import sys
-    import unicodedata
-    from importlib import metadata
-
-    try:
-        plugins = metadata.version("detect-secrets")
-    except metadata.PackageNotFoundError:
-        plugins = "absent"
-    return f"{sys.version}\0unicode {unicodedata.unidata_version}\0detect-secrets {plugins}"
-
-
 def _scrub_cache_entry(store: MemoryStore, texts: Sequence[Any]) -> Any:
     """The cache file of the scrubbing of ``texts`` by ``store``'s write path, or ``None``.
 
-    Kept under ``$MEMLAB_CACHE_DIR/scrubs`` (the embedding cache's root) and keyed by a digest
-    of memlab's source (the scrubber's rules and defaults are code), the interpreter and the
-    detect-secrets release (:func:`_scrub_environment`), the store's text limit and the
+    Kept under ``$MEMLAB_CACHE_DIR/scrubs`` (the embedding cache's root) and keyed by
+    :func:`~memlab.datasets.validate.source_digest` (memlab's source, where the scrubber's rules
+    and defaults are, the interpreter and detect-secrets), the store's text limit and the
     distinct texts in order (each with its length, so no two lists of texts share a key), so a
     warm replay of a large dataset reads the scrubbed texts instead of scrubbing each again.
     Only the default scrubber's work is kept; a store with its own scrubber, a text that is not
@@ -511,7 +497,7 @@ def _scrub_cache_entry(store: MemoryStore, texts: Sequence[Any]) -> Any:
         digest = hashlib.sha256(source_digest().encode())
     except (OSError, RuntimeError):
         return None
-    digest.update(f"\0{_scrub_environment()}\0{store.max_text_chars}\0{len(distinct)}\0".encode())
+    digest.update(f"\0{store.max_text_chars}\0{len(distinct)}\0".encode())
     for text in distinct:
         data = text.encode("utf-8", "surrogatepass")
         digest.update(f"{len(data)}\0".encode() + data)
