@@ -289,6 +289,17 @@ def check_metric_values(metrics: Any, file: Path) -> None:
 SPLIT_BY = ("query", "client")
 
 
+def unscored_split(command: str, metric: str, n_train: int, split_by: str, seed: int,
+                   choices: str) -> str:
+    """The error of a ``command`` (sweep, tune) whose selection ``metric`` scores none of the
+    ``n_train`` train queries of a split: nothing can be chosen on it."""
+    return (
+        f"{command}: {metric} scores none of the {n_train} train queries of the split by "
+        f"{split_by} with seed {seed} (none is in its population: relevance metrics need a "
+        f"relevant memory, stale@k a 'stale' list); choose another {choices}"
+    )
+
+
 def split_queries(
     queries: Sequence[Query], *, test_fraction: float = 0.5, seed: int = 0, by: str = "query"
 ) -> tuple[list[Query], list[Query]]:
@@ -451,13 +462,15 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
     The steps before it are replayed on the training queries; their candidates (what the stage
     will see at query time) and the replay's query contexts are handed to ``fit``.
     """
+    labels: dict[str, list[str]] | None = None
     for i, (name, stage) in enumerate(pipeline.steps):
         if not getattr(stage, "requires_fit", False):
             continue
         prefix = Pipeline(steps=pipeline.steps[:i], name=f"{pipeline.name}[:{name}]")
         collect = _Collector()
         result = replayer.run(prefix, queries=train, on_query=collect)
-        labels = training_labels(replayer)
+        if labels is None:  # read once (judgments.jsonl) for every learned step
+            labels = training_labels(replayer)
         relevant = {
             q.qid: {result.resolve(m, q.ts) for m in labels[q.qid]}
             for q in train if labels.get(q.qid)

@@ -40,6 +40,7 @@ from memlab.eval.experiment import (
     score_rankings,
     split_queries,
     tail_work,
+    unscored_split,
     warm_workers,
 )
 from memlab.eval.grid import REPLAY_PREFIXES as REPLAY_PREFIXES
@@ -471,12 +472,8 @@ def run_sweep(
     for r, (s_seed, tr, te) in enumerate(splits):
         train_s, test_s = scores(r, qid_sets[r][0], metric), scores(r, qid_sets[r][1], metric)
         if not any(v == v for v in train_s.values()):
-            raise ValueError(
-                f"sweep: {metric} scores none of the {len(tr)} train queries of the split by "
-                f"{split_by} with seed {s_seed} (none is in its population: relevance "
-                "metrics need a relevant memory, stale@k a 'stale' list); choose another "
-                "--metric, --seed or --repeats"
-            )
+            raise ValueError(unscored_split("sweep", metric, len(tr), split_by, s_seed,
+                                            "--metric, --seed or --repeats"))
         test_by_split.append(test_s)
         order = _better_order([nan_get(train_s, i) for i in range(len(points))], higher)
         b = order[0]

@@ -59,6 +59,7 @@ from memlab.eval.experiment import (
     replayer_for,
     score_rankings,
     split_queries,
+    unscored_split,
 )
 from memlab.eval.grid import _parse_value
 from memlab.eval.replay import ReplayConfig
@@ -362,12 +363,8 @@ def run_tune(
         if value != value:
             # Optuna would record a failed trial, log its traceback and go on, then find no
             # best trial: the study stops here and the problem is raised after it.
-            unscored.append(
-                f"tune: {metric} scores none of the {len(train)} train queries of the split "
-                f"by {split_by} with seed {seed} (none is in its population: relevance "
-                "metrics need a relevant memory, stale@k a 'stale' list); choose another "
-                "--metric or --seed"
-            )
+            unscored.append(unscored_split("tune", metric, len(train), split_by, seed,
+                                           "--metric or --seed"))
             trial.study.stop()
             raise optuna.TrialPruned(unscored[0])
         return value
