@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -30,7 +29,9 @@ from memlab.serve.service import MemoryService
 TOKEN = "test-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MEMLAB = ("-c", "import sys; from memlab.cli import main; sys.exit(main())")
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _server_env import server_env as _env  # noqa: E402
 
 
 def _client(tmp_path: Path, principal: Principal | None = None, **limits: int) -> TestClient:
@@ -147,11 +148,6 @@ def test_build_app_refuses_an_empty_token(tmp_path: Path) -> None:
     service = MemoryService(store, load_pipeline("bm25"))
     with pytest.raises(ValueError, match="refuses to start"):
         build_app(service, token=" ")
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "MEMLAB_INGEST_TOKEN"}
-    return {**env, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False"}
 
 
 def test_cli_refuses_to_start_without_a_token(tmp_path: Path) -> None:

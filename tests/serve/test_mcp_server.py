@@ -28,7 +28,10 @@ from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
 MEMLAB = ("-c", "import sys; from memlab.cli import main; sys.exit(main())")
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _server_env import server_env as _env  # noqa: E402
+
 TOOLS = {
     "store", "store_decision", "relate", "store_entity", "recall", "feedback", "get_entity",
     "trace", "get_decisions", "list_memories", "forget", "supersede", "correct", "promote",
@@ -58,16 +61,6 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("correct_memory", {"id": "x", "corrected_content": "y"}, "correction_reason"),
     ("store", {"content": "x", "colour": "red"}, "colour"),
 ]
-
-
-def _env() -> dict[str, str]:
-    return {
-        "PYTHONPATH": SRC,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "ANONYMIZED_TELEMETRY": "False",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
 
 
 def _args(store: Path, rec: Path) -> list[str]:
@@ -183,7 +176,7 @@ def test_streamable_http(tmp_path: Path) -> None:
     port = _free_port()
     cmd = [sys.executable, *_args(tmp_path / "store", tmp_path / "rec"),
            "--transport", "http", "--port", str(port)]
-    proc = subprocess.Popen(cmd, env={**os.environ, **_env()}, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

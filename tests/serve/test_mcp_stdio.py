@@ -28,7 +28,10 @@ from memlab.serve.mcp_server import MAX_LINE_BYTES
 from memlab.serve.recording import Recorder
 
 MEMLAB = ("-c", "import sys; from memlab.cli import main; sys.exit(main())")
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _server_env import server_env as _env  # noqa: E402
+
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 0,
@@ -40,18 +43,6 @@ INITIALIZE = {
     },
 }
 TOOLS_LIST = b'{"jsonrpc": "2.0", "id": 99, "method": "tools/list"}'
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "MEMLAB_MCP_TOKEN"}
-    return {
-        **env,
-        "PYTHONPATH": SRC,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "ANONYMIZED_TELEMETRY": "False",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
 
 
 class Host:
@@ -285,6 +276,12 @@ def _storing(tmp_path: Path) -> list[str]:
     return [str(tmp_path / "rec") if o == "REC" else o for o in STORING]
 
 
+def _store_call(request_id: int, **arguments: str) -> bytes:
+    """The line of a ``tools/call`` of the ``store`` tool."""
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                       "params": {"name": "store", "arguments": arguments}}).encode()
+
+
 @pytest.mark.parametrize(
     ("sig", "status", "last"),
     [(signal.SIGTERM, 143, "memlab: terminated"), (signal.SIGINT, 130, "memlab: interrupted")],
@@ -296,19 +293,7 @@ def test_a_signal_while_calls_are_in_flight_closes_everything(
     inside a task of the SDK's task group (SIGTERM) or leave its tasks writing to closed
     streams (SIGINT), print a traceback and, now and then, hang at exit."""
     with _host(tmp_path, *_storing(tmp_path)) as host:
-        host.send(
-            *(
-                json.dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": i + 1,
-                        "method": "tools/call",
-                        "params": {"name": "store", "arguments": {"content": f"note {i}"}},
-                    }
-                ).encode()
-                for i in range(40)
-            )
-        )
+        host.send(*(_store_call(i + 1, content=f"note {i}") for i in range(40)))
         assert host.reply()["result"]["isError"] is False
         host.proc.send_signal(sig)
         out, _ = host.proc.communicate(timeout=60)
@@ -335,10 +320,7 @@ def _blocked_writing(pid: int) -> bool:
 def test_sigterm_stops_a_server_whose_host_reads_no_stdout(tmp_path: Path) -> None:
     """A write blocked on a full pipe used to hold the server (and the process) for good."""
     with _host(tmp_path, *_storing(tmp_path)) as host:
-        host.send(
-            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
-            b'"store", "arguments": {"content": "kept"}}}'
-        )
+        host.send(_store_call(1, content="kept"))
         assert host.reply()["result"]["isError"] is False
         host.send(*[TOOLS_LIST] * 10)  # 160 kB of answers for a 64 kB pipe
         deadline = time.monotonic() + 60
@@ -359,10 +341,7 @@ def test_sigterm_stops_a_server_whose_host_reads_no_stdout(tmp_path: Path) -> No
 def test_a_host_that_closes_stdout_stops_the_server(tmp_path: Path) -> None:
     """The write's EPIPE used to escape the SDK's task group as a traceback (exit 1)."""
     with _host(tmp_path, *_storing(tmp_path)) as host:
-        host.send(
-            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
-            b'"store", "arguments": {"content": "kept", "key": "k"}}}'
-        )
+        host.send(_store_call(1, content="kept", key="k"))
         assert host.reply()["result"]["isError"] is False
         assert host.proc.stdout is not None
         host.proc.stdout.close()

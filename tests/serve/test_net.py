@@ -8,7 +8,6 @@ stopped by the test.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -33,23 +32,16 @@ from memlab.serve.recording import Recorder
 
 if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
     sys.path.insert(0, str(Path(__file__).parent))
+from _server_env import server_env as _env  # noqa: E402
 from _signal_landing import signal_landing  # noqa: E402
 
 MEMLAB = ("-c", "import sys; from memlab.cli import main; sys.exit(main())")
-SRC = str(Path(__file__).resolve().parents[2] / "src")
 TOKEN = "test-token-0123"
 MCP_ACCEPT = {"Accept": "application/json, text/event-stream",
               "Content-Type": "application/json"}
 INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "clientInfo": {"name": "test", "version": "0"}}}
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("MEMLAB_INGEST_TOKEN", "MEMLAB_MCP_TOKEN")}
-    return {**env, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "ANONYMIZED_TELEMETRY": "False", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _free_port() -> int:
