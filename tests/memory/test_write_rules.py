@@ -216,6 +216,11 @@ def _retext(text: str):
     return edit
 
 
+_ENTITIES = (
+    "'entities' are found in the text by the store's entity extractor and cannot be changed "
+    "in place (the entity graph was linked from them)"
+)
+
 # in-place edits of fields the store derives or only its lifecycle moves, and the message
 DERIVED_EDITS = [
     (_set("content_hash", "0" * 16),
@@ -230,6 +235,11 @@ DERIVED_EDITS = [
      "'observation_count' must count the agents of observed_by (1), got 3"),
     (_set("observed_by", ["a", "b"]),
      "'observation_count' must count the agents of observed_by (2), got 1"),
+    (_set("entities", []), _ENTITIES),
+    (_set("entities", [{"name": "a", "type": "agent"}, {"name": "PostgreSQL", "type": "technology"},
+                       {"name": "Oracle", "type": "technology"}]), _ENTITIES),
+    (_set("entities", [{"name": "a", "type": "agent"}, {"name": "PostgreSQL", "type": "concept"}]),
+     _ENTITIES),
     (_set("active", False), "'active' cannot be changed in place (the store's lifecycle moves it)"),
     (_set("created_at", T0 - 5.0),
      "'created_at' cannot be changed in place (the store's lifecycle moves it)"),

@@ -107,7 +107,14 @@ from memlab.memory.records import (
 from memlab.memory.scrub import Scrubber, default_scrubber
 from memlab.memory.sqlite_io import _RECORD_FIELDS, _SCHEMA, DB_NAME, LOCK_NAME, SQLiteIO
 from memlab.memory.vectors import ChromaIndex, ExactIndex
-from memlab.memory.write_policy import WritePolicy, WriteResult, _check_k, _check_time, content_hash
+from memlab.memory.write_policy import (
+    WritePolicy,
+    WriteResult,
+    _check_k,
+    _check_time,
+    content_hash,
+    entities_key,
+)
 
 __all__ = [
     "CHROMA_SYNC",
@@ -220,6 +227,9 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         # Per row, the content hash its SQLite column holds (written once, with the row): a
         # rewrite of the row's payload must carry the same, or the store would refuse to open.
         self._row_hashes: list[str] = []
+        # Per row, the entities its payload was written with (:func:`entities_key`): the
+        # entity graph's links were made from them, so a rewrite must carry the same.
+        self._row_entities: list[tuple[tuple[tuple[str, Any], ...], ...]] = []
         self._by_key: dict[tuple[str, str, str], int] = {}
         self._by_subject: dict[tuple[str, str, str], int] = {}
         self._scopes: dict[str, int] = {}
@@ -399,6 +409,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self.vectors = ExactIndex()
         self._records = []
         self._row_hashes = []
+        self._row_entities = []
         self._index = {}
         self._cols = _Columns()
         self._id_column = pl.Series("mem_id", [], dtype=pl.String)
@@ -523,6 +534,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
                 rec = MemoryRecord(**{k: data[k] for k in _RECORD_FIELDS if k in data})
             self._index_in_memory(rec, vector, unit=True)  # stored normalised
             self._row_hashes.append(rec.content_hash)
+            self._row_entities.append(entities_key(rec.entities))
         known = first_row.keys() | damaged_ids
         for idx, rec in enumerate(self._records):
             for name in ("supersedes", "superseded_by"):

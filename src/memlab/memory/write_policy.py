@@ -70,6 +70,16 @@ class WriteResult:
     redactions: int = 0
 
 
+def entities_key(entities: Any) -> tuple[tuple[tuple[str, Any], ...], ...]:
+    """A comparable copy of a payload's ``entities`` (a list of ``{"name", "type"}`` objects,
+    checked by the integrity rules first): what :meth:`WritePolicy._derived_problems` compares
+    with the row's."""
+    return tuple(
+        tuple(sorted(e.items())) if isinstance(e, dict) else (("", repr(e)),)
+        for e in entities or ()
+    )
+
+
 def content_hash(text: str) -> str:
     """First 16 hex characters of SHA-256 of ``text`` (the design's ``content_hash``)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -517,7 +527,8 @@ class WritePolicy:
         column; the loader refuses a row whose payload differs), ``text`` hashes to it (an
         edited text would skip scrubbing, dedup and the entity graph: :meth:`correct` writes a
         new text; a purged memory's text is empty), ``observation_count`` counts
-        ``observed_by``."""
+        ``observed_by``, ``entities`` are those the row was written with (the extractor's, from
+        which the entity graph's links were made; a purge empties them)."""
         if rec.content_hash != self._row_hashes[idx]:
             return [(
                 "content_hash",
@@ -536,6 +547,12 @@ class WritePolicy:
                 "observation_count",
                 f"must count the agents of observed_by ({len(rec.observed_by)}), got "
                 f"{rec.observation_count!r}",
+            )]
+        if entities_key(rec.entities) != self._row_entities[idx]:
+            return [(
+                "entities",
+                "are found in the text by the store's entity extractor and cannot be changed "
+                "in place (the entity graph was linked from them)",
             )]
         return []
 
@@ -571,6 +588,7 @@ class WritePolicy:
     def _append(self, rec: MemoryRecord, vector: np.ndarray | None) -> int:
         idx = self._index_in_memory(rec, vector)
         self._row_hashes.append(rec.content_hash)
+        self._row_entities.append(entities_key(rec.entities))
         blob = None if vector is None else self.vectors.get(idx).tobytes()
         payload = self._payload(rec)  # every field checked by ``store`` on its way here
         self._exec(
@@ -826,6 +844,7 @@ class WritePolicy:
         with self.batch():
             rec.text = ""
             rec.entities = []
+            self._row_entities[idx] = ()
             self.content_version += 1
             if self.graph.unlink_memory(idx):
                 self._exec("DELETE FROM entity_memory_links WHERE memory_idx = ?", (idx,))
