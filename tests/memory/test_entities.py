@@ -375,3 +375,55 @@ def test_extraction_is_remembered_only_while_the_alias_cache_is_unchanged() -> N
     assert [m.entity.name for m in b.extract(text)] == ["billing-service", "PostgreSQL", "Kafka"]
     assert [m.entity.name for m in a.extract(text)] == names
     assert [m.entity.name for m in EntityExtractor().extract(text)] == names
+
+
+# --------------------------------------------------------------- candidates kept elsewhere
+def test_candidate_rows_round_trip_through_the_memo(monkeypatch) -> None:
+    from memlab.memory import entities
+
+    text = "PostgreSQL and Redis"
+    found = EntityExtractor().candidate_rows([text, text])
+    assert found == {
+        "params": [3, 60, 0.4],
+        "rows": {text: [[0, entities._TECH, "PostgreSQL", "technology"],
+                        [len("PostgreSQL and "), entities._TECH, "Redis", "technology"]]},
+    }
+    monkeypatch.setattr(entities, "_CANDIDATES_MEMO", {})
+    fresh = EntityExtractor()
+    assert fresh.remember_candidates(found) == 1
+
+    def never(self, text):
+        raise AssertionError("the rules ran")
+
+    monkeypatch.setattr(EntityExtractor, "_find_candidates", never)
+    assert [(m.entity.name, m.entity.type) for m in fresh.extract(text)] == [
+        ("PostgreSQL", "technology"), ("Redis", "technology"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "found",
+    [
+        {"params": [4, 60, 0.4], "rows": {"Redis": [[0, 0, "Redis", "technology"]]}},
+        {"params": [3, 60, 0.4], "rows": {"Redis": [[0, "0", "Redis", "technology"]]}},
+        {"params": [3, 60, 0.4], "rows": {"Redis": [[0, 0, "Redis"]]}},
+        {"params": [3, 60, 0.4], "rows": ["Redis"]},
+        None,
+    ],
+)
+def test_candidates_of_other_parameters_or_shape_are_not_remembered(monkeypatch, found) -> None:
+    from memlab.memory import entities
+
+    monkeypatch.setattr(entities, "_CANDIDATES_MEMO", {})
+    assert EntityExtractor().remember_candidates(found) == 0
+    assert entities._CANDIDATES_MEMO == {}
+
+
+def test_an_extractor_with_its_own_dictionary_keeps_no_candidates(monkeypatch) -> None:
+    from memlab.memory import entities
+
+    monkeypatch.setattr(entities, "_CANDIDATES_MEMO", {})
+    own = EntityExtractor(tech_names={"Redis": ["redis"]})
+    assert own.candidate_rows(["Redis"]) is None
+    rows = {"params": [3, 60, 0.4], "rows": {"Redis": [[0, 0, "Redis", "technology"]]}}
+    assert own.remember_candidates(rows) == 0

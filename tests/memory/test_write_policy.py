@@ -125,6 +125,33 @@ def test_adopted_scrubs_give_the_plain_records_without_scrubbing_again(scrub_cal
     assert scrub_calls == ["atlas"]  # the writing agent's name, once (fields are remembered)
 
 
+def test_adopted_strings_scrub_fields_and_metadata_without_scrubbing_again(scrub_calls):
+    from memlab.memory.scrub import default_scrubber
+
+    maker = MemoryStore()
+    metadata = {"ticket": f"rotate {KEY}", "dia_id": "D1:3", "tags": ["ops", "D1:3"]}
+    strings = {s: maker.scrubber.scrub(s)
+               for s in ["atlas", "ticket", f"rotate {KEY}", "dia_id", "D1:3", "tags", "ops"]}
+    assert strings[f"rotate {KEY}"] == ("rotate [REDACTED:api_key]", 1)
+    plain, adopting = MemoryStore(), MemoryStore()
+    texts = {t: maker.prepare_text(t) for t in TEXTS}
+    assert adopting.adopt_scrubs(texts, default_scrubber(), strings) is True
+    scrub_calls.clear()
+    got = adopting.store(TEXTS[0], "event", source_agent="atlas", metadata=metadata, now=T0)
+    assert scrub_calls == []  # text, agent, every metadata key and string: adopted
+    want = plain.store(TEXTS[0], "event", source_agent="atlas", metadata=metadata, now=T0)
+    assert got.redactions == want.redactions == 1
+    assert adopting.get(got.id).metadata == plain.get(want.id).metadata == {
+        "ticket": "rotate [REDACTED:api_key]", "dia_id": "D1:3", "tags": ["ops", "D1:3"],
+    }
+    # a string the log did not name is scrubbed; a credential's key still redacts its value
+    scrub_calls.clear()
+    rec = adopting.store(TEXTS[3], "event", source_agent="atlas",
+                         metadata={"password": "hunter2", "note": "ops"}, now=T0 + 1)
+    assert scrub_calls == ["password", "note"]  # "ops" was adopted
+    assert adopting.get(rec.id).metadata == {"password": "[REDACTED:password]", "note": "ops"}
+
+
 def test_scrubs_of_another_scrubber_are_not_adopted():
     from memlab.memory.scrub import Scrubber
 

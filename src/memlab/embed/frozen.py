@@ -10,14 +10,14 @@ a read from the cache, the model only if the cache misses too) and counts it in 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from memlab.embed.base import Embedder, check_texts
 
-__all__ = ["FrozenEmbedder", "RecordingEmbedder", "unloaded"]
+__all__ = ["FrozenEmbedder", "FrozenRows", "RecordingEmbedder", "unloaded"]
 
 
 def unloaded(embedder: Any) -> Any:
@@ -72,6 +72,14 @@ class FrozenEmbedder:
         """Length of every vector."""
         return int(self.vectors.shape[1])
 
+    def table(self, texts: Iterable[str]) -> FrozenRows | None:
+        """``texts`` → their rows of the table, as a read-only mapping that shares this
+        embedder's matrix (pickled with it, the vectors cross a process boundary once), or
+        ``None`` when a text is not in the table."""
+        if not all(t in self._rows for t in texts):
+            return None
+        return FrozenRows(self)
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Look the texts up (the fallback embeds the missing ones).
 
@@ -103,6 +111,22 @@ class FrozenEmbedder:
             for i, vec in zip(missing, vecs, strict=True):
                 extra[items[i]] = vec
         return out
+
+
+class FrozenRows(Mapping[str, np.ndarray]):
+    """The rows of a :class:`FrozenEmbedder`'s table by text (:meth:`FrozenEmbedder.table`)."""
+
+    def __init__(self, frozen: FrozenEmbedder) -> None:
+        self.frozen = frozen
+
+    def __getitem__(self, text: str) -> np.ndarray:
+        return self.frozen.vectors[self.frozen._rows[text]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.frozen.texts)
+
+    def __len__(self) -> int:
+        return len(self.frozen.texts)
 
 
 class RecordingEmbedder:

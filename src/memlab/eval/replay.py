@@ -464,23 +464,51 @@ SCRUB_CACHE_MIN_TEXTS = 1_000
 (:meth:`Replayer.prepare`); fewer take less time to scrub than to look up."""
 
 
-def _scrub_cache_entry(store: MemoryStore, texts: Sequence[Any]) -> Any:
-    """The cache file of the scrubbing of ``texts`` by ``store``'s write path, or ``None``.
+def log_strings(ops: Sequence[MemoryOp], max_depth: int = 32) -> list[str]:
+    """The distinct strings a write log's stores scrub besides their texts, in order of first
+    appearance: agents, keys, subjects and status values, and the keys and strings of metadata
+    (down to ``max_depth`` levels; deeper values are scrubbed when written)."""
+    found: dict[str, None] = {}
+    for op in ops:
+        fields = op.fields
+        for name in ("source_agent", "key", "subject", "status_value"):
+            value = fields.get(name)
+            if isinstance(value, str):
+                found.setdefault(value)
+        stack = [(fields.get("metadata"), 0)]
+        while stack:
+            value, depth = stack.pop()
+            if isinstance(value, str):
+                found.setdefault(value)
+            elif depth < max_depth and isinstance(value, dict):
+                for k, v in value.items():
+                    if isinstance(k, str):
+                        found.setdefault(k)
+                    stack.append((v, depth + 1))
+            elif depth < max_depth and isinstance(value, (list, tuple)):
+                stack.extend((v, depth + 1) for v in value)
+    return list(found)
+
+
+def _scrub_cache_entry(store: MemoryStore, texts: Sequence[Any], strings: Sequence[str]) -> Any:
+    """The cache file of what ``store``'s write path derives from ``texts`` and ``strings``
+    (:meth:`Replayer.prepare`), or ``None``.
 
     Kept under ``$MEMLAB_CACHE_DIR/scrubs`` (the embedding cache's root) and keyed by
-    :func:`~memlab.datasets.validate.source_digest` (memlab's source, where the scrubber's rules
-    and defaults are, the interpreter and detect-secrets), the store's text limit and the
-    distinct texts in order (each with its length, so no two lists of texts share a key), so a
-    warm replay of a large dataset reads the scrubbed texts instead of scrubbing each again.
-    Only the default scrubber's work is kept; a store with its own scrubber, a text that is not
-    a string, or a cache that cannot be located (no home directory) gets ``None``: the texts
-    are scrubbed.
+    :func:`~memlab.datasets.validate.source_digest` (memlab's source, where the scrubber's and
+    the entity extractor's rules and defaults are, the interpreter and detect-secrets), the
+    store's text limit, the distinct texts in order and the other strings of the log
+    (:func:`log_strings`), each with its length, so no two lists share a key. A warm replay of
+    a large dataset reads the scrubbed texts and strings and the entity candidates of the
+    scrubbed texts instead of computing each again. Only the default scrubber's work is kept;
+    a store with its own scrubber, a text that is not a string, or a cache that cannot be
+    located (no home directory) gets ``None``: everything is computed.
 
     The entry is trusted as the embedding cache is: the digest is checked by the file's name
     alone, so whoever can write under the cache directory decides what a replay stores, and
     could put a text back unscrubbed, as a tampered embedding entry would move a ranking. What
-    memlab writes there are scrubbed texts (the raw ones are only hashed), in the user's own
-    directory.
+    memlab writes there are scrubbed texts and strings (the raw ones are only hashed), in the
+    user's own directory.
     """
     from memlab.datasets.validate import source_digest
     from memlab.embed.cache import default_cache_dir
@@ -497,45 +525,74 @@ def _scrub_cache_entry(store: MemoryStore, texts: Sequence[Any]) -> Any:
         digest = hashlib.sha256(source_digest().encode())
     except (OSError, RuntimeError):
         return None
-    digest.update(f"\0{store.max_text_chars}\0{len(distinct)}\0".encode())
-    for text in distinct:
+    digest.update(f"\0{store.max_text_chars}\0{len(distinct)}\0{len(strings)}\0".encode())
+    for text in [*distinct, *strings]:
         data = text.encode("utf-8", "surrogatepass")
         digest.update(f"{len(data)}\0".encode() + data)
-    return root / "scrubs" / f"{digest.hexdigest()[:32]}.json", distinct
+    return root / "scrubs" / f"{digest.hexdigest()[:32]}.json", distinct, list(strings)
 
 
-def _read_scrub_cache(entry: Any) -> dict[str, tuple[str, int]] | None:
-    """The scrubbing kept in ``entry`` (text → scrubbed text, redactions), or ``None`` when
-    there is no usable entry (missing, unreadable, or not one memlab wrote for these texts)."""
+def _scrub_rows(
+    keys: Sequence[str], rows: Any
+) -> dict[str, tuple[str, int]] | None:
+    """``keys`` → the (scrubbed, redactions) pairs of ``rows``, or ``None`` if they are not
+    such pairs, one per key."""
+    if not isinstance(rows, list) or len(rows) != len(keys):
+        return None
+    out: dict[str, tuple[str, int]] = {}
+    for key, row in zip(keys, rows, strict=True):
+        if not isinstance(row, list) or len(row) != 2:
+            return None
+        scrubbed, count = row
+        if not isinstance(scrubbed, str) or type(count) is not int or count < 0:
+            return None
+        out[key] = (scrubbed, count)
+    return out
+
+
+def _read_scrub_cache(entry: Any) -> tuple[Any, Any, Any] | None:
+    """What ``entry`` keeps: the texts' scrubbing (text → scrubbed text, redactions), the
+    strings' and the entity candidates of the scrubbed texts
+    (:meth:`~memlab.memory.entities.EntityExtractor.candidate_rows`), or ``None`` when there
+    is no usable entry (missing, unreadable, or not one memlab wrote for these texts)."""
     if entry is None:
         return None
-    path, distinct = entry
+    path, distinct, strings = entry
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))["scrubs"]
-        if not isinstance(rows, list) or len(rows) != len(distinct):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        scrubs = _scrub_rows(distinct, data["scrubs"])
+        scrubbed = _scrub_rows(strings, data["strings"])
+        candidates = data["candidates"]
+        if scrubs is None or scrubbed is None or not (
+            candidates is None or isinstance(candidates, dict)
+        ):
             return None
-        out: dict[str, tuple[str, int]] = {}
-        for text, row in zip(distinct, rows, strict=True):
-            scrubbed, count = row
-            if not isinstance(scrubbed, str) or type(count) is not int or count < 0:
-                return None
-            out[text] = (scrubbed, count)
-        return out
+        return scrubs, scrubbed, candidates
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
-def _save_scrub_cache(entry: Any, scrubs: Mapping[str, tuple[str, int]]) -> None:
-    """Keep the scrubbing (atomically; a cache that cannot be written is left alone)."""
+def _save_scrub_cache(
+    entry: Any,
+    scrubs: Mapping[str, tuple[str, int]],
+    strings: Mapping[str, tuple[str, int]],
+    candidates: Any,
+) -> None:
+    """Keep what :meth:`Replayer.prepare` derived (atomically; a cache that cannot be written
+    is left alone)."""
     from memlab.io import atomic_write_text
 
     if entry is None:
         return
-    path, distinct = entry
-    rows = [list(scrubs[text]) for text in distinct]
+    path, distinct, names = entry
+    data = {
+        "scrubs": [list(scrubs[text]) for text in distinct],
+        "strings": [list(strings[name]) for name in names],
+        "candidates": candidates,
+    }
     try:
-        atomic_write_text(path, json.dumps({"scrubs": rows}, ensure_ascii=False))
-    except (OSError, UnicodeEncodeError):
+        atomic_write_text(path, json.dumps(data, ensure_ascii=False))
+    except (OSError, UnicodeEncodeError, KeyError):
         pass
 
 
@@ -650,7 +707,10 @@ class _Run:
         # A replay never reads SQLite back: its statements wait until something does.
         self.store = MemoryStore(embedder=embed, defer_sqlite=True)
         self.store.warn_writes = False  # said to live writers, not once per pipeline replayed
-        self.store.adopt_scrubs(replayer.scrubs_, default_scrubber())
+        self.store.adopt_scrubs(replayer.scrubs_, default_scrubber(), replayer.strings_)
+        if replayer.candidates_ is not None and not replayer.__dict__.get("remembered_"):
+            self.store.extractor.remember_candidates(replayer.candidates_)
+            replayer.remembered_ = True  # the memo is the process's
         self.id_map: dict[str, str] = {}
         self.pos = 0
         self.ops = replayer.dataset.ops
@@ -878,9 +938,14 @@ class Replayer:
         self.config = config if config is not None else ReplayConfig.from_dataset(dataset)
         self.progress = progress
         self.cache: dict[Any, Any] = {}
-        self._vectors: dict[str, np.ndarray] | None = None
+        self._vectors: Mapping[str, np.ndarray] | None = None
         self.prepared_: dict[str, tuple[list[str], np.ndarray | None]] = {}
         self.scrubs_: dict[str, tuple[str, int]] = {}
+        self.strings_: dict[str, tuple[str, int]] = {}
+        """The log's other strings scrubbed (:func:`log_strings`), adopted by each replay's
+        store."""
+        self.candidates_: dict[str, Any] | None = None
+        """The entity candidates of the scrubbed texts (each process remembers them once)."""
         self.qrels_source = "human"
         """Which judgments of ``judgments.jsonl`` are relevance labels (besides the inline
         ``relevant``): what learned stages are fitted on, as the run scores with them."""
@@ -904,9 +969,10 @@ class Replayer:
             return
         scratch = MemoryStore()
         written = [op for op in self.dataset.ops if op.op in ("store", "correct")]
-        entry = _scrub_cache_entry(scratch, [op.text for op in written])
-        scrubs = _read_scrub_cache(entry)
-        if scrubs is None:
+        strings = log_strings(self.dataset.ops)
+        entry = _scrub_cache_entry(scratch, [op.text for op in written], strings)
+        cached = _read_scrub_cache(entry)
+        if cached is None:
             scrubs = {}
             for op in written:
                 if op.text in scrubs:  # each distinct text once
@@ -915,11 +981,25 @@ class Replayer:
                     scrubs[op.text] = scratch.prepare_text(op.text)
                 except (TypeError, ValueError) as exc:
                     raise ValueError(f"memories.jsonl:{op.line}: {exc}") from None
-            _save_scrub_cache(entry, scrubs)
+            scrubbed = {}
+            for name in strings:
+                try:
+                    scrubbed[name] = scratch.scrubber.scrub(name)
+                except (TypeError, ValueError):  # refused again, with its line, when written
+                    pass
+            candidates = scratch.extractor.candidate_rows(v[0] for v in scrubs.values())
+            if len(scrubbed) == len(strings):
+                _save_scrub_cache(entry, scrubs, scrubbed, candidates)
+        else:
+            scrubs, scrubbed, candidates = cached
+            scratch.extractor.remember_candidates(candidates)
+        self.remembered_ = True  # this process's memo holds the candidates (either way)
         texts = [scrubs[op.text][0] for op in written]
         # Each replay's store (default scrubber, as here) adopts these instead of scrubbing
         # every text again.
         self.scrubs_ = scrubs
+        self.strings_ = scrubbed
+        self.candidates_ = candidates
         memory_texts = list(texts)
         query_texts = [q.text for q in self.dataset.queries]
         texts.extend(query_texts)

@@ -163,8 +163,14 @@ def _shippable(replayer: Replayer, embedder: Any) -> Replayer:
     other)."""
     out = copy.copy(replayer)
     vars(out).pop("last_store_", None)
+    vars(out).pop("remembered_", None)  # a worker remembers the entity candidates itself
     out.cache = {}
     out.embedder = embedder
+    if replayer._vectors is not None and isinstance(embedder, FrozenEmbedder):
+        # the memories' vectors are rows of the frozen table: shipped once, not twice
+        table = embedder.table(replayer._vectors)
+        if table is not None:
+            out._vectors = table
     out.embedders = {name: _frozen_extra(replayer, name, emb)
                      for name, emb in replayer.embedders.items()}
     out.prepared_ = {}  # shipped inside the frozen embedders

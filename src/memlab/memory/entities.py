@@ -52,6 +52,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from memlab.memory.records import ENTITY_ROLES, GLOBAL_CLIENT
 
@@ -418,6 +419,26 @@ _MEMO_MAX_CHARS = 4_096
 _CANDIDATES_MEMO: dict[tuple[int, int, float, str], tuple[tuple[int, int, Entity], ...]] = {}
 
 
+def _candidate_tuple(cands: Any) -> tuple[tuple[int, int, Entity], ...] | None:
+    """Candidate rows ``[[start, rule, name, type], …]`` as the memo holds them, or ``None``
+    when they are not of that shape."""
+    if not isinstance(cands, list):
+        return None
+    out = []
+    for row in cands:
+        if not (
+            isinstance(row, list)
+            and len(row) == 4
+            and type(row[0]) is int
+            and type(row[1]) is int
+            and isinstance(row[2], str)
+            and isinstance(row[3], str)
+        ):
+            return None
+        out.append((row[0], row[1], Entity(row[2], row[3])))
+    return tuple(out)
+
+
 class EntityExtractor:
     """Rule-based entity extractor (docs/design.md §D0.8 fast path).
 
@@ -575,17 +596,7 @@ class EntityExtractor:
         extractor in the process (each store has its own extractor, and a replay extracts the
         same texts again).
         """
-        aliases = self.aliases_
-        shared = (
-            self.tech_names is None
-            and self.system_names is None
-            and self.given_names is None
-            and getattr(aliases, "tech_names", None) is TECH_NAMES
-            and not getattr(aliases, "added_", 0)
-            and type(aliases) is AliasCache
-            and len(text) <= _MEMO_MAX_CHARS
-        )
-        if not shared:
+        if not self._shared() or len(text) > _MEMO_MAX_CHARS:
             return self._find_candidates(text)
         key = (self.min_quoted, self.max_quoted, self.prose_ratio, text)
         hit = _CANDIDATES_MEMO.get(key)
@@ -595,6 +606,62 @@ class EntityExtractor:
                 del _CANDIDATES_MEMO[next(iter(_CANDIDATES_MEMO))]
             _CANDIDATES_MEMO[key] = hit
         return list(hit)
+
+    def _shared(self) -> bool:
+        """Whether this extractor's candidates are a pure function of the text and its three
+        numeric parameters (default dictionaries, an alias cache nothing was added to)."""
+        if not hasattr(self, "aliases_"):
+            self._fit()
+        aliases = self.aliases_
+        return (
+            self.tech_names is None
+            and self.system_names is None
+            and self.given_names is None
+            and getattr(aliases, "tech_names", None) is TECH_NAMES
+            and not getattr(aliases, "added_", 0)
+            and type(aliases) is AliasCache
+        )
+
+    def candidate_rows(self, texts: Iterable[str]) -> dict[str, Any] | None:
+        """The candidates of ``texts`` in JSON form, for a cache kept elsewhere
+        (:meth:`remember_candidates` takes them back): ``{"params": [min_quoted, max_quoted,
+        prose_ratio], "rows": {text: [[start, rule, name, type], …]}}``. ``None`` when the
+        candidates of this extractor are not a pure function of the text (see
+        :meth:`_candidates`); texts too long to be remembered are left out."""
+        if not self._shared():
+            return None
+        rows = {}
+        for text in texts:
+            if isinstance(text, str) and len(text) <= _MEMO_MAX_CHARS and text not in rows:
+                rows[text] = [[start, rule, e.name, e.type]
+                              for start, rule, e in self._candidates(text)]
+        return {"params": [self.min_quoted, self.max_quoted, self.prose_ratio], "rows": rows}
+
+    def remember_candidates(self, found: Mapping[str, Any] | None) -> int:
+        """Put candidates computed by :meth:`candidate_rows` into the process's memo, so that
+        extracting from those texts finds them instead of running the rules (a replay computes
+        them once, in the process that prepares it, and keeps them on disk). Only candidates of
+        the same parameters are taken, and only by an extractor whose candidates are a pure
+        function of the text; a malformed entry is skipped.
+
+        Returns:
+            How many texts were remembered.
+        """
+        params = [self.min_quoted, self.max_quoted, self.prose_ratio]
+        if not found or found.get("params") != params or not self._shared():
+            return 0
+        rows = found.get("rows")
+        if not isinstance(rows, Mapping):
+            return 0
+        n = 0
+        for text, cands in rows.items():
+            if len(_CANDIDATES_MEMO) >= _MEMO_MAX_TEXTS:
+                break
+            hit = _candidate_tuple(cands) if isinstance(text, str) else None
+            if hit is not None and len(text) <= _MEMO_MAX_CHARS:
+                _CANDIDATES_MEMO[(*params, text)] = hit
+                n += 1
+        return n
 
     def _find_candidates(self, text: str) -> list[tuple[int, int, Entity]]:
         """:meth:`_candidates` computed (no memo)."""

@@ -100,7 +100,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -3862,7 +3862,13 @@ class Scrubber:
         out.append(text[last:])
         return "".join(out), len(found)
 
-    def scrub_value(self, value: Any, *, field: str = "value") -> tuple[Any, int]:
+    def scrub_value(
+        self,
+        value: Any,
+        *,
+        field: str = "value",
+        known: Mapping[str, tuple[str, int]] | None = None,
+    ) -> tuple[Any, int]:
         """Scrub every string inside a JSON-like value: dict keys and values, list items.
 
         A string or an integer stored under a key that names a credential
@@ -3874,6 +3880,9 @@ class Scrubber:
         Args:
             value: A string, number, bool, ``None``, or a dict / list / tuple of those.
             field: Name used in error messages.
+            known: Strings already scrubbed by this scrubber (string → :meth:`scrub`'s
+                result), taken instead of scrubbing them again (a replay scrubs each distinct
+                string of its log once, in the process that prepares it).
 
         Returns:
             A scrubbed copy (dicts, lists and tuples are rebuilt; other values are returned
@@ -3883,11 +3892,17 @@ class Scrubber:
             ValueError: If the value nests deeper than ``max_depth``.
         """
         self._checked()
-        return self._scrub_value(value, field, 0)
+        return self._scrub_value(value, field, 0, known or {})
 
-    def _scrub_value(self, value: Any, path: str, depth: int) -> tuple[Any, int]:
+    def _scrub_string(self, value: str, known: Mapping[str, tuple[str, int]]) -> tuple[str, int]:
+        done = known.get(value)
+        return done if done is not None else self.scrub(value)
+
+    def _scrub_value(
+        self, value: Any, path: str, depth: int, known: Mapping[str, tuple[str, int]]
+    ) -> tuple[Any, int]:
         if isinstance(value, str):
-            return self.scrub(value)
+            return self._scrub_string(value, known)
         if not isinstance(value, (dict, list, tuple)):
             return value, 0
         if depth >= self.max_depth:
@@ -3897,7 +3912,7 @@ class Scrubber:
             out: dict[Any, Any] = {}
             named = _named_value(value)  # {"name": "password", "value": "…"}
             for k, v in value.items():
-                ck, n1 = self.scrub(k) if isinstance(k, str) else (k, 0)
+                ck, n1 = self._scrub_string(k, known) if isinstance(k, str) else (k, 0)
                 kind = None
                 if isinstance(k, str) and _scalar(v):
                     kind = keyed_secret(k, str(v))
@@ -3907,13 +3922,13 @@ class Scrubber:
                     out[ck] = _PLACEHOLDER.format(kind)
                     total += n1 + 1
                     continue
-                cv, n2 = self._scrub_value(v, f"{path}.{ck}", depth + 1)
+                cv, n2 = self._scrub_value(v, f"{path}.{ck}", depth + 1, known)
                 out[ck] = cv
                 total += n1 + n2
             return out, total
         items = []
         for i, v in enumerate(value):
-            cv, n = self._scrub_value(v, f"{path}[{i}]", depth + 1)
+            cv, n = self._scrub_value(v, f"{path}[{i}]", depth + 1, known)
             items.append(cv)
             total += n
         return (tuple(items) if isinstance(value, tuple) else items), total

@@ -243,6 +243,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self._prepared: dict[str, tuple[str, int, np.ndarray | None]] = {}
         self._field_scrubs: dict[str, tuple[str, int]] = {}
         self._adopted_scrubs: dict[str, tuple[str, int]] = {}
+        self._adopted_strings: dict[str, tuple[str, int]] = {}
         self._chroma_pending: dict[str, int] = {}
         # Purged memories whose vectors chromadb still holds (dropped after the commit).
         self._chroma_purged: dict[str, int] = {}

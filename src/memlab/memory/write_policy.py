@@ -155,7 +155,12 @@ class WritePolicy:
             raise MemoryInputError("field 'text' is not valid UTF-8") from None
         return self.scrubber.scrub(text)
 
-    def adopt_scrubs(self, scrubs: Mapping[str, tuple[str, int]], scrubber: Scrubber) -> bool:
+    def adopt_scrubs(
+        self,
+        scrubs: Mapping[str, tuple[str, int]],
+        scrubber: Scrubber,
+        strings: Mapping[str, tuple[str, int]] | None = None,
+    ) -> bool:
         """Take the scrubbing of texts that were scrubbed elsewhere, for every later write.
 
         A replay scrubs each memory text once, in the process that prepares it (to embed the
@@ -169,6 +174,9 @@ class WritePolicy:
         Args:
             scrubs: Text → (scrubbed text, redactions), as :meth:`prepare_text` returns them.
             scrubber: The scrubber that made them.
+            strings: The log's other strings (agents, keys, subjects, status values, and the
+                keys and strings of metadata) → ``scrubber.scrub``'s result: a write's fields
+                and metadata take them instead of being scrubbed again.
 
         Returns:
             Whether they were adopted.
@@ -176,6 +184,7 @@ class WritePolicy:
         if not same_scrubber(scrubber, self.scrubber):
             return False
         self._adopted_scrubs = dict(scrubs)
+        self._adopted_strings = dict(strings or {})
         return True
 
     def _scrub_text(self, text: Any) -> tuple[str, int]:
@@ -237,7 +246,7 @@ class WritePolicy:
             if value is None:
                 out.append(None)
                 continue
-            done = self._field_scrubs.get(value)
+            done = self._adopted_strings.get(value) or self._field_scrubs.get(value)
             if done is None:
                 done = self._field_scrubs[value] = self.scrubber.scrub(value)
             out.append(done[0])
@@ -353,7 +362,9 @@ class WritePolicy:
             (source_agent, key, subject, status_value)
         )
         try:
-            metadata, n_meta = self.scrubber.scrub_value(metadata, field="metadata")
+            metadata, n_meta = self.scrubber.scrub_value(
+                metadata, field="metadata", known=self._adopted_strings
+            )
         except ValueError as exc:
             raise MemoryInputError(str(exc)) from None
         redactions += n_fields + n_meta
