@@ -152,3 +152,65 @@ def test_row_groups_give_each_row_its_best_vector_within_the_wanted_groups():
     assert groups.best(q, [9], 5).tolist() == [-np.inf, -np.inf, -np.inf, f(0.8), 1.0]
     assert groups.same_codes(np.array([7, 9, 7, 9, 9, 3]))
     assert not groups.same_codes(np.array([7, 7, 7, 9, 9]))
+
+
+# ------------------------------------------------------------------ rows grouped by client
+def test_similarities_by_client_group_multiply_only_the_wanted_clients() -> None:
+    index = ExactIndex()
+    for vec in ([1.0, 0.0], [0.0, 1.0], [0.6, 0.8], None):
+        index.set(len(index), None if vec is None else np.array(vec))
+    codes = np.array([0, 1, 0, 0])
+    wanted = np.array([True, False, True, True])
+    sims = index.similarities(np.array([2.0, 0.0]), wanted, codes=codes)
+    # client 1's row is not multiplied; the row without a vector stays -inf
+    assert sims.tolist() == [1.0, -np.inf, np.float32(0.6).item(), -np.inf]
+    assert len(index.groups_[1]) == 4
+
+
+def test_grouped_similarities_equal_the_block_products_bit_for_bit() -> None:
+    rng = np.random.default_rng(3)
+    index = ExactIndex()
+    n = 3_000
+    for vec in rng.standard_normal((n, 48)):
+        index.set(len(index), vec)
+    codes = rng.integers(0, 9, n)  # clients scattered over the blocks
+    for client in range(9):
+        wanted = codes == client
+        q = rng.standard_normal(48)
+        grouped = index.similarities(q, wanted, codes=codes)
+        blocks = index.similarities(q, wanted)
+        assert np.array_equal(grouped[wanted], blocks[wanted])
+        assert np.isneginf(grouped[codes != client]).all()
+
+
+def test_grouped_rows_follow_appends_rewrites_and_changed_codes() -> None:
+    index = ExactIndex()
+    index.set(0, np.array([1.0, 0.0]))
+    codes = np.array([0])
+    q = np.array([1.0, 0.0])
+    assert index.similarities(q, np.array([True]), codes=codes).tolist() == [1.0]
+    index.set(1, np.array([0.0, 1.0]))  # appended: the groups grow
+    assert index.similarities(q, np.array([True, True]), codes=np.array([0, 0])).tolist() == [
+        1.0, 0.0,
+    ]
+    index.set(0, np.array([0.0, 3.0]))  # rewritten (a purge, a correction): made again
+    assert index.similarities(q, np.array([True, True]), codes=np.array([0, 0])).tolist() == [
+        0.0, 0.0,
+    ]
+    # row 1 moved to client 1: client 0's group no longer holds it
+    assert index.similarities(q, np.array([True, False]), codes=np.array([0, 1])).tolist() == [
+        0.0, -np.inf,
+    ]
+
+
+def test_a_large_index_multiplies_blocks_instead_of_grouping(monkeypatch) -> None:
+    from memlab.memory import vectors
+
+    monkeypatch.setattr(vectors, "GROUP_MAX_ROWS", 2)
+    index = ExactIndex()
+    for vec in ([1.0, 0.0], [0.0, 1.0], [0.6, 0.8]):
+        index.set(len(index), np.array(vec))
+    sims = index.similarities(np.array([1.0, 0.0]), np.array([True, False, False]),
+                              codes=np.array([0, 1, 2]))
+    assert sims[0] == 1.0
+    assert getattr(index, "groups_", None) is None

@@ -74,6 +74,12 @@ Gathering copies the rows, and costs as much as the blocks' product at about 15â
 rows (384 dimensions; 5,882 and 100,000 rows)."""
 
 
+GROUP_MAX_ROWS = 262_144
+"""Largest index whose rows :meth:`ExactIndex.similarities` also keeps grouped by client (a
+second copy of the vectors); past it, blocks are multiplied (and a large store's queries
+mostly go to the approximate index: ``dense``'s ``ann_min_rows``)."""
+
+
 def _padded_rows(r: int) -> int:
     """``r`` rounded up to a multiple of :data:`PAD_ROWS`."""
     return -(-r // PAD_ROWS) * PAD_ROWS
@@ -369,20 +375,71 @@ class ExactIndex:
             return None
         return self._matrix[row].copy()
 
-    def similarities(self, query: np.ndarray, wanted: np.ndarray | None = None) -> np.ndarray:
+    def similarities(
+        self,
+        query: np.ndarray,
+        wanted: np.ndarray | None = None,
+        *,
+        codes: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Cosine similarity of ``query`` with every row (``-inf`` where a row has no vector).
 
         Args:
             query: The query vector (normalised here).
             wanted: Boolean mask of the rows whose similarity is needed (default: all); the
-                others may be left at ``-inf`` (:func:`block_products`).
+                others may be left at ``-inf``.
+            codes: A code per row (the store's client codes), with ``wanted``: the rows are
+                kept in one matrix per code as well (:class:`RowGroups`, up to
+                :data:`GROUP_MAX_ROWS` rows), and only the groups of the wanted rows are
+                multiplied. A client's rows are scattered over the store, so the blocks of
+                :func:`block_products` that hold them are mostly other clients' rows. Used only
+                where this BLAS gives a row the value of its block in any padded product
+                (:func:`_gather_is_exact`): the values are those of :func:`block_products`.
         """
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         norm = float(np.linalg.norm(q))
         if norm > 0:
             q = q / norm
-        sims = block_products(self._matrix, q, wanted, n=self._n)
+        n = self._n
+        groups = None
+        if codes is not None and wanted is not None:
+            groups = self._groups(codes)
+        if groups is None:
+            sims = block_products(self._matrix, q, wanted, n=n)
+        else:
+            seen = np.asarray(codes)[:n][np.asarray(wanted)[:n]]
+            if len(seen) and seen.min() >= 0:  # np.unique's list, by counting
+                wanted_codes = np.flatnonzero(np.bincount(seen)).tolist()
+            else:
+                wanted_codes = np.unique(seen).tolist()
+            sims = groups.best(q, wanted_codes, n)
         return np.where(self.present, sims.astype(np.float64), -np.inf)
+
+    def _groups(self, codes: np.ndarray) -> RowGroups | None:
+        """The rows grouped by ``codes`` (kept, and extended as rows are appended; made again
+        when a row's vector or code changed), or ``None`` where :meth:`similarities` multiplies
+        blocks instead."""
+        n = self._n
+        codes = np.asarray(codes)
+        if (
+            not n
+            or n > GROUP_MAX_ROWS
+            or len(codes) < n
+            or codes.dtype.kind not in "iu"
+            or not self.dim
+            or not _gather_is_exact(self.dim)
+        ):
+            return None
+        kept = getattr(self, "groups_", None)
+        if kept is None or kept[0] != self.rewrites or not kept[1].same_codes(codes) \
+                or len(kept[1]) > n:
+            kept = self.groups_ = (self.rewrites, RowGroups())
+        groups = kept[1]
+        start = len(groups)
+        if start < n:
+            groups.append(codes[start:n], np.ones(n - start, dtype=np.int64),
+                          self._matrix[start:n])
+        return groups
 
 
 class AnnIndex:

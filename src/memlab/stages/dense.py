@@ -96,7 +96,8 @@ def exact_search(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact cosine against every row of ``store.vectors``, masked by the query's visibility."""
     visible = ctx.visible_mask()
-    sims = ctx.store.vectors.similarities(vector, wanted=visible)
+    sims = ctx.store.vectors.similarities(vector, wanted=visible,
+                                          codes=ctx.store.column("client"))
     mask = visible & np.isfinite(sims)
     rows = top_rows(sims, mask, top_k)
     return rows, sims[rows]
