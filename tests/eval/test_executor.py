@@ -430,3 +430,28 @@ def test_workers_allow_a_runs_state_to_grow_past_lokys_leak_limit():
     ex = make_executor("joblib", n_jobs=2)
     limit, pid = ex.map(_leak_limit, {}, ["worker", "here"])[0]
     assert pid != os.getpid() and limit == 16 * 2**30
+
+
+def test_a_killed_pools_manager_thread_race_prints_nothing(monkeypatch) -> None:
+    """Killing the pool can drop a work item loky's manager thread is about to queue; its
+    KeyError is not printed as an unhandled thread exception. Other exceptions still are."""
+    import threading
+
+    from memlab.eval.executor import _quiet_killed_items
+
+    seen: list[tuple[str, str]] = []
+    monkeypatch.setattr(threading, "excepthook",
+                        lambda args: seen.append((args.thread.name, args.exc_type.__name__)))
+    _quiet_killed_items()
+    _quiet_killed_items()  # installed once
+
+    def fail(exc: BaseException) -> None:
+        raise exc
+
+    for name, exc in (("ExecutorManagerThread", KeyError(10)),
+                      ("ExecutorManagerThread", ValueError("x")),
+                      ("Thread-9", KeyError(3))):
+        t = threading.Thread(target=fail, args=(exc,), name=name)
+        t.start()
+        t.join()
+    assert seen == [("ExecutorManagerThread", "ValueError"), ("Thread-9", "KeyError")]

@@ -170,10 +170,37 @@ def _shutdown_pool(*, kill: bool) -> None:
 
     executor = getattr(reusable_executor, "_executor", None)
     if executor is not None:
+        if kill:
+            _quiet_killed_items()
         try:
             executor.shutdown(wait=not kill, kill_workers=kill)
         except Exception:  # noqa: BLE001 - the pool stops at exit anyway
             pass
+
+
+def _quiet_killed_items() -> None:
+    """Keep loky's manager thread from printing a traceback when a kill races it.
+
+    Killing the pool (an interrupt) drops its pending work items while the pool's manager
+    thread may still be moving one of them to the workers' queue; that thread then dies with a
+    ``KeyError`` on the dropped item, which Python prints as an unhandled thread exception: a
+    traceback on the terminal of a user who pressed Ctrl-C. Exactly that exception (a
+    ``KeyError`` in loky's ``ExecutorManagerThread``) is dropped; every other goes to the hook
+    that was installed before."""
+    previous = threading.excepthook
+    if getattr(previous, "memlab_quiet_kill", False):
+        return
+
+    def hook(args: Any) -> None:
+        thread = args.thread
+        if args.exc_type is KeyError and thread is not None and (
+            thread.name == "ExecutorManagerThread"
+        ):
+            return
+        previous(args)
+
+    hook.memlab_quiet_kill = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 _QUIET_TRACKER = "ignore:resource_tracker:UserWarning"
