@@ -229,7 +229,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         self._row_hashes: list[str] = []
         # Per row, the entities its payload was written with (:func:`entities_key`): the
         # entity graph's links were made from them, so a rewrite must carry the same.
-        self._row_entities: list[tuple[tuple[tuple[str, Any], ...], ...]] = []
+        self._row_entities: list[int] = []
         self._by_key: dict[tuple[str, str, str], int] = {}
         self._by_subject: dict[tuple[str, str, str], int] = {}
         self._scopes: dict[str, int] = {}

@@ -70,14 +70,14 @@ class WriteResult:
     redactions: int = 0
 
 
-def entities_key(entities: Any) -> tuple[tuple[tuple[str, Any], ...], ...]:
-    """A comparable copy of a payload's ``entities`` (a list of ``{"name", "type"}`` objects,
-    checked by the integrity rules first): what :meth:`WritePolicy._derived_problems` compares
-    with the row's."""
-    return tuple(
+def entities_key(entities: Any) -> int:
+    """A digest of a payload's ``entities`` (a list of ``{"name", "type"}`` objects, checked by
+    the integrity rules first), for this process: what :meth:`WritePolicy._derived_problems`
+    compares with the row's. A hash rather than a copy: a store keeps one per row."""
+    return hash(tuple(
         tuple(sorted(e.items())) if isinstance(e, dict) else (("", repr(e)),)
         for e in entities or ()
-    )
+    ))
 
 
 def content_hash(text: str) -> str:
@@ -855,7 +855,7 @@ class WritePolicy:
         with self.batch():
             rec.text = ""
             rec.entities = []
-            self._row_entities[idx] = ()
+            self._row_entities[idx] = entities_key([])
             self.content_version += 1
             if self.graph.unlink_memory(idx):
                 self._exec("DELETE FROM entity_memory_links WHERE memory_idx = ?", (idx,))
