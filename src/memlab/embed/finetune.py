@@ -43,6 +43,8 @@ __all__ = [
     "model_dir",
     "no_duplicate_batches",
     "pairs_digest",
+    "trained_already",
+    "training_queries",
 ]
 
 
@@ -150,6 +152,31 @@ def dataset_pairs(
     Raises:
         ValueError: A client of ``clients`` has no query in the dataset (a misspelt name).
     """
+    from memlab.memory.scrub import scrub_text
+
+    queries, text = training_queries(dataset, clients=clients, exclude_tags=exclude_tags)
+    return [
+        (q.text, scrub_text(text[m])[0])
+        for q in queries
+        for m, grade in q.relevant.items()
+        if grade > 0 and m in text
+    ]
+
+
+def training_queries(
+    dataset: Dataset,
+    *,
+    clients: Sequence[str] | None = None,
+    exclude_tags: Sequence[str] = ("adversarial",),
+) -> tuple[list[Any], dict[str, str]]:
+    """The queries a model is trained on, in dataset order: those of ``clients`` (``None``:
+    every client) without an ``exclude_tags`` tag; and the raw text of every memory the write
+    log stores, by dataset id (the training data of :func:`dataset_pairs` and of
+    :func:`memlab.embed.cross_finetune.training_examples`).
+
+    Raises:
+        ValueError: A client of ``clients`` has no query in the dataset (a misspelt name).
+    """
     if clients is not None:
         known = {q.client_id for q in dataset.queries}
         unknown = sorted(set(clients) - known)
@@ -157,18 +184,33 @@ def dataset_pairs(
             raise ValueError(
                 f"{dataset.path or 'dataset'}: no query of client {', '.join(map(repr, unknown))}"
             )
-    from memlab.memory.scrub import scrub_text
-
     wanted = None if clients is None else set(clients)
     excluded = set(exclude_tags)
     text = {op.id: op.text for op in dataset.ops if op.op == "store" and op.id is not None}
-    return [
-        (q.text, scrub_text(text[m])[0])
-        for q in dataset.queries
-        if (wanted is None or q.client_id in wanted) and not excluded & set(q.tags)
-        for m, grade in q.relevant.items()
-        if grade > 0 and m in text
-    ]
+    queries = [q for q in dataset.queries
+               if (wanted is None or q.client_id in wanted) and not excluded & set(q.tags)]
+    return queries, text
+
+
+def trained_already(out: Path, record_name: str, record: dict[str, Any], what: str) -> bool:
+    """Whether ``out`` is the model a training run with ``record`` wrote (its ``record_name``
+    file holds ``record``): ``False`` when nothing is at ``out``.
+
+    Raises:
+        ValueError: Something else is at ``out`` (``what`` says what was expected); it is never
+            replaced.
+    """
+    if not (out.exists() or out.is_symlink()):
+        return False
+    try:
+        same = json.loads((out / record_name).read_text(encoding="utf-8")) == record
+    except (OSError, ValueError):
+        same = False
+    if same and not out.is_symlink():
+        return True
+    raise ValueError(
+        f"{out}: exists and is not {what}; choose another path (nothing there is replaced)"
+    )
 
 
 def no_duplicate_batches(
@@ -247,18 +289,9 @@ def fine_tune(
         "loss": "MultipleNegativesRankingLoss",
         **params.to_dict(),
     }
-    marker = out / "finetune.json"
-    if out.exists() or out.is_symlink():
-        try:
-            same = json.loads(marker.read_text(encoding="utf-8")) == record
-        except (OSError, ValueError):
-            same = False
-        if same and not out.is_symlink():
-            return out
-        raise ValueError(
-            f"{out}: exists and is not a model fine-tuned from {base} on these pairs with these "
-            "constants; choose another path (nothing there is replaced)"
-        )
+    if trained_already(out, "finetune.json", record,
+                       f"a model fine-tuned from {base} on these pairs with these constants"):
+        return out
     model = _train(base, pairs, params)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
