@@ -290,10 +290,13 @@ def _run_eval(
 def _warm(executor: Any, tasks: int | None) -> None:
     """Start the executor's worker processes now, if it has them, for about ``tasks`` tasks
     (``None``: as many as it may use): they import memlab while this process imports it and
-    loads the data (a second or two that no longer comes first). A run that ends up refused or
-    serial stops them at once (``close``)."""
+    loads the data (a second or two that no longer comes first), and the chart library (both
+    commands that warm them draw charts). A run that ends up refused or serial stops them at
+    once (``close``)."""
     if hasattr(executor, "warm"):
-        executor.warm(tasks=tasks)
+        from memlab.eval.executor import CHART_MODULES, WORKER_MODULES
+
+        executor.warm((*WORKER_MODULES, *CHART_MODULES), tasks=tasks)
 
 
 def _close(executor: Any) -> None:

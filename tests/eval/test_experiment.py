@@ -131,3 +131,24 @@ def test_replay_cost_counts_stages_times_replays() -> None:
     # dense and a learned CRAG: two stages, replayed twice (the prefix to fit CRAG, then all)
     crag = load_pipeline(str(Path(__file__).parent / "crag_pipeline.toml"))
     assert replay_cost(crag) == 2 * 2
+
+
+class _Warming:
+    """An executor that records what its workers were asked to import."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[str, ...], int | None]] = []
+
+    def warm(self, modules, tasks=None) -> None:
+        self.calls.append((tuple(modules), tasks))
+
+
+def test_workers_of_a_run_that_draws_charts_import_the_chart_library_while_they_warm() -> None:
+    from memlab.eval.executor import WORKER_MODULES
+    from memlab.eval.experiment import warm_workers
+
+    ex = _Warming()
+    pipes = [load_pipeline("bm25")]
+    warm_workers(ex, pipes, 3)
+    warm_workers(ex, pipes, 3, charts=True)
+    assert ex.calls == [(WORKER_MODULES, 3), ((*WORKER_MODULES, "altair"), 3)]

@@ -153,6 +153,15 @@ WORKER_MODULES: tuple[str, ...] = ("memlab.eval.experiment", "memlab.eval.sweep"
 shared replayer and running a pipeline would import first)."""
 
 
+CHART_MODULES: tuple[str, ...] = ("altair",)
+"""What a warmed worker also imports when the run will draw charts (a report's or a sweep's,
+drawn by an idle worker once the tasks end): altair, about a quarter of a second that a worker
+otherwise spends after its last task, on the run's critical path. A worker that finished its
+imports waits a while for its first task anyway (the parent is still loading and preparing the
+data). vl-convert's JavaScript runtime is still started after the last task
+(``warm_renderer``): started here, it would delay the worker's first task."""
+
+
 def _import(modules: tuple[str, ...]) -> int:
     """Import ``modules`` in this worker; its process id (which worker did it)."""
     import importlib

@@ -373,16 +373,20 @@ def stage_imports(pipelines: Sequence[Pipeline]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def warm_workers(executor: Executor, pipelines: Sequence[Pipeline], tasks: int) -> None:
+def warm_workers(
+    executor: Executor, pipelines: Sequence[Pipeline], tasks: int, *, charts: bool = False
+) -> None:
     """Start ``executor``'s worker processes for ``tasks`` tasks now, if it has them
     (:meth:`~memlab.eval.executor.JoblibExecutor.warm`), importing memlab and what the
-    pipelines' stages import (:func:`stage_imports`): they get ready while this process
-    prepares the data. Called once the inputs are checked, so that a refused run never waits
-    for them."""
+    pipelines' stages import (:func:`stage_imports`), and, if the run will draw ``charts``,
+    the chart library (:data:`~memlab.eval.executor.CHART_MODULES`): they get ready while this
+    process prepares the data. Called once the inputs are checked, so that a refused run never
+    waits for them."""
     if hasattr(executor, "warm"):
-        from memlab.eval.executor import WORKER_MODULES
+        from memlab.eval.executor import CHART_MODULES, WORKER_MODULES
 
-        executor.warm((*WORKER_MODULES, *stage_imports(pipelines)), tasks=tasks)
+        extra = CHART_MODULES if charts else ()
+        executor.warm((*WORKER_MODULES, *stage_imports(pipelines), *extra), tasks=tasks)
 
 
 def tail_loads(*, tests: bool, charts: bool) -> Meanwhile | None:
@@ -848,7 +852,7 @@ def run_experiment(
         else:
             tasks.append((i, p, None, True))
     if len(tasks) > 1:  # every input is checked: the workers start while the data is prepared
-        warm_workers(ex, pipes, len(tasks))
+        warm_workers(ex, pipes, len(tasks), charts=out is not None and write_report)
     replayer = replayer_for(
         ds, pipes, embedder=embedder, generator=generator, config=config, progress=progress
     )

@@ -432,7 +432,7 @@ def run_sweep(
     # record them, and the workers take the rest; otherwise the workers take every task.
     probe = embeds_other_texts([base, *variants])
     if len(tasks) - probe > 1:  # every input is checked: workers start while data is prepared
-        warm_workers(ex, [base, *variants], len(tasks) - probe)
+        warm_workers(ex, [base, *variants], len(tasks) - probe, charts=out is not None)
     replayer = replayer_for(
         ds, [base, *variants], embedder=embedder, generator=generator, config=config,
         progress=progress,
