@@ -4,6 +4,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
+import polars as pl
 import pytest
 
 import memlab.cli as cli
@@ -596,3 +598,42 @@ def test_a_deep_dataset_toml_is_one_line_in_every_command_that_reads_it(tmp_path
         assert "Traceback" not in text
     assert not (tmp_path / "run").exists()
     assert not (ds / "judgments.jsonl").exists()
+
+
+def test_finetune_trains_a_cross_encoder_the_stage_loads(tmp_path, capsys):
+    from memlab.datasets.format import load_dataset
+    from memlab.stages.cross_encoder import CrossEncoderScorer
+
+    out = tmp_path / "cross"
+    args = ["finetune", HANDMADE, str(out), "--cross-encoder", "--first-stage", "bm25",
+            "--epochs", "1", "--batch-size", "4"]
+    assert main(args) == 0
+    from memlab.eval.experiment import run_experiment
+    from memlab.pipeline import load_pipeline
+
+    ds = load_dataset(HANDMADE)
+    stored = {op.id for op in ds.ops if op.op == "store"}
+    ranked = run_experiment(ds, [load_pipeline("bm25")], progress=False,
+                            write_report=False).rankings
+    negatives = 0  # up to four per judged query, from bm25's top 30 without its evidence
+    for q in ds.queries:
+        if "adversarial" in q.tags or not any(g > 0 and m in stored
+                                              for m, g in q.relevant.items()):
+            continue
+        top = ranked.filter(pl.col("qid") == q.qid).sort("rank")["mem_id"].to_list()[:30]
+        negatives += min(4, sum(1 for m in top if q.relevant.get(m, 0) <= 0))
+    record = json.loads((out / "crossencoder.json").read_text(encoding="utf-8"))
+    assert record["positives"] == 10  # the pairs the sentence encoder trains on
+    assert record["examples"] == 10 + negatives > 10
+    assert (record["epochs"], record["batch_size"]) == (1, 4)
+    assert capsys.readouterr().out.splitlines() == [
+        f"training a cross-encoder from minilm on {record['examples']} examples (10 positive; "
+        "negatives from bm25)",
+        f"wrote {out} (use it as cross_encoder__model={out})",
+    ]
+    logits = CrossEncoderScorer(out).score("where is billing deployed?", ["a", "b c"])
+    assert logits.shape == (2,) and np.isfinite(logits).all()
+    assert main(["finetune", HANDMADE, str(tmp_path / "z"), "--cross-encoder",
+                 "--first-stage", "no-such-pipeline"]) == 2
+    assert "no-such-pipeline" in capsys.readouterr().err
+    assert not (tmp_path / "z").exists()

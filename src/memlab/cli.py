@@ -6,6 +6,7 @@
     memlab sweep DATASET --pipeline hybrid --grid rrf__k=10,30,60 [--grid …]
     memlab tune DATASET --pipeline P --space rrf__k=int:1:200:log [--trials 100]
     memlab finetune DATASET OUT [--embedder minilm] [--clients a,b] [--epochs 2]
+                    [--cross-encoder [--first-stage conversational]]
     memlab datasets validate DIR
     memlab datasets generate --seed N OUT
     memlab datasets import-locomo SRC OUT

@@ -10,6 +10,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 #: Optuna samplers ``memlab tune`` offers.
 SAMPLERS = ("tpe", "random")
@@ -166,11 +167,14 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     ds = _load_dataset(args.dataset)
     clients = [c for c in (args.clients or "").split(",") if c] or None
     tags = [t for t in (args.exclude_tags or "").split(",") if t]
+    if args.cross_encoder:
+        return _finetune_cross_encoder(args, ds, clients, tags)
     try:
         base = model_dir(args.embedder)
         pairs = dataset_pairs(ds, clients=clients, exclude_tags=tags)
         params = FineTuneParams(
-            epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size,
+            epochs=args.epochs, learning_rate=args.learning_rate,
+            batch_size=32 if args.batch_size is None else args.batch_size,
             scale=args.scale, seed=args.seed,
         )
         print(f"fine-tuning {args.embedder} on {len(pairs)} pairs", flush=True)
@@ -178,6 +182,48 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise CLIError(str(exc)) from None
     print(f"wrote {out} (use it as --embedder path:{out})")
+    return 0
+
+
+def _finetune_cross_encoder(
+    args: argparse.Namespace, ds: Any, clients: list[str] | None, tags: list[str]
+) -> int:
+    """``memlab finetune --cross-encoder``: a cross-encoder trained from the base model's
+    encoder (:mod:`memlab.embed.cross_finetune`) on the judged queries' evidence and the hard
+    negatives of a first-stage pipeline's rankings (replayed here, as ``memlab eval`` does)."""
+    from memlab.cli import CLIError
+    from memlab.embed.cross_finetune import (
+        CrossFineTuneParams,
+        train_cross_encoder,
+        training_examples,
+    )
+    from memlab.embed.finetune import model_dir
+    from memlab.eval.experiment import run_experiment
+    from memlab.pipeline import load_pipeline
+
+    try:
+        base = model_dir(args.embedder)
+        params = CrossFineTuneParams(
+            epochs=args.epochs, learning_rate=args.learning_rate,
+            batch_size=16 if args.batch_size is None else args.batch_size, seed=args.seed,
+        )
+        first = load_pipeline(args.first_stage)
+        ranked = run_experiment(ds, [first], metrics=["R_all@10"], exclude_tags=tags,
+                                progress=False, write_report=False).rankings.sort("qid", "rank")
+        rankings: dict[str, list[str]] = {q.qid: [] for q in ds.queries}  # none: no negative
+        rankings.update({
+            str(qid): sub["mem_id"].to_list()
+            for (qid,), sub in ranked.group_by(["qid"], maintain_order=True)
+        })
+        examples = training_examples(ds, rankings, clients=clients, exclude_tags=tags,
+                                     params=params)
+        positives = sum(1 for e in examples if e[2] > 0)
+        print(f"training a cross-encoder from {args.embedder} on {len(examples)} examples "
+              f"({positives} positive; negatives from {first.name})", flush=True)
+        out = train_cross_encoder(base, examples, Path(args.out), params)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        raise CLIError(str(exc)) from None
+    print(f"wrote {out} (use it as cross_encoder__model={out})")
     return 0
 
 
@@ -195,7 +241,14 @@ def add_finetune_command(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated query tags left out (default: adversarial)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--learning-rate", type=float, default=2e-5)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="examples per step (default 32; 16 with --cross-encoder)")
     p.add_argument("--scale", type=float, default=20.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cross-encoder", action="store_true",
+                   help="train a cross-encoder re-ranker (the cross_encoder stage's model) from "
+                        "the base model's encoder instead of fine-tuning the sentence encoder")
+    p.add_argument("--first-stage", default="conversational",
+                   help="with --cross-encoder: the pipeline whose rankings give the hard "
+                        "negatives (default conversational)")
     p.set_defaults(func=cmd_finetune)
