@@ -51,7 +51,7 @@ from memlab.stages.base import (
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Predicate, Real
-from memlab.stages.maxsim import zscore
+from memlab.stages.maxsim import zscore_fusion as fuse
 
 __all__ = [
     "CrossEncoderRerank",
@@ -182,13 +182,6 @@ def clear_score_cache() -> None:
     with _LOCK:
         _SCORES.clear()
         _SCORERS.clear()
-
-
-def fuse(incoming: np.ndarray, ce: np.ndarray, weight: float) -> np.ndarray:
-    """``z(incoming) + weight · z(ce)`` (population z-scores; a constant vector's are 0)."""
-    return zscore(np.asarray(incoming, dtype=np.float64)) + weight * zscore(
-        np.asarray(ce, dtype=np.float64)
-    )
 
 
 @register_stage("cross_encoder")

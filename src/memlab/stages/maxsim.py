@@ -60,6 +60,13 @@ def zscore(x: np.ndarray) -> np.ndarray:
     return np.zeros(len(x)) if sd == 0 else (x - x.mean()) / sd
 
 
+def zscore_fusion(incoming: np.ndarray, other: np.ndarray, weight: float) -> np.ndarray:
+    """``z(incoming) + weight · z(other)`` over a head (:func:`zscore`; a constant vector's
+    z-scores are 0): how the re-ranking stages fuse their score with the incoming one
+    (Montague & Aslam's CombSUM normalisation, as ``combsum`` does)."""
+    return zscore(np.asarray(incoming)) + weight * zscore(np.asarray(other))
+
+
 def segment_maxsim(query: np.ndarray, docs: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Mean over query tokens of the best dot product within each document's token segment.
 
@@ -187,5 +194,5 @@ class MaxSim(Stage):
         n = len(head_scores)
         head = rows[:n]
         sim = self.scores(head, ctx)
-        new = zscore(head_scores) + self.weight * zscore(sim)
+        new = zscore_fusion(head_scores, sim, self.weight)
         return rescore_head(frame, ctx, rows, new, {"maxsim_score": sim})

@@ -32,7 +32,7 @@ from memlab.stages.base import (
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Predicate, Real, SequenceOf
-from memlab.stages.maxsim import zscore
+from memlab.stages.maxsim import zscore_fusion
 
 
 def expanded_query(query: np.ndarray, feedback: np.ndarray, beta: float) -> np.ndarray:
@@ -97,5 +97,5 @@ class Rocchio(Stage):
         q = expanded_query(ctx.vector(mask_entity_types=self.mask_entity_types),
                            vecs[: self.feedback], self.beta)
         cos = vecs @ q
-        new = zscore(head_scores) + self.weight * zscore(cos)
+        new = zscore_fusion(head_scores, cos, self.weight)
         return rescore_head(frame, ctx, rows, new, {"rocchio_score": cos})
