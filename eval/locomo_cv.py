@@ -58,6 +58,7 @@ from memlab.datasets.format import Dataset, load_dataset
 from memlab.embed.cross_finetune import (
     CrossFineTuneParams,
     examples_digest,
+    first_stage_rankings,
     train_cross_encoder,
     training_examples,
 )
@@ -235,23 +236,13 @@ def tuned_models(ds: Dataset, seed: int, root: Path) -> dict[int, Path]:
     return out
 
 
-def first_stage_rankings(ds: Dataset) -> dict[str, list[str]]:
-    """``conversational``'s ranking of every question (memory ids, best first): where the
-    cross-encoders' hard negatives are drawn from."""
-    result = run_experiment(ds, [load_pipeline(BASELINE)], metrics=[METRIC], progress=False,
-                            write_report=False)
-    ranked = result.rankings.filter(pl.col("pipeline") == BASELINE).sort(["qid", "rank"])
-    return {str(qid): list(sub["mem_id"]) for (qid,), sub in ranked.group_by(["qid"],
-                                                                           maintain_order=True)}
-
-
 def cross_models(ds: Dataset, seed: int, root: Path) -> dict[int, Path]:
     """For each fold ``h``, a cross-encoder trained from MiniLM's weights on the other fold's
     questions (:mod:`memlab.embed.cross_finetune`, its default constants; trained once, then
     reused): ``h → model directory``."""
     folds = fold_clients(ds, seed)
     params = CrossFineTuneParams()
-    rankings = first_stage_rankings(ds)
+    rankings = first_stage_rankings(ds, load_pipeline(BASELINE), exclude_tags=EXCLUDED)
     out = {}
     for held in (0, 1):
         examples = training_examples(ds, rankings, clients=sorted(folds[1 - held]),

@@ -51,6 +51,7 @@ __all__ = [
     "Example",
     "check_examples",
     "examples_digest",
+    "first_stage_rankings",
     "train_cross_encoder",
     "training_examples",
 ]
@@ -181,6 +182,22 @@ def training_examples(
         out += [(q.text, scrub_text(text[m])[0], 1.0) for m in positives]
         out += [(q.text, scrub_text(text[pool[i]])[0], 0.0) for i in picked]
     return out
+
+
+def first_stage_rankings(
+    dataset: Dataset, pipeline: Any, *, exclude_tags: Sequence[str] = ("adversarial",)
+) -> dict[str, list[str]]:
+    """Every query's ranking by ``pipeline`` (memory ids, best first), replayed as ``memlab
+    eval`` replays it: where :func:`training_examples` draws its hard negatives. A query the
+    pipeline ranked nothing for has an empty list (it gets no negative)."""
+    from memlab.eval.experiment import run_experiment
+
+    ranked = run_experiment(dataset, [pipeline], metrics=["R_all@10"], exclude_tags=exclude_tags,
+                            progress=False, write_report=False).rankings
+    rankings: dict[str, list[str]] = {q.qid: [] for q in dataset.queries}
+    for (qid,), sub in ranked.sort("qid", "rank").group_by(["qid"], maintain_order=True):
+        rankings[str(qid)] = sub.get_column("mem_id").to_list()
+    return rankings
 
 
 def check_examples(examples: Sequence[Any]) -> list[Example]:

@@ -194,11 +194,11 @@ def _finetune_cross_encoder(
     from memlab.cli import CLIError
     from memlab.embed.cross_finetune import (
         CrossFineTuneParams,
+        first_stage_rankings,
         train_cross_encoder,
         training_examples,
     )
     from memlab.embed.finetune import model_dir
-    from memlab.eval.experiment import run_experiment
     from memlab.pipeline import load_pipeline
 
     try:
@@ -208,13 +208,7 @@ def _finetune_cross_encoder(
             batch_size=16 if args.batch_size is None else args.batch_size, seed=args.seed,
         )
         first = load_pipeline(args.first_stage)
-        ranked = run_experiment(ds, [first], metrics=["R_all@10"], exclude_tags=tags,
-                                progress=False, write_report=False).rankings.sort("qid", "rank")
-        rankings: dict[str, list[str]] = {q.qid: [] for q in ds.queries}  # none: no negative
-        rankings.update({
-            str(qid): sub["mem_id"].to_list()
-            for (qid,), sub in ranked.group_by(["qid"], maintain_order=True)
-        })
+        rankings = first_stage_rankings(ds, first, exclude_tags=tags)
         examples = training_examples(ds, rankings, clients=clients, exclude_tags=tags,
                                      params=params)
         positives = sum(1 for e in examples if e[2] > 0)
