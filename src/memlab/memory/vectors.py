@@ -232,6 +232,15 @@ def append_rows(buffer: np.ndarray | None, used: int, block: np.ndarray) -> np.n
     return buffer
 
 
+def codes_of(codes: np.ndarray, mask: np.ndarray, n: int) -> list[int]:
+    """The distinct codes of the first ``n`` rows where ``mask`` holds, ascending (the groups of
+    :class:`RowGroups` a query reads)."""
+    seen = np.asarray(codes)[:n][np.asarray(mask)[:n]]
+    if len(seen) and seen.min() >= 0:  # np.unique's list, by counting
+        return np.flatnonzero(np.bincount(seen)).tolist()
+    return np.unique(seen).tolist()
+
+
 class RowGroups:
     """Vectors of store rows kept in groups by a code of each row (its client), so that a query
     reads only the groups it can see: a client's rows are scattered over the store (clients
@@ -407,12 +416,7 @@ class ExactIndex:
         if groups is None:
             sims = block_products(self._matrix, q, wanted, n=n)
         else:
-            seen = np.asarray(codes)[:n][np.asarray(wanted)[:n]]
-            if len(seen) and seen.min() >= 0:  # np.unique's list, by counting
-                wanted_codes = np.flatnonzero(np.bincount(seen)).tolist()
-            else:
-                wanted_codes = np.unique(seen).tolist()
-            sims = groups.best(q, wanted_codes, n)
+            sims = groups.best(q, codes_of(codes, wanted, n), n)
         return np.where(self.present, sims.astype(np.float64), -np.inf)
 
     def _groups(self, codes: np.ndarray) -> RowGroups | None:

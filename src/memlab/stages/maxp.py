@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from memlab.embed.base import EMBEDDER_NAME, is_embedder_name
-from memlab.memory.vectors import RowGroups, append_rows
+from memlab.memory.vectors import RowGroups, append_rows, codes_of
 from memlab.stages.base import (
     QueryContext,
     Stage,
@@ -181,9 +181,5 @@ class MaxP(Stage):
             groups = self.groups_ = RowGroups()
             groups.append(codes[: len(starts)], np.diff(np.append(starts, len(passages))),
                           passages)
-        seen = codes[: len(starts)][visible[: len(starts)]]
-        if len(seen) and seen.min() >= 0:  # client codes: np.unique's list, by counting
-            wanted = np.flatnonzero(np.bincount(seen)).tolist()
-        else:
-            wanted = np.unique(seen).tolist()
+        wanted = codes_of(codes, visible, len(starts))
         return groups.best(q, wanted, len(starts)).astype(np.float64), visible
