@@ -664,6 +664,43 @@ def rescore_head(
     return rerank(out, store=ctx.store)
 
 
+class HeadReranker(Stage):
+    """A stage that re-scores its ``top_n`` leading candidates and leaves the rest below them,
+    in their incoming order (``maxsim``, ``cluster_smoothing``, ``score_regularization``,
+    ``rocchio``, ``ltr``, ``cross_encoder``).
+
+    :meth:`transform` ranks the frame (:func:`ranked_head`), asks :meth:`rescore` for the head's
+    new scores, and writes them back (:func:`rescore_head`). A subclass stores ``top_n`` and
+    implements :meth:`rescore` only.
+    """
+
+    top_n: int
+
+    def rescore(
+        self, frame: pl.DataFrame, rows: np.ndarray, head_scores: np.ndarray, ctx: QueryContext
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """New scores of the head and the columns to add to it.
+
+        Args:
+            frame: The candidates in rank order (the head is its first ``len(head_scores)``).
+            rows: Store row of each head candidate.
+            head_scores: Incoming scores of the head (float64).
+            ctx: The query's context.
+
+        Returns:
+            One new score per head candidate, and further columns (name → one value per head
+            candidate; the tail gets nulls).
+        """
+        raise NotImplementedError
+
+    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
+        if frame.height == 0:
+            return frame
+        frame, rows, head_scores = ranked_head(frame, ctx, self.top_n)
+        new, columns = self.rescore(frame, rows[: len(head_scores)], head_scores, ctx)
+        return rescore_head(frame, ctx, rows, new, columns)
+
+
 def rerank(
     frame: pl.DataFrame,
     by: str = "score",

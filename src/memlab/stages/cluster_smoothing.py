@@ -35,11 +35,9 @@ import scipy.sparse as sp
 
 from memlab.memory.records import ENTITY_ROLES
 from memlab.stages.base import (
+    HeadReranker,
     QueryContext,
-    Stage,
-    ranked_head,
     register_stage,
-    rescore_head,
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Real, SequenceOf
@@ -106,7 +104,7 @@ def mean_of_others(groups: sp.csr_matrix, values: np.ndarray) -> np.ndarray:
 
 
 @register_stage("cluster_smoothing")
-class ClusterSmoothing(Stage):
+class ClusterSmoothing(HeadReranker):
     """Add the mean evidence of each head candidate's session and entities to its score.
 
     Args:
@@ -168,14 +166,10 @@ class ClusterSmoothing(Stage):
                 entity = mean_of_others(head[used].tocsr(), scaled)
         return session, entity
 
-    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
-        if frame.height == 0:
-            return frame
-        frame, rows, head_scores = ranked_head(frame, ctx, self.top_n)
-        n = len(head_scores)
+    def rescore(
+        self, frame: pl.DataFrame, rows: np.ndarray, head_scores: np.ndarray, ctx: QueryContext
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         scaled = minmax(head_scores)
-        session, entity = self.evidence(rows[:n], scaled, ctx)
+        session, entity = self.evidence(rows, scaled, ctx)
         new = scaled + self.session_weight * session + self.entity_weight * entity
-        return rescore_head(
-            frame, ctx, rows, new, {"session_evidence": session, "entity_evidence": entity}
-        )
+        return new, {"session_evidence": session, "entity_evidence": entity}

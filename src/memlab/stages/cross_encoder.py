@@ -43,11 +43,9 @@ import numpy as np
 import polars as pl
 
 from memlab.stages.base import (
+    HeadReranker,
     QueryContext,
-    Stage,
-    ranked_head,
     register_stage,
-    rescore_head,
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Predicate, Real
@@ -185,7 +183,7 @@ def clear_score_cache() -> None:
 
 
 @register_stage("cross_encoder")
-class CrossEncoderRerank(Stage):
+class CrossEncoderRerank(HeadReranker):
     """Re-rank the head of the list by a cross-encoder's logit fused with the incoming score.
 
     Args:
@@ -230,12 +228,9 @@ class CrossEncoderRerank(Stage):
             raise TypeError(f"cross_encoder.scorer_ must be a PairScorer, got {type(hit).__name__}")
         return hit
 
-    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
-        if frame.height == 0:
-            return frame
-        frame, rows, head_scores = ranked_head(frame, ctx, self.top_n)
-        n = len(head_scores)
-        texts = [ctx.store.record_at(int(r)).text or "" for r in rows[:n]]
+    def rescore(
+        self, frame: pl.DataFrame, rows: np.ndarray, head_scores: np.ndarray, ctx: QueryContext
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        texts = [ctx.store.record_at(int(r)).text or "" for r in rows]
         ce = cached_scores(self.scorer(), ctx.text, texts)
-        return rescore_head(frame, ctx, rows, fuse(head_scores, ce, self.weight),
-                            {"cross_score": ce})
+        return fuse(head_scores, ce, self.weight), {"cross_score": ce}

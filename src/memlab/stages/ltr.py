@@ -27,11 +27,9 @@ import numpy as np
 import polars as pl
 
 from memlab.stages.base import (
+    HeadReranker,
     QueryContext,
-    Stage,
-    ranked_head,
     register_stage,
-    rescore_head,
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Options, Predicate, Real, SequenceOf
@@ -78,7 +76,7 @@ def head_features(frame: pl.DataFrame, features: Collection[str], n: int) -> np.
 
 
 @register_stage("ltr")
-class LearnedFusion(Stage):
+class LearnedFusion(HeadReranker):
     """Re-score the head of the ranking by a classifier trained on relevance labels.
 
     Args:
@@ -175,16 +173,17 @@ class LearnedFusion(Stage):
         return self
 
     def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
-        model = getattr(self, "model_", None)
-        if model is None:
+        if getattr(self, "model_", None) is None:
             raise ValueError(
                 "ltr: the stage is not fitted; evaluate it with `memlab eval` (which cross-fits "
                 "learned stages) or call fit(store, queries=, relevant=, candidates=) first"
             )
-        if frame.height == 0:
-            return frame
-        frame, rows, head = ranked_head(frame, ctx, self.top_n)
-        x = head_features(frame, self.features, len(head))
-        proba = np.clip(model.predict_proba(x)[:, 1], 1e-12, 1 - 1e-12)
+        return super().transform(frame, ctx)
+
+    def rescore(
+        self, frame: pl.DataFrame, rows: np.ndarray, head_scores: np.ndarray, ctx: QueryContext
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        x = head_features(frame, self.features, len(head_scores))
+        proba = np.clip(self.model_.predict_proba(x)[:, 1], 1e-12, 1 - 1e-12)
         logit = np.log(proba) - np.log1p(-proba)
-        return rescore_head(frame, ctx, rows, logit, {"ltr_score": logit})
+        return logit, {"ltr_score": logit}

@@ -38,12 +38,10 @@ import polars as pl
 from memlab.embed.tokens import token_embeddings
 from memlab.memory.vectors import append_rows
 from memlab.stages.base import (
+    HeadReranker,
     QueryContext,
-    Stage,
     concat_ranges,
-    ranked_head,
     register_stage,
-    rescore_head,
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Predicate, Real, SequenceOf
@@ -87,7 +85,7 @@ def segment_maxsim(query: np.ndarray, docs: np.ndarray, starts: np.ndarray) -> n
 
 
 @register_stage("maxsim")
-class MaxSim(Stage):
+class MaxSim(HeadReranker):
     """Re-rank the head of the list by late interaction (ColBERT MaxSim) fused with its score.
 
     Args:
@@ -187,12 +185,8 @@ class MaxSim(Stage):
         docs = tokens[idx].astype(np.float32)
         return segment_maxsim(self._query_tokens(ctx), docs, bounds[:-1])
 
-    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
-        if frame.height == 0:
-            return frame
-        frame, rows, head_scores = ranked_head(frame, ctx, self.top_n)
-        n = len(head_scores)
-        head = rows[:n]
-        sim = self.scores(head, ctx)
-        new = zscore_fusion(head_scores, sim, self.weight)
-        return rescore_head(frame, ctx, rows, new, {"maxsim_score": sim})
+    def rescore(
+        self, frame: pl.DataFrame, rows: np.ndarray, head_scores: np.ndarray, ctx: QueryContext
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        sim = self.scores(rows, ctx)
+        return zscore_fusion(head_scores, sim, self.weight), {"maxsim_score": sim}

@@ -24,11 +24,9 @@ import numpy as np
 import polars as pl
 
 from memlab.stages.base import (
+    HeadReranker,
     QueryContext,
-    Stage,
-    ranked_head,
     register_stage,
-    rescore_head,
     score_column,
 )
 from memlab.stages.constraints import Integral, Interval, Predicate, Real, SequenceOf
@@ -46,7 +44,7 @@ def expanded_query(query: np.ndarray, feedback: np.ndarray, beta: float) -> np.n
 
 
 @register_stage("rocchio")
-class Rocchio(Stage):
+class Rocchio(HeadReranker):
     """Fuse the head's cosine to a Rocchio-expanded query vector with its incoming score.
 
     Args:
@@ -84,18 +82,15 @@ class Rocchio(Stage):
         self.weight = weight
         self.mask_entity_types = mask_entity_types
 
-    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
-        if frame.height == 0:
-            return frame
-        frame, rows, head_scores = ranked_head(frame, ctx, self.top_n)
-        n = len(head_scores)
+    def rescore(
+        self, frame: pl.DataFrame, rows: np.ndarray, head_scores: np.ndarray, ctx: QueryContext
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         store = ctx.store
-        vecs = store.vectors.matrix[rows[:n]].astype(np.float64)
-        vecs *= store.vectors.present[rows[:n], None]
+        vecs = store.vectors.matrix[rows].astype(np.float64)
+        vecs *= store.vectors.present[rows, None]
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         vecs = np.divide(vecs, norms, out=np.zeros_like(vecs), where=norms > 0)
         q = expanded_query(ctx.vector(mask_entity_types=self.mask_entity_types),
                            vecs[: self.feedback], self.beta)
         cos = vecs @ q
-        new = zscore_fusion(head_scores, cos, self.weight)
-        return rescore_head(frame, ctx, rows, new, {"rocchio_score": cos})
+        return zscore_fusion(head_scores, cos, self.weight), {"rocchio_score": cos}

@@ -29,11 +29,9 @@ import polars as pl
 
 from memlab.memory.records import ENTITY_ROLES
 from memlab.stages.base import (
+    HeadReranker,
     QueryContext,
-    Stage,
-    ranked_head,
     register_stage,
-    rescore_head,
     score_column,
 )
 from memlab.stages.cluster_smoothing import minmax, session_ids
@@ -58,7 +56,7 @@ def regularize(y: np.ndarray, w: np.ndarray, alpha: float) -> np.ndarray:
 
 
 @register_stage("score_regularization")
-class ScoreRegularization(Stage):
+class ScoreRegularization(HeadReranker):
     """Replace the head's scores by their regularization over a session and entity graph.
 
     Args:
@@ -116,10 +114,8 @@ class ScoreRegularization(Stage):
         np.fill_diagonal(w, 0.0)
         return w
 
-    def transform(self, frame: pl.DataFrame, ctx: QueryContext) -> pl.DataFrame:
-        if frame.height == 0:
-            return frame
-        frame, rows, head_scores = ranked_head(frame, ctx, self.top_n)
-        n = len(head_scores)
-        f = regularize(minmax(head_scores), self.affinity(rows[:n], ctx), self.alpha)
-        return rescore_head(frame, ctx, rows, f, {"regularized_score": f})
+    def rescore(
+        self, frame: pl.DataFrame, rows: np.ndarray, head_scores: np.ndarray, ctx: QueryContext
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        f = regularize(minmax(head_scores), self.affinity(rows, ctx), self.alpha)
+        return f, {"regularized_score": f}
