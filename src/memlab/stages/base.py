@@ -627,8 +627,8 @@ def rescore_head(
 ) -> pl.DataFrame:
     """Give the head of a ranked ``frame`` new scores; the tail keeps its order, below the head.
 
-    The shared ending of the re-ranking stages that re-score their ``top_n`` leading candidates
-    (``maxsim``, ``cluster_smoothing``, ``score_regularization``, ``rocchio``).
+    The shared ending of the stages that re-score their ``top_n`` leading candidates
+    (:class:`HeadReranker`).
 
     Args:
         frame: Candidates in rank order (as :func:`rerank` leaves them).
