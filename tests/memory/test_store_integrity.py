@@ -371,7 +371,10 @@ def test_check_beside_a_live_writer_reports_chromadbs_lag_as_notes(tmp_path, cap
 def test_a_log_without_its_index_is_refused_without_creating_one(tmp_path, capsys):
     path = tmp_path / "s"
     make_store(path, chroma=False)
-    (path / "memlab.sqlite3-wal").write_bytes(b"\0" * 64)
+    with MemoryStore(path, chroma=False) as writer:  # its log, as a killed writer leaves it
+        writer.store("one more", source_agent="a", now=T0 + 50, embedding=unit(7))
+        log = (path / "memlab.sqlite3-wal").read_bytes()
+    (path / "memlab.sqlite3-wal").write_bytes(log)
     code, _, err = run(capsys, ["store", "check", path])
     assert code == 2
     assert err == (

@@ -54,6 +54,7 @@ from memlab.memory.records import (
     StoreLockedError,
     StoreWriteError,
 )
+from memlab.memory.wal import side_file_problem
 
 _T = TypeVar("_T")
 
@@ -252,6 +253,7 @@ class SQLiteIO:
             ) from None
         start = time.monotonic()
         self._acquire_lock()
+        self._refuse_side_files(db_file)
         if not self._check_db_file(db_file):
             self._create_db(db_file)
         self._lock_writer(db_file, start)
@@ -422,6 +424,8 @@ class SQLiteIO:
                         continue
                     if wal.exists():
                         writer = guard.lock_store(lock_file, keep=False) is False
+                        if not writer:  # a crashed writer's log: read it as SQLite would
+                            self._refuse_side_files(db_file)
                         if not shm.exists():
                             if writer:  # a writer opening or closing: look again
                                 guard.release()
@@ -477,6 +481,27 @@ class SQLiteIO:
                         "nothing was read, try again"
                     ) from None
         raise AssertionError("unreachable")
+
+    def _refuse_side_files(self, db_file: Path) -> None:
+        """Refuse a log or journal beside ``memlab.sqlite3`` that SQLite would drop committed
+        writes from, or delete without it being SQLite's (:mod:`memlab.memory.wal`).
+
+        Raises:
+            StoreCorruptError: Naming the file and what is wrong with it; nothing was changed.
+        """
+        try:
+            found = side_file_problem(db_file)
+        except OSError as exc:
+            raise StoreCorruptError(
+                f"{db_file}: cannot read its log or journal ({exc.strerror or exc}); nothing "
+                "was changed"
+            ) from None
+        if found is not None:
+            path, what = found
+            raise StoreCorruptError(
+                f"{path}: {what}; nothing was changed (keep a copy of it, then move it out of "
+                "the store to open the store without it: what it holds is then lost)"
+            )
 
     def _check_db_file(self, db_file: Path) -> bool:
         """Whether ``memlab.sqlite3`` exists; an empty one is refused, never read as empty nor
