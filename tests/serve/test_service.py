@@ -905,6 +905,44 @@ def test_two_names_of_one_entity_are_refused_before_anything_is_written(
     assert len(store) == 0 and store.graph.n_edges == 0
 
 
+def test_errors_name_the_fields_the_caller_sent(store: MemoryStore) -> None:
+    svc = _service(store, None)
+    # aliases the entity extractor knows are one entity too: the store's refusal names 'to'
+    with pytest.raises(ServiceError, match=re.escape(
+            "field 'to': 'k8s' and 'Kubernetes' name the same entity")):
+        svc.relate("k8s", "uses", "Kubernetes")
+    with pytest.raises(ServiceError, match=re.escape(
+            "field 'relations[1].to': 'Postgres' and 'PostgreSQL' name the same entity")):
+        svc.store_entity("Postgres", "technology", relations=[
+            {"relation": "uses", "to": "Redis"}, {"relation": "uses", "to": "PostgreSQL"}])
+    # a text built from several fields: those fields, not the store's 'content'
+    long = "x" * 20_000  # a rationale as long as a field may be
+    n = len("Use it. Rationale: ") + 20_000
+    with pytest.raises(ServiceError, match=re.escape(
+            "fields 'decision', 'rationale', 'alternatives' and 'participants' make a text of "
+            f"{n} characters, longer than the 20000 a memory holds")):
+        svc.store_decision("Use it.", long)
+    n = len("Gusto is a concept. notes: .") + 19_990
+    with pytest.raises(ServiceError, match=re.escape(
+            f"fields 'name', 'type' and 'properties' make a text of {n} characters")):
+        svc.store_entity("Gusto", properties={"notes": "n" * 19_990})
+    # a key built from the name and the type
+    with pytest.raises(ServiceError, match=re.escape(
+            "fields 'name' and 'type' (the entity's key) hold what looks like a credential "
+            "(password)")):
+        svc.store_entity("Kx9#mPq2zz", "password")
+    # an integer too large for a float is out of range, described by its size
+    with pytest.raises(ServiceError, match=re.escape(
+            "field 'observations[1].confidence' must lie in [0, 1], got an integer of about "
+            "401 digits")):
+        svc.capture_episode("sprint review", [{"content": "one"},
+                                              {"content": "two", "confidence": 10**400}])
+    with pytest.raises(ServiceError, match=re.escape(
+            "field 'confidence' must lie in [0, 1], got an integer of about 401 digits")):
+        svc.store_memory("the freeze ends Friday", confidence=-(10**400))
+    assert len(store) == 0 and store.graph.n_edges == 0
+
+
 def test_every_value_a_call_accepts_is_recorded_validly(tmp_path: Path) -> None:
     rec_dir = tmp_path / "rec"
     recorder = Recorder(rec_dir)

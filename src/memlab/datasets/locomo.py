@@ -32,7 +32,6 @@ published).
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
@@ -54,6 +53,7 @@ from memlab.datasets.importers import (
     shown,
     time_ordered_dataset,
 )
+from memlab.numeric import is_finite_number
 
 CATEGORY_NAMES: dict[int, str] = {
     1: "multi-hop",
@@ -167,7 +167,7 @@ def _answer(item: dict[str, Any], name: str, where: str) -> str | None:
     value = item.get(name)
     if value is None:
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if is_finite_number(value):
         return str(value)
     return require_text(value, where, name, empty_ok=True)
 

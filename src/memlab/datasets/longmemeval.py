@@ -33,7 +33,6 @@ instances, or haystacks without a single turn (an empty dataset is never publish
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from datetime import UTC, datetime
@@ -52,6 +51,7 @@ from memlab.datasets.importers import (
     shown,
     time_ordered_dataset,
 )
+from memlab.numeric import is_finite_number
 
 __all__ = ["LongMemEvalImporter", "parse_longmemeval_date"]
 
@@ -106,7 +106,7 @@ def _answer(value: Any, where: str) -> str | None:
     """
     if value is None:
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if is_finite_number(value):
         return str(value)
     return require_text(value, where, "answer", empty_ok=True)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from memlab.numeric import is_finite_number
 from memlab.registry import Registry
 
 __all__ = [
@@ -119,7 +119,7 @@ def generation_params(
         raise TypeError(f"temperature must be a number, got {temperature!r}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if not math.isfinite(temperature) or temperature < 0:
+    if not is_finite_number(temperature) or temperature < 0:
         raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
     return {"max_new_tokens": max_new_tokens, "seed": seed, "temperature": float(temperature)}
 

@@ -141,7 +141,9 @@ class EntityIndexing:
         )
         if same:
             raise MemoryInputError(
-                scrub_message(f"relate: {from_entity!r} and {to_entity!r} name the same entity")
+                scrub_message(
+                    f"field 'to': {from_entity!r} and {to_entity!r} name the same entity"
+                )
             )
         with self._transaction():
             a = found_a if found_a is not None else self._entity_idx(ent_a)

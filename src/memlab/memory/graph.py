@@ -42,7 +42,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, overload
@@ -54,6 +53,7 @@ import scipy.sparse as sp
 
 from memlab.memory.entities import Entity, EntityMention
 from memlab.memory.records import ENTITY_ROLES, RELATION_TYPES
+from memlab.numeric import is_finite_number, shown_number
 
 _CO = RELATION_TYPES.index("co_occurrence")
 _REL_CODE = {name: i for i, name in enumerate(RELATION_TYPES)}
@@ -72,8 +72,10 @@ def _number(
     value: object, field: str, *, low: float | None = None, positive: bool = False
 ) -> float:
     """Validate a finite real number (optionally ``>= low`` or ``> 0``) and return it as float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"graph.py: field '{field}' must be a finite number, got {value!r}")
+    if not is_finite_number(value):
+        raise ValueError(
+            f"graph.py: field '{field}' must be a finite number, got {shown_number(value)}"
+        )
     if low is not None and value < low:
         raise ValueError(f"graph.py: field '{field}' must be >= {low}, got {value!r}")
     if positive and value <= 0:

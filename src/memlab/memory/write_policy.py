@@ -39,6 +39,7 @@ from memlab.memory.records import (
 from memlab.memory.scopes import TEAM, check_scope
 from memlab.memory.scrub import Scrubber, same_scrubber, scrub_message
 from memlab.memory.sqlite_io import _RECORD_FIELDS, _RECORD_VALUES, _encode
+from memlab.numeric import is_finite_number, shown_number
 from memlab.timeutil import coerce_ts
 
 log = logging.getLogger("memlab.store")
@@ -348,8 +349,10 @@ class WritePolicy:
                 ) from None
         if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
             raise TypeError("field 'confidence' must be a number")
-        if not 0.0 <= float(confidence) <= 1.0:
-            raise MemoryInputError(f"field 'confidence' must lie in [0, 1], got {confidence}")
+        if not 0 <= confidence <= 1:  # exact for an int of any size
+            raise MemoryInputError(
+                f"field 'confidence' must lie in [0, 1], got {shown_number(confidence)}"
+            )
         if id is not None:
             _check_str(id, "id", optional=False)
             if id in self._index:
@@ -747,8 +750,10 @@ class WritePolicy:
             elif name == "confidence":
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise TypeError("field 'confidence' must be a number")
-                if not 0.0 <= float(value) <= 1.0:
-                    raise MemoryInputError(f"field 'confidence' must lie in [0, 1], got {value}")
+                if not 0 <= value <= 1:  # exact for an int of any size
+                    raise MemoryInputError(
+                        f"field 'confidence' must lie in [0, 1], got {shown_number(value)}"
+                    )
                 value = float(value)
             elif name == "metadata":
                 if not isinstance(value, dict):
@@ -890,12 +895,12 @@ class WritePolicy:
         """
         if (
             isinstance(retention_days, bool)
-            or not isinstance(retention_days, (int, float))
-            or not math.isfinite(retention_days)
+            or not is_finite_number(retention_days)
             or retention_days < 0
         ):
             raise MemoryInputError(
-                f"field 'retention_days' must be a finite number >= 0, got {retention_days!r}"
+                "field 'retention_days' must be a finite number >= 0, got "
+                f"{shown_number(retention_days)}"
             )
         t_now = _check_time(now, "now")
         cutoff = t_now - float(retention_days) * 86400.0

@@ -86,6 +86,7 @@ from memlab.memory.records import (
 from memlab.memory.scopes import TEAM, Principal, check_name, check_scope, seen_strength
 from memlab.memory.scrub import scrub
 from memlab.memory.store import MemoryStore, WriteResult
+from memlab.numeric import shown_number
 from memlab.pipeline import Pipeline
 from memlab.serve.recording import _dumps
 from memlab.stages.base import QueryContext
@@ -219,8 +220,8 @@ def _int(value: Any, name: str, low: int, high: int) -> int:
 def _unit(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ServiceError(f"field '{name}' must be a number, got {type(value).__name__}")
-    if not 0.0 <= float(value) <= 1.0:
-        raise ServiceError(f"field '{name}' must lie in [0, 1], got {value}")
+    if not 0 <= value <= 1:  # exact for an int of any size
+        raise ServiceError(f"field '{name}' must lie in [0, 1], got {shown_number(value)}")
     return float(value)
 
 
@@ -443,20 +444,32 @@ class MemoryService:
         """``text`` as the store keeps it (its scrubber)."""
         return self.store.scrubber.scrub(text)[0]
 
-    def _no_credential(self, value: str, name: str) -> None:
+    def _no_credential(self, value: str, name: str, *, fields: str | None = None) -> None:
         """Refuse a name, key or id that holds a credential.
 
         The store keeps such a value scrubbed (``Vendor [REDACTED:github_token] corp``), so
         two different secrets would name one entity, key or subject; and a scope or an agent
-        name is kept as given. A value the scrubber leaves alone passes."""
+        name is kept as given. A value the scrubber leaves alone passes. ``fields`` names the
+        caller's fields when ``value`` is built from several (``fields 'name' and 'type'``)."""
         scrubbed, found = self.store.scrubber.scrub(value)
         if found:
             kinds = sorted(set(re.findall(r"\[REDACTED:([a-z0-9_]+)\]", scrubbed)))
             shown = scrubbed if len(scrubbed) <= 120 else scrubbed[:117] + "..."
+            who = f"{fields} hold" if fields else f"field '{name}' holds"
             raise ServiceError(
-                f"field '{name}' holds what looks like a credential ({', '.join(kinds)}): it "
+                f"{who} what looks like a credential ({', '.join(kinds)}): it "
                 f"names or keys something, and scrubbed it would read {shown!r}, as any other "
                 "secret would; give it without the secret"
+            )
+
+    def _fits(self, text: str, fields: str) -> None:
+        """Refuse a memory text built from several of the caller's ``fields`` that is longer
+        than the store takes, naming those fields (the text is no field of the call)."""
+        limit = self.store.max_text_chars
+        if len(text) > limit:
+            raise ServiceError(
+                f"{fields} make a text of {len(text)} characters, longer than the {limit} a "
+                "memory holds"
             )
 
     def _ident(
@@ -1024,6 +1037,7 @@ class MemoryService:
             text += f" Alternatives considered: {', '.join(alts)}."
         if people:
             text += f" Participants: {', '.join(people)}."
+        self._fits(text, "fields 'decision', 'rationale', 'alternatives' and 'participants'")
         meta = {"decision": {"rationale": rationale, "alternatives": alts, "participants": people}}
         return self.store_memory(
             text, "decision", scope=scope, tags=tags, key=key, importance="high", metadata=meta,
@@ -1062,7 +1076,10 @@ class MemoryService:
             a, b, _ = self.store.relate_edge(src, rel, dst, now=now, scope=target_scope,
                                              client_id=self.client_id)
         except (TypeError, ValueError) as exc:
-            raise ServiceError(str(exc)) from None
+            message, field = str(exc), "field '"
+            if where and message.startswith(field):  # the field as the caller sent it
+                message = field + where + message.removeprefix(field)
+            raise ServiceError(message) from None
         strength = self._visible_strength(a, b, rel)  # a human: the graph's; an agent: its own
         # The names hold no credential (_ident), so the store keeps them as given.
         line: dict[str, Any] = {
@@ -1104,13 +1121,16 @@ class MemoryService:
         text = f"{name} is a {etype}."
         if props:
             text += " " + "; ".join(f"{k}: {v}" for k, v in sorted(props.items())) + "."
+        self._fits(text, "fields 'name', 'type' and 'properties'")
+        key = f"entity:{etype}:{name}"
+        self._no_credential(key, "key", fields="fields 'name' and 'type' (the entity's key)")
         meta = {"entity": {"name": name, "type": etype, "properties": props}}
         with self.lock:
             now = self.now()
             with self._unit():
                 out, line = self._store_locked(
                     text, "fact", now=now, record=False, scope=scope,
-                    key=f"entity:{etype}:{name}", metadata=meta, own_meta=True,
+                    key=key, metadata=meta, own_meta=True,
                 )
                 lines = [line]
                 out["relations"] = []

@@ -27,6 +27,8 @@ from collections.abc import Callable, Collection, Mapping
 from numbers import Integral, Real
 from typing import Any
 
+from memlab.numeric import shown_number
+
 __all__ = [
     "Constraint",
     "Interval",
@@ -81,7 +83,12 @@ class _InstanceOf(Constraint):
         if self.kind is int:
             return isinstance(value, Integral)
         if self.kind is float:
-            return isinstance(value, Real) and math.isfinite(float(value))
+            if not isinstance(value, Real):
+                return False
+            try:
+                return math.isfinite(value)
+            except OverflowError:  # an int too large for a float
+                return False
         return isinstance(value, self.kind)
 
     def __str__(self) -> str:
@@ -289,5 +296,5 @@ def validate_params(
         if any(make_constraint(s).is_satisfied_by(value) for s in specs):
             continue
         raise InvalidParameterError(
-            f"{owner}: parameter '{name}' must be {describe(specs)}; got {value!r}"
+            f"{owner}: parameter '{name}' must be {describe(specs)}; got {shown_number(value)}"
         )

@@ -66,6 +66,7 @@ from memlab.fastframe import (
     take_rows,
     with_series,
 )
+from memlab.numeric import is_finite_number, shown_number
 from memlab.stages.base import (
     Column,
     QueryContext,
@@ -231,9 +232,10 @@ def _candidate_features(
 
 
 def _number(value: Any, name: str, *, low: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise ValueError(
-            f"entropy_gate.py: EntropyGate field '{name}' must be a finite number, got {value!r}"
+            f"entropy_gate.py: EntropyGate field '{name}' must be a finite number, got "
+            f"{shown_number(value)}"
         )
     if low is not None and value < low:
         raise ValueError(

@@ -57,6 +57,7 @@ from memlab.fastframe import (
     with_series,
 )
 from memlab.memory.records import ENTITY_ROLES
+from memlab.numeric import is_finite_number, shown_number
 from memlab.stages.base import (
     ROW_COLUMN,
     QueryContext,
@@ -108,8 +109,10 @@ class LIFTrace:
 
 
 def _number(value: Any, name: str, *, low: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-        raise ValueError(f"lif.py: LIF field '{name}' must be a finite number, got {value!r}")
+    if not is_finite_number(value):
+        raise ValueError(
+            f"lif.py: LIF field '{name}' must be a finite number, got {shown_number(value)}"
+        )
     if low is not None and value < low:
         raise ValueError(f"lif.py: LIF field '{name}' must be >= {low}, got {value!r}")
     return float(value)
