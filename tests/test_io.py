@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -26,6 +28,10 @@ _LEGACY_MANIFEST = {
 }
 
 
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _publish(out: Path, files: dict[str, str], kind: str = "experiment") -> None:
     with atomic_directory(out, kind=kind) as tmp:
         for name, text in files.items():
@@ -37,7 +43,8 @@ def test_new_directory_gets_the_files_and_the_marker(tmp_path: Path) -> None:
     _publish(out, {"metrics.json": "{}", "report.md": "# r"})
     assert sorted(p.name for p in out.iterdir()) == [OUTPUT_MARKER, "metrics.json", "report.md"]
     marker = json.loads((out / OUTPUT_MARKER).read_text())
-    assert marker == {"memlab": "experiment", "entries": ["metrics.json", "report.md"]}
+    assert marker == {"memlab": "experiment", "entries": ["metrics.json", "report.md"],
+                      "sha256": {"metrics.json": sha("{}"), "report.md": sha("# r")}}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temporary left
 
 
@@ -199,7 +206,8 @@ def test_interrupt_mid_swap_keeps_the_users_files_and_the_old_result(
     assert (out / "metrics.json").read_text() == "old"
     assert (out / "report.md").read_text() == "old report"
     marker = json.loads((out / OUTPUT_MARKER).read_text())
-    assert marker == {"memlab": "experiment", "entries": ["metrics.json", "report.md"]}
+    assert marker == {"memlab": "experiment", "entries": ["metrics.json", "report.md"],
+                      "sha256": {"metrics.json": sha("old"), "report.md": sha("old report")}}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     _publish(out, {"metrics.json": "new"})  # the next run still replaces it
     assert sorted(p.name for p in out.iterdir()) == [
@@ -417,7 +425,9 @@ def test_kept_entries_stay_in_place_and_stay_claimed(tmp_path: Path) -> None:
     assert (out / "study.db").stat().st_ino == inode
     assert (out / "tune.json").read_text() == "2"
     marker = json.loads((out / OUTPUT_MARKER).read_text())
-    assert marker == {"memlab": "tune", "entries": ["study.db", "tune.json"]}
+    # study.db changes from run to run: claimed by name, no digest
+    assert marker == {"memlab": "tune", "entries": ["study.db", "tune.json"],
+                      "sha256": {"tune.json": sha("2")}}
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o640, 0o444])
@@ -472,3 +482,41 @@ def test_the_old_shared_result_kind_is_read_as_the_kind_its_entries_prove(tmp_pa
             mio.check_output_dir(unknown, kinds=(kind,))
     # a writer that still names the old kind itself replaces what that kind marked
     assert mio.check_output_dir(unknown, kinds=("result",)) == unknown
+
+
+def test_an_entry_changed_since_memlab_wrote_it_is_never_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _publish(out, {"metrics.json": "{}", "report.md": "# r", "old.svg": "<svg/>"})
+    with open(out / "report.md", "a") as fh:
+        fh.write("\nmy conclusions")
+    with pytest.raises(OutputDirError, match=re.escape(
+            f"{out}: holds report.md, which memlab did not write (or which changed since it "
+            "did) and would overwrite; move it away first (nothing was written)")):
+        _publish(out, {"metrics.json": "{1}", "report.md": "# new"})
+    assert (out / "metrics.json").read_text() == "{}"
+    assert (out / "report.md").read_text() == "# r\nmy conclusions"
+    # a user's directory under a name memlab once wrote as a file
+    (out / "report.md").write_text("# r")
+    (out / "old.svg").unlink()
+    (out / "old.svg").mkdir()
+    (out / "old.svg" / "notes.txt").write_text("mine")
+    _publish(out, {"metrics.json": "{1}", "report.md": "# new"})  # old.svg: not in the new run
+    assert (out / "old.svg" / "notes.txt").read_text() == "mine"  # kept, and no longer claimed
+    assert (out / "report.md").read_text() == "# new"
+    marker = json.loads((out / OUTPUT_MARKER).read_text())
+    assert marker["entries"] == ["metrics.json", "report.md"]
+
+
+def test_entry_digest_of_files_and_trees(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("abc")
+    assert mio.entry_digest(tmp_path / "f") == sha("abc")
+    tree = tmp_path / "d"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "b.txt").write_text("b")
+    (tree / "sub" / "a.txt").write_text("a")
+    sub = hashlib.sha256(b"dir\0" + f"a.txt\0{sha('a')}\0".encode()).hexdigest()
+    want = hashlib.sha256(b"dir\0" + f"b.txt\0{sha('b')}\0sub\0{sub}\0".encode()).hexdigest()
+    assert mio.entry_digest(tree) == want
+    (tree / "link").symlink_to(tree / "b.txt")
+    assert mio.entry_digest(tree) is None  # memlab never writes a link: never matches
+    assert mio.entry_digest(tmp_path / "missing") is None

@@ -11,7 +11,11 @@ follows one rule: **nothing memlab did not write is ever deleted, moved or claim
   ``sweep.json`` every field of a sweep summary), and only the exact file names memlab wrote
   for it (and the charts its ``report.md`` links the way memlab links them) are claimed.
   memlab's old entries are replaced by the new ones inside ``DIR`` (:func:`replace_directory`);
-  the entries memlab did not write (a note a user added) are never moved at all.
+  the entries memlab did not write (a note a user added) are never moved at all. The marker
+  also records each entry's sha256 (:func:`entry_digest`): an entry changed since memlab wrote
+  it (a report a user edited, a directory put under a chart's name) is the user's from then
+  on, never replaced, and a new result that would overwrite it is refused before anything
+  moves (:func:`unchanged_entries`).
 * Anything else (a non-empty directory memlab did not write or cannot prove it wrote, a file,
   a symbolic link, the working directory or one of its parents, even empty): refused with
   :class:`OutputDirError` (a :class:`ValueError` naming it) before any work is done.
@@ -43,6 +47,7 @@ nested too deeply for the parser, a parquet file a library cannot decode) into o
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -436,10 +441,11 @@ def replace_directory(
     which ``owned`` is true (none when ``owned`` is ``None``) are memlab's: they are moved into
     a hidden sibling ``.OUT.old-*`` and the entries of ``tmp`` are moved into ``out``, one
     rename each, then ``tmp`` (empty) and the sibling (memlab's old entries only) are removed.
-    The other entries of ``out`` (a user's) stay where they are, under their own name, the
-    whole time. When ``tmp`` holds :data:`OUTPUT_MARKER`, ``out``'s marker first claims the
-    old and the new entries and the new marker is moved in last, so a hard kill mid-swap
-    leaves a directory whose memlab entries are all claimed. ``keep`` names entries of memlab's
+    The other entries of ``out`` (a user's, or memlab's changed since it wrote them:
+    :func:`unchanged_entries`) stay where they are, under their own name, the whole time.
+    When ``tmp`` holds :data:`OUTPUT_MARKER`, ``out``'s marker first claims the old and the
+    new entries and the new marker is moved in last, so a hard kill mid-swap leaves a
+    directory whose memlab entries are all claimed. ``keep`` names entries of memlab's
     that stay where they are (a tune's ``study.db``, which later runs continue): never moved,
     and claimed by every marker written. A marker's ``sha256`` (a dataset's digest of each
     file) is carried into the interim marker as the digests of either version of each file.
@@ -469,8 +475,8 @@ def replace_directory(
     clash = [n for n in foreign if n in new]
     if clash:
         raise OutputDirError(
-            f"{out}: holds {', '.join(clash)}, which memlab did not write and would "
-            "overwrite; move it away first"
+            f"{out}: holds {', '.join(clash)}, which memlab did not write (or which changed "
+            "since it did) and would overwrite; move it away first (nothing was written)"
         )
     marked = OUTPUT_MARKER in new
     backup = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
@@ -532,6 +538,51 @@ def _digest_union(*markers: dict[str, object] | None) -> dict[str, list[str]]:
     return union
 
 
+def entry_digest(path: Path) -> str | None:
+    """The sha256 of a result's entry as memlab wrote it: a regular file's bytes, or for a
+    directory every file and directory below it (relative names, in order, and each file's
+    digest). ``None`` for anything else (a symbolic link, a device), which memlab never
+    writes, so that it never matches a digest."""
+    if path.is_symlink():
+        return None
+    if path.is_file():
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    if not path.is_dir():
+        return None
+    tree = hashlib.sha256(b"dir\0")
+    for child in sorted(path.iterdir(), key=lambda c: c.name):
+        sub = entry_digest(child)
+        if sub is None:
+            return None
+        tree.update(f"{child.name}\0{sub}\0".encode("utf-8", "surrogateescape"))
+    return tree.hexdigest()
+
+
+def unchanged_entries(out: Path) -> Callable[[str], bool] | None:
+    """:func:`owned_entries`, less the entries that changed since memlab wrote them: a
+    marker that records each entry's ``sha256`` (:func:`entry_digest`) claims an entry only
+    while it still has one of the digests recorded for it. A marker without digests (written
+    before they were recorded), or an unmarked result, claims by name alone."""
+    owned = owned_entries(out)
+    marker = _read_marker(out)
+    if owned is None or marker is None or not isinstance(marker.get("sha256"), dict):
+        return owned
+
+    def claimed(name: str) -> bool:
+        if not owned(name):
+            return False
+        if name == OUTPUT_MARKER:
+            return True
+        digests = marker_digests(marker, name)
+        return digests is not None and entry_digest(out / name) in digests
+
+    return claimed
+
+
 def marker_digests(marker: dict[str, object] | None, name: str) -> list[str] | None:
     """The digests a marker accepts for ``name`` (``None``: it records none)."""
     digests = (marker or {}).get("sha256")
@@ -578,10 +629,14 @@ def atomic_directory(
         os.chmod(tmp, 0o755)
         yield tmp
         kept = {n for n in keep if out.exists() and (out / n).exists()}
-        entries = sorted({e.name for e in tmp.iterdir()} | kept)
-        (tmp / OUTPUT_MARKER).write_text(_marker_text(kind, entries), encoding="utf-8")
+        written = sorted(e.name for e in tmp.iterdir())
+        digests = {n: entry_digest(tmp / n) for n in written if n not in keep}
+        entries = sorted(set(written) | kept)
+        (tmp / OUTPUT_MARKER).write_text(
+            _marker_text(kind, entries, sha256=digests), encoding="utf-8"
+        )
         out = check_output_dir(out, kinds=kinds)  # it may have changed meanwhile
-        owned = owned_entries(out) if out.exists() and any(out.iterdir()) else None
+        owned = unchanged_entries(out) if out.exists() and any(out.iterdir()) else None
         replace_directory(tmp, out, owned=owned, keep=kept)
     finally:
         if tmp.exists():

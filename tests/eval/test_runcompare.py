@@ -151,6 +151,7 @@ def test_a_comparison_refuses_a_directory_of_another_kind(tmp_path, kind, files,
 
 
 def test_a_comparison_replaces_a_comparison_old_or_new_and_keeps_other_files(tmp_path):
+    import hashlib
     import json
 
     from memlab.eval.runcompare import write_comparison
@@ -164,8 +165,9 @@ def test_a_comparison_replaces_a_comparison_old_or_new_and_keeps_other_files(tmp
     assert pl.read_csv(out / "comparison.csv").height == 1
     assert (out / "notes.md").read_text() == "mine"
     marker = json.loads((out / ".memlab-output.json").read_text())
-    assert marker == {"memlab": "compare", "entries": [
-        "comparison.csv", "comparison_by_tag.csv", "per_query.csv"]}
+    names = ["comparison.csv", "comparison_by_tag.csv", "per_query.csv"]
+    assert marker == {"memlab": "compare", "entries": names, "sha256": {
+        n: hashlib.sha256((out / n).read_bytes()).hexdigest() for n in names}}
     write_comparison(res, out)  # and again, over its own kind
     assert pl.read_csv(out / "per_query.csv").height == 4
     # a run compared (here without the manifest of a run memlab wrote) is refused too
