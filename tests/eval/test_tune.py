@@ -270,3 +270,44 @@ def test_a_failed_first_trial_leaves_no_directory_but_finished_trials_are_kept(
     monkeypatch.setattr(tune, "score_rankings", real)
     res = run_tune(HANDMADE, "rrf", space, trials=1, out=tmp_path / "t", **kw)
     assert res.trials.filter(pl.col("state") == "COMPLETE").height == 3  # two kept, one more
+
+
+def test_a_study_started_for_another_question_is_not_continued(tmp_path):
+    import optuna
+
+    kw = dict(embedder=HashingEmbedder(dim=64), progress=False, n_resamples=200)
+    out = tmp_path / "t"
+    run_tune(HANDMADE, "rrf", parse_space(["rrf__k=int:1:100:log"]), trials=2, out=out, **kw)
+    before = (out / "study.db").read_bytes()
+    for space, extra, differs in (
+        (["rrf__k=int:200:300"], {}, "--space differs"),
+        (["rrf__k=int:1:100:log"], {"seed": 7}, "--seed differs"),
+        (["rrf__k=int:1:100:log"], {"metric": "MRR", "study_name": "rrf-R_all@10"},
+         "--metric differs"),
+        (["rrf__k=int:1:100:log"], {"test_fraction": 0.3, "seed": 3},
+         "--seed, test_fraction differ"),
+    ):
+        with pytest.raises(ValueError, match=(
+                rf"^study 'rrf-R_all@10' was started for another question: its {differs} "
+                r"from this run's, so its trials do not answer this one; continue it as it was "
+                r"started, or give another --study-name or a new --out$")):
+            run_tune(HANDMADE, "rrf", parse_space(space), trials=1, out=out, **kw, **extra)
+    assert (out / "study.db").read_bytes() == before  # no trial added
+    # a study without the record (an older memlab's) is continued while its trials fit
+    storage = f"sqlite:///{tmp_path / 'old.db'}"
+    old = optuna.create_study(storage=storage, study_name="s", direction="maximize")
+    old.add_trial(optuna.trial.create_trial(
+        params={"rrf__k": 5}, distributions={"rrf__k": od.IntDistribution(1, 9)}, value=0.5))
+    with pytest.raises(ValueError, match=r"^study 's': trial 0 sampled rrf__k from "):
+        run_tune(HANDMADE, "rrf", parse_space(["rrf__k=int:1:100:log"]), trials=1,
+                 storage=storage, study_name="s", **kw)
+    res = run_tune(HANDMADE, "rrf", parse_space(["rrf__k=int:1:9"]), trials=1,
+                   storage=storage, study_name="s", **kw)
+    assert res.trials.height == 2
+
+
+def test_a_storage_that_cannot_be_opened_is_one_message(tmp_path):
+    kw = dict(embedder=HashingEmbedder(dim=64), progress=False, n_resamples=200)
+    with pytest.raises(ValueError, match=r"^--storage nosuchdb://x: cannot open the study \("):
+        run_tune(HANDMADE, "rrf", parse_space(["rrf__k=int:1:9"]), trials=1,
+                 storage="nosuchdb://x", **kw)

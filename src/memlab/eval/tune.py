@@ -380,15 +380,31 @@ def run_tune(
     if out_dir is not None:
         new_study = out_dir / STUDY_FILE if in_out and not (out_dir / STUDY_FILE).exists() else None
         created, empty = _claim(out_dir, [STUDY_FILE] if in_out else [])
+    question = {
+        "dataset": dict(sorted(ds.digests.items())),
+        "pipeline": repr(base.clone().set_params(**{k: params[k] for k in space})),
+        "space": {
+            k: optuna.distributions.distribution_to_json(v) for k, v in sorted(space.items())
+        },
+        "metric": metric, "seed": seed, "test_fraction": test_fraction, "split_by": split_by,
+        "exclude_tags": sorted(exclude_tags), "replay": repr(config),
+    }
     study = None
     try:
-        study = optuna.create_study(
-            storage=storage,
-            study_name=study_name,
-            direction="maximize" if higher else "minimize",
-            sampler=samplers[sampler](seed=seed),
-            load_if_exists=True,
-        )
+        try:
+            study = optuna.create_study(
+                storage=storage,
+                study_name=study_name,
+                direction="maximize" if higher else "minimize",
+                sampler=samplers[sampler](seed=seed),
+                load_if_exists=True,
+            )
+        except Exception as exc:  # noqa: BLE001 - a URL optuna or its database driver refuses
+            raise ValueError(
+                f"--storage {_redact(storage) if storage else 'in memory'}: cannot open the "
+                f"study ({type(exc).__name__}: {_first_line(exc)})"
+            ) from None
+        _same_question(study, question, space)
         from memlab.progress import Progress
 
         mode = "auto" if progress is None else progress
@@ -458,6 +474,58 @@ def run_tune(
             write_tune(res, study, tmp)
         res.out = out_dir.resolve()
     return res
+
+
+QUESTION_ATTR = "memlab_question"
+"""The study's user attribute recording what its trials answer (:func:`_same_question`)."""
+
+
+def _same_question(study: Any, question: dict[str, Any], space: Mapping[str, Any]) -> None:
+    """Record what the study's trials answer (the dataset's digests, the pipeline, the
+    space, metric, seed, split, excluded tags and replay), or refuse to continue a study
+    started for another question: its trials were scored on other queries or data, or
+    sampled from another space, and its best trial would be reported as this run's.
+
+    A study started before the question was recorded is continued only when each of its
+    trials' parameters is a parameter of ``space`` with the same distribution.
+
+    Raises:
+        ValueError: Naming what differs and how to go on.
+    """
+    import optuna
+
+    stored = study.user_attrs.get(QUESTION_ATTR)
+    if stored is None:
+        for t in study.trials:
+            for name, dist in t.distributions.items():
+                if name not in space or optuna.distributions.distribution_to_json(
+                    dist
+                ) != optuna.distributions.distribution_to_json(space[name]):
+                    raise ValueError(
+                        f"study {study.study_name!r}: trial {t.number} sampled {name} from "
+                        f"{dist}, not from this run's --space; continue it with its own "
+                        "--space, or give another --study-name or a new --out"
+                    )
+        study.set_user_attr(QUESTION_ATTR, question)
+        return
+    differ = [k for k in question if stored.get(k) != question[k]]
+    if differ:
+        flags = {"dataset": "DATASET", "pipeline": "--pipeline", "space": "--space",
+                 "metric": "--metric", "seed": "--seed", "test_fraction": "test_fraction",
+                 "split_by": "--split-by", "exclude_tags": "--exclude-tags",
+                 "replay": "the replay options"}
+        raise ValueError(
+            f"study {study.study_name!r} was started for another question: its "
+            f"{', '.join(flags.get(k, k) for k in differ)} "
+            f"{'differs' if len(differ) == 1 else 'differ'} from this run's, so its "
+            "trials do not answer this one; continue it as it was started, or give another "
+            "--study-name or a new --out"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "no detail"
 
 
 def _suggest(trial: Any, name: str, dist: Any) -> Any:
