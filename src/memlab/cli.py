@@ -474,7 +474,7 @@ def _print_import(report: Any, out: str) -> None:
 
 
 def cmd_datasets_import(args: argparse.Namespace) -> int:
-    from memlab.datasets.importers import run_importer
+    from memlab.datasets.importers import importer_options, run_importer
 
     name = getattr(args, "importer", None) or args.name
     options = {}
@@ -487,8 +487,12 @@ def cmd_datasets_import(args: argparse.Namespace) -> int:
     from memlab.progress import Progress
 
     try:
+        typed = importer_options(name, options)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    try:
         with Progress(f"import {name}", mode="auto"):
-            report = run_importer(name, Path(args.src), Path(args.out), **options)
+            report = run_importer(name, Path(args.src), Path(args.out), **typed)
     except TypeError as exc:
         raise CLIError(f"importer {name!r}: {exc}") from None
     _print_import(report, args.out)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,58 @@ def test_longmemeval_deeply_nested_json_names_the_file(tmp_path: Path) -> None:
         run_importer("longmemeval", src, tmp_path / "out")
     assert str(info.value) == f"{src}: not a readable JSON file (nested too deeply to read)"
     assert not (tmp_path / "out").exists()
+
+
+def test_importer_options_are_typed_by_the_importers_parameters() -> None:
+    from memlab.datasets.importers import importer_options
+
+    assert importer_options("locomo", {"query_delay_seconds": "5", "name": "mine",
+                                       "turn_template": "{text}"}) == {
+        "query_delay_seconds": 5.0, "name": "mine", "turn_template": "{text}"}
+    for raw, message in (
+        ({"turn_step_seconds": "two"}, "--option turn_step_seconds='two': must be a finite number"),
+        ({"turn_step_seconds": "nan"}, "--option turn_step_seconds='nan': must be a finite number"),
+        ({"speed": "1"}, "importer 'locomo': no option 'speed'; its options: name, version, "
+                         "turn_step_seconds, query_delay_seconds, caption_template, "
+                         "turn_template, client_prefix"),
+    ):
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            importer_options("locomo", raw)
+
+
+def test_an_option_called_name_reaches_the_importer(tmp_path: Path) -> None:
+    src = tmp_path / "loc"
+    src.mkdir()
+    (src / "1.json").write_text(json.dumps({
+        "sample_id": "c1",
+        "conversation": {"speaker_a": "A", "speaker_b": "B",
+                         "session_1_date_time": "1:56 pm on 8 May, 2023",
+                         "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "a cat"}]},
+        "qa": [{"question": "cat?", "answer": "Tom", "evidence": ["D1:1"], "category": 4}],
+    }))
+    report = run_importer("locomo", src, tmp_path / "out", name="mine", query_delay_seconds=5.0)
+    assert report.dataset.meta["name"] == "mine"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"turn_template": "{0}"}, "field 'turn_template': '{0}' is not a template of {speaker}, "
+                               "{text} (IndexError: "),
+    ({"turn_template": "{who}"}, "field 'turn_template': '{who}' is not a template of "
+                                 "{speaker}, {text} (KeyError: 'who')"),
+    ({"caption_template": "{}"}, "field 'caption_template': '{}' is not a template of "
+                                 "{caption} (IndexError: "),
+    ({"query_delay_seconds": -1.0}, "field 'query_delay_seconds' must be a finite number >= 0"),
+    ({"turn_step_seconds": "2"}, "field 'turn_step_seconds' must be a number of seconds, got "
+                                 "str"),
+])
+def test_locomo_options_are_checked(tmp_path: Path, options: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape("locomo.py: LocomoImporter: " + message)):
+        LocomoImporter(**options).build(tmp_path)
+
+
+def test_log_mapping_names_a_field_once() -> None:
+    from memlab.datasets.import_log import parse_mapping
+
+    with pytest.raises(ValueError, match=re.escape(
+            "log: field 'mapping': 'text' is mapped twice ('message' and 'user')")):
+        parse_mapping("text=message,ts=time,text=user")

@@ -65,6 +65,10 @@ def parse_mapping(text: str) -> dict[str, str]:
             raise ValueError(
                 f"log: field 'mapping': unknown field {name!r}; known: {', '.join(FIELDS)}"
             )
+        if name in out:
+            raise ValueError(
+                f"log: field 'mapping': {name!r} is mapped twice ({out[name]!r} and {column!r})"
+            )
         out[name] = column
     for need in ("text", "ts"):
         if need not in out:

@@ -393,11 +393,95 @@ name is already registered to a different class)."""
 
 
 def run_importer(
-    name: str, src: str | os.PathLike[str], out: str | os.PathLike[str], **kw: Any
+    importer: str, src: str | os.PathLike[str], out: str | os.PathLike[str], /, **kw: Any
 ) -> ImportReport:
-    """Build the importer ``name`` with keyword arguments ``kw`` and run it.
+    """Build the importer named ``importer`` with keyword arguments ``kw`` (its options,
+    ``name`` among them) and run it.
 
     Raises:
         ValueError: If no importer of that name is registered (the message lists known ones).
     """
-    return IMPORTERS.lookup(name)(**kw).run(src, out)
+    return IMPORTERS.lookup(importer)(**kw).run(src, out)
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def importer_options(importer: str, raw: Mapping[str, str]) -> dict[str, Any]:
+    """Command-line options (``--option key=value``, values as text) as the keyword arguments
+    of the importer named ``importer``: each key one of its parameters, each value converted to
+    the parameter's type (``float``, ``int``, ``bool``; text otherwise).
+
+    Raises:
+        ValueError: Naming the option: not a parameter of the importer (its options are
+            listed), or a value that is not of the parameter's type.
+    """
+    import inspect
+    import typing
+
+    cls = IMPORTERS.lookup(importer)
+    params = [
+        p for p in inspect.signature(cls.__init__).parameters.values()
+        if p.name != "self" and p.kind is p.KEYWORD_ONLY
+    ]
+    names = [p.name for p in params]
+    hints = typing.get_type_hints(cls.__init__)
+    out: dict[str, Any] = {}
+    for key, text in raw.items():
+        if key not in names:
+            raise ValueError(
+                f"importer {importer!r}: no option {key!r}; its options: {', '.join(names)}"
+            )
+        hint = hints.get(key, str)
+        kinds = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        value: Any = text
+        if float in kinds:
+            try:
+                value = float(text)
+            except ValueError:
+                value = None
+            if value is None or not math.isfinite(value):
+                raise ValueError(f"--option {key}={text!r}: must be a finite number")
+        elif int in kinds:
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValueError(f"--option {key}={text!r}: must be an integer") from None
+        elif bool in kinds:
+            if text.strip().lower() not in _TRUE + _FALSE:
+                raise ValueError(f"--option {key}={text!r}: must be true or false")
+            value = text.strip().lower() in _TRUE
+        out[key] = value
+    return out
+
+
+def check_template(template: Any, owner: str, field: str, names: Sequence[str]) -> str:
+    """``template`` if it is a ``str.format`` template of the placeholders ``names`` (each may
+    be left out), else a ``ValueError`` naming the importer's field and its placeholders."""
+    known = ", ".join("{" + n + "}" for n in names)
+    if not isinstance(template, str):
+        raise ValueError(f"{owner}: field '{field}' must be a string, got "
+                         f"{type(template).__name__}")
+    try:
+        template.format(**{n: "" for n in names})
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+        raise ValueError(
+            f"{owner}: field '{field}': {template!r} is not a template of {known} "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+    return template
+
+
+def check_seconds(value: Any, owner: str, field: str) -> float:
+    """A finite number of seconds >= 0 (an importer's time step), else a ``ValueError`` naming
+    the importer's field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{owner}: field '{field}' must be a number of seconds, got "
+                         f"{type(value).__name__}")
+    try:
+        ok = math.isfinite(value) and value >= 0
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{owner}: field '{field}' must be a finite number >= 0")
+    return float(value)

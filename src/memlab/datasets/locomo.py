@@ -43,6 +43,8 @@ from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.datasets.importers import (
     BuildingImporter,
     ImportReport,
+    check_seconds,
+    check_template,
     describe,
     encoding_problem,
     read_json_file,
@@ -236,6 +238,11 @@ class LocomoImporter(BuildingImporter):
             ValueError: If the directory holds no conversation, or a file lacks its structure
                 (the message names the file and field).
         """
+        owner = "locomo.py: LocomoImporter"
+        check_template(self.turn_template, owner, "turn_template", ("speaker", "text"))
+        check_template(self.caption_template, owner, "caption_template", ("caption",))
+        for name in ("turn_step_seconds", "query_delay_seconds"):
+            check_seconds(getattr(self, name), owner, name)
         root = Path(src)
         if root.is_file():
             raise ValueError(f"{root}: a file; give the directory that holds the LoCoMo "

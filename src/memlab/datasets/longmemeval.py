@@ -43,6 +43,8 @@ from memlab.datasets.format import Dataset, MemoryOp, Query
 from memlab.datasets.importers import (
     BuildingImporter,
     ImportReport,
+    check_seconds,
+    check_template,
     describe,
     read_json_file,
     register_importer,
@@ -156,6 +158,10 @@ class LongMemEvalImporter(BuildingImporter):
         if self.granularity not in _GRANULARITIES:
             raise ValueError(f"longmemeval.py: LongMemEvalImporter field 'granularity' must be "
                              f"one of {_GRANULARITIES}, got {self.granularity!r}")
+        owner = "longmemeval.py: LongMemEvalImporter"
+        check_template(self.turn_template, owner, "turn_template", ("role", "content"))
+        for name in ("turn_step_seconds", "query_delay_seconds"):
+            check_seconds(getattr(self, name), owner, name)
         path = Path(src)
         if path.is_dir():
             found = sorted(path.glob("*.json"))
