@@ -293,3 +293,39 @@ def test_a_utf8_bom_is_dropped(tmp_path: Path) -> None:
     assert (tmp_path / "bom" / "memories.jsonl").read_text() == (
         tmp_path / "plain" / "memories.jsonl"
     ).read_text()
+
+
+def _one_turn(src: Path, name: str = "1.json", session: str = "session_1",
+              turn: dict | None = None, evidence: str = "D1:1") -> None:
+    src.mkdir(exist_ok=True)
+    (src / name).write_text(json.dumps({
+        "sample_id": "c1",
+        "conversation": {"speaker_a": "A", "speaker_b": "B",
+                         f"{session}_date_time": "1:56 pm on 8 May, 2023",
+                         session: [turn or {"speaker": "A", "dia_id": "D1:1", "text": "a cat"}]},
+        "qa": [{"question": "cat?", "answer": "Tom", "evidence": [evidence], "category": 4}],
+    }))
+
+
+def test_odd_session_keys_file_names_and_ids_are_read_or_named(tmp_path: Path) -> None:
+    _one_turn(tmp_path / "a", session="session_01")  # read under its own key
+    ds = run_importer("locomo", tmp_path / "a", tmp_path / "out_a").dataset
+    assert [(op.id, op.fields["metadata"]["session"]) for op in ds.ops] == [("c1:D1:1", 1)]
+    _one_turn(tmp_path / "b", session="session_\u0661")  # an Arabic-Indic one: not a session
+    with pytest.raises(ValueError, match="no 'session_N' list of turns"):
+        run_importer("locomo", tmp_path / "b", tmp_path / "out_b")
+    _one_turn(tmp_path / "c", name="\u00b2.json", evidence="D1:" + "9" * 5000)
+    report = run_importer("locomo", tmp_path / "c", tmp_path / "out_c")
+    assert [u["reason"] for u in report.unrecoverable] == ["malformed id"]
+
+
+def test_a_blank_speaker_is_no_agent_and_a_long_turn_names_its_place(tmp_path: Path) -> None:
+    _one_turn(tmp_path / "a", turn={"speaker": "  ", "dia_id": "D1:1", "text": "a cat"})
+    ds = run_importer("locomo", tmp_path / "a", tmp_path / "out_a").dataset
+    assert [op.text for op in ds.ops] == ["a cat"]
+    assert "source_agent" not in ds.ops[0].fields
+    _one_turn(tmp_path / "b", turn={"speaker": "A", "dia_id": "D1:1", "text": "x" * 25_000})
+    with pytest.raises(ValueError) as err:
+        run_importer("locomo", tmp_path / "b", tmp_path / "out_b")
+    assert f"{tmp_path / 'b' / '1.json'}: session_1[0]: field 'text' is 25003 characters long" \
+        in "\n".join(str(p) for p in err.value.problems)

@@ -163,7 +163,8 @@ class MemoryOp:
         relation: Relation type of a relate line.
         to_entity: Target entity name of a relate line.
         properties: Properties of a relate line (kept in the log only).
-        origin: Where an importer read it (``("chat.csv", 3)``: the source file and line), so
+        origin: Where an importer read it (``("chat.csv", 3)``: the source file and line, or
+            ``("conv.json: session_1[4]", None)`` for a place in a JSON file), so
             that a problem :func:`write_dataset` finds names the source; never written.
 
     A correct line has ``id`` (the new memory), ``target``, ``text``, ``reason`` and
@@ -184,12 +185,12 @@ class MemoryOp:
     relation: str | None = None
     to_entity: str | None = None
     properties: dict[str, Any] | None = None
-    origin: tuple[str, int] | None = field(default=None, compare=False)
+    origin: tuple[str, int | None] | None = field(default=None, compare=False)
 
     @classmethod
     def store(
         cls, id: str, ts: float | str, text: str, type: str, *, line: int = 0,
-        origin: tuple[str, int] | None = None, **fields: Any
+        origin: tuple[str, int | None] | None = None, **fields: Any
     ) -> MemoryOp:
         """Build a store operation; ``fields`` are payload fields (``None`` values dropped);
         ``origin``: where an importer read it."""

@@ -89,8 +89,8 @@ _DATE_TIME = re.compile(
     r"^\s*(\d{1,2}):(\d{2})\s*([ap])\.?m\.?\s+on\s+(\d{1,2})\s+([A-Za-z]+)\.?,?\s+(\d{4})\s*$",
     re.IGNORECASE,
 )
-_SESSION = re.compile(r"^session_(\d+)$")
-_EVIDENCE = re.compile(r"^D:?(\d+):(\d+)$")
+_SESSION = re.compile(r"^session_([0-9]{1,9})$")
+_EVIDENCE = re.compile(r"^D:?([0-9]{1,9}):([0-9]{1,9})$")  # longer numbers name no turn
 _SPLIT = re.compile(r"[;,\s]+")
 
 
@@ -178,7 +178,8 @@ def _conversation_files(src: Path) -> list[Path]:
     files = [p for p in src.glob("*.json") if p.is_file()]
 
     def key(p: Path) -> tuple[int, int, str]:
-        return (0, int(p.stem), p.name) if p.stem.isdigit() else (1, 0, p.name)
+        plain = p.stem.isascii() and p.stem.isdigit() and len(p.stem) <= 18
+        return (0, int(p.stem), p.name) if plain else (1, 0, p.name)
 
     return sorted(files, key=key)
 
@@ -289,7 +290,7 @@ class LocomoImporter(BuildingImporter):
                 if not isinstance(value, list):
                     raise ValueError(f"{file}: field '{key}' must be a list of turns, got "
                                      f"{describe(value)}")
-                sessions.append(int(m.group(1)))
+                sessions.append((int(m.group(1)), key))
             sessions.sort()
             if not sessions:
                 raise ValueError(
@@ -301,14 +302,14 @@ class LocomoImporter(BuildingImporter):
             counts["conversations"] += 1
             turn_ids: set[str] = set()
             last_ts: float | None = None
-            for number in sessions:
-                field = f"session_{number}_date_time"
+            for number, session in sessions:
+                field = f"{session}_date_time"
                 if field not in conv:
                     raise ValueError(f"{file}: field '{field}' missing")
                 start = parse_locomo_datetime(conv[field], where=f"{file}: field '{field}'")
                 counts["sessions"] += 1
-                for index, turn in enumerate(conv[f"session_{number}"]):
-                    where = f"{file}: session_{number}[{index}]"
+                for index, turn in enumerate(conv[session]):
+                    where = f"{file}: {session}[{index}]"
                     if not isinstance(turn, dict):
                         raise ValueError(f"{where}: expected a JSON object, got "
                                          f"{describe(turn)}")
@@ -327,14 +328,16 @@ class LocomoImporter(BuildingImporter):
                         turn_ids.discard(dia)
                         continue
                     speaker = turn.get("speaker")
+                    speaker = speaker.strip() if isinstance(speaker, str) else None
                     op = MemoryOp.store(
                         f"{cid}:{dia}",
                         ts,
                         text,
                         "event",
-                        source_agent=speaker if isinstance(speaker, str) and speaker else None,
+                        source_agent=speaker or None,
                         client_id=cid,
                         metadata={"dia_id": dia, "session": number},
+                        origin=(where, None),
                     )
                     stores.append((ts, seq, op))
                     seq += 1

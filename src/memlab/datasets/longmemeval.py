@@ -249,7 +249,8 @@ class LongMemEvalImporter(BuildingImporter):
                     mid = _new_id(f"{qid}:{sid}:{t}", memory_ids, twhere)
                     op = MemoryOp.store(mid, ts, text, "event", source_agent=role,
                                         client_id=qid,
-                                        metadata={"session_id": str(sid), "turn": t})
+                                        metadata={"session_id": str(sid), "turn": t},
+                                        origin=(twhere, None))
                     stores.append((ts, seq, op))
                     seq += 1
                     last = ts if last is None else max(last, ts)
@@ -258,7 +259,8 @@ class LongMemEvalImporter(BuildingImporter):
                 if self.granularity == "session" and texts:
                     mid = _new_id(f"{qid}:{sid}", memory_ids, swhere)
                     op = MemoryOp.store(mid, start, "\n".join(texts), "event", client_id=qid,
-                                        metadata={"session_id": str(sid)})
+                                        metadata={"session_id": str(sid)},
+                                        origin=(swhere, None))
                     stores.append((start, seq, op))
                     seq += 1
                     last = start if last is None else max(last, start)
