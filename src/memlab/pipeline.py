@@ -466,6 +466,10 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
             raise ConfigError(f"{source}: missing top-level key '{key}'")
     if not isinstance(cfg["steps"], list) or not all(isinstance(s, str) for s in cfg["steps"]):
         raise ConfigError(f"{source}: key 'steps' must be a list of step names")
+    if not cfg["steps"]:
+        raise ConfigError(f"{source}: key 'steps' lists no step (a pipeline needs one)")
+    if not isinstance(cfg["name"], str) or not cfg["name"].strip():
+        raise ConfigError(f"{source}: key 'name' must be a non-empty string")
     allowed_top = {"name", "description", "steps"}
     tables = {k: v for k, v in cfg.items() if k not in allowed_top}
     for k, v in tables.items():
@@ -485,6 +489,11 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
             raise ConfigError(
                 f"{source}: step {name!r} (named in {parent}): a step name holds no control "
                 f"character, found {bad}"
+            )
+        if "__" in name:
+            raise ConfigError(
+                f"{source}: step {name!r} (named in {parent}): a step name holds no '__' (it "
+                "separates a step from its parameter: step__param)"
             )
         if name not in tables:
             raise ConfigError(f"{source}: step '{name}' (named in {parent}) has no [{name}] table")

@@ -192,6 +192,26 @@ def test_config_errors_name_file_step_and_key(tmp_path: Path, body: str, message
     assert str(info.value).startswith(f"{path}: ")
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('name = "p"\nsteps = []\n', "key 'steps' lists no step (a pipeline needs one)"),
+        ('name = ""\nsteps = ["r"]\n[r]\nstage = "bm25"\n',
+         "key 'name' must be a non-empty string"),
+        ('name = "p"\nsteps = ["b__c"]\n[b__c]\nstage = "bm25"\n',
+         "step 'b__c' (named in 'steps'): a step name holds no '__' (it separates a step "
+         "from its parameter: step__param)"),
+    ],
+)
+def test_a_pipeline_that_cannot_run_or_be_tuned_is_refused(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
 def test_bad_toml_names_the_file(tmp_path: Path) -> None:
     path = _write(tmp_path, 'name = "p"\nsteps = [\n')
     with pytest.raises(ConfigError, match="invalid TOML") as info:
