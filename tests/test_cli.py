@@ -14,6 +14,24 @@ from memlab.cli import main
 HANDMADE = str(Path(__file__).resolve().parent / "fixtures" / "handmade")
 
 
+def test_eval_notes_relevance_metrics_that_scored_no_query(tmp_path, capsys):
+    common = ["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--no-cache",
+              "--quiet", "--metrics", "MRR,tokens@10"]
+    # the handmade dataset has inline grades and no judgments.jsonl: no agent judgment
+    code = main([*common, "--qrels-source", "agent", "--out", str(tmp_path / "a")])
+    assert code == 0
+    metrics = json.loads((tmp_path / "a" / "metrics.json").read_text())["bm25"]
+    assert list(metrics) == ["tokens@10"]
+    err = capsys.readouterr().err
+    assert (
+        "memlab: note: MRR scored no query: no evaluated query has a relevance judgment of "
+        "--qrels-source agent (after --exclude-tags); give another --qrels-source, fewer "
+        "--exclude-tags, or judge the queries (memlab judge)\n"
+    ) in err
+    assert main([*common, "--out", str(tmp_path / "h")]) == 0
+    assert "scored no query" not in capsys.readouterr().err
+
+
 def test_eval_writes_a_run(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["eval", HANDMADE, "--pipelines", "bm25,dense", "--embedder", "hashing",

@@ -230,8 +230,34 @@ def cmd_eval(args: argparse.Namespace) -> int:
     finally:
         _close(executor)
     _print_metrics(result.metrics)
+    _note_unscored(result, args)
     print(f"wrote {result.out}")
     return 0
+
+
+def _note_unscored(result: Any, args: argparse.Namespace) -> None:
+    """One line on stderr when relevance metrics asked for were scored on no query: no
+    evaluated query has a judgment of the qrels source (``--qrels-source agent`` without
+    agent judgments), or ``--exclude-tags`` left every query out. The run is kept (a
+    recording without judgments still has its exposure and cost metrics)."""
+    from memlab.eval.metrics.base import METRICS, parse_metric
+
+    asked = result.manifest.get("metrics") or []
+    scored = {m for values in result.metrics.values() for m in values}
+    missing = []
+    for name in asked:
+        spec = parse_metric(name)
+        family = METRICS.get(spec.family) if spec.measure is None else None
+        if name not in scored and (family is None or family.kind == "relevance"):
+            missing.append(name)
+    if missing:
+        print(
+            f"memlab: note: {', '.join(missing)} scored no query: no evaluated query has a "
+            f"relevance judgment of --qrels-source {args.qrels_source} (after --exclude-tags); "
+            "give another --qrels-source, fewer --exclude-tags, or judge the queries "
+            "(memlab judge)",
+            file=sys.stderr,
+        )
 
 
 def _run_eval(
