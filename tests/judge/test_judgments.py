@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -109,4 +110,18 @@ def test_qrels_keep_sources_apart_and_aggregate_judges():
 def test_append_refuses_a_bad_judgment(tmp_path):
     with pytest.raises(ValueError, match="field 'grade'"):
         append_judgment(tmp_path, Judgment("q", "m", 5, "human", "a", "2026-01-01T00:00:00Z"))
+    assert not (tmp_path / "judgments.jsonl").exists()
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("judge", "alice\nbob", "field 'judge': holds U+000A (a name is one line of text)"),
+    ("qid", "q1\x1b[31m", "field 'qid': holds U+001B (a name is one line of text)"),
+    ("judge", "al\udcffice", "field 'judge': holds U+DCFF (a name is one line of text)"),
+    ("note", "caf\udce9", "field 'note': holds bytes that are not UTF-8 text"),
+])
+def test_names_are_one_line_and_text_is_utf8(tmp_path, field, value, message):
+    args = {"qid": "q1", "judge": "alice", "note": None, field: value}
+    with pytest.raises(ValueError, match=f"^judgment: {re.escape(message)}$"):
+        judge(tmp_path, args["qid"], "m1", 1, judge=args["judge"], note=args["note"],
+              now="2026-01-01T00:00:00Z")
     assert not (tmp_path / "judgments.jsonl").exists()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,11 @@ def check_judgment(obj: Any, where: str) -> Judgment:
         value = obj.get(key)
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"{where}: field {key!r}: must be a non-empty string, got {value!r}")
+        bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cs")), None)
+        if bad is not None:  # a name is one line of text (reports and agreement print it)
+            raise ValueError(
+                f"{where}: field {key!r}: holds U+{ord(bad):04X} (a name is one line of text)"
+            )
     grade = obj.get("grade")
     if isinstance(grade, bool) or not isinstance(grade, int) or grade not in GRADES:
         raise ValueError(f"{where}: field 'grade': must be 0, 1 or 2, got {grade!r}")
@@ -109,6 +115,8 @@ def check_judgment(obj: Any, where: str) -> Judgment:
     note = obj.get("note")
     if note is not None and not isinstance(note, str):
         raise ValueError(f"{where}: field 'note': must be a string, got {type(note).__name__}")
+    if note is not None and any(unicodedata.category(c) == "Cs" for c in note):
+        raise ValueError(f"{where}: field 'note': holds bytes that are not UTF-8 text")
     line = int(where.rsplit(":", 1)[-1]) if where.rsplit(":", 1)[-1].isdigit() else 0
     return Judgment(
         obj["qid"], obj["mem_id"], grade, obj["source"], obj["judge"], obj["ts"], note, line
