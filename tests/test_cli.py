@@ -32,6 +32,19 @@ def test_eval_notes_relevance_metrics_that_scored_no_query(tmp_path, capsys):
     assert "scored no query" not in capsys.readouterr().err
 
 
+def test_eval_notes_a_pipeline_that_ranks_nothing(tmp_path, capsys):
+    config = tmp_path / "mmr-only.toml"
+    config.write_text('name = "mmr-only"\nsteps = ["mmr"]\n[mmr]\nstage = "mmr"\n')
+    code = main(["eval", HANDMADE, "--pipelines", f"bm25,{config}", "--embedder", "hashing",
+                 "--no-cache", "--quiet", "--out", str(tmp_path / "r")])
+    assert code == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "ranked no memory" in line]
+    assert notes == [
+        "memlab: note: pipeline mmr-only ranked no memory for any query (does it start with a "
+        "retriever? a re-ranker alone receives no candidates)"
+    ]
+
+
 def test_eval_writes_a_run(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["eval", HANDMADE, "--pipelines", "bm25,dense", "--embedder", "hashing",

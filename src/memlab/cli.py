@@ -236,12 +236,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _note_unscored(result: Any, args: argparse.Namespace) -> None:
-    """One line on stderr when relevance metrics asked for were scored on no query: no
-    evaluated query has a judgment of the qrels source (``--qrels-source agent`` without
+    """One line on stderr for a pipeline that ranked nothing for any query (a re-ranker with
+    no retriever before it), and one for the relevance metrics asked for that scored no query:
+    no evaluated query has a judgment of the qrels source (``--qrels-source agent`` without
     agent judgments), or ``--exclude-tags`` left every query out. The run is kept (a
     recording without judgments still has its exposure and cost metrics)."""
     from memlab.eval.metrics.base import METRICS, parse_metric
 
+    rankings = result.rankings
+    ranked = set(rankings["pipeline"].unique().to_list()) if rankings.height else set()
+    for name in result.metrics:
+        if name not in ranked:
+            print(
+                f"memlab: note: pipeline {name} ranked no memory for any query (does it start "
+                "with a retriever? a re-ranker alone receives no candidates)",
+                file=sys.stderr,
+            )
     asked = result.manifest.get("metrics") or []
     scored = {m for values in result.metrics.values() for m in values}
     missing = []
