@@ -305,7 +305,8 @@ def test_default_pipelines_without_generations_leave_out_the_generator_ones(
     def fake_run(ds, pipelines, **kwargs):
         seen["pipelines"] = [p.name for p in pipelines]
         seen["generator"] = kwargs["generator"]
-        return SimpleNamespace(metrics={}, out=tmp_path / "run")
+        return SimpleNamespace(metrics={}, out=tmp_path / "run", rankings=pl.DataFrame(),
+                               manifest={})
 
     monkeypatch.setattr(experiment, "run_experiment", fake_run)
     argv = ["eval", HANDMADE, "--embedder", "hashing", "--no-cache", "--quiet",
@@ -336,7 +337,7 @@ def test_default_pipelines_keep_full_when_generations_are_recorded(
     monkeypatch.setattr(
         experiment, "run_experiment",
         lambda ds, pipelines, **kw: seen.update(names=[p.name for p in pipelines])
-        or SimpleNamespace(metrics={}, out=tmp_path),
+        or SimpleNamespace(metrics={}, out=tmp_path, rankings=pl.DataFrame(), manifest={}),
     )
     shipped = str(Path(__file__).resolve().parents[1] / "datasets" / "agent-memories")
     assert main(["eval", shipped, "--embedder", "hashing", "--out", str(tmp_path / "r")]) == 0
