@@ -14,6 +14,8 @@ _MIN_TS = datetime(1, 1, 1, tzinfo=UTC).timestamp()
 _MAX_TS = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC).timestamp()
 _MIN_MS = round(_MIN_TS * 1000)
 _MAX_MS = round(_MAX_TS * 1000)
+TS_MIN, TS_MAX = _MIN_TS, _MAX_TS
+"""The first and last epoch seconds memlab writes (years 1 to 9999, UTC)."""
 
 
 def _check_range(ts: float, shown: object, prefix: str, field: str) -> float:

@@ -408,7 +408,7 @@ MUTATIONS = {
                       [ROW + "'metadata' is a list, not an object"]),
     "created-text": (["UPDATE memories SET payload = json_set(payload, '$.created_at', "
                       "'Acme secret plans') WHERE idx = 3"],
-                     [ROW + "'created_at' is a string, not a finite timestamp"]),
+                     [ROW + "'created_at' is a string, not a timestamp in years 1 to 9999"]),
     "link-missing-row": (["INSERT INTO entity_memory_links VALUES (0, 99999, 'about')"],
                          ["memlab.sqlite3 entity_memory_links row {rowid}: memory_idx 99999 "
                           "is not a row of memories (it has 6)"]),
@@ -427,6 +427,30 @@ MUTATIONS = {
     "supersedes-nothing": (["UPDATE memories SET payload = json_set(payload, '$.supersedes', "
                             "'no-such-id') WHERE idx = 3"],
                            [ROW + "'supersedes' names no memory in the store"]),
+    # fields that contradict one another, each valid alone
+    "text-edited": (["UPDATE memories SET payload = json_set(payload, '$.text', 'edited') "
+                     "WHERE idx = 3"],
+                    [ROW + "'text' does not match content_hash: a text cannot be changed in "
+                     "place (correct writes a corrected memory)"]),
+    "observations-miscounted": (["UPDATE memories SET payload = json_set(payload, "
+                                 "'$.observation_count', 5) WHERE idx = 3"],
+                                [ROW + "'observation_count' must count the agents of "
+                                 "observed_by (1), got 5"]),
+    "created-year-0": (["UPDATE memories SET payload = json_set(payload, '$.created_at', "
+                        "-1e12) WHERE idx = 3"],
+                       [ROW + "'created_at' is -1000000000000.0, not a timestamp in years 1 to "
+                        "9999"]),
+    "superseded-by-itself": (["UPDATE memories SET payload = json_set(payload, "
+                              "'$.superseded_by', json_extract(payload, '$.id')) WHERE idx = 3"],
+                             [ROW + "'superseded_by' names the memory itself"]),
+    "purged-but-active": (["UPDATE memories SET payload = json_set(payload, '$.purged_at', "
+                           f"{T0 + 9}) WHERE idx = 3"],
+                          [ROW + "'purged_at' is set on a memory that is active or still holds "
+                           "its text"]),
+    "two-active-keys": (["UPDATE memories SET payload = json_set(payload, '$.key', 'k1') "
+                         "WHERE idx = 3"],
+                        [ROW + "'key' is also the key of active row 1 in its client and scope "
+                         "(a new fact supersedes the active one: only one is active)"]),
 }
 
 
@@ -595,4 +619,15 @@ def test_relation_scope_keys_are_a_scope_or_a_client_and_a_scope():
     for key in ("nonsense", "acme|", "|team", "acme|agent:", 7, None):
         assert relation_problem(0, 1, "uses", 1.0, n_entities=2, scope=key, scoped=True) == (
             "scope is not a scope key (SCOPE or CLIENT|SCOPE)"
+        )
+
+
+def test_a_relation_strength_is_a_finite_number_at_least_zero():
+    from memlab.memory.integrity import relation_problem
+
+    assert relation_problem(0, 1, "uses", 0.0, n_entities=2) is None
+    assert relation_problem(0, 1, "uses", 2.5, n_entities=2) is None
+    for bad, shown in ((-1.0, "-1.0"), (float("nan"), "nan"), (float("inf"), "inf")):
+        assert relation_problem(0, 1, "uses", bad, n_entities=2) == (
+            f"strength is {shown}, not a finite number >= 0"
         )

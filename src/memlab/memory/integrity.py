@@ -15,6 +15,7 @@ store raises (:class:`~memlab.memory.records.StoreError`): SQLite's own messages
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from memlab.memory.records import (
     json_problem,
 )
 from memlab.memory.scopes import check_scope
+from memlab.timeutil import TS_MAX, TS_MIN
 
 REQUIRED_FIELDS = ("id", "text", "type", "source_agent")
 """Payload fields a record cannot be built without (the others have defaults)."""
@@ -116,16 +118,59 @@ def _choice(choices: tuple[str, ...], optional: bool = False) -> Callable[[Any],
     return rule
 
 
+def _is_time(value: Any) -> bool:
+    """Epoch seconds memlab writes: a finite number in years 1 to 9999 (UTC)."""
+    return _is_number(value) and TS_MIN <= value <= TS_MAX
+
+
 def _time(optional: bool) -> Callable[[Any], str | None]:
     def rule(value: Any) -> str | None:
         if value is None and optional:
             return None
-        if not _is_number(value):
+        if not _is_time(value):
             tail = " or null" if optional else ""
-            return f"is {describe(value)}, not a finite timestamp{tail}"
+            return f"is {describe(value)}, not a timestamp in years 1 to 9999{tail}"
         return None
 
     return rule
+
+
+def content_hash(text: str) -> str:
+    """First 16 hex characters of SHA-256 of ``text`` (the design's ``content_hash``)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def derived_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Where a payload (whose fields each pass :data:`FIELD_RULES`) contradicts itself: a
+    field the store computes from another no longer holds what it computed, or a lifecycle
+    field is set where no lifecycle move sets it. Each as ``(field, what is wrong)``.
+
+    ``text`` hashes to ``content_hash`` (a purged memory's text is empty; the hash names what
+    was there), ``observation_count`` counts ``observed_by``, ``superseded_by`` names another
+    memory, and ``purged_at`` is set only on an inactive memory whose text is erased.
+    """
+    out: list[tuple[str, str]] = []
+    text, purged = data.get("text"), data.get("purged_at")
+    if not (text == "" and purged is not None) and content_hash(text) != data.get(
+        "content_hash"
+    ):
+        out.append((
+            "text",
+            "does not match content_hash: a text cannot be changed in place (correct writes a "
+            "corrected memory)",
+        ))
+    observed = data.get("observed_by")
+    count = data.get("observation_count", 1)
+    if observed is not None and count != len(observed):
+        out.append((
+            "observation_count",
+            f"must count the agents of observed_by ({len(observed)}), got {count!r}",
+        ))
+    if data.get("superseded_by") is not None and data.get("superseded_by") == data.get("id"):
+        out.append(("superseded_by", "names the memory itself"))
+    if purged is not None and (data.get("active", True) or text != ""):
+        out.append(("purged_at", "is set on a memory that is active or still holds its text"))
+    return out
 
 
 def _count(low: int) -> Callable[[Any], str | None]:
@@ -337,11 +382,11 @@ def _sound_at_a_glance(d: dict[str, Any]) -> bool:
     v = g("confidence", 1.0)
     if type(v) not in (int, float) or not 0.0 <= v <= 1.0:
         return False
-    if not _is_number(g("created_at", 0.0)):
+    if not _is_time(g("created_at", 0.0)):
         return False
     for name in _OPTIONAL_TIMES:
         v = g(name)
-        if v is not None and not _is_number(v):
+        if v is not None and not _is_time(v):
             return False
     for name in _OPTIONAL_TEXT:
         v = g(name)
@@ -419,8 +464,8 @@ def relation_problem(src: Any, dst: Any, relation: Any, strength: Any, *,
     if relation not in RELATION_TYPES:
         kind = "a string" if type(relation) is str else describe(relation)
         return f"relation is {kind} not among {', '.join(RELATION_TYPES)}"
-    if not _is_number(strength):
-        return f"strength is {describe(strength)}, not a finite number"
+    if not _is_number(strength) or strength < 0:
+        return f"strength is {describe(strength)}, not a finite number >= 0"
     if scoped:
         # relation_scope_key: the scope, or "client|scope" for a client other than global
         client, sep, name = scope.rpartition("|") if type(scope) is str else ("", "", scope)

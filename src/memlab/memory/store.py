@@ -86,6 +86,7 @@ from memlab.memory.entities import Entity, EntityExtractor
 from memlab.memory.entity_index import EntityIndexing
 from memlab.memory.graph import EntityGraph
 from memlab.memory.integrity import (
+    derived_problems,
     describe,
     entity_row_problem,
     link_problem,
@@ -481,6 +482,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         width = sizes.most_common(1)[0][0] if sizes else None
         vectors = _stored_vectors([r[7] for r in rows], width)
         first_row: dict[str, int] = {}
+        active_slots: dict[tuple[str, str, str, str], int] = {}
         for expected, (idx, *columns, payload, blob) in enumerate(rows):
             if idx != expected:
                 raise StoreCorruptError(
@@ -512,6 +514,17 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
                 mid = data["id"]
                 if mid in first_row:
                     found.append(f"payload field 'id' is also the id of row {first_row[mid]}")
+                found += [f"payload field '{name}' {what}" for name, what in derived_problems(data)]
+                slot = _active_slot(data)
+                if slot is not None and not found:
+                    if slot in active_slots:
+                        found.append(
+                            f"payload field '{slot[0]}' is also the {slot[0]} of active row "
+                            f"{active_slots[slot]} in its client and scope (a new {data['type']} "
+                            "supersedes the active one: only one is active)"
+                        )
+                    else:
+                        active_slots[slot] = idx
             vector, what = vectors(idx, blob)
             if what is not None:
                 found.append(f"column 'vector' {what}")
@@ -594,6 +607,18 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
                 self.graph.add_relation_scope(src, dst, rel, scope, increment=strength)
         self._row_problems = problems
         self._damaged_ids = damaged_ids
+
+
+def _active_slot(data: dict[str, Any]) -> tuple[str, str, str, str] | None:
+    """The supersession slot an active fact (its ``key``) or status (its ``subject``) holds in
+    its client and scope, or ``None``: only one active memory holds a slot."""
+    if not data.get("active", True):
+        return None
+    name = {"fact": "key", "status": "subject"}.get(data["type"])
+    value = data.get(name) if name is not None else None
+    if value is None:
+        return None
+    return (name, data.get("client_id", GLOBAL_CLIENT), data.get("scope", "team"), value)
 
 
 def _text(raw: Any) -> Any:

@@ -22,7 +22,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from memlab.memory.integrity import FIELD_RULES, payload_problems
+from memlab.memory.integrity import (
+    FIELD_RULES,
+    content_hash,
+    derived_problems,
+    payload_problems,
+)
 from memlab.memory.records import (
     AUTHORITY_LEVELS,
     CATEGORIES,
@@ -79,11 +84,6 @@ def entities_key(entities: Any) -> int:
         tuple(sorted(e.items())) if isinstance(e, dict) else (("", repr(e)),)
         for e in entities or ()
     ))
-
-
-def content_hash(text: str) -> str:
-    """First 16 hex characters of SHA-256 of ``text`` (the design's ``content_hash``)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _check_choice(value: Any, name: str, choices: Sequence[str], *, optional: bool) -> None:
@@ -548,20 +548,13 @@ class WritePolicy:
                 "content_hash",
                 "is computed by the store from the text and cannot be changed",
             )]
-        if rec.text == "" and rec.purged_at is not None:
-            pass  # purge erased the text; the hash names what was there
-        elif content_hash(rec.text) != rec.content_hash:
-            return [(
-                "text",
-                "does not match content_hash: a text cannot be changed in place (correct "
-                "writes a corrected memory)",
-            )]
-        if rec.observation_count != len(rec.observed_by):
-            return [(
-                "observation_count",
-                f"must count the agents of observed_by ({len(rec.observed_by)}), got "
-                f"{rec.observation_count!r}",
-            )]
+        found = derived_problems({
+            "id": rec.id, "text": rec.text, "content_hash": rec.content_hash,
+            "purged_at": rec.purged_at, "active": rec.active, "observed_by": rec.observed_by,
+            "observation_count": rec.observation_count, "superseded_by": rec.superseded_by,
+        })
+        if found:
+            return found[:1]
         if entities_key(rec.entities) != self._row_entities[idx]:
             return [(
                 "entities",
