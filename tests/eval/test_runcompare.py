@@ -1,3 +1,4 @@
+import re
 import sys
 from pathlib import Path
 
@@ -190,3 +191,40 @@ def test_cli_compare_refuses_an_export_directory_before_comparing(tmp_path, caps
     assert main(["compare", str(a), str(b), "--tests", "t", "--out", str(tmp_path / "c")]) == 0
     marker = (tmp_path / "c" / ".memlab-output.json").read_text()
     assert '"memlab": "compare"' in marker
+
+
+def _with_dataset(run: Path, name: str, **digests: str) -> Path:
+    import json
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["dataset"] = {"name": name, "sha256": digests}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return run
+
+
+def test_runs_on_other_queries_are_refused_and_other_data_is_noted(tmp_path):
+    a = _with_dataset(fake_run(tmp_path / "a", {"rrf": [1, 0, 1]}), "d",
+                      **{"queries.jsonl": "q1", "memories.jsonl": "m1"})
+    b = _with_dataset(fake_run(tmp_path / "b", {"rrf": [1, 1, 1]}), "e",
+                      **{"queries.jsonl": "q2", "memories.jsonl": "m1"})
+    with pytest.raises(ValueError, match=re.escape(
+            "the runs were evaluated on different queries (A: d, B: e: their queries.jsonl "
+            "differ); a paired comparison needs the same queries")):
+        compare_runs(a, b, tests=("t",))
+    c = _with_dataset(fake_run(tmp_path / "c", {"rrf": [1, 1, 1]}), "d",
+                      **{"queries.jsonl": "q1", "memories.jsonl": "m2"})
+    assert compare_runs(a, c, tests=("t",)).notes == [
+        "the runs' datasets differ in memories.jsonl (A: d, B: d)"
+    ]
+
+
+def test_runs_without_a_shared_metric_or_the_asked_one_are_one_message(tmp_path):
+    a = fake_run(tmp_path / "a", {"rrf": [1, 0, 1]}, metric="MRR")
+    b = fake_run(tmp_path / "b", {"rrf": [1, 1, 1]}, metric="nDCG@10")
+    with pytest.raises(ValueError, match=re.escape(
+            "A:rrf and B:rrf share no metric (A: MRR; B: nDCG@10)")):
+        compare_runs(a, b, tests=("t",))
+    c = fake_run(tmp_path / "c", {"rrf": [0, 0, 1]}, metric="MRR")
+    with pytest.raises(ValueError, match=re.escape(
+            "--metric R_all@10: not scored in both runs for rrf (compared: MRR)")):
+        compare_runs(a, c, tests=("t",), metric="R_all@10")

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -131,15 +132,27 @@ def compare_runs(
     protocols = (describe_run(a.manifest), describe_run(b.manifest))
     if protocols[0] != protocols[1]:
         notes.append(f"the runs' protocols differ: A: {protocols[0]}; B: {protocols[1]}")
+    notes += _same_queries(a.manifest, b.manifest)
     parts, tag_parts, pq_parts = [], [], []
     for name_a, name_b in pairs:
         left = a_pq.filter(pl.col("pipeline") == name_a)
         right = b_pq.filter(pl.col("pipeline") == name_b)
         shared = sorted(set(left["metric"].unique()) & set(right["metric"].unique()))
+        if not shared:
+            raise ValueError(
+                f"A:{name_a} and B:{name_b} share no metric (A: "
+                f"{', '.join(sorted(left['metric'].unique())) or 'none'}; B: "
+                f"{', '.join(sorted(right['metric'].unique())) or 'none'})"
+            )
         wanted = list(metrics) if metrics else shared
         missing = [m for m in wanted if m not in shared]
         if missing:
             raise ValueError(f"metrics {missing} are not scored in both runs for {name_a}")
+        if metric is not None and metric not in wanted:
+            raise ValueError(
+                f"--metric {metric}: not scored in both runs for {name_a} (compared: "
+                f"{', '.join(wanted)})"
+            )
         head = metric or main_metric_of(wanted)
         for m in wanted:
             qa = set(left.filter(pl.col("metric") == m)["qid"])
@@ -274,3 +287,27 @@ def write_comparison(res: RunComparison, out: str | Path, *, what: str = "--out"
             res.tag_comparison.write_csv(tmp / "comparison_by_tag.csv")
         res.per_query.write_csv(tmp / "per_query.csv")
     return target.resolve()
+
+
+def _same_queries(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Refuse two runs evaluated on different queries (a paired test pairs each query with
+    itself); a note when their datasets differ otherwise (other memories, another name).
+
+    Raises:
+        ValueError: The manifests' ``queries.jsonl`` digests differ.
+    """
+    da, db = a.get("dataset") or {}, b.get("dataset") or {}
+    sa, sb = da.get("sha256") or {}, db.get("sha256") or {}
+    qa, qb = sa.get("queries.jsonl"), sb.get("queries.jsonl")
+    names = f"A: {da.get('name', '?')!s}, B: {db.get('name', '?')!s}"
+    if qa is not None and qb is not None and qa != qb:
+        raise ValueError(
+            f"the runs were evaluated on different queries ({names}: their queries.jsonl "
+            "differ); a paired comparison needs the same queries"
+        )
+    if sa and sb and sa != sb:
+        changed = sorted(k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k))
+        return [f"the runs' datasets differ in {', '.join(changed)} ({names})"]
+    if da.get("name") != db.get("name"):
+        return [f"the runs' datasets have different names ({names})"]
+    return []
