@@ -28,6 +28,15 @@ def test_t_test_closed_form() -> None:
     assert paired_test(a, b, test="t") == pytest.approx(1 - math.sqrt(12) / math.sqrt(12 + 2))
 
 
+def test_t_test_is_undefined_when_every_difference_is_the_same() -> None:
+    # d = [-1, -1]: no variance, t infinite; scipy's p = 0 would make two queries "significant"
+    a, b = np.array([0.0, 0.0]), np.array([1.0, 1.0])
+    assert math.isnan(paired_test(a, b, test="t"))
+    assert math.isnan(paired_test(a[:1], b[:1], test="t"))  # one pair: undefined too
+    assert paired_test(a, b, test="wilcoxon") == pytest.approx(2 / 4)  # all-negative of 2**2
+    assert paired_test(a, a, test="t") == 1.0  # nothing moved
+
+
 def test_t_test_matches_scipy() -> None:
     rng = np.random.default_rng(5)
     a, b = rng.random(30), rng.random(30)

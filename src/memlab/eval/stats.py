@@ -93,7 +93,13 @@ def available_corrections() -> tuple[str, ...]:
 
 @register_test("t")
 def _t_test(a: np.ndarray, b: np.ndarray, *, n_resamples: int, seed: int) -> float:
-    """Paired t-test; NaN with a single pair, 0.0 when all differences are equal and non-zero."""
+    """Paired t-test; NaN (undefined) with a single pair, and when every difference is the same
+    non-zero value: the differences then have no variance, the t statistic is infinite, and
+    scipy's p of 0 would call two queries that moved alike "significant". The Wilcoxon and
+    permutation tests still judge such a pair."""
+    d = a - b
+    if d.size > 1 and np.all(d == d[0]):
+        return float("nan")
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         return float(_scipy_stats().ttest_rel(a, b).pvalue)
@@ -231,7 +237,7 @@ def paired_test(
 
     Returns:
         The p-value; 1.0 when every difference is zero; NaN when the test is undefined (the
-        t-test with a single pair).
+        t-test with a single pair, or with every difference the same non-zero value).
 
     Raises:
         ValueError: On an unknown test, arrays of different length, empty or non-finite input,
