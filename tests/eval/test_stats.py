@@ -368,3 +368,12 @@ def test_permutation_draws_its_signs_once_per_query_count(monkeypatch):
     signs = np.where(np.random.default_rng(5).random((2_000, 80)) < 0.5, -1.0, 1.0)
     hits = np.count_nonzero(np.abs(signs @ d) >= abs(d.sum()) * (1 - 1e-9))
     assert first[0] == (1 + hits) / (1 + 2_000)
+
+
+def test_adjustment_phrase_names_unadjusted_p_values() -> None:
+    from memlab.eval.stats import adjustment_phrase
+
+    assert adjustment_phrase("none") == "unadjusted"
+    assert adjustment_phrase("none", title=True) == "unadjusted"
+    assert adjustment_phrase("holm") == "holm-adjusted"
+    assert adjustment_phrase("bonferroni", title=True) == "Bonferroni-adjusted"

@@ -46,6 +46,7 @@ import polars as pl
 
 from memlab.eval.experiment import ExperimentResult
 from memlab.eval.metrics import higher_is_better
+from memlab.eval.stats import adjustment_phrase
 from memlab.io import OutputDirError, atomic_directory, check_output_dir, output_kind
 
 EXPORT_DIR = "export"
@@ -257,15 +258,17 @@ def latex_table(result: ExperimentResult, metrics: Sequence[str] | None = None) 
     from memlab.eval.protocol import describe_run
 
     protocol = _latex_escape(describe_run(result.manifest))
-    correction = _latex_escape(str(result.manifest.get("correction", "holm")).title())
+    correction = _latex_escape(
+        adjustment_phrase(str(result.manifest.get("correction", "holm")), title=True)
+    )
     dataset = result.manifest.get("dataset")
     name = dataset.get("name", "memlab run") if isinstance(dataset, dict) else "memlab run"
     caption = (
         f"{_latex_escape(str(name))}"
         + f", {protocol}"
         + f". $\\dagger$/$\\ddagger$: significantly better/worse than {_latex_escape(base)} "
-        f"({_latex_escape(first_test)} test, {correction}"
-        f"-adjusted $p < {alpha:g}$). Best value in bold."
+        f"({_latex_escape(first_test)} test, {correction} $p < {alpha:g}$). Best value in "
+        "bold."
     )
     return "\n".join(
         [

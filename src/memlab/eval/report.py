@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from memlab.eval.metrics import higher_is_better, main_metric_of
-from memlab.eval.stats import COMPARISON_KEYS, TAG_COMPARISON_KEYS, comparison_view
+from memlab.eval.stats import (
+    COMPARISON_KEYS,
+    TAG_COMPARISON_KEYS,
+    adjustment_phrase,
+    comparison_view,
+)
 
 if TYPE_CHECKING:
     import altair as alt
@@ -356,7 +361,7 @@ def answer_lines(result: ExperimentResult) -> list[str]:
     main_metric = main_metric_of(metrics) if metrics else None
     base = man.get("baseline")
     first_test = (man.get("tests") or ["t"])[0]
-    correction = str(man.get("correction", "holm")).title()
+    correction = str(man.get("correction", "holm"))
     alpha = float(man.get("alpha", 0.05))
     lines: list[str] = []
     comp = result.comparison
@@ -388,7 +393,8 @@ def answer_lines(result: ExperimentResult) -> list[str]:
                 how = f"no {first_test}-test p-value on {row['n']} paired queries: {sure}"
             else:
                 how = (
-                    f"{correction}-adjusted {first_test}-test p = {format_pvalue(p)}: "
+                    f"{adjustment_phrase(correction, title=True)} {first_test}-test p = "
+                    f"{format_pvalue(p)}: "
                     f"{sure} at α = {alpha:g}"
                 )
             text += (

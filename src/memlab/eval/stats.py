@@ -295,6 +295,14 @@ def _fdr_bh(p: np.ndarray) -> np.ndarray:
     return out
 
 
+def adjustment_phrase(correction: str, *, title: bool = False) -> str:
+    """How a report names p-values after ``correction``: ``"unadjusted"`` for ``"none"``,
+    else ``"holm-adjusted"`` (``"Holm-adjusted"`` with ``title``)."""
+    if correction == "none":
+        return "unadjusted"
+    return f"{correction.title() if title else correction}-adjusted"
+
+
 def correct_pvalues(pvalues: Sequence[float] | np.ndarray, method: str = "holm") -> np.ndarray:
     """Adjust a family of p-values for multiple comparisons.
 
