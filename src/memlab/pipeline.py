@@ -281,8 +281,16 @@ class Pipeline(Stage):
         )
 
     def validate(self) -> None:
-        """Raise ``ValueError`` if stage names repeat, a name holds a control character, or
+        """Raise ``ValueError`` if the name is not a non-empty string, stage names repeat, a
+        name holds a control character or ``__`` (which ``set_params`` could never reach), or
         a fusion stage's weights do not match the branches it fuses."""
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"pipeline name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.description, str):
+            raise ValueError(
+                f"pipeline {self.name!r}: the description must be a string, got "
+                f"{type(self.description).__name__}"
+            )
         bad = _control_char(self.name)
         if bad is not None:
             raise ValueError(f"pipeline {self.name!r}: the name holds control character {bad}")
@@ -295,6 +303,11 @@ class Pipeline(Stage):
         for n, s in self.named_stages():
             if n in seen:
                 raise ValueError(f"pipeline {self.name!r}: stage name {n!r} is used twice")
+            if "__" in n:
+                raise ValueError(
+                    f"pipeline {self.name!r}: stage name {n!r} holds '__' (it separates a step "
+                    "from its parameter: step__param)"
+                )
             bad = _control_char(n)
             if bad is not None:
                 raise ValueError(
@@ -327,7 +340,13 @@ class Pipeline(Stage):
         """Set ``stage__param`` values (or the pipeline's own ``name``/``description``)."""
         for key, value in params.items():
             if key in ("name", "description", "steps"):
+                before = getattr(self, key)
                 setattr(self, key, value)
+                try:
+                    self.validate()
+                except ValueError:
+                    setattr(self, key, before)  # nothing is set when a value is invalid
+                    raise
                 continue
             stage_name, sep, param = key.partition("__")
             if not sep:
@@ -380,6 +399,7 @@ class Pipeline(Stage):
                 ``steps``), a parallel step has no fusion stage, a pipeline is nested, or a
                 ``None`` parameter cannot be written.
         """
+        self.validate()  # a file load_pipeline would refuse is never written
         for n, _ in self.named_stages():
             if n in RESERVED_KEYS:
                 raise ValueError(

@@ -363,3 +363,21 @@ def test_fusion_weights_that_do_not_match_the_branches_are_refused_at_load(
     # as many weights as branches load
     two = text.replace("[1.0, 2.0, 3.0]", "[1.0, 2.0]")
     assert load_pipeline(_write(tmp_path, two)).name == "w"
+
+
+def test_set_params_and_save_refuse_what_a_configuration_cannot_hold(tmp_path: Path) -> None:
+    pipe = load_pipeline("bm25")
+    for key, value, message in (
+        ("description", "line one\nline two",
+         "pipeline 'bm25': the description holds control character U+000A"),
+        ("name", "bm25\tx", "pipeline 'bm25\\tx': the name holds control character U+0009"),
+        ("name", " ", "pipeline name must be a non-empty string, got ' '"),
+    ):
+        with pytest.raises(ValueError) as info:
+            pipe.set_params(**{key: value})
+        assert str(info.value) == message
+    assert (pipe.name, pipe.description) == ("bm25", load_pipeline("bm25").description)
+    pipe.description = "two\nlines"  # set past set_params: save still refuses it
+    with pytest.raises(ValueError, match="the description holds control character U\\+000A"):
+        pipe.save(tmp_path / "p.toml")
+    assert not (tmp_path / "p.toml").exists()
