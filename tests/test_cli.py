@@ -30,6 +30,12 @@ def test_eval_notes_relevance_metrics_that_scored_no_query(tmp_path, capsys):
     ) in err
     assert main([*common, "--out", str(tmp_path / "h")]) == 0
     assert "scored no query" not in capsys.readouterr().err
+    # a metric of another kind that no query of the dataset gives a value
+    assert main([*common, "--metric", "scope_violation@10", "--out", str(tmp_path / "s")]) == 0
+    assert (
+        "memlab: note: scope_violation@10 scored no query: no evaluated query of this dataset "
+        "gives it a value (scope_violation@k, for one, needs queries that name an agent)\n"
+    ) in capsys.readouterr().err
 
 
 def test_eval_notes_a_pipeline_that_ranks_nothing(tmp_path, capsys):

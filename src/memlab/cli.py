@@ -254,12 +254,20 @@ def _note_unscored(result: Any, args: argparse.Namespace) -> None:
             )
     asked = result.manifest.get("metrics") or []
     scored = {m for values in result.metrics.values() for m in values}
-    missing = []
+    missing, other = [], []
     for name in asked:
+        if name in scored:
+            continue
         spec = parse_metric(name)
         family = METRICS.get(spec.family) if spec.measure is None else None
-        if name not in scored and (family is None or family.kind == "relevance"):
-            missing.append(name)
+        (missing if family is None or family.kind == "relevance" else other).append(name)
+    if other:
+        print(
+            f"memlab: note: {', '.join(other)} scored no query: no evaluated query of this "
+            "dataset gives it a value (scope_violation@k, for one, needs queries that name "
+            "an agent)",
+            file=sys.stderr,
+        )
     if missing:
         print(
             f"memlab: note: {', '.join(missing)} scored no query: no evaluated query has a "
