@@ -51,6 +51,19 @@ def test_eval_notes_a_pipeline_that_ranks_nothing(tmp_path, capsys):
     ]
 
 
+def test_eval_notes_shards_it_cannot_use(tmp_path, capsys):
+    common = ["eval", HANDMADE, "--pipelines", "bm25", "--embedder", "hashing", "--no-cache",
+              "--quiet", "--shards", "2"]
+    assert main([*common, "--touch-k", "3", "--out", str(tmp_path / "a")]) == 0
+    assert (
+        "memlab: note: --shards 2 is not used: a query of this replay changes the store "
+        "(expiry or --touch-k), so its queries cannot be split; give --no-expire --touch-k 0 "
+        "to shard\n"
+    ) in capsys.readouterr().err
+    assert main([*common, "--no-expire", "--touch-k", "0", "--out", str(tmp_path / "b")]) == 0
+    assert "--shards 2 is not used" not in capsys.readouterr().err
+
+
 def test_eval_writes_a_run(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["eval", HANDMADE, "--pipelines", "bm25,dense", "--embedder", "hashing",

@@ -301,6 +301,15 @@ def _run_eval(
         pipes = _without_unrecorded_generations(pipes, ds)
     config = _replay_config(args, ds)
     _print_replay(config)
+    from memlab.eval.replay import queries_are_read_only
+
+    if (args.shards or 0) > 1 and not queries_are_read_only(config):
+        print(
+            f"memlab: note: --shards {args.shards} is not used: a query of this replay changes "
+            "the store (expiry or --touch-k), so its queries cannot be split; give --no-expire "
+            "--touch-k 0 to shard",
+            file=sys.stderr,
+        )
     protocol = EvalProtocol.from_dataset(
         ds, folds=args.folds, group_by=args.group_by, seed=args.seed
     )
