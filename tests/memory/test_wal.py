@@ -92,33 +92,30 @@ def test_sqlite_log_checks_out_frame_by_frame(tmp_path: Path) -> None:
     assert wal_problem(db_file.with_name("a.db-wal")) is None
 
 
-def test_damage_in_the_middle_is_found(tmp_path: Path) -> None:
-    db_file, log = crashed_log(tmp_path)
-    wal = db_file.with_name("a.db-wal")
+def _middle_of_frame(log: bytes) -> tuple[int, int]:
+    """Damage 16 bytes inside the page of the middle frame: its index, and the byte."""
     page = int.from_bytes(log[8:12], "big")
-    fields = frame_fields(log)
-    k = len(fields) // 2
-    damaged = bytearray(log)
-    at = WAL_HEADER + k * (FRAME_HEADER + page) + FRAME_HEADER + 100  # inside frame k's page
-    damaged[at:at + 16] = b"\xff" * 16
-    wal.write_bytes(bytes(damaged))
-    commit = next(j for j in range(k + 1, len(fields)) if fields[j][1] != 0)
-    assert wal_problem(wal) == (
-        f"is damaged: frame {k + 1} fails its checksum, and committed frames after it "
-        f"(frame {commit + 1} of {len(fields)}) would be lost if SQLite opened it"
-    )
+    k = len(frame_fields(log)) // 2
+    return k, WAL_HEADER + k * (FRAME_HEADER + page) + FRAME_HEADER + 100
 
 
-def test_damaged_header_salt_is_found(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["frame", "header salt"])
+def test_damage_before_committed_frames_is_found(tmp_path: Path, where: str) -> None:
     db_file, log = crashed_log(tmp_path)
     wal = db_file.with_name("a.db-wal")
-    damaged = bytearray(log)
-    damaged[20] ^= 1  # salt-2: no frame matches the header any more
-    wal.write_bytes(bytes(damaged))
     fields = frame_fields(log)
-    commit = next(j for j in range(len(fields)) if fields[j][1] != 0)
+    damaged = bytearray(log)
+    if where == "frame":
+        k, at = _middle_of_frame(log)
+        damaged[at:at + 16] = b"\xff" * 16
+        first, bad = k + 1, f"frame {k + 1}"
+    else:
+        damaged[20] ^= 1  # salt-2: no frame matches the header any more
+        first, bad = 0, "its header"
+    wal.write_bytes(bytes(damaged))
+    commit = next(j for j in range(first, len(fields)) if fields[j][1] != 0)
     assert wal_problem(wal) == (
-        f"is damaged: its header fails its checksum, and committed frames after it "
+        f"is damaged: {bad} fails its checksum, and committed frames after it "
         f"(frame {commit + 1} of {len(fields)}) would be lost if SQLite opened it"
     )
 
