@@ -631,3 +631,31 @@ def test_a_relation_strength_is_a_finite_number_at_least_zero():
         assert relation_problem(0, 1, "uses", bad, n_entities=2) == (
             f"strength is {shown}, not a finite number >= 0"
         )
+
+
+def test_vectors_are_judged_by_the_dimension_recorded_with_the_first(tmp_path, capsys):
+    import sqlite3
+
+    path = tmp_path / "s"
+    make_store(path, chroma=False)
+    db = sqlite3.connect(path / "memlab.sqlite3")
+    assert db.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchall() == [
+        (str(len(unit(0))),)
+    ]
+    with db:  # every vector cut alike: the most common width would call them sound
+        db.execute("UPDATE memories SET vector = substr(vector, 1, 16)")
+    db.close()
+    code, out, _ = run(capsys, ["store", "check", path])
+    assert code == 1
+    dim = len(unit(0))
+    assert out.splitlines()[:2] == [
+        f"memlab.sqlite3 row {i}: column 'vector' is 16 bytes, not a float32 vector of the "
+        f"store's dimension {dim}" for i in range(2)
+    ]
+    assert out.splitlines()[-1] == "6 memories, 6 problem(s)"
+    db = sqlite3.connect(path / "memlab.sqlite3")
+    with db:
+        db.execute("UPDATE meta SET value = 'many' WHERE key = 'vector_dim'")
+    db.close()
+    code, out, _ = run(capsys, ["store", "check", path])
+    assert "memlab.sqlite3: meta 'vector_dim' is 'many', not a vector dimension" in out

@@ -230,6 +230,10 @@ class _ReadGuard:
         self.fds = []
 
 
+VECTOR_DIM_KEY = "vector_dim"
+"""The ``meta`` key under which a store records its vectors' dimension with its first vector."""
+
+
 class SQLiteIO:
     """SQLite I/O of :class:`~memlab.memory.store.MemoryStore` (a mixin; the store owns the
     state: ``_db``, ``_db_file``, ``path``, ``_lock``, ``_batch_depth``, ``_aborted``)."""
@@ -721,6 +725,20 @@ class SQLiteIO:
         """
         with self._transaction():
             yield
+
+    def _recorded_dim(self) -> tuple[int | None, str | None]:
+        """The vector dimension recorded in ``meta`` (:data:`VECTOR_DIM_KEY`), and what is
+        wrong with the record (``(None, None)``: none recorded, or no ``meta`` table yet)."""
+        tables = {r[0] for r in self._exec("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" not in tables:
+            return None, None
+        rows = self._exec("SELECT value FROM meta WHERE key = ?", (VECTOR_DIM_KEY,)).fetchall()
+        if not rows:
+            return None, None
+        value = rows[0][0]
+        if type(value) is str and value.isascii() and value.isdigit() and 0 < int(value) <= 65536:
+            return int(value), None
+        return None, f"meta '{VECTOR_DIM_KEY}' is {value!r}, not a vector dimension"
 
     def meta(self, key: str) -> str | None:
         """The value stored under ``key`` in the store's ``meta`` table (``None``: absent).

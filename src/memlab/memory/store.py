@@ -480,6 +480,12 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         ).fetchall()
         sizes = Counter(len(r[7]) for r in rows if isinstance(r[7], bytes))
         width = sizes.most_common(1)[0][0] if sizes else None
+        dim, wrong_dim = self._recorded_dim()
+        if wrong_dim is not None:
+            problems.append(f"{DB_NAME}: {wrong_dim}")
+        if dim is not None:  # recorded with the first vector: every vector has it
+            width = 4 * dim
+        self._dim_recorded = dim is not None
         vectors = _stored_vectors([r[7] for r in rows], width)
         first_row: dict[str, int] = {}
         active_slots: dict[tuple[str, str, str, str], int] = {}

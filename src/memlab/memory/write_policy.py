@@ -43,7 +43,7 @@ from memlab.memory.records import (
 )
 from memlab.memory.scopes import TEAM, check_scope
 from memlab.memory.scrub import Scrubber, same_scrubber, scrub_message
-from memlab.memory.sqlite_io import _RECORD_FIELDS, _RECORD_VALUES, _encode
+from memlab.memory.sqlite_io import _RECORD_FIELDS, _RECORD_VALUES, VECTOR_DIM_KEY, _encode
 from memlab.numeric import is_finite_number, shown_number
 from memlab.timeutil import coerce_ts
 
@@ -593,10 +593,17 @@ class WritePolicy:
         return []
 
     def _append(self, rec: MemoryRecord, vector: np.ndarray | None) -> int:
+        """Write a new row (the caller holds the transaction)."""
         idx = self._index_in_memory(rec, vector)
         self._row_hashes.append(rec.content_hash)
         self._row_entities.append(entities_key(rec.entities))
         blob = None if vector is None else self.vectors.get(idx).tobytes()
+        if blob is not None and not self.__dict__.get("_dim_recorded", False):
+            # The store's dimension, recorded with its first vector: the loader judges every
+            # vector by it (the most common width cannot tell when all were cut alike).
+            if self.meta(VECTOR_DIM_KEY) is None:
+                self.set_meta(VECTOR_DIM_KEY, str(len(blob) // 4))
+            self._dim_recorded = True
         payload = self._payload(rec)  # every field checked by ``store`` on its way here
         self._exec(
             "INSERT INTO memories (idx, id, client_id, type, content_hash, active, payload, vector)"
