@@ -788,7 +788,8 @@ def publish_file(
 # ---------------------------------------------------------------------------- readers
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -839,7 +840,7 @@ def loads_json(text: str | bytes, where: str, **kwargs: Any) -> Any:
     except RecursionError:
         raise ValueError(f"{where}: invalid JSON: nested too deeply to read") from None
     except ValueError as exc:
-        raise ValueError(f"{where}: invalid JSON: {_first_line(exc)}") from None
+        raise ValueError(f"{where}: invalid JSON: {first_line(exc)}") from None
 
 
 def read_json(path: str | os.PathLike[str], **kwargs: Any) -> Any:
@@ -887,4 +888,4 @@ def read_parquet(path: str | os.PathLike[str], **kwargs: Any) -> Any:
     try:
         return pl.read_parquet(file, **kwargs)
     except (Exception, PanicException) as exc:  # noqa: BLE001 - polars raises many types
-        raise ValueError(f"{file}: not a readable parquet file ({_first_line(exc)})") from None
+        raise ValueError(f"{file}: not a readable parquet file ({first_line(exc)})") from None

@@ -65,7 +65,7 @@ from typing import Any
 
 import polars as pl
 
-from memlab.io import publish_file, read_bytes, read_toml
+from memlab.io import first_line, publish_file, read_bytes, read_toml
 from memlab.stages.base import (
     CANDIDATE_SCHEMA,
     FusionStage,
@@ -573,7 +573,7 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
         try:
             return cls(**params)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{source}: step '{name}': {_first_line(exc)}") from None
+            raise ConfigError(f"{source}: step '{name}': {first_line(exc)}") from None
         except RecursionError:
             raise ConfigError(
                 f"{source}: step '{name}': a value is nested too deeply to read"
@@ -661,16 +661,10 @@ def _read_config(path: Path) -> dict[str, Any]:
     try:
         return read_toml(path)
     except ValueError as exc:
-        message = _first_line(exc)
+        message = first_line(exc)
         if not message.startswith(f"{path}:"):  # a failure the reader did not name it in
             message = f"{path}: invalid TOML: {message}"
         raise ConfigError(message) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type's name when it has none)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def _shown(value: Any, limit: int = 80) -> str:

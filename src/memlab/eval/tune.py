@@ -72,6 +72,7 @@ from memlab.io import (
     atomic_directory,
     atomic_write_text,
     check_output_dir,
+    first_line,
     output_kind,
     owned_entries,
     write_marker,
@@ -402,7 +403,7 @@ def run_tune(
         except Exception as exc:  # noqa: BLE001 - a URL optuna or its database driver refuses
             raise ValueError(
                 f"--storage {_redact(storage) if storage else 'in memory'}: cannot open the "
-                f"study ({type(exc).__name__}: {_first_line(exc)})"
+                f"study ({type(exc).__name__}: {first_line(exc)})"
             ) from None
         _same_question(study, question, space)
         from memlab.progress import Progress
@@ -521,11 +522,6 @@ def _same_question(study: Any, question: dict[str, Any], space: Mapping[str, Any
             "trials do not answer this one; continue it as it was started, or give another "
             "--study-name or a new --out"
         )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else "no detail"
 
 
 def _suggest(trial: Any, name: str, dist: Any) -> Any:
