@@ -19,6 +19,7 @@ from memlab.memory.wal import (
     FRAME_HEADER,
     WAL_HEADER,
     _frames,
+    _powers,
     side_file_problem,
     wal_checksum,
     wal_problem,
@@ -81,7 +82,8 @@ def test_sqlite_log_checks_out_frame_by_frame(tmp_path: Path) -> None:
     assert len(fields) > 30
     state = wal_checksum(log[:24], big)
     assert state == (int.from_bytes(log[24:28], "big"), int.from_bytes(log[28:32], "big"))
-    got_fields, offsets = _frames(db_file.with_name("a.db-wal"), len(fields), page, big)
+    got_fields, offsets = _frames(db_file.with_name("a.db-wal"), len(fields), page, big,
+                                  _powers((8 + page) // 8))
     assert got_fields.tolist() == [list(f) for f in fields]
     for k, f in enumerate(fields):
         o = WAL_HEADER + k * (FRAME_HEADER + page)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memlab.datasets.format import Dataset, MemoryOp, Query, write_dataset
+from memlab.numeric import is_finite_number
 from memlab.registry import Registry
 from memlab.timeutil import parse_ts
 
@@ -478,10 +479,6 @@ def check_seconds(value: Any, owner: str, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{owner}: field '{field}' must be a number of seconds, got "
                          f"{type(value).__name__}")
-    try:
-        ok = math.isfinite(value) and value >= 0
-    except OverflowError:
-        ok = False
-    if not ok:
+    if not is_finite_number(value) or value < 0:
         raise ValueError(f"{owner}: field '{field}' must be a finite number >= 0")
     return float(value)

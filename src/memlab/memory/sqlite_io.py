@@ -726,10 +726,10 @@ class SQLiteIO:
         with self._transaction():
             yield
 
-    def _recorded_dim(self) -> tuple[int | None, str | None]:
+    def _recorded_dim(self, tables: set[str]) -> tuple[int | None, str | None]:
         """The vector dimension recorded in ``meta`` (:data:`VECTOR_DIM_KEY`), and what is
-        wrong with the record (``(None, None)``: none recorded, or no ``meta`` table yet)."""
-        tables = {r[0] for r in self._exec("SELECT name FROM sqlite_master WHERE type='table'")}
+        wrong with the record (``(None, None)``: none recorded, or no ``meta`` among the
+        database's ``tables`` yet)."""
         if "meta" not in tables:
             return None, None
         rows = self._exec("SELECT value FROM meta WHERE key = ?", (VECTOR_DIM_KEY,)).fetchall()

@@ -480,7 +480,8 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         ).fetchall()
         sizes = Counter(len(r[7]) for r in rows if isinstance(r[7], bytes))
         width = sizes.most_common(1)[0][0] if sizes else None
-        dim, wrong_dim = self._recorded_dim()
+        tables = {r[0] for r in self._exec("SELECT name FROM sqlite_master WHERE type='table'")}
+        dim, wrong_dim = self._recorded_dim(tables)
         if wrong_dim is not None:
             problems.append(f"{DB_NAME}: {wrong_dim}")
         if dim is not None:  # recorded with the first vector: every vector has it
@@ -597,7 +598,6 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
                 problems.append(f"{DB_NAME} entity_relationships row {rowid}: {wrong}")
                 continue
             self.graph.add_relation(src, dst, rel, increment=strength)
-        tables = {r[0] for r in self._exec("SELECT name FROM sqlite_master WHERE type='table'")}
         if "relation_scopes" in tables:  # absent from a store opened read-only before it
             for rowid, src, dst, rel, scope, strength in self._exec(
                 "SELECT rowid, src, dst, CAST(relation AS BLOB), CAST(scope AS BLOB), strength "

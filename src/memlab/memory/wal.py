@@ -58,17 +58,6 @@ def _powers(n: int) -> np.ndarray:
     return out
 
 
-def _step_matrix(n: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """``M^n`` mod 2^32 (see :func:`_powers`)."""
-    p = ((1, 0), (0, 1))
-    for _ in range(n):
-        p = (
-            ((p[0][0] + p[0][1]) & _MASK, (p[0][0] + 2 * p[0][1]) & _MASK),
-            ((p[1][0] + p[1][1]) & _MASK, (p[1][0] + 2 * p[1][1]) & _MASK),
-        )
-    return p
-
-
 def wal_checksum(data: bytes, big_endian: bool, seed: tuple[int, int] = (0, 0)) -> tuple[int, int]:
     """SQLite's WAL checksum of ``data`` (a multiple of 8 bytes) continued from ``seed``: the
     reference loop, one word pair at a time."""
@@ -92,13 +81,15 @@ def _frame_offsets(words: np.ndarray, pw: np.ndarray) -> np.ndarray:
     return np.stack([d0.sum(axis=1) & _MASK, d1.sum(axis=1) & _MASK], axis=1)
 
 
-def _frames(path: Path, n: int, page: int, big_endian: bool) -> tuple[np.ndarray, np.ndarray]:
+def _frames(
+    path: Path, n: int, page: int, big_endian: bool, pw: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The header fields of each of the ``n`` whole frames (``(n, 6)`` int64: page number,
     database size after a commit, two salts, two checksum words) and :func:`_frame_offsets` of
-    each, read in batches of about :data:`_CHUNK_BYTES`."""
+    each (``pw``: :func:`_powers` of a frame's word pairs), read in batches of about
+    :data:`_CHUNK_BYTES`."""
     frame = FRAME_HEADER + page
     pairs = (8 + page) // 8
-    pw = _powers(pairs)
     dtype = np.dtype(">u4" if big_endian else "<u4")
     per = max(1, _CHUNK_BYTES // frame)
     fields = np.empty((n, 6), dtype=np.int64)
@@ -138,9 +129,15 @@ def wal_problem(path: Path) -> str | None:
     n = (size - WAL_HEADER) // (FRAME_HEADER + page)
     if n == 0:
         return None
-    fields, offsets = _frames(path, n, page, big)
-    headers = [tuple(int(v) for v in row) for row in fields]
-    step = _step_matrix((8 + page) // 8)
+    pw = _powers((8 + page) // 8)
+    fields, offsets = _frames(path, n, page, big, pw)
+    headers = fields.tolist()
+    # M^n = M · M^(n-1), M = [[1, 1], [1, 2]] (one checksum step; pw[0] is M^(n-1))
+    m = [[int(v) for v in row] for row in pw[0]]
+    step = (
+        ((m[0][0] + m[1][0]) & _MASK, (m[0][1] + m[1][1]) & _MASK),
+        ((m[0][0] + 2 * m[1][0]) & _MASK, (m[0][1] + 2 * m[1][1]) & _MASK),
+    )
 
     def advance(state: tuple[int, int], k: int) -> tuple[int, int]:
         s0, s1 = state
