@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 import pytest
 
 from memlab.embed.hashing import HashingEmbedder
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Pipeline, pipeline_from_config
-from memlab.stages.base import CANDIDATE_SCHEMA, QueryContext, check_frame, rerank
+from memlab.stages.base import QueryContext, check_frame
 from memlab.stages.cross_encoder import (
     CrossEncoderRerank,
     CrossEncoderScorer,
@@ -23,6 +23,10 @@ from memlab.stages.cross_encoder import (
     fuse,
     load_scorer,
 )
+
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _candidates import frame  # noqa: E402
 
 T0 = 1_767_225_600.0
 
@@ -53,15 +57,6 @@ def store() -> MemoryStore:
     for i, text in enumerate(["rome trip", "paris cat", "rome cat"]):
         s.store(text, "event", client_id="c", source_agent="a", now=T0 + i, id=f"m{i}")
     return s
-
-
-def frame(pairs: list[tuple[str, float]]) -> pl.DataFrame:
-    f = pl.DataFrame(
-        {"qid": ["q"] * len(pairs), "mem_id": [m for m, _ in pairs],
-         "score": [s for _, s in pairs], "rank": [0] * len(pairs)},
-        schema=CANDIDATE_SCHEMA,
-    )
-    return rerank(f)
 
 
 def stage(scorer: PairScorer, **params: object) -> CrossEncoderRerank:

@@ -3,6 +3,9 @@ tail keeps its incoming order below the head."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
@@ -10,13 +13,15 @@ import pytest
 from memlab.embed.hashing import HashingEmbedder
 from memlab.memory.store import MemoryStore
 from memlab.stages.base import (
-    CANDIDATE_SCHEMA,
     HeadReranker,
     QueryContext,
     check_frame,
-    rerank,
     score_column,
 )
+
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _candidates import frame  # noqa: E402
 
 T0 = 1_767_225_600.0
 
@@ -43,13 +48,6 @@ def ctx() -> QueryContext:
         store.store(f"memory number {i}", "event", client_id="c", source_agent="a",
                     now=T0 + i, id=f"m{i}")
     return QueryContext("q", "memory", store, T0 + 10, embedder=emb)
-
-
-def frame(pairs: list[tuple[str, float]]) -> pl.DataFrame:
-    return rerank(pl.DataFrame(
-        {"qid": ["q"] * len(pairs), "mem_id": [m for m, _ in pairs],
-         "score": [s for _, s in pairs], "rank": [0] * len(pairs)}, schema=CANDIDATE_SCHEMA,
-    ))
 
 
 def test_head_rescored_tail_kept_below_in_order(ctx) -> None:

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
-import polars as pl
 import pytest
 
 from memlab.embed.cache import CachedEmbedder
 from memlab.embed.hashing import HashingEmbedder
 from memlab.embed.tokens import TokenCache, find_token_embedder, token_embeddings
 from memlab.memory.store import MemoryStore
-from memlab.stages.base import CANDIDATE_SCHEMA, QueryContext, check_frame, rerank
+from memlab.stages.base import QueryContext, check_frame
 from memlab.stages.maxsim import MaxSim, segment_maxsim, zscore
+
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _candidates import frame  # noqa: E402
 
 T0 = 1_767_225_600.0
 VOCAB = ("rome", "trip", "paris", "cat", "dog", "sunny")
@@ -49,15 +54,6 @@ def words() -> tuple[MemoryStore, WordTokens]:
     for i, text in enumerate(["rome trip", "paris cat", "rome cat"]):
         store.store(text, "event", client_id="c", source_agent="a", now=T0 + i, id=f"m{i}")
     return store, emb
-
-
-def frame(pairs: list[tuple[str, float]]) -> pl.DataFrame:
-    f = pl.DataFrame(
-        {"qid": ["q"] * len(pairs), "mem_id": [m for m, _ in pairs],
-         "score": [s for _, s in pairs], "rank": [0] * len(pairs)},
-        schema=CANDIDATE_SCHEMA,
-    )
-    return rerank(f)
 
 
 def test_segment_maxsim_is_the_mean_best_token_match() -> None:

@@ -1,9 +1,16 @@
+import sys
+from pathlib import Path
+
 import polars as pl
 import pytest
 
 from memlab.memory.store import MemoryStore
-from memlab.stages.base import CANDIDATE_SCHEMA, QueryContext, rerank
+from memlab.stages.base import QueryContext
 from memlab.stages.neighbors import Neighbors
+
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _candidates import frame  # noqa: E402
 
 T0 = 1_767_225_600.0
 
@@ -18,15 +25,6 @@ def conv():
     ]:
         store.store(f"turn {mid}", client_id=client, source_agent="s", now=T0 + t, id=mid)
     return store
-
-
-def frame(pairs):
-    f = pl.DataFrame(
-        {"qid": ["q"] * len(pairs), "mem_id": [m for m, _ in pairs],
-         "score": [s for _, s in pairs], "rank": [0] * len(pairs)},
-        schema=CANDIDATE_SCHEMA,
-    )
-    return rerank(f)
 
 
 def ctx(store):

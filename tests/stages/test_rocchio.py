@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
-import polars as pl
 import pytest
 
 from memlab.memory.store import MemoryStore
-from memlab.stages.base import CANDIDATE_SCHEMA, QueryContext, check_frame, rerank
+from memlab.stages.base import QueryContext, check_frame
 from memlab.stages.maxsim import zscore
 from memlab.stages.rocchio import Rocchio, expanded_query
+
+if str(Path(__file__).parent) not in sys.path:  # --import-mode=importlib: helpers by path
+    sys.path.insert(0, str(Path(__file__).parent))
+from _candidates import frame  # noqa: E402
 
 T0 = 1_767_225_600.0
 VOCAB = ("rome", "trip", "paris", "cat")
@@ -35,13 +40,6 @@ def ctx() -> QueryContext:
     for i, text in enumerate(["rome trip", "paris cat", "rome cat"]):
         store.store(text, "event", client_id="c", source_agent="a", now=T0 + i, id=f"m{i}")
     return QueryContext("q", "rome", store, T0 + 10, embedder=emb)
-
-
-def frame(pairs: list[tuple[str, float]]) -> pl.DataFrame:
-    return rerank(pl.DataFrame(
-        {"qid": ["q"] * len(pairs), "mem_id": [m for m, _ in pairs],
-         "score": [s for _, s in pairs], "rank": [0] * len(pairs)}, schema=CANDIDATE_SCHEMA,
-    ))
 
 
 def test_expanded_query() -> None:
