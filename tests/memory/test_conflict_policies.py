@@ -94,6 +94,16 @@ def test_merge_keep_both_clarify_review():
     assert store.get(new).metadata["review"] == "pending"
 
 
+def test_merge_writes_the_merged_fact_in_the_scope_of_its_sources():
+    store = MemoryStore(embedder=HashingEmbedder(dim=32))
+    old = store.store("Launch is in May", "fact", client_id="c", scope="agent:hera", now=T0).id
+    new = store.store("Launch is not in May", "fact", client_id="c", scope="agent:hera",
+                      now=T0 + DAY).id
+    ev = make_policy("merge").resolve(store, new, old, now=T0 + DAY)
+    merged = store.get(ev.created)
+    assert (merged.client_id, merged.scope) == ("c", "agent:hera")
+
+
 def test_a_decision_is_flagged_not_retired():
     store = MemoryStore(embedder=HashingEmbedder(dim=32))
     old = store.store("We ship on Fridays", "decision", now=T0).id

@@ -76,3 +76,19 @@ def test_candidates_stay_in_the_client_and_skip_events():
     assert [m for m, _ in found] == [a]
     assert np.isclose(found[0][1], store.vectors.similarities(store.vectors.get(0))[3])
     assert contradiction_candidates(store, b, threshold=1.01) == []
+
+
+def test_candidates_are_the_clients_own_memories_in_its_scope():
+    # A client reads 'global' memories, but they belong to every client: one client's write
+    # must not find them as contradictions (a policy would retire them for everyone), nor
+    # memories of its other scopes.
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    text = "The shared brain stores memories in SQLite"
+    store.store(text, "fact", client_id="global", now=T0)
+    store.store(text, "fact", client_id="acme", scope="project:web", now=T0)
+    own = store.store(text, "fact", client_id="acme", key="db", now=T0).id
+    new = store.store(text + " no longer", "fact", client_id="acme", now=T0 + 1).id
+    assert [m for m, _ in contradiction_candidates(store, new, threshold=0.0)] == [own]
+    glob = store.store(text + " today", "fact", client_id="global", now=T0 + 2).id
+    found = [m for m, _ in contradiction_candidates(store, glob, threshold=0.0)]
+    assert [store.get(m).client_id for m in found] == ["global"]

@@ -230,6 +230,7 @@ class Merge:
             "fact",
             source_agent="conflict-merge",
             client_id=new.client_id,
+            scope=new.scope,  # derived memories stay where their sources are (same scope)
             importance=new.importance,
             authority=new.authority,
             confidence=max(new.confidence, old.confidence),

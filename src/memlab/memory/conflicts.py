@@ -249,7 +249,9 @@ def contradiction_candidates(
     types: Sequence[str] = ("fact", "status", "decision"),
     now: float | None = None,
 ) -> list[tuple[str, float]]:
-    """Active memories of the same client (and scope) similar to ``memory_id``.
+    """Active memories that the client of ``memory_id`` owns, in its scope, similar to it
+    (those of ``global`` belong to every client: one client's write never contradicts them
+    away; a ``global`` memory's own candidates are the ``global`` ones).
 
     Args:
         store: The store.
@@ -269,7 +271,11 @@ def contradiction_candidates(
     vec = store.vectors.get(idx)
     if vec is None:
         return []
+    # Ownership, not visibility: a client reads the 'global' memories too, but they belong to
+    # every client, so one client's write never retires them (as consolidation's rule).
     mask = store.visible_mask(client_id=rec.client_id, now=now)
+    mask &= store.column("client") == store.client_code(rec.client_id)
+    mask &= store.column("scope") == store.scope_code(rec.scope)
     mask &= np.isin(store.column("type"), list(types))
     mask[idx] = False
     mask &= store.vectors.present
@@ -279,11 +285,5 @@ def contradiction_candidates(
     sims = store.vectors.similarities(np.asarray(vec), wanted=mask)[rows]
     keep = sims >= threshold
     rows, sims = rows[keep], sims[keep]
-    scope = getattr(rec, "scope", None)
-    if scope is not None:
-        same = np.array(
-            [getattr(store.record_at(int(r)), "scope", None) == scope for r in rows], dtype=bool
-        )
-        rows, sims = rows[same], sims[same]
     order = np.lexsort((rows, -sims))[:max_candidates]
     return [(store.record_at(int(rows[i])).id, float(sims[i])) for i in order]
