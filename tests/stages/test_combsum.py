@@ -60,3 +60,13 @@ def test_bad_arguments(make_ctx):
     with pytest.raises(ValueError, match="2 weights for 1 lists"):
         CombSUM(weights=(1.0, 2.0)).fuse([f], ctx)
     assert CombSUM().fuse([f.head(0)], ctx).height == 0
+
+
+def test_a_nan_score_counts_as_missing_from_its_list(make_ctx):
+    ctx = make_ctx("x")
+    dense = ranked("q1", [("a", 0.9), ("b", float("nan")), ("c", 0.1)], "dense_score")
+    bm25 = ranked("q1", [("b", 8.0), ("c", 4.0)], "bm25_score")
+    out = CombSUM(normalization="minmax").fuse([dense, bm25], ctx)
+    # dense raw a 0.9, b missing 0, c 0.1 -> /0.9; bm25 raw a 0, b 8, c 4 -> /8
+    got = dict(zip(out["mem_id"], out["combsum_score"], strict=True))
+    assert got == pytest.approx({"a": 1.0 + 0.0, "b": 0.0 + 1.0, "c": 0.1 / 0.9 + 4 / 8})

@@ -14,12 +14,14 @@ import pytest
 from memlab.pipeline import ConfigError, Pipeline, pipeline_from_config
 from memlab.stages import STAGES
 from memlab.stages.base import (
+    CANDIDATE_SCHEMA,
     FusionStage,
     QueryContext,
     Stage,
     _same,
     check_frame,
     empty_candidates,
+    rerank,
 )
 from memlab.stages.constraints import Interval, Options, make_constraint
 
@@ -191,3 +193,15 @@ def test_unique_rows_is_np_unique_with_its_inverse(n_store: int) -> None:
     assert union.tolist() == [0, 1, 3, 4]
     assert inverse.tolist() == [2, 1, 2, 3, 0, 1, 3, 3]
     assert unique_rows(np.zeros(0, dtype=np.int64), n_store)[0].tolist() == []
+
+
+def test_rerank_puts_a_nan_score_last_with_or_without_a_store() -> None:
+    # rank_order's rule (NaN last, ties by id) holds on polars' path too
+    frame = pl.DataFrame(
+        {"qid": ["q"] * 4, "mem_id": ["c", "b", "a", "d"],
+         "score": [float("nan"), 0.5, 0.9, 0.5], "rank": [0] * 4},
+        schema=CANDIDATE_SCHEMA,
+    )
+    out = rerank(frame)
+    assert out["mem_id"].to_list() == ["a", "b", "d", "c"]
+    assert out["rank"].to_list() == [1, 2, 3, 4]

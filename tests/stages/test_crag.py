@@ -378,3 +378,7 @@ def test_a_learned_crag_names_its_classifier_library_for_workers_to_import_ahead
         Pipeline([("ltr", LearnedFusion(model="gbdt"))], name="c"),
     ]
     assert stage_imports(pipes) == ("sklearn.linear_model", "sklearn.ensemble")
+
+
+def test_max_normalise_gives_a_missing_score_zero_not_every_candidate() -> None:
+    assert max_normalise([1.0, float("nan"), 0.5, -2.0]).tolist() == [1.0, 0.0, 0.5 / 1.0, 0.0]

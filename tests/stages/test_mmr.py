@@ -124,3 +124,13 @@ def test_the_kernel_makes_the_numpy_loops_choices_and_floats(seed: int) -> None:
             want = _numpy_mmr(relevance, sim, lambda_, k)
             np.testing.assert_array_equal(got[0], want[0])
             assert got[1].tobytes() == want[1].tobytes()  # the same floats, NaN and -0.0
+
+
+def test_a_candidate_without_a_score_has_no_relevance(ctx: QueryContext) -> None:
+    # B's NaN is no score: relevance over A and C only, A = 1, C = 0, B = 0 (as a null)
+    frame = _frame(["A", "B", "C"], [0.9, float("nan"), 0.5])
+    out = MMR(lambda_=0.5).transform(frame, ctx)
+    # step 1: A = 0.5 -> A; step 2: B = 0 - 0.5*0.8 = -0.4, C = 0 - 0.5*0 = 0 -> C;
+    # step 3: B = 0 - 0.5*max(0.8, 0.6) = -0.4
+    assert out["mem_id"].to_list() == ["A", "C", "B"]
+    assert out["mmr_score"].to_list() == pytest.approx([0.5, 0.0, -0.5 * 0.8], abs=1e-6)

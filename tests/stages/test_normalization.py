@@ -39,3 +39,19 @@ def test_an_empty_list_stays_empty_without_warnings(name: str) -> None:
         warnings.simplefilter("error")  # numpy's "mean of empty slice" would be raised
         out = get_normalization(name)(np.zeros(0))
     assert out.tolist() == []
+
+
+def test_a_nan_score_moves_no_other_value() -> None:
+    # statistics over the finite scores [4, 2, 1] (as the hand values above); NaN stays NaN
+    v = np.array([4.0, np.nan, 2.0, 1.0])
+    mean, sd = 7 / 3, np.sqrt(((4 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (1 - 7 / 3) ** 2) / 3)
+    expected = {
+        "min-max": [1.0, (2 - 1) / (4 - 1), 0.0],
+        "max": [1.0, 2 / 4, 1 / 4],
+        "sum": [3 / 4, 1 / 4, 0.0],
+        "zscore": [(4 - mean) / sd, (2 - mean) / sd, (1 - mean) / sd],
+    }
+    for name, values in expected.items():
+        out = get_normalization(name)(v)
+        assert np.isnan(out[1]), name
+        assert out[[0, 2, 3]].tolist() == pytest.approx(values, rel=1e-12), name

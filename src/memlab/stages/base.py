@@ -724,7 +724,12 @@ def rerank(
         order = rank_order(store, rows.to_numpy(), frame.get_column("score").to_numpy(), top_k)
         out = take_rows(frame, order)
     else:
-        out = frame.sort(["score", "mem_id"], descending=[True, False], nulls_last=True)
+        # NaN last, as rank_order (polars alone sorts NaN above every number)
+        out = frame.sort(
+            [pl.col("score").fill_nan(None), pl.col("mem_id")],
+            descending=[True, False],
+            nulls_last=True,
+        )
         if top_k is not None:
             out = out.head(top_k)
     rank = i64_series("rank", np.arange(1, out.height + 1))
@@ -993,13 +998,14 @@ class FusedLists:
 
     def normalized(self, method: str) -> np.ndarray:
         """``(n_lists, n)`` scores normalised per list over that list's own candidates
-        (:data:`memlab.stages.normalization.NORMALIZATIONS`); 0 where a list lacks one."""
+        (:data:`memlab.stages.normalization.NORMALIZATIONS`); 0 where a list lacks one or
+        gives it no number (a NaN or null score: no score, never a poison for the others)."""
         from memlab.stages.normalization import get_normalization
 
         norm = get_normalization(method)
         out = np.zeros_like(self.scores)
         for i in range(self.n_lists):
-            have = self.present[i]
+            have = self.present[i] & np.isfinite(self.scores[i])
             if have.any():
                 # a list's own order: by incoming rank
                 pos = np.flatnonzero(have)

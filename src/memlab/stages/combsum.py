@@ -76,7 +76,9 @@ class CombSUM(FusionStage):
             )
         norm = get_normalization(self.normalization, where="combsum")
         w = lists.weights(self.weights, "combsum")
-        raw = np.where(lists.present, lists.scores, float(self.missing_value))
+        # A NaN or null score is no score: the candidate counts as missing from that list.
+        scored = lists.present & np.isfinite(lists.scores)
+        raw = np.where(scored, lists.scores, float(self.missing_value))
         total = np.zeros(lists.size, dtype=np.float64)
         for i in range(lists.n_lists):
             total += w[i] * norm(raw[i])

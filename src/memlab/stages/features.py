@@ -52,8 +52,10 @@ FEATURE_NAMES: tuple[str, ...] = (
 
 
 def max_normalise(values: np.ndarray | Sequence[float]) -> np.ndarray:
-    """``max(x, 0) / max(x)``: the best value becomes 1; all zeros when none is positive."""
-    x = np.maximum(np.asarray(values, dtype=np.float64), 0.0)
+    """``max(x, 0) / max(x)``: the best value becomes 1; all zeros when none is positive. A
+    value that is not a finite number (a candidate with no score) counts as 0."""
+    x = np.asarray(values, dtype=np.float64)
+    x = np.where(np.isfinite(x), np.maximum(x, 0.0), 0.0)
     top = float(x.max()) if x.size else 0.0
     return x / top if top > 0.0 else np.zeros_like(x)
 

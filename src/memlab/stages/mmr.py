@@ -132,6 +132,7 @@ class MMR(Stage):
         score = frame["score"]
         if score.dtype != pl.Float64:
             score = score.cast(pl.Float64)
+        score = score.fill_nan(None)  # no score: relevance 0, never a NaN that wins argmax
         lo, hi = score.min(), score.max()
         if lo is None or hi is None or not hi > lo:
             relevance = np.ones(frame.height, dtype=np.float64)

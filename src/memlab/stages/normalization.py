@@ -12,11 +12,14 @@ Each function maps one list's scores, given in the list's rank order, to a commo
 * ``none``: the scores as they are.
 
 A list whose scores are all equal normalises to 0 under ``min-max`` and ``zscore`` (it says
-nothing about the order). Register another with :func:`register_normalization`.
+nothing about the order). The statistics of ``min-max``, ``max``, ``sum`` and ``zscore`` are
+those of the list's finite scores; a NaN (a candidate the list gives no number) stays NaN and
+moves no other candidate's value. Register another with :func:`register_normalization`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -46,6 +49,21 @@ def get_normalization(name: str, *, where: str = "fusion") -> Normalization:
         raise ValueError(f"{where}: field 'normalization': {error}") from None
 
 
+def _over_finite(norm: Normalization) -> Normalization:
+    """``norm`` computed over the finite scores only; the others come out NaN."""
+
+    @functools.wraps(norm)
+    def wrapped(values: np.ndarray) -> np.ndarray:
+        finite = np.isfinite(values)
+        if finite.all():
+            return norm(values)
+        out = np.full(len(values), np.nan)
+        out[finite] = norm(values[finite])
+        return out
+
+    return wrapped
+
+
 @register_normalization("none")
 def no_norm(values: np.ndarray) -> np.ndarray:
     """The scores unchanged."""
@@ -54,6 +72,7 @@ def no_norm(values: np.ndarray) -> np.ndarray:
 
 @register_normalization("minmax")
 @register_normalization("min-max")
+@_over_finite
 def min_max_norm(values: np.ndarray) -> np.ndarray:
     """``(s - min) / (max - min)``; a constant list gives zeros."""
     span = float(values.max() - values.min()) if len(values) else 0.0
@@ -61,6 +80,7 @@ def min_max_norm(values: np.ndarray) -> np.ndarray:
 
 
 @register_normalization("max")
+@_over_finite
 def max_norm(values: np.ndarray) -> np.ndarray:
     """``s / max`` (max floored at 1e-9)."""
     top = float(values.max()) if len(values) else 0.0
@@ -68,6 +88,7 @@ def max_norm(values: np.ndarray) -> np.ndarray:
 
 
 @register_normalization("sum")
+@_over_finite
 def sum_norm(values: np.ndarray) -> np.ndarray:
     """``(s - min) / Σ (s - min)`` (denominator floored at 1e-9)."""
     if len(values) == 0:
@@ -78,6 +99,7 @@ def sum_norm(values: np.ndarray) -> np.ndarray:
 
 @register_normalization("zmuv")
 @register_normalization("zscore")
+@_over_finite
 def zscore_norm(values: np.ndarray) -> np.ndarray:
     """``(s - mean) / std``; a constant list gives zeros (and an empty one stays empty)."""
     if len(values) == 0:
