@@ -2261,3 +2261,14 @@ def test_fourth_form_triggers_finish_and_stay_idempotent(unit: str) -> None:
     out, n = scrub_text(text)
     assert scrub_text(out)[1] == 0
     assert n <= len(text)
+
+
+def test_scrub_parts_redacts_each_part_as_the_joined_text() -> None:
+    scrubber = Scrubber()
+    parts = ["The db password", " Rationale: ", "Tr0ub4dor&3", "."]
+    assert scrubber.scrub("Tr0ub4dor&3") == ("Tr0ub4dor&3", 0)  # no context: no credential
+    redacted, n = scrubber.scrub_parts(parts)
+    assert redacted == ["The db password", " Rationale: ", "[REDACTED:password]", "."]
+    assert n == 1
+    assert "".join(redacted) == scrubber.scrub("".join(parts))[0]
+    assert scrubber.scrub_parts(["no", " secret"]) == (["no", " secret"], 0)

@@ -372,6 +372,26 @@ def test_recall_filters_and_formats(store: MemoryStore) -> None:
         svc.recall("x", limit=0)
 
 
+def test_a_decisions_fields_are_redacted_in_its_metadata_as_in_its_text(
+    store: MemoryStore,
+) -> None:
+    # "Tr0ub4dor&3" alone is no credential; after "The db password ... Rationale:" it is, so
+    # the text redacts it, and the rationale kept apart must too (the same for the others).
+    svc = _service(store, None)
+    dec = svc.store_decision("The db password", "  Tr0ub4dor&3 ", ["password=hunter2x9Q", "none"],
+                             ["ann"])["id"]
+    rec = store.get(dec)
+    assert rec.text == (
+        "The db password Rationale: [REDACTED:password] Alternatives considered: "
+        "password=[REDACTED:password], none. Participants: ann."
+    )
+    assert rec.metadata["decision"] == {
+        "rationale": "  [REDACTED:password] ",
+        "alternatives": ["password=[REDACTED:password]", "none"],
+        "participants": ["ann"],
+    }
+
+
 def test_lifecycle_tools(store: MemoryStore) -> None:
     svc = _service(store, None)
     old = svc.store_memory("Acme storefront runs on Next.js", "fact", key="acme-stack")["id"]

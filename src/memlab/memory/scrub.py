@@ -3862,6 +3862,42 @@ class Scrubber:
         out.append(text[last:])
         return "".join(out), len(found)
 
+    def scrub_parts(self, parts: Sequence[str]) -> tuple[list[str], int]:
+        """Scrub the text that ``parts`` make when joined, and return each part as that text
+        redacts it: a secret recognised only in the context of its neighbours (a password
+        after "the db password ... Rationale:") is redacted in the part that holds it as in
+        the whole. A caller that keeps the parts apart as well as joined (a decision's
+        rationale in its text and in its metadata) redacts both alike.
+
+        Args:
+            parts: Pieces of one text, in order (labels between fields are parts too).
+
+        Returns:
+            The parts redacted, and the number of redactions in the joined text (a secret
+            that crosses two parts is redacted in each, under its kind).
+        """
+        text = "".join(parts)
+        found = self.spans(text)
+        if not found:
+            return list(parts), 0
+        out: list[str] = []
+        start = 0
+        for part in parts:
+            end = start + len(part)
+            pieces: list[str] = []
+            last = start
+            for s, e, kind in found:
+                if e <= start or s >= end:
+                    continue
+                s, e = max(s, start), min(e, end)
+                pieces.append(text[last:s])
+                pieces.append(_PLACEHOLDER.format(kind))
+                last = e
+            pieces.append(text[last:end])
+            out.append("".join(pieces))
+            start = end
+        return out, len(found)
+
     def scrub_value(
         self,
         value: Any,

@@ -1030,15 +1030,36 @@ class MemoryService:
         rationale = _text(rationale, "rationale", optional=True)
         alts = _strings(alternatives, "alternatives")
         people = _strings(participants, "participants")
-        text = decision.strip()
+        # The text is built from parts so that its fields are kept in the metadata exactly as
+        # the text's scrubbing redacts them: a secret recognised only in context (a password
+        # after "db password ... Rationale:") never stays in clear in a field of its own.
+        parts: list[str] = [decision.strip()]
+        fields: list[tuple[str, int | None, int]] = []  # (name, item, index into parts)
         if rationale:
-            text += f" Rationale: {rationale.strip()}"
-        if alts:
-            text += f" Alternatives considered: {', '.join(alts)}."
-        if people:
-            text += f" Participants: {', '.join(people)}."
+            lead = rationale[: len(rationale) - len(rationale.lstrip())]
+            parts += [" Rationale: ", rationale.strip()]
+            fields.append(("rationale", None, len(parts) - 1))
+        for name, items, label in (("alternatives", alts, " Alternatives considered: "),
+                                   ("participants", people, " Participants: ")):
+            if items:
+                parts.append(label)
+                for i, item in enumerate(items):
+                    if i:
+                        parts.append(", ")
+                    parts.append(item)
+                    fields.append((name, i, len(parts) - 1))
+                parts.append(".")
+        text = "".join(parts)
         self._fits(text, "fields 'decision', 'rationale', 'alternatives' and 'participants'")
-        meta = {"decision": {"rationale": rationale, "alternatives": alts, "participants": people}}
+        redacted, _ = self.store.scrubber.scrub_parts(parts)
+        kept: dict[str, Any] = {"rationale": rationale, "alternatives": list(alts),
+                                "participants": list(people)}
+        for name, item, at in fields:
+            if item is None:  # the rationale, with the spaces the text strips kept
+                kept[name] = lead + redacted[at] + rationale[len(lead) + len(parts[at]):]
+            else:
+                kept[name][item] = redacted[at]
+        meta = {"decision": kept}
         return self.store_memory(
             text, "decision", scope=scope, tags=tags, key=key, importance="high", metadata=meta,
             _own_meta=True,
