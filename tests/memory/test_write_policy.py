@@ -173,6 +173,23 @@ def test_adopted_scrubs_still_check_the_length_limit():
         store.store(long, now=T0)
 
 
+def test_the_length_limit_holds_for_the_stored_text_after_redaction():
+    from memlab.memory.scrub import default_scrubber
+
+    store = MemoryStore()
+    store.max_text_chars = 20
+    given = "pwd=s3cr3t!Pass"  # 15 characters; stored as "pwd=[REDACTED:password]", 23
+    with pytest.raises(
+        MemoryInputError,
+        match=r"is 23 characters long once its credentials are redacted; the limit is 20",
+    ):
+        store.store(given, now=T0)
+    store.adopt_scrubs({given: ("pwd=[REDACTED:password]", 1)}, default_scrubber())
+    with pytest.raises(MemoryInputError, match="once its credentials are redacted"):
+        store.store(given, now=T0)
+    assert len(store) == 0
+
+
 def test_a_nested_prepared_block_restores_the_outer_one():
     embedder = CountingEmbedder()
     store = MemoryStore(embedder=embedder)

@@ -154,7 +154,15 @@ class WritePolicy:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise MemoryInputError("field 'text' is not valid UTF-8") from None
-        return self.scrubber.scrub(text)
+        scrubbed, redactions = self.scrubber.scrub(text)
+        # The limit holds for what is stored (and recorded, and replayed), which a redaction
+        # can make longer than what was given ("pw=abc" -> "pw=[REDACTED:password]").
+        if len(scrubbed) > self.max_text_chars:
+            raise MemoryInputError(
+                f"field 'text' is {len(scrubbed)} characters long once its credentials are "
+                f"redacted; the limit is {self.max_text_chars}"
+            )
+        return scrubbed, redactions
 
     def adopt_scrubs(
         self,
@@ -192,7 +200,7 @@ class WritePolicy:
         """:meth:`prepare_text`, or the adopted scrubbing of ``text`` (after the same checks)."""
         adopted = self._adopted_scrubs.get(text) if isinstance(text, str) else None
         # an adopted text passed the other checks where it was scrubbed; the limit is this store's
-        if adopted is None or len(text) > self.max_text_chars:
+        if adopted is None or max(len(text), len(adopted[0])) > self.max_text_chars:
             return self.prepare_text(text)
         return adopted
 
