@@ -63,6 +63,26 @@ def test_clock_is_whole_milliseconds_and_strictly_increasing(store: MemoryStore)
     assert [svc.now(), svc.now(), svc.now()] == [1000.0, 1000.001, 1000.002]
 
 
+def test_a_clock_before_1970_is_recorded_as_it_reads(store: MemoryStore) -> None:
+    moon = parse_ts("1969-07-20T20:17:00Z")  # -14,182,980 s
+    svc = MemoryService(store, load_pipeline("bm25"), clock=lambda: moon)
+    assert [svc.now(), svc.now()] == [-14_182_980.0, -14_182_980.0 + 0.001]
+
+
+def test_a_recording_another_store_wrote_is_refused(tmp_path: Path) -> None:
+    first = Recorder(tmp_path / "rec")
+    _service(MemoryStore(embedder=HashingEmbedder(dim=64)), recorder=first).store_memory(
+        "Atlas prefers tabs", "preference"
+    )
+    first.close()
+    again = Recorder(tmp_path / "rec")
+    with pytest.raises(ValueError, match=(
+        r"memories.jsonl: the recording holds calls that the store \(in memory\) did not make"
+    )):
+        _service(MemoryStore(embedder=HashingEmbedder(dim=64)), recorder=again)
+    again.close()
+
+
 def test_agent_writes_its_own_scope_and_team_only_by_promote(store: MemoryStore) -> None:
     svc = _service(store, projects=("apollo",))
     own = svc.store_memory("Atlas prefers tabs over spaces", "preference")

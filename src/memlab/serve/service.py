@@ -378,7 +378,8 @@ class MemoryService:
         self._served: dict[str, _Served] = {}
         self._served_order: deque[str] = deque()
         last = getattr(recorder, "last_ts", None)
-        self._last_ms = -1 if last is None else round(last * 1000.0)
+        # None, not a time: any millisecond (before 1970 included) can be the first call's
+        self._last_ms: int | None = None if last is None else round(last * 1000.0)
         self.pending_judgments: list[dict[str, Any]] = []
         self.group_items = group_items
         self.chroma_idle = chroma_idle
@@ -434,7 +435,9 @@ class MemoryService:
     def now(self) -> float:
         """The call's time: the clock in whole milliseconds, strictly after the previous call."""
         with self.lock:
-            ms = max(math.floor(self.clock() * 1000.0), self._last_ms + 1)
+            ms = math.floor(self.clock() * 1000.0)
+            if self._last_ms is not None:
+                ms = max(ms, self._last_ms + 1)
             self._last_ms = ms
             self._last_call = time.monotonic()
             return ms / 1000.0
@@ -612,11 +615,21 @@ class MemoryService:
         that mark: they are cut here, and kept in ``.FILE.uncommitted`` beside it (a warning
         says how many bytes).
         A recording shorter than the mark was cut or replaced by someone else: refused. A
-        recording this store has not seen before starts at its present length."""
+        recording this store has no mark for must be empty (the store then starts it): one that
+        holds lines was written by another store (or moved here from another path), and
+        continuing it would make a log whose replay holds writes this store never made."""
         self._mark_key = f"recording:{Path(rec.path).resolve()}"
         sizes = rec.sizes()
         stored = self.store.meta(self._mark_key)
         if stored is None:
+            held = sorted(f for f, n in sizes.items() if n > 0)
+            if held:
+                raise ValueError(
+                    f"{Path(rec.path) / held[0]}: the recording holds calls that the store "
+                    f"{self.store.path or '(in memory)'} did not make (another store wrote it, "
+                    "or it was moved here): serve the store that wrote it, or record into a "
+                    "new directory"
+                )
             self.store.set_meta(self._mark_key, json.dumps(sizes, sort_keys=True))
             return
         marks = {str(k): int(v) for k, v in json.loads(stored).items()}
