@@ -587,6 +587,22 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _refuse_recorded(store: Any, command: str, unrecorded: bool) -> None:
+    """Refuse a write outside the live server to a store whose writes a server records:
+    the recording would lack it, and its replay would differ from the store from then on
+    (``--unrecorded`` accepts that)."""
+    held = store.recordings()
+    if held and not unrecorded:
+        raise CLIError(
+            f"{store.path}: a live server records this store's writes in {held[0]}; "
+            f"`store {command}` here would be missing from the recording, so its replay would "
+            "no longer match the store"
+            + (" (run a consolidation through the server's `consolidate` tool instead)"
+               if command == "consolidate" else "")
+            + f"; pass --unrecorded to {command} anyway"
+        )
+
+
 def cmd_store_purge(args: argparse.Namespace) -> int:
     from memlab.memory.store import MemoryStore
 
@@ -594,6 +610,8 @@ def cmd_store_purge(args: argparse.Namespace) -> int:
     now = _clock(args.now)
     store = MemoryStore(path, read_only=args.dry_run)  # a writable one refuses damaged rows
     try:
+        if not args.dry_run:
+            _refuse_recorded(store, "purge", args.unrecorded)
         store.ensure_sound()  # a dry run refuses them as the purge would
         ids = store.purge_forgotten(retention_days=args.retention_days, now=now,
                                     dry_run=args.dry_run)
@@ -625,6 +643,7 @@ def cmd_store_consolidate(args: argparse.Namespace) -> int:
         )
     store = MemoryStore(path, embedder=embedder)
     try:
+        _refuse_recorded(store, "consolidate", args.unrecorded)
         report = Consolidator(event_ttl_days=args.ttl_days, merger=merger).run(store, now=now)
     finally:
         store.close()
@@ -885,6 +904,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--now", help="the clock (ISO 8601; default: now)")
     p.add_argument("--dry-run", action="store_true",
                    help="list what would be purged, change nothing")
+    p.add_argument("--unrecorded", action="store_true",
+                   help="purge a store that a live server records (the recording will lack it)")
     p.set_defaults(func=cmd_store_purge)
     p = st.add_parser(
         "consolidate",
@@ -903,6 +924,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--embedder", default="minilm", help=EMBEDDER_HELP)
     p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+    p.add_argument("--unrecorded", action="store_true",
+                   help="consolidate a store that a live server records (the recording will "
+                        "lack it)")
     p.set_defaults(func=cmd_store_consolidate)
 
     gen = sub.add_parser("generations", help="recorded generations").add_subparsers(

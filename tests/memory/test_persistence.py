@@ -114,6 +114,32 @@ def test_purge_forgotten_erases_after_the_undo_window(tmp_path, capsys):
     assert main(["store", "purge", str(tmp_path / "nothing")]) == 2
 
 
+def test_store_commands_refuse_a_store_a_live_server_records(tmp_path, capsys):
+    from memlab.cli import main
+
+    day = 86_400.0
+    with MemoryStore(tmp_path / "s") as store:
+        old = store.store("Card 4242 for Acme", source_agent="a", now=T0, embedding=unit(0)).id
+        store.forget(old, "asked to", now=T0 + day)
+        assert store.recordings() == []
+        store.set_meta(f"recording:{tmp_path / 'rec'}", "{}")  # as a server marks its recording
+        assert store.recordings() == [str(tmp_path / "rec")]
+    now = "2026-02-01T00:00:00Z"  # T0 + 31 days
+    for command in (["purge", "--now", now], ["consolidate", "--embedder", "hashing"]):
+        argv = ["store", command[0], str(tmp_path / "s"), *command[1:]]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"a live server records this store's writes in {tmp_path / 'rec'}" in err
+        assert f"pass --unrecorded to {command[0]} anyway" in err
+    with MemoryStore(tmp_path / "s") as store:
+        assert store.get(old).text == "Card 4242 for Acme"  # refused: nothing changed
+    assert main(["store", "purge", str(tmp_path / "s"), "--now", now, "--dry-run"]) == 0
+    assert main(["store", "purge", str(tmp_path / "s"), "--now", now, "--unrecorded"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "purged 1 forgotten memories (forgotten 30+ days ago)"
+    )
+
+
 WRITER = textwrap.dedent(
     """
     import sys

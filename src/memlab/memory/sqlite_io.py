@@ -231,6 +231,9 @@ class _ReadGuard:
 
 
 VECTOR_DIM_KEY = "vector_dim"
+#: A live server's mark in ``meta``: ``recording:<recording path>`` -> the recording's file
+#: lengths at its last commit (:class:`memlab.serve.service.MemoryService`).
+RECORDING_MARK = "recording:"
 """The ``meta`` key under which a store records its vectors' dimension with its first vector."""
 
 
@@ -750,6 +753,14 @@ class SQLiteIO:
             raise TypeError(f"field 'key' must be a string, got {type(key).__name__}")
         rows = self._exec("SELECT value FROM meta WHERE key = ?", (key,)).fetchall()
         return rows[0][0] if rows else None
+
+    def recordings(self) -> list[str]:
+        """The recordings a live server kept of this store's writes (their paths, sorted):
+        a write made outside the server is in none of them, and their replays would differ
+        from the store from then on."""
+        rows = self._exec("SELECT key FROM meta WHERE substr(key, 1, ?) = ?",
+                          (len(RECORDING_MARK), RECORDING_MARK)).fetchall()
+        return sorted(str(k)[len(RECORDING_MARK):] for (k,) in rows)
 
     def set_meta(self, key: str, value: str) -> None:
         """Store ``value`` under ``key`` in the ``meta`` table; inside a :meth:`batch` it

@@ -85,6 +85,7 @@ from memlab.memory.records import (
 )
 from memlab.memory.scopes import TEAM, Principal, check_name, check_scope, seen_strength
 from memlab.memory.scrub import scrub
+from memlab.memory.sqlite_io import RECORDING_MARK
 from memlab.memory.store import MemoryStore, WriteResult
 from memlab.numeric import shown_number
 from memlab.pipeline import Pipeline
@@ -618,7 +619,7 @@ class MemoryService:
         recording this store has no mark for must be empty (the store then starts it): one that
         holds lines was written by another store (or moved here from another path), and
         continuing it would make a log whose replay holds writes this store never made."""
-        self._mark_key = f"recording:{Path(rec.path).resolve()}"
+        self._mark_key = f"{RECORDING_MARK}{Path(rec.path).resolve()}"
         sizes = rec.sizes()
         stored = self.store.meta(self._mark_key)
         if stored is None:
