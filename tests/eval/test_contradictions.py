@@ -81,3 +81,19 @@ def test_an_unreadable_line_is_named(tmp_path, line, message):
     with pytest.raises(ValueError) as info:
         load_pairs(path)
     assert str(info.value).startswith(f"{tmp_path}/{message}")
+
+
+def test_unicode_line_separators_stay_inside_their_line(tmp_path):
+    # U+2028, U+2029 and U+0085 raw in a string (ensure_ascii=False): str.splitlines would cut
+    # the line there; line numbers of later lines are unchanged
+    path = tmp_path / "p.jsonl"
+    a = "the freeze\u2028ends\u2029on\x85friday"
+    row = {"a": a, "b": "the freeze ends monday", "contradicts": True}
+    path.write_text(
+        json.dumps(row, ensure_ascii=False) + "\r\n\n" + '{"a": "x", "b": "y"}\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match="p.jsonl:3: field 'contradicts' must be a bool"):
+        load_pairs(path)
+    path.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert load_pairs(path) == [row]

@@ -1,3 +1,4 @@
+import json
 import shutil
 
 from memlab.explore.judge import RECORDING, JudgeSession
@@ -30,3 +31,21 @@ def test_a_judge_works_through_the_served_queue_and_resumes(tmp_path):
         ("m08", 2, "ann"), ("m06", 0, "ann"),
     ]
     assert JudgeSession(ds, judge="bob").current()["mem_id"] == "m08"
+
+
+def test_a_query_text_holding_unicode_line_separators_opens(tmp_path):
+    # JSONL is written with ensure_ascii=False: U+2028, U+2029 and U+0085 sit raw in a line,
+    # and str.splitlines would cut the line there
+    ds = tmp_path / "rec"
+    shutil.copytree(RECORDING, ds)
+    text = "deploy\u2028freeze\u2029ends\x85friday"
+    queries = ds / "queries.jsonl"
+    lines = queries.read_text(encoding="utf-8").split("\n")
+    first = json.loads(lines[0])
+    first["text"] = text
+    lines[0] = json.dumps(first, ensure_ascii=False, separators=(",", ":"))
+    queries.write_text("\n".join(lines), encoding="utf-8")
+    assert text in queries.read_text(encoding="utf-8")  # raw, not escaped
+    s = JudgeSession(ds, judge="ann")
+    assert s.query_view("r1")["text"] == text
+    assert s.progress() == (0, 12)

@@ -61,6 +61,21 @@ def test_pool_rejects_bad_input(tmp_path):
         read_pool(tmp_path / "p.jsonl")
 
 
+def test_read_pool_keeps_unicode_line_separators_inside_their_line(tmp_path):
+    # write_pool uses ensure_ascii=False: a U+2028, U+2029 or U+0085 in an id sits raw in its
+    # line, where str.splitlines would cut it; line numbers of later lines are unchanged
+    qid = "q\u2028one\u2029two\x85three"
+    row = {"qid": qid, "mem_id": "m\u2028\x85", "position": 1, "runs": ["a/b\u2029"],
+           "best_rank": 1}
+    line = json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+    path = tmp_path / "p.jsonl"
+    path.write_text(line + "\r\n\n" + '{"qid": "q"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="p.jsonl:3: not a pool line"):
+        read_pool(path)
+    path.write_text(line + "\n", encoding="utf-8")
+    assert read_pool(path).rows(named=True) == [row]
+
+
 def test_judge_add_on_the_command_line(tmp_path, capsys):
     from memlab.cli import main
     from memlab.judge.judgments import read_judgments

@@ -38,11 +38,13 @@ class DetectionScore:
 def load_pairs(path: str | Path) -> list[dict[str, Any]]:
     """Read a labelled set; ``ValueError`` names the file and line at fault (a line that is
     not UTF-8, not JSON, nested too deeply to read, not an object, or lacks a field)."""
+    from memlab.datasets.importers import source_lines
     from memlab.io import decode_utf8, loads_json, read_bytes
 
     pairs = []
     text = decode_utf8(read_bytes(path), str(path))
-    for n, line in enumerate(text.splitlines(), start=1):
+    # not str.splitlines: a U+2028 or U+0085 held raw in a text stays in its line
+    for n, line in enumerate(source_lines(text), start=1):
         if not line.strip():
             continue
         obj = loads_json(line, f"{path}:{n}")

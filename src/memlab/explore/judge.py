@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from memlab.datasets.format import QUERIES_FILE, Dataset, load_dataset
+from memlab.datasets.importers import source_lines
 from memlab.judge.judgments import judge, read_judgments
 from memlab.judge.pool import POOL_SCHEMA, read_pool, served_rankings
 from memlab.timeutil import to_iso
@@ -58,7 +59,8 @@ class JudgeSession:
         self.data: Dataset = load_dataset(self.dataset)
         self.queue = served_pool(self.dataset) if self.pool is None else read_pool(self.pool)
         self.raw_queries: dict[str, dict[str, Any]] = {}
-        for raw in (self.dataset / QUERIES_FILE).read_text(encoding="utf-8").splitlines():
+        # not str.splitlines: a U+2028 or U+0085 held raw in a query's text stays in its line
+        for raw in source_lines((self.dataset / QUERIES_FILE).read_text(encoding="utf-8")):
             if raw.strip():
                 obj = json.loads(raw)
                 self.raw_queries[obj["qid"]] = obj

@@ -274,12 +274,14 @@ def read_pool(path: str | os.PathLike[str]) -> pl.DataFrame:
     Raises:
         ValueError: Naming ``file:line`` of a bad line.
     """
+    from memlab.datasets.importers import source_lines
     from memlab.io import decode_utf8
 
     file = Path(path)
     rows = []
     text = decode_utf8(read_bytes(file), str(file))
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # not str.splitlines: a U+2028 or U+0085 held raw in an id stays in its line
+    for number, raw in enumerate(source_lines(text), start=1):
         if not raw.strip():
             continue
         try:
