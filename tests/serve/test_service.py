@@ -83,6 +83,39 @@ def test_a_recording_another_store_wrote_is_refused(tmp_path: Path) -> None:
     again.close()
 
 
+def test_the_recording_keeps_the_settings_that_decide_what_is_served(tmp_path: Path) -> None:
+    import tomllib
+
+    recorder = Recorder(tmp_path / "rec")
+    svc = MemoryService(MemoryStore(embedder=HashingEmbedder(dim=64)), load_pipeline("bm25"),
+                        recorder=recorder, clock=StepClock(), touch_k=0, ttl_days=1.0)
+    svc.store_memory("Atlas prefers tabs", "fact")
+    recorder.close()
+    meta = tomllib.loads((tmp_path / "rec" / "dataset.toml").read_text())
+    assert meta["replay"] == {"ttl_days": 1.0, "expire": True, "touch_k": 0, "depth": 100}
+    assert meta["name"] == "live-recording"  # the rest is kept
+    again = Recorder(tmp_path / "rec")
+    with pytest.raises(ValueError, match=re.escape(
+        "the recording's calls were served with ttl_days = 1.0 (this server: 30.0), touch_k = 0 "
+        "(this server: 10)"
+    )):
+        MemoryService(MemoryStore(embedder=HashingEmbedder(dim=64)), load_pipeline("bm25"),
+                      recorder=again, clock=StepClock())
+    again.close()
+
+
+def test_a_recall_serves_from_the_ranking_a_replay_keeps(store: MemoryStore) -> None:
+    svc = MemoryService(store, load_pipeline("bm25"), clock=StepClock(), depth=2)
+    for i, scope in enumerate(("team", "team", "project:apollo")):
+        store.store("deploy notes " + "deploy " * (3 - i), "fact", now=T0, scope=scope,
+                    id=f"m{i}")
+    # bm25 ranks m0, m1, m2; the replay keeps the top 2, so the filter finds nothing there
+    assert svc.recall("deploy")["ids"] == ["m0", "m1"]
+    assert svc.recall("deploy", scope="project:apollo")["ids"] == []
+    with pytest.raises(ServiceError, match="depth"):
+        MemoryService(store, load_pipeline("bm25"), depth=0)
+
+
 def test_agent_writes_its_own_scope_and_team_only_by_promote(store: MemoryStore) -> None:
     svc = _service(store, projects=("apollo",))
     own = svc.store_memory("Atlas prefers tabs over spaces", "preference")

@@ -305,6 +305,48 @@ class Recorder:
             )
         self._fsync_dir()
 
+    def settle_replay(self, settings: Mapping[str, Any]) -> None:
+        """Keep the server settings that decide what a recall serves (``ttl_days``,
+        ``expire``, ``touch_k``, ``depth``) in ``dataset.toml``'s ``[replay]`` table, from
+        which a replay of the recording takes its defaults, so that ``memlab eval`` on the
+        recording replays what was served.
+
+        A recording without the table gets it appended (the rest of the file is kept as it
+        is); one that holds calls already was made with the replay defaults, so it takes
+        settings that differ from them only while it is empty. A recording whose table says
+        otherwise than ``settings`` is refused: one log cannot replay two settings.
+
+        Raises:
+            ValueError: Naming ``dataset.toml``, each setting that differs, and both values.
+        """
+        from memlab.eval.replay import ReplayConfig
+
+        meta_file = self.path / META_FILE
+        text = meta_file.read_bytes().decode("utf-8")
+        table = tomllib.loads(text).get("replay")
+        given = ReplayConfig.from_mapping(settings, where="the server's settings")
+        if table is None:
+            recorded = ReplayConfig()
+            empty = not any(self.sizes().values())
+        else:
+            recorded = ReplayConfig.from_mapping(table, where=f"{meta_file} [replay]")
+            empty = False
+        differ = [k for k in settings if getattr(recorded, k) != getattr(given, k)]
+        if differ and not empty:
+            shown = ", ".join(
+                f"{k} = {getattr(recorded, k)!r} (this server: {getattr(given, k)!r})"
+                for k in differ
+            )
+            raise ValueError(
+                f"{meta_file}: the recording's calls were served with {shown}; a replay "
+                "cannot reproduce both: start the server with the recording's settings, or "
+                "record into a new directory"
+            )
+        if table is None:
+            lines = dumps_meta({"replay": dict(settings)})
+            atomic_write_text(meta_file, text + ("" if text.endswith("\n") else "\n")
+                              + "\n" + lines)
+
     @staticmethod
     def _check_meta(meta: Path) -> None:
         """Refuse a ``dataset.toml`` that is not UTF-8 TOML."""

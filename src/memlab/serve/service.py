@@ -293,6 +293,10 @@ class MemoryService:
         touch_k: Top hits of each recall counted as accesses (as the replay's ``touch_k``).
         ttl_days: Event TTL applied before each recall (as the replay's TTL).
         expire: Apply the TTL before each recall (as the replay's ``expire``).
+        depth: How much of the pipeline's ranking a recall serves from, its filters applied
+            within it (as the replay's ``depth``, the ranking it keeps). These four settings
+            go into the recording's ``[replay]`` table (:meth:`Recorder.settle_replay`), which
+            its replay takes as defaults; a recording made with other settings is refused.
         judge: Name written into the judgments of ``feedback`` (default: the agent's name, or
             ``"human"``).
         max_served: How many recall ids ``feedback`` remembers.
@@ -319,6 +323,7 @@ class MemoryService:
         touch_k: int = 10,
         ttl_days: float = 30.0,
         expire: bool = True,
+        depth: int = 100,
         judge: str | None = None,
         max_served: int = 10_000,
         group_items: int = 2000,
@@ -373,6 +378,7 @@ class MemoryService:
         self.touch_k = touch_k
         self.ttl_days = ttl_days
         self.expire = expire
+        self.depth = depth
         self.max_served = max_served
         self.lock = threading.RLock()
         self.cache: dict[Any, Any] = {}
@@ -392,7 +398,17 @@ class MemoryService:
         self._stack: ExitStack | None = None  # the unit under way (see _unit, _begin)
         self._begun = False  # whether its transaction has begun
         self._mark_key = ""
+        settings = {"ttl_days": ttl_days, "expire": expire, "touch_k": touch_k, "depth": depth}
+        from memlab.eval.replay import ReplayConfig
+
+        try:
+            ReplayConfig.from_mapping(settings, where="the server's settings").check(
+                "the server's settings"
+            )
+        except (TypeError, ValueError) as exc:
+            raise ServiceError(str(exc)) from None
         if recorder is not None:
+            recorder.settle_replay(settings)  # what a replay of the recording takes
             self._reconcile_recording(recorder)
         self._last_call = time.monotonic()
         self._closed = threading.Event()
@@ -1380,7 +1396,8 @@ class MemoryService:
                 cache=self.cache,
                 principal=self.principal,
             )
-            frame = self.pipeline.run(ctx)
+            # The ranking a replay keeps (its depth): the filters below serve from it alone
+            frame = self.pipeline.run(ctx).head(self.depth)
             ranked = frame["mem_id"].to_list()
             scores = frame["score"].to_list()
             if self.touch_k > 0 and ranked:
