@@ -96,6 +96,25 @@ def test_status_supersession_by_subject_and_given_valid_from(store):
     )
     assert store.get(old.id).superseded_by == new.id
     assert store.get(new.id).valid_from == T0 + 0.5 * DAY
+    # the old status held until the new one became true: one version at every instant
+    assert store.get(old.id).valid_to == T0 + 0.5 * DAY
+    for t, expected in ((T0 + 0.25 * DAY, [old.id]), (T0 + 0.75 * DAY, [new.id])):
+        mask = store.visible_mask(at_time=t)
+        assert store.ids_of(np.flatnonzero(mask)) == expected
+
+
+def test_a_version_dated_ahead_leaves_the_old_one_true_until_then(store):
+    old = store.store("Launch in May", "fact", source_agent="a", key="launch", now=T0)
+    new = store.store("Launch in June", "fact", source_agent="a", key="launch", now=T0 + DAY,
+                      valid_from=T0 + 10 * DAY)
+    assert store.get(old.id).valid_to == T0 + 10 * DAY
+    assert store.ids_of(np.flatnonzero(store.visible_mask(at_time=T0 + 5 * DAY))) == [old.id]
+    assert store.ids_of(np.flatnonzero(store.visible_mask(at_time=T0 + 10 * DAY))) == [new.id]
+    # dated before the old one began: the old one was never true
+    again = store.store("Launch in July", "fact", source_agent="a", key="launch",
+                        now=T0 + 2 * DAY, valid_from=T0 - DAY)
+    assert store.get(new.id).valid_to == T0 + 10 * DAY  # max(T0 - DAY, its own valid_from)
+    assert store.get(again.id).supersedes == new.id
 
 
 def test_supersession_is_scoped_by_client(store):

@@ -669,7 +669,9 @@ class WritePolicy:
         self._deactivate(old_idx)
         old.superseded_by = new.id
         old.superseded_at = t_now
-        old.valid_to = t_now
+        # The old version was true until the new one became true (never after, so no instant
+        # has two versions of one key; never before it began, so its interval is not negative).
+        old.valid_to = max(new.valid_from, old.valid_from)
         new.supersedes = old.id
         self._save(old_idx, "superseded", t_now)
         return old.id
