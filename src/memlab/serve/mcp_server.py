@@ -17,8 +17,23 @@ caller closes the service; a host that closes stdin or stdout stops it too. A li
 that is not JSON gets JSON-RPC's Parse error (-32700), and JSON that is not a message (a batch,
 a scalar, an object without ``"jsonrpc": "2.0"``, a line longer than :data:`MAX_LINE_BYTES`)
 its Invalid Request (-32600), where the SDK answered nothing; the server goes on serving. A
-blank line is skipped. Design §D4.5's tool names (``store_memory``, ``search_memory``,
-``delete_memory``, ``correct_memory``) are registered too, so its agents' calls work unchanged.
+blank line is skipped.
+
+Reference designs' parameters (the translation is :mod:`memlab.serve.compat`). Seed 003 §4:
+``forget`` and ``promote`` take ``memory_id`` or ``id``, ``relate`` ``from_entity``/``from``
+and ``to_entity``/``to`` (exactly one of each pair); ``memory_type`` takes ``semantic``,
+``episodic``, ``procedural``, ``decision`` (stored as ``fact``, ``event``, ``preference``,
+``decision``; filtered as :data:`memlab.serve.compat.SEED003_FILTERS` says). Design §D4.5 /
+seed 004: ``store_memory`` (returns ``collection``; ``source``, ``related_ids``,
+``last_verified_at`` kept in metadata; ``supersedes`` through ``correct``), ``search_memory``
+(``collections``, ``source``, ``score_threshold`` filters), ``list_memories`` (``collection``,
+``source`` filters), ``delete_memory`` and ``correct_memory`` (``collection``: the memory must
+be in it). Refused with a tool error naming the argument, never ignored: ``status`` other than
+``active``, ``episode_id`` and ``valid_until`` on ``store_memory``; ``mode``, ``use_recency``,
+``use_mmr`` other than the seed's defaults (the configured pipeline ranks);
+``correct_memory``'s ``memory_type``, ``tags``, ``source`` other than the old memory's and
+``confidence`` other than 1.0 (what ``correct`` writes); ``capture_episode``'s ``source`` and
+``related_ids``.
 
 Resources: ``memory://{scope}/{entity}`` — the entity, its relations and its memories in one
 scope, as JSON.
@@ -43,14 +58,21 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from memlab.memory.integrity import sqlite_detail
+from memlab.serve import compat
 from memlab.serve.net import Limits, StopSignals, bearer_guard, serve_app
 from memlab.serve.service import MemoryService, ServiceError
 
 log = logging.getLogger("memlab.serve")
 
 MemoryTypeArg = Literal[
-    "event", "fact", "decision", "status", "rule", "preference", "summary"
+    "event", "fact", "decision", "status", "rule", "preference", "summary",
+    "semantic", "episodic", "procedural",
 ]
+CollectionArg = Literal["coding", "workspace"]
+Source = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
+OptName = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
+Ids = Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]] | None,
+                Field(default=None, max_length=100)]
 RelationArg = Literal["contact_of", "same_owner", "uses", "works_on", "competitor_of"]
 ImportanceArg = Literal["critical", "high", "medium", "low"]
 Text = Annotated[str, Field(min_length=1, max_length=20_000)]
@@ -87,18 +109,22 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
         log_level="WARNING",
     )
 
-    def call(fn: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def call(fn: Callable[..., Any], *args: Any, _fields: dict[str, str] | None = None,
+             _name: str | None = None, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``; an error it raises becomes a tool error (``_fields``: the
+        service's field names to write as the names the caller used; ``_name``: the call's
+        name in the log, default ``fn``'s)."""
         try:
             return fn(*args, **kwargs)
         except (ServiceError, TypeError, ValueError, KeyError) as exc:
-            raise ToolError(str(exc)) from None
+            raise ToolError(compat.renamed_fields(str(exc), _fields or {})) from None
         except (OSError, sqlite3.Error) as exc:
             # A full or read-only disk under the recording or the store: the call's unit rolled
             # back (store and recording alike); the client is told why in one line, as the
             # ingest endpoint tells it, and the server goes on serving.
             what = resource_failure(exc)
             log.warning("%s: the call failed and nothing of it was written (%s)",
-                        fn.__name__, what)
+                        _name or fn.__name__, what)
             raise ToolError(f"the call failed and nothing of it was written ({what})") from None
 
     # ------------------------------------------------------------------ write
@@ -116,7 +142,7 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
         valid_from: Timestamp = None,
     ) -> dict[str, Any]:
         return call(
-            service.store_memory, content, memory_type, scope=scope, tags=tags,
+            service.store_memory, content, compat.stored_type(memory_type), scope=scope, tags=tags,
             confidence=confidence, key=key, subject=subject, status_value=status_value,
             importance=importance, valid_from=valid_from,
         )
@@ -132,14 +158,22 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
         return call(service.store_decision, decision, rationale, alternatives, participants,
                     scope=scope)
 
-    @server.tool(description="Relate two entities with a typed relation.")
+    @server.tool(description="Relate two entities with a typed relation (from/from_entity, "
+                             "to/to_entity).")
     def relate(
-        from_: Annotated[Name, Field(alias="from")],
         relation: RelationArg,
-        to: Name,
+        from_: Annotated[OptName, Field(alias="from")] = None,
+        to: OptName = None,
         properties: dict[str, Any] | None = None,
+        from_entity: OptName = None,
+        to_entity: OptName = None,
     ) -> dict[str, Any]:
-        return call(service.relate, from_, relation, to, properties)
+        def run() -> dict[str, Any]:
+            src_name, src = compat.one_of({"from": from_, "from_entity": from_entity})
+            dst_name, dst = compat.one_of({"to": to, "to_entity": to_entity})
+            return call(service.relate, src, relation, dst, properties,
+                        _fields={"from": src_name, "to": dst_name})
+        return call(run)
 
     @server.tool(description="Create or update an entity (properties) and its relations.")
     def store_entity(
@@ -167,8 +201,8 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
         token_budget: Annotated[int | None, Field(default=None, ge=1)] = None,
     ) -> dict[str, Any]:
         return call(
-            service.recall, query, scope=scope, memory_type=memory_type, tags=tags, limit=limit,
-            min_confidence=min_confidence, at_time=at_time,
+            compat.recall_filtered, service, query, scope=scope, memory_type=memory_type,
+            tags=tags, limit=limit, min_confidence=min_confidence, at_time=at_time,
             include_superseded=include_superseded, format=format, token_budget=token_budget,
         )
 
@@ -202,21 +236,32 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
     ) -> dict[str, Any]:
         return call(service.get_decisions, topic, since, status, limit)
 
-    @server.tool(description="Browse memories in write order (paginated).")
+    @server.tool(description="Browse memories in write order (paginated; filters: memory_type, "
+                             "scope, collection, source).")
     def list_memories(
         offset: Annotated[int, Field(ge=0)] = 0,
         limit: Annotated[int, Field(ge=1, le=100)] = 20,
         memory_type: MemoryTypeArg | None = None,
         scope: ScopeArg = None,
         include_inactive: bool = False,
+        collection: CollectionArg | None = None,
+        source: Source = None,
     ) -> dict[str, Any]:
-        return call(service.list_memories, offset=offset, limit=limit, memory_type=memory_type,
-                    scope=scope, include_inactive=include_inactive)
+        return call(compat.list_filtered, service, offset=offset, limit=limit,
+                    memory_type=memory_type, scope=scope, include_inactive=include_inactive,
+                    collection=collection, source=source)
 
     # ------------------------------------------------------------------ lifecycle
-    @server.tool(description="Soft-delete a memory (decisions are immutable).")
-    def forget(id: Name, reason: Annotated[str, Field(min_length=1, max_length=2000)]) -> dict[str, Any]:  # noqa: A002,E501
-        return call(service.forget, id, reason)
+    @server.tool(description="Soft-delete a memory (id or memory_id; decisions are immutable).")
+    def forget(
+        reason: Annotated[str, Field(min_length=1, max_length=2000)],
+        id: OptName = None,  # noqa: A002
+        memory_id: OptName = None,
+    ) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            name, value = compat.one_of({"id": id, "memory_id": memory_id})
+            return call(service.forget, value, reason, _fields={"id": name})
+        return call(run)
 
     @server.tool(description="Replace a memory with corrected content (linked both ways).")
     def supersede(
@@ -232,9 +277,13 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
     ) -> dict[str, Any]:
         return call(service.correct, old_id, new_content, reason)
 
-    @server.tool(description="Move a memory from an agent or project scope to the team scope.")
-    def promote(id: Name) -> dict[str, Any]:  # noqa: A002
-        return call(service.promote, id)
+    @server.tool(description="Move a memory (id or memory_id) from an agent or project scope to "
+                             "the team scope.")
+    def promote(id: OptName = None, memory_id: OptName = None) -> dict[str, Any]:  # noqa: A002
+        def run() -> dict[str, Any]:
+            name, value = compat.one_of({"id": id, "memory_id": memory_id})
+            return call(service.promote, value, _fields={"id": name})
+        return call(run)
 
     @server.tool(description="Run one consolidation cycle over a scope.")
     def consolidate(scope: ScopeArg = None, since: Timestamp = None) -> dict[str, Any]:
@@ -246,45 +295,98 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
         observations: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=10)],
         episode_id: Annotated[str | None, Field(default=None, max_length=200)] = None,
         scope: ScopeArg = None,
+        source: Source = None,
+        related_ids: Ids = None,
     ) -> dict[str, Any]:
-        return call(service.capture_episode, summary, observations, episode_id, scope=scope)
+        call(compat.check_episode_options, source, related_ids)
+        return call(service.capture_episode, summary,
+                    compat.translated_observations(observations), episode_id, scope=scope)
 
     # ------------------------------------------------------------------ docs/design.md §D4.5 names
-    @server.tool(description="Design §D4.5 store_memory: store with a source and memory_type.")
+    @server.tool(description="Design §D4.5 store_memory: store with a source and memory_type; "
+                             "returns its id and collection.")
     def store_memory(
         content: Text,
         memory_type: MemoryTypeArg,
-        source: Annotated[str | None, Field(default=None, max_length=200)] = None,
+        source: Source = None,
         tags: Tags = None,
         confidence: Unit = 1.0,
         scope: ScopeArg = None,
+        status: Literal["active", "superseded", "deprecated"] = "active",
+        episode_id: OptName = None,
+        related_ids: Ids = None,
+        supersedes: OptName = None,
+        valid_until: Timestamp = None,
+        last_verified_at: Timestamp = None,
     ) -> dict[str, Any]:
-        meta = None if source is None else {"source": source}
-        return call(service.store_memory, content, memory_type, scope=scope, tags=tags,
-                    confidence=confidence, metadata=meta)
+        def run() -> dict[str, Any]:
+            compat.check_store_options(status, episode_id, valid_until)
+            if supersedes is not None:
+                out = compat.store_superseding(
+                    service, supersedes, content, memory_type, tags=tags, source=source,
+                    confidence=confidence, scope=scope, related_ids=related_ids,
+                    last_verified_at=last_verified_at)
+            else:
+                meta = compat.store_metadata(source=source, related_ids=related_ids,
+                                             last_verified_at=last_verified_at)
+                out = service.store_memory(content, compat.stored_type(memory_type),
+                                           scope=scope, tags=tags, confidence=confidence,
+                                           metadata=meta)
+            return out | {"collection": compat.collection_of(out["memory_type"])}
+        return call(run, _name="store_memory")
 
-    @server.tool(description="Design §D4.5 search_memory: recall with limit and filters.")
+    @server.tool(description="Design §D4.5 search_memory: recall with limit and filters "
+                             "(collections, source, score_threshold, memory_type, tags).")
     def search_memory(
         query: Annotated[str, Field(min_length=1, max_length=4000)],
         limit: Annotated[int, Field(ge=1, le=20)] = 5,
         memory_type: MemoryTypeArg | None = None,
         tags: Tags = None,
         include_inactive: bool = False,
+        collections: Annotated[list[CollectionArg] | None,
+                               Field(default=None, min_length=1, max_length=2)] = None,
+        score_threshold: Annotated[float | None, Field(default=None, ge=0.0, le=1.0)] = None,
+        source: Source = None,
+        mode: Literal["vector", "keyword", "hybrid"] = "hybrid",
+        use_recency: bool = True,
+        use_mmr: bool = True,
     ) -> dict[str, Any]:
-        return call(service.recall, query, limit=limit, memory_type=memory_type, tags=tags,
-                    include_superseded=include_inactive)
+        def run() -> dict[str, Any]:
+            compat.check_ranking(service, mode, use_recency, use_mmr)
+            return compat.recall_filtered(
+                service, query, limit=limit, memory_type=memory_type, tags=tags,
+                include_superseded=include_inactive, collections=collections, source=source,
+                score_threshold=score_threshold, annotate=True)
+        return call(run, _name="search_memory")
 
-    @server.tool(description="Design §D4.5 delete_memory: forget a memory.")
-    def delete_memory(id: Name) -> dict[str, Any]:  # noqa: A002
-        return call(service.forget, id, "deleted")
+    @server.tool(description="Design §D4.5 delete_memory: forget a memory (of collection, "
+                             "when given).")
+    def delete_memory(id: Name, collection: CollectionArg | None = None) -> dict[str, Any]:  # noqa: A002,E501
+        def run() -> dict[str, Any]:
+            with service.lock:
+                compat.check_collection(service, id, collection)
+                return service.forget(id, "deleted")
+        return call(run, _name="delete_memory")
 
     @server.tool(description="Design §D4.5 correct_memory: supersede with corrected content.")
     def correct_memory(
         id: Name,  # noqa: A002
         corrected_content: Text,
         correction_reason: Annotated[str, Field(min_length=1, max_length=2000)],
+        collection: CollectionArg | None = None,
+        source: Source = None,
+        memory_type: MemoryTypeArg | None = None,
+        tags: Tags = None,
+        confidence: Annotated[float | None, Field(default=None, ge=0.0, le=1.0)] = None,
     ) -> dict[str, Any]:
-        return call(service.correct, id, corrected_content, correction_reason)
+        def run() -> dict[str, Any]:
+            rec, out = compat.correct_checked(
+                service, id, corrected_content, correction_reason, collection=collection,
+                source=source, memory_type=memory_type, tags=tags, confidence=confidence)
+            return out | {"collection": compat.collection_of(compat.memory_type_of(service, rec))}
+        return call(run, _name="correct_memory",
+                    _fields={"old_id": "id", "new_content": "corrected_content",
+                             "reason": "correction_reason"})
 
     # ------------------------------------------------------------------ resources
     @server.resource(

@@ -1356,8 +1356,14 @@ class MemoryService:
         include_superseded: Any = False,
         format: Any = "json",
         token_budget: Any = None,
+        keep: Callable[[MemoryRecord], bool] | None = None,
     ) -> dict[str, Any]:
         """``recall``: run the configured pipeline and serve its ranking, filtered.
+
+        ``keep`` is one more filter, from the tool layer (:mod:`memlab.serve.compat`: a
+        reference design's collections, sources, similarity threshold), applied with the
+        others before ``limit`` and ``token_budget``: the ids recorded as served, and those
+        ``feedback`` accepts, are always the ones the caller was given.
 
         Returns ``{recall_id, ids, memories | text}``; ``recall_id`` names the recall for
         ``feedback`` and is the ``qid`` of the recorded query.
@@ -1413,6 +1419,8 @@ class MemoryService:
                 if tag_list and not set(tag_list) <= set(_meta_strs(rec.metadata.get("tags"))):
                     continue
                 if min_conf is not None and rec.confidence < min_conf:
+                    continue
+                if keep is not None and not keep(rec):
                     continue
                 if budget is not None:
                     cost = count_tokens(rec.text)
