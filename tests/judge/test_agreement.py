@@ -31,3 +31,15 @@ def test_one_judge_gives_no_rows_and_a_single_grade_gives_nan():
            Judgment("q", "n", 1, "human", "bob", TS)]
     row = agreement(js).row(0, named=True)
     assert row["agreement"] == 1.0 and math.isnan(row["kappa"])
+
+
+def test_the_agreement_command_refuses_a_path_that_is_no_dataset(tmp_path, capsys) -> None:
+    from memlab.cli import main
+
+    assert main(["judge", "agreement", str(tmp_path / "missing")]) == 2
+    assert f"{tmp_path / 'missing'}: no such dataset directory" in capsys.readouterr().err
+    assert main(["judge", "agreement", str(tmp_path)]) == 2
+    assert f"{tmp_path}: not a dataset (no dataset.toml)" in capsys.readouterr().err
+    (tmp_path / "dataset.toml").write_text('name = "x"\n')
+    assert main(["judge", "agreement", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "fewer than two judges: no agreement to report\n"

@@ -49,9 +49,17 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memlab.datasets.format import META_FILE
     from memlab.judge.agreement import agreement
     from memlab.judge.judgments import read_judgments
 
+    where = Path(args.dataset)
+    if not where.is_dir():
+        raise ValueError(f"{where}: no such dataset directory")
+    if not (where / META_FILE).is_file():
+        raise ValueError(f"{where}: not a dataset (no {META_FILE})")
     table = agreement(read_judgments(args.dataset), source=args.source)
     if table.height == 0:
         print("fewer than two judges: no agreement to report")
