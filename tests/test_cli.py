@@ -688,3 +688,23 @@ def test_finetune_trains_a_cross_encoder_the_stage_loads(tmp_path, capsys):
                  "--first-stage", "no-such-pipeline"]) == 2
     assert "no-such-pipeline" in capsys.readouterr().err
     assert not (tmp_path / "z").exists()
+
+
+def test_every_embedder_option_shares_one_help_text() -> None:
+    import argparse
+
+    from memlab.cli import EMBEDDER_HELP, build_parser
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, (*path, name))
+            elif "--embedder" in action.option_strings:
+                yield path, action.help
+
+    found = dict(walk(build_parser(), ()))
+    assert {("tune",), ("serve", "mcp"), ("serve", "http"), ("eval",)} <= set(found)
+    # fine-tuning takes a base model, not an embedder to evaluate with
+    shared = {path: text for path, text in found.items() if "finetune" not in " ".join(path)}
+    assert {text for text in shared.values()} == {EMBEDDER_HELP}, shared

@@ -147,7 +147,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
         "continues (default: reports/tune-<timestamp>)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the split and the sampler")
-    p.add_argument("--embedder", default="minilm", help="embedder name (minilm, hashing)")
+    p.add_argument("--embedder", default="minilm", help=_embedder_help())
     p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
     p.add_argument("--generator", default=None, help="generator for HyDE")
     p.add_argument(
@@ -246,3 +246,10 @@ def add_finetune_command(sub: argparse._SubParsersAction) -> None:
                    help="with --cross-encoder: the pipeline whose rankings give the hard "
                         "negatives (default conversational)")
     p.set_defaults(func=cmd_finetune)
+
+
+def _embedder_help() -> str:
+    """The ``--embedder`` help every command shares (the command line's own)."""
+    from memlab.cli import EMBEDDER_HELP
+
+    return EMBEDDER_HELP
