@@ -374,7 +374,10 @@ def test_replay_defaults_come_from_the_dataset_and_flags_override(tmp_path, caps
     out = tmp_path / "run"
     assert main(["eval", str(data), "--pipelines", "bm25", "--embedder", "hashing",
                  "--no-cache", "--quiet", "--out", str(out), "--touch-k", "3"]) == 0
-    assert "replay: ttl_days=30 expire=False touch_k=3" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "replay: ttl_days=30 expire=False [dataset] touch_k=3 [flag] consolidation=off "
+        "conflict_policy=None"
+    )
     replay = json.loads((out / "manifest.json").read_text())["replay"]
     assert (replay["expire"], replay["touch_k"]) == (False, 3)
     assert replay["source"] == {"expire": "dataset", "touch_k": "override"}

@@ -198,11 +198,24 @@ def _replay_config(args: argparse.Namespace, dataset: Any) -> Any:
 
 
 def _print_replay(config: Any) -> None:
+    """The replay's values in force, each not at memlab's default followed by where it came
+    from (``[dataset]``: its ``[replay]`` table; ``[flag]``: the command line)."""
     c = config.consolidation
+    source = dict(config.source)
+
+    def where(*keys: str) -> str:
+        found = [source[k] for k in keys if k in source]
+        if not found:
+            return ""
+        return " [flag]" if "override" in found else " [dataset]"
+
     cons = f"every {c.interval_hours:g} h" if c.enabled else "off"
     print(
-        f"replay: ttl_days={config.ttl_days:g} expire={config.expire} touch_k={config.touch_k} "
-        f"consolidation={cons} conflict_policy={config.conflict_policy}"
+        f"replay: ttl_days={config.ttl_days:g}{where('ttl_days')} "
+        f"expire={config.expire}{where('expire')} touch_k={config.touch_k}{where('touch_k')} "
+        f"consolidation={cons}"
+        f"{where(*(k for k in source if k.startswith('consolidation.')))} "
+        f"conflict_policy={config.conflict_policy}{where('conflict_policy')}"
     )
 
 
