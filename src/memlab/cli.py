@@ -388,7 +388,8 @@ def _without_unrecorded_generations(pipes: list[Any], ds: Any) -> list[Any]:
         print(
             f"memlab: note: leaving out {names}: it needs a generator and {ds.path} has no "
             f"recorded generations; include it with --generator smollm2 (the local model) or "
-            f"record them first (memlab generations record {ds.path} --out FILE)",
+            "record them first where eval looks for them (memlab generations record "
+            f"{ds.path} --out {Path(str(ds.path)) / 'generations.jsonl'})",
             file=sys.stderr,
         )
         return [p for p in pipes if not needs_generator(p)]
