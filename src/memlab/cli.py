@@ -646,18 +646,26 @@ def cmd_store_consolidate(args: argparse.Namespace) -> int:
     path = _store_path(args.path)
     now = _clock(args.now)
     embedder = _embedder(args.embedder, not args.no_cache)
-    merger = None
-    if args.generator is not None:
-        from memlab.generate import make_generator
-
-        merger = ClusterMerger(
-            make_generator(args.generator),
-            embedder,
-            similarity_threshold=args.merge_threshold,
-        )
     store = MemoryStore(path, embedder=embedder)
     try:
         _refuse_recorded(store, "consolidate", args.unrecorded)
+        # before a generator loads: merged facts are embedded, so the dimensions must agree
+        if store.vectors.dim is not None and args.generator is not None \
+                and embedder.dim != store.vectors.dim:
+            raise CLIError(
+                f"{path}: the store's vectors have dimension {store.vectors.dim}, --embedder "
+                f"{args.embedder} gives {embedder.dim}: consolidate with the embedder that "
+                "wrote the store"
+            )
+        merger = None
+        if args.generator is not None:
+            from memlab.generate import make_generator
+
+            merger = ClusterMerger(
+                make_generator(args.generator),
+                embedder,
+                similarity_threshold=args.merge_threshold,
+            )
         report = Consolidator(event_ttl_days=args.ttl_days, merger=merger).run(store, now=now)
     finally:
         store.close()

@@ -140,6 +140,25 @@ def test_store_commands_refuse_a_store_a_live_server_records(tmp_path, capsys):
     )
 
 
+def test_consolidate_refuses_an_embedder_of_another_dimension_before_a_generator(
+    tmp_path, capsys
+):
+    from memlab.cli import main
+    from memlab.embed import HashingEmbedder
+
+    with MemoryStore(tmp_path / "s") as store:
+        store.store("Acme runs on Postgres", "fact", key="db", source_agent="a", now=T0,
+                    embedding=unit(0))
+    dim = HashingEmbedder().dim
+    # the generator is never loaded: the check comes first
+    assert main(["store", "consolidate", str(tmp_path / "s"), "--embedder", "hashing",
+                 "--generator", "no-such-generator"]) == 2
+    assert (
+        f"the store's vectors have dimension 8, --embedder hashing gives {dim}: consolidate "
+        "with the embedder that wrote the store"
+    ) in capsys.readouterr().err
+
+
 WRITER = textwrap.dedent(
     """
     import sys

@@ -214,3 +214,17 @@ def test_a_large_index_multiplies_blocks_instead_of_grouping(monkeypatch) -> Non
                               codes=np.array([0, 1, 2]))
     assert sims[0] == 1.0
     assert getattr(index, "groups_", None) is None
+
+
+def test_a_query_of_another_dimension_is_refused_naming_both() -> None:
+    from memlab.embed import HashingEmbedder
+    from memlab.memory.store import MemoryStore
+
+    store = MemoryStore(embedder=HashingEmbedder(dim=64))
+    store.store("Acme runs on Postgres", "fact", key="db", now=0.0)
+    store.embedder = HashingEmbedder(dim=32)  # as a store reopened with another embedder
+    with pytest.raises(ValueError, match=(
+        r"^the query vector has dimension 32 but the store's vectors have 64: the store was "
+        r"written with another embedder"
+    )):
+        store.search("Postgres", now=1.0)

@@ -406,6 +406,7 @@ class ExactIndex:
                 (:func:`_gather_is_exact`): the values are those of :func:`block_products`.
         """
         q = np.asarray(query, dtype=np.float32).reshape(-1)
+        check_query_dim(q, self.dim)
         norm = float(np.linalg.norm(q))
         if norm > 0:
             q = q / norm
@@ -522,8 +523,25 @@ class AnnIndex:
         if self.index_ is None or len(self.index_) == 0 or k <= 0:
             return np.zeros(0, dtype=np.int64)
         q = np.asarray(query, dtype=np.float32).reshape(-1)
+        check_query_dim(q, self.index_.ndim)
         hits = self.index_.search(q, min(k, len(self.index_)), threads=1)
         return np.asarray(hits.keys, dtype=np.int64)
+
+
+def check_query_dim(query: np.ndarray, dim: int | None) -> None:
+    """Refuse a query vector whose length is not the store's vector dimension ``dim`` (a store
+    written with one embedder, read with another) with a message naming both, where numpy
+    would fail inside a matrix product.
+
+    Raises:
+        ValueError: The lengths differ.
+    """
+    if dim is not None and query.shape[0] != dim:
+        raise ValueError(
+            f"the query vector has dimension {query.shape[0]} but the store's vectors have "
+            f"{dim}: the store was written with another embedder; read it with the one that "
+            "wrote it (the same --embedder)"
+        )
 
 
 def drop_chroma_system(path: str | Path) -> None:
