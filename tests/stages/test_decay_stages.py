@@ -53,6 +53,20 @@ def test_recency_blend_never_decays_decisions():
     assert by_id[old] == pytest.approx(0.5 * 1.0 + 0.5 * 0.5**26)
 
 
+def test_recency_blend_never_decays_a_rule_stored_as_a_fact():
+    store = MemoryStore(embedder=HashingEmbedder(dim=16))
+    rule = store.store("CI fails above complexity 15", "fact", key="ci", now=T0,
+                       metadata={"memory_type": "rule"}).id
+    pref = store.store("Tabs over spaces", "fact", key="tabs", now=T0,
+                       metadata={"memory_type": "preference"}).id
+    ctx = QueryContext(qid="q", text="x", store=store, now=T0 + 10 * DAY)
+    frame = pl.DataFrame({"qid": ["q"] * 2, "mem_id": [rule, pref], "score": [1.0, 1.0],
+                          "rank": [1, 2]})
+    out = RecencyBlend(recency_weight=0.5, half_life_days=10.0).transform(frame, ctx)
+    by_id = dict(zip(out["mem_id"], out["effective_score"], strict=True))
+    assert by_id == pytest.approx({rule: 0.5 * 1.0 + 0.5 * 1.0, pref: 0.5 * 1.0 + 0.5 * 0.5})
+
+
 def test_registered_and_cloneable():
     for name in ("decay_score", "importance_score", "recency_blend"):
         cls = get_stage_class(name)

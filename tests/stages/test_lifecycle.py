@@ -88,6 +88,21 @@ def test_events_and_decisions_do_not_decay(aged: MemoryStore, now: float) -> Non
     assert g["event-90"] == pytest.approx(0.98**90, rel=1e-12)
 
 
+def test_a_rule_does_not_decay_and_a_preference_does(now: float) -> None:
+    # design §D4.3: "rule and decision do not decay, while fact, summary, and preference
+    # receive recency weighting"; §D4.1's types are facts carrying metadata.memory_type
+    store = MemoryStore()
+    for mid, kind in [("rule", "rule"), ("pref", "preference"), ("summ", "summary"),
+                      ("fact", None), ("odd", "made-up")]:
+        meta = None if kind is None else {"memory_type": kind}
+        store.store(f"memory {mid}", "fact", key=mid, source_agent="t", now=now - 30 * DAY,
+                    id=mid, metadata=meta)
+    assert store.column("kind").tolist() == ["rule", "preference", "summary", "fact", "fact"]
+    f = _factors(store, now, ["rule", "pref", "summ", "fact", "odd"])
+    assert f == pytest.approx({"rule": 1.0, "pref": 0.98**30, "summ": 0.98**30,
+                               "fact": 0.98**30, "odd": 0.98**30}, rel=1e-12)
+
+
 def test_parameters_change_the_factor(aged: MemoryStore, now: float) -> None:
     f = _factors(aged, now, ["fact-7", "boost-7"], decay_factor=0.9, boost_weight=0.5)
     assert f["fact-7"] == pytest.approx(0.9**7, rel=1e-12)

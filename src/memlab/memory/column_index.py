@@ -19,6 +19,7 @@ from memlab.memory.records import (
     GLOBAL_CLIENT,
     MemoryRecord,
     UnknownMemoryError,
+    kind_of,
 )
 from memlab.memory.scopes import Principal
 from memlab.memory.scrub import scrub_message
@@ -42,6 +43,7 @@ class _Columns:
         ("valid_to", np.float64, _NO_END),
         ("client", np.int32, -1),
         ("type", "<U8", ""),
+        ("kind", "<U10", ""),  # the type decay reads (records.kind_of)
         ("scope", np.int32, -1),
         ("archived", bool, False),
     )
@@ -284,6 +286,7 @@ class ColumnIndex:
         c.created_at[idx] = rec.created_at
         c.client[idx] = self._clients.setdefault(rec.client_id, len(self._clients))
         c.type[idx] = rec.type
+        c.kind[idx] = kind_of(rec)
         c.scope[idx] = self._scopes.setdefault(rec.scope, len(self._scopes))
         c.valid_from[idx] = rec.valid_from if rec.valid_from is not None else rec.created_at
         self._sync_columns(idx)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from memlab.memory.records import NON_DECAYING_KINDS
 from memlab.timeutil import SECONDS_PER_DAY
 
 
@@ -74,9 +75,10 @@ def recency(
     now: float,
     *,
     half_life_days: float = 30.0,
-    non_decaying_types: tuple[str, ...] = ("decision",),
+    non_decaying_types: tuple[str, ...] = NON_DECAYING_KINDS,
 ) -> np.ndarray:
-    """Design §D4.3's recency score: halves every ``half_life_days``; 1 for non-decaying types."""
+    """Design §D4.3's recency score: halves every ``half_life_days``; 1 for non-decaying
+    kinds (``types`` are the memories' kinds: :func:`memlab.memory.records.kind_of`)."""
     days = np.maximum((now - np.asarray(created_at, dtype=np.float64)) / SECONDS_PER_DAY, 0.0)
     r = np.power(0.5, days / half_life_days)
     return np.where(np.isin(np.asarray(types), list(non_decaying_types)), 1.0, r)

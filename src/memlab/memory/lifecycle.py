@@ -55,7 +55,8 @@ def lifecycle_factor(
     boost_weight: float = 0.3,
     decaying_types: tuple[str, ...] = DECAYING_TYPES,
 ) -> np.ndarray:
-    """``effective_confidence × access_boost`` per memory, decay on ``decaying_types`` only."""
+    """``effective_confidence × access_boost`` per memory, decay on ``decaying_types`` only
+    (``types`` are the memories' kinds: :func:`memlab.memory.records.kind_of`)."""
     decays = np.isin(types, decaying_types)
     eff = np.where(
         decays,

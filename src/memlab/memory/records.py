@@ -21,7 +21,16 @@ from memlab.timeutil import to_iso
 
 MemoryType = Literal["event", "fact", "decision", "status"]
 MEMORY_TYPES: tuple[str, ...] = ("event", "fact", "decision", "status")
-DECAYING_TYPES: tuple[str, ...] = ("fact", "status")
+#: Design §D4.1's memory types that memlab stores as facts, the §D4.1 type kept in
+#: ``metadata.memory_type`` (``memlab serve``'s ``store_memory``). A memory's *kind*
+#: (:func:`kind_of`) is that type when it has one, else its own type: what decay reads.
+DESIGN_TYPES: tuple[str, ...] = ("rule", "preference", "summary")
+MEMORY_KINDS: tuple[str, ...] = (*MEMORY_TYPES, *DESIGN_TYPES)
+#: Kinds whose confidence decays: design §D0.5's facts and statuses, and §D4.3's kinds that
+#: "receive recency weighting" (preference, summary); a ``rule``, like a ``decision``, does not.
+DECAYING_TYPES: tuple[str, ...] = ("fact", "status", "preference", "summary")
+#: Kinds whose recency is always 1 (design §D4.3: "rule and decision do not decay").
+NON_DECAYING_KINDS: tuple[str, ...] = ("decision", "rule")
 IMPORTANCE_LEVELS: tuple[str, ...] = ("critical", "high", "medium", "low")
 AUTHORITY_LEVELS: tuple[str, ...] = ("human", "verified_agent", "unverified_agent", "inferred")
 """Source authority, highest first (design §D3.8: human > verified_agent > unverified_agent >
@@ -199,3 +208,10 @@ class MemoryRecord:
         for name in TIME_FIELDS:
             out[name] = to_iso(out[name])
         return out
+
+
+def kind_of(rec: MemoryRecord) -> str:
+    """A memory's kind: its design §D4.1 type (:data:`DESIGN_TYPES`) when it is a fact that
+    carries one in ``metadata.memory_type``, else its type."""
+    given = rec.metadata.get("memory_type") if rec.type == "fact" else None
+    return given if isinstance(given, str) and given in DESIGN_TYPES else rec.type

@@ -368,7 +368,7 @@ class MemoryStore(WritePolicy, EntityIndexing, ColumnIndex, ChromaMirror, SQLite
         rows = np.flatnonzero(mask)
         c = self._cols
         factor = lifecycle_factor(
-            c.type[rows],
+            c.kind[rows],
             c.confidence[rows],
             days_since(t_now, c.last_accessed_at[rows], c.created_at[rows]),
             c.access_count[rows],

@@ -12,7 +12,8 @@ design §D4.1's types map onto it so that its agents' calls work unchanged:
 §D4.1 type    stored as
 ============  ===========================================================================
 rule          ``fact``, ``importance="critical"``, ``category="procedural"`` (a hard
-              constraint: correctable, superseded by ``key``; it decays like every fact)
+              constraint: correctable, superseded by ``key``; like a decision it does not
+              decay: decay reads a memory's kind, :func:`~memlab.memory.records.kind_of`)
 preference    ``fact``, ``category="procedural"`` (a soft convention)
 summary       ``fact``, ``category="episodic"`` (a distilled discussion; decays, never
               expires)

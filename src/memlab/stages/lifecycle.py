@@ -28,7 +28,7 @@ import polars as pl
 
 from memlab.fastframe import f64_series, i64_series, take_rows
 from memlab.memory.lifecycle import days_since, lifecycle_factor
-from memlab.memory.records import MEMORY_TYPES
+from memlab.memory.records import DECAYING_TYPES, MEMORY_KINDS
 from memlab.stages.base import (
     ROW_COLUMN,
     QueryContext,
@@ -54,7 +54,9 @@ class Lifecycle(Stage):
         boost_weight: Weight of ``log2(access_count + 1)`` in the boost (docs/design.md §D0.6: 0.3).
         min_similarity: Vector-only candidates below this cosine are dropped (design §D0.6: 0.3;
             ``-1.0`` keeps every candidate).
-        decaying_types: Memory types whose confidence decays (design §D0.5: facts and statuses).
+        decaying_types: Memory kinds whose confidence decays (design §D0.5: facts and
+            statuses; §D4.3: preferences and summaries, not rules). A memory's kind is its
+            type, or the §D4.1 type a fact was stored with (:func:`~memlab.memory.records.kind_of`).
         relevance: Candidate column used as the relevance factor (``"score"``,
             ``"dense_score"``, ``"rrf_score"`` …); a candidate without a value ranks last.
 
@@ -66,7 +68,7 @@ class Lifecycle(Stage):
         "decay_factor": [Interval(Real, 0, 1, closed="both")],
         "boost_weight": [Interval(Real, 0, None, closed="left")],
         "min_similarity": [Interval(Real, -1, 1, closed="both")],
-        "decaying_types": [SequenceOf(Options(str, MEMORY_TYPES))],
+        "decaying_types": [SequenceOf(Options(str, MEMORY_KINDS))],
         "relevance": [Options(str, score_columns)],
     }
 
@@ -81,7 +83,7 @@ class Lifecycle(Stage):
         decay_factor: float = 0.98,
         boost_weight: float = 0.3,
         min_similarity: float = 0.3,
-        decaying_types: tuple[str, ...] = ("fact", "status"),
+        decaying_types: tuple[str, ...] = DECAYING_TYPES,
         relevance: str = "score",
     ) -> None:
         self.decay_factor = decay_factor
@@ -113,7 +115,7 @@ class Lifecycle(Stage):
             keep &= ~weak
         rows = rows[keep]
         factor = lifecycle_factor(
-            store.column("type")[rows],
+            store.column("kind")[rows],
             store.column("confidence")[rows],
             days_since(
                 ctx.now,

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from memlab.memory.decay import recency
-from memlab.memory.records import MEMORY_TYPES
+from memlab.memory.records import MEMORY_KINDS, NON_DECAYING_KINDS
 from memlab.stages.base import QueryContext, Stage, register_stage, score_columns
 from memlab.stages.constraints import Interval, Options, Real, SequenceOf
 from memlab.stages.decay_score import _empty, _finish, _relevance, _rows
@@ -33,7 +33,8 @@ class RecencyBlend(Stage):
     Args:
         recency_weight: Weight of recency in the blend.
         half_life_days: Days for recency to halve.
-        non_decaying_types: Types whose recency is always 1 (design §D4.3: rule and decision).
+        non_decaying_types: Kinds whose recency is always 1 (design §D4.3: rule and decision;
+            a kind is a type, or the §D4.1 type a fact was stored with).
         relevance: Candidate column used as relevance.
 
     Output columns: ``lifecycle_factor`` (the recency) and ``effective_score`` (the blend).
@@ -42,7 +43,7 @@ class RecencyBlend(Stage):
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         "recency_weight": [Interval(Real, 0, 1, closed="both")],
         "half_life_days": [Interval(Real, 0, None, closed="neither")],
-        "non_decaying_types": [SequenceOf(Options(str, MEMORY_TYPES))],
+        "non_decaying_types": [SequenceOf(Options(str, MEMORY_KINDS))],
         "relevance": [Options(str, score_columns)],
     }
     embeds_other_texts = False  # embeds no text but the query
@@ -51,7 +52,7 @@ class RecencyBlend(Stage):
         self,
         recency_weight: float = 0.2,
         half_life_days: float = 30.0,
-        non_decaying_types: tuple[str, ...] = ("decision",),
+        non_decaying_types: tuple[str, ...] = NON_DECAYING_KINDS,
         relevance: str = "score",
     ) -> None:
         self.recency_weight = recency_weight
@@ -68,7 +69,7 @@ class RecencyBlend(Stage):
         rows = _rows(frame, ctx)
         store = ctx.store
         r = recency(
-            store.column("type")[rows],
+            store.column("kind")[rows],
             store.column("created_at")[rows],
             ctx.now,
             half_life_days=self.half_life_days,
