@@ -334,3 +334,48 @@ def test_a_lock_file_that_cannot_be_created_is_one_clear_error(tmp_path, monkeyp
     monkeypatch.setattr(filelock.FileLock, "acquire", refuse)
     with pytest.raises(StoreWriteError, match="memlab.lock: cannot take the store lock"):
         MemoryStore(tmp_path / "s")
+
+
+def test_only_a_damaged_file_is_called_corrupt(tmp_path):
+    import sqlite3
+
+    from memlab.memory.sqlite_io import is_corruption
+
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"x" * 4096)
+    with pytest.raises(sqlite3.DatabaseError) as notadb:
+        sqlite3.connect(garbage).execute("SELECT 1 FROM sqlite_master")
+    with pytest.raises(sqlite3.OperationalError) as cantopen:
+        sqlite3.connect(f"file:{tmp_path / 'none' / 'x.db'}?mode=ro", uri=True)
+    assert (notadb.value.sqlite_errorcode, cantopen.value.sqlite_errorcode) == (26, 14)
+    assert is_corruption(notadb.value) and not is_corruption(cantopen.value)
+    assert is_corruption(sqlite3.DatabaseError("no code"))  # as SQLite raised it before 3.11
+    assert not is_corruption(ValueError("x"))
+
+
+def test_a_store_the_disk_cannot_serve_is_not_called_corrupt(tmp_path, monkeypatch):
+    # A full disk: SQLite cannot make the -shm file, and the read fails with an I/O error
+    import sqlite3
+
+    from memlab.memory.records import StoreCorruptError, StoreWriteError
+
+    with MemoryStore(tmp_path / "s") as store:
+        store.store("Acme runs on Postgres", "fact", key="db", source_agent="a", now=0.0)
+    try:
+        sqlite3.connect(f"file:{tmp_path / 'none' / 'x.db'}?mode=ro", uri=True)
+    except sqlite3.OperationalError as exc:
+        failure = exc
+
+    def fail(self):
+        raise failure
+
+    monkeypatch.setattr(MemoryStore, "_load_rows", fail)
+    with pytest.raises(StoreWriteError, match=(
+        r"memlab.sqlite3: cannot open the store \(unable to open database file\): the file "
+        r"system may be full, read-only or failing; the store was not found damaged"
+    )) as refused:
+        MemoryStore(tmp_path / "s")
+    assert not isinstance(refused.value, StoreCorruptError)
+    monkeypatch.undo()
+    with MemoryStore(tmp_path / "s") as again:
+        assert len(again) == 1 and again.check() == []

@@ -534,6 +534,8 @@ class SQLiteIO:
                 r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
             }
         except sqlite3.DatabaseError as exc:
+            if not is_corruption(exc):
+                raise self._open_error(exc) from None
             raise StoreCorruptError(
                 f"{self._db_file}: corrupt or not a SQLite database ({sqlite_detail(exc)}); "
                 "nothing was changed"
@@ -856,10 +858,21 @@ class SQLiteIO:
         with self._deferred_applied():
             self._reload()
 
+    def _open_error(self, exc: BaseException) -> StoreWriteError:
+        """A store that could not be read for another reason than its contents (a full,
+        read-only or failing disk: SQLite cannot make its ``-shm`` file, or read a page),
+        which is not called corrupt: the advice for a corrupt store is to restore or move
+        the file, and this one is sound."""
+        return StoreWriteError(
+            f"{self._db_file}: cannot open the store ({sqlite_detail(exc)}): the file system may "
+            "be full, read-only or failing; the store was not found damaged, and nothing was "
+            "changed (free space or fix the disk, then open it again)"
+        )
+
     def _store_error(self, exc: BaseException) -> StoreError:
         """One error naming the file, quoting none of the data SQLite may quote."""
         detail = sqlite_detail(exc)
-        if type(exc) is sqlite3.DatabaseError:
+        if is_corruption(exc):
             return StoreCorruptError(f"{self._db_file}: the database is corrupt ({detail})")
         if detail.startswith("Could not decode to UTF-8"):
             return StoreCorruptError(
@@ -958,6 +971,8 @@ class SQLiteIO:
         except StoreError:
             raise
         except sqlite3.Error as exc:
+            if not is_corruption(exc):
+                raise self._open_error(exc) from None
             raise StoreCorruptError(
                 f"{self._db_file}: the store cannot be read ({sqlite_detail(exc)}); "
                 "nothing was changed"
@@ -970,6 +985,22 @@ class SQLiteIO:
                 f"{self._db_file}: the store cannot be read ({type(exc).__name__}); "
                 "nothing was changed"
             ) from None
+
+
+#: SQLite's result codes for a file whose contents are damaged or not a database.
+_CORRUPT_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """Whether a SQLite error says the file's contents are damaged (``SQLITE_CORRUPT``,
+    ``SQLITE_NOTADB``), rather than that the disk or the file system failed (full, read-only,
+    I/O error, cannot open): only the first is a corrupt store."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in _CORRUPT_CODES
+    return type(exc) is sqlite3.DatabaseError
 
 
 def _fsync(path: Path) -> None:
