@@ -230,6 +230,34 @@ class _ReadGuard:
         self.fds = []
 
 
+def writer_byte_held(db_file: Path) -> bool:
+    """Whether a writable store holds :data:`_WRITER_BYTE` of ``db_file``: the authority on
+    "is a writer open?" that writers enforce among themselves, which holds even when
+    ``memlab.lock`` was removed or replaced under the writer (a probe: nothing is locked).
+    False where there are no open-file-description locks (the lock file then decides)."""
+    try:
+        import fcntl
+        import struct
+    except ImportError:  # pragma: no cover - no POSIX locks (Windows)
+        return False
+    getlk = getattr(fcntl, "F_OFD_GETLK", None)
+    if getlk is None:  # pragma: no cover - not Linux
+        return False
+    try:
+        fd = os.open(db_file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        # F_WRLCK asked on a read-only descriptor: GETLK only reports what would conflict
+        flock = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, _WRITER_BYTE, 1, 0)
+        out = fcntl.fcntl(fd, getlk, flock + bytes(32 - len(flock)))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return struct.unpack("h", out[:2])[0] != fcntl.F_UNLCK
+
+
 VECTOR_DIM_KEY = "vector_dim"
 #: A live server's mark in ``meta``: ``recording:<recording path>`` -> the recording's file
 #: lengths at its last commit (:class:`memlab.serve.service.MemoryService`).
@@ -430,7 +458,10 @@ class SQLiteIO:
                         self._snapshot_wait(deadline)
                         continue
                     if wal.exists():
-                        writer = guard.lock_store(lock_file, keep=False) is False
+                        # the lock file, or the byte every writer holds (a removed or
+                        # replaced lock file leaves a live writer unseen by the first)
+                        writer = guard.lock_store(lock_file, keep=False) is False \
+                            or writer_byte_held(db_file)
                         if not writer:  # a crashed writer's log: read it as SQLite would
                             self._refuse_side_files(db_file)
                         if not shm.exists():
