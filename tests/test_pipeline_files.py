@@ -229,3 +229,32 @@ def test_a_value_toml_cannot_hold_is_a_value_error_naming_it() -> None:
         with pytest.raises(ValueError) as info:
             dumps_toml(cfg)
         assert str(info.value) == message
+
+
+def test_a_stage_failing_in_a_worker_process_is_its_one_line_error(tmp_path: Path) -> None:
+    # two pipelines run on joblib's worker processes: the stage's error crosses back pickled
+    import subprocess
+    import sys
+
+    tests = Path(__file__).resolve().parent
+    config = tmp_path / "crashing.toml"
+    config.write_text(
+        'name = "crashing"\nsteps = ["bm25", "custom"]\n\n[bm25]\nstage = "bm25"\n\n'
+        '[custom]\nstage = "memlab_test_plugin:Crashes"\n',
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tests / "fixtures" / "plugins"), os.environ.get("PYTHONPATH", "")]
+    )}
+    argv = ["eval", str(tests / "fixtures" / "handmade"), "--pipelines", f"{config},bm25",
+            "--embedder", "hashing", "--no-cache", "--quiet", "--executor", "joblib",
+            "--jobs", "2", "--out", str(tmp_path / "run")]
+    code = f"import sys; from memlab.cli import main; sys.exit(main({argv!r}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "memlab: error: stage 'custom' (Crashes) failed on query 'hq01': "
+        "ZeroDivisionError: division by zero in a plugin"
+    )
+    assert not (tmp_path / "run").exists()

@@ -54,6 +54,7 @@ Python number they equal).
 
 from __future__ import annotations
 
+import copy
 import numbers
 import os
 import re
@@ -61,7 +62,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -79,6 +80,7 @@ from memlab.stages.base import (
     stage_error,
     stage_reference,
 )
+from memlab.stages.constraints import InvalidParameterError
 
 CONFIG_DIR_ENV = "MEMLAB_CONFIG_DIR"
 
@@ -107,6 +109,155 @@ def _control_char(text: str) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------------------- parameter checks
+# Pipeline and Parallel check their parameters here, in one place: after ``__init__``, in
+# ``set_params`` (before anything is set) and in :meth:`Pipeline.validate`.
+
+_PAIRS = "a sequence of (str, Stage) pairs"
+_FUSE = "None or a (str, fusion stage) pair"
+_OWN_PARAMS = ("steps", "name", "description")
+"""A pipeline's own parameters (any other key of ``set_params`` is ``step__param``)."""
+
+
+def _is_pair(value: Any) -> bool:
+    """A ``(str, Stage)`` pair (a tuple, or a list of two)."""
+    return (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], Stage)
+    )
+
+
+def _check_pairs(owner: str, field: str, value: Any) -> None:
+    """Raise :class:`InvalidParameterError` unless ``value`` is a list or tuple of
+    ``(name, stage)`` pairs."""
+    if not isinstance(value, (tuple, list)):
+        raise InvalidParameterError(
+            f"{owner}: parameter '{field}' must be {_PAIRS}; got {_shown(value)}"
+        )
+    for i, item in enumerate(value):
+        if not _is_pair(item):
+            raise InvalidParameterError(
+                f"{owner}: parameter '{field}' must be {_PAIRS}; item {i} is {_shown(item)}"
+            )
+
+
+def _check_fuse(value: Any) -> None:
+    """Raise :class:`InvalidParameterError` unless ``value`` is ``None`` or a ``(name, stage)``
+    pair whose stage can fuse (has a ``fuse`` method: a :class:`FusionStage`, or a wrapper of
+    one)."""
+    if value is None or (_is_pair(value) and callable(getattr(value[1], "fuse", None))):
+        return
+    raise InvalidParameterError(f"Parallel: parameter 'fuse' must be {_FUSE}; got {_shown(value)}")
+
+
+def _check_nested(pairs: Sequence[tuple[str, Stage]]) -> None:
+    """Check the shape of every pipeline and parallel step inside ``pairs`` (their attributes
+    may have been assigned past ``set_params``)."""
+    for _, stage in pairs:
+        if isinstance(stage, Pipeline):
+            _check_pairs("Pipeline", "steps", stage.steps)
+            _check_nested(stage.steps)
+        elif isinstance(stage, Parallel):
+            _check_pairs("Parallel", "branches", stage.branches)
+            _check_fuse(stage.fuse)
+            _check_nested(stage.branches)
+
+
+def _walk(
+    pairs: Sequence[tuple[str, Stage]], fuse: tuple[str, Stage] | None = None
+) -> Iterator[tuple[str, Stage]]:
+    """Every named stage of ``pairs`` (then ``fuse``), depth first."""
+    for name, stage in pairs:
+        yield name, stage
+        if isinstance(stage, (Pipeline, Parallel)):
+            yield from stage.named_stages()
+    if fuse is not None:
+        yield fuse
+
+
+def _check_names(prefix: str, named: Iterator[tuple[str, Stage]], *, weights: bool) -> None:
+    """Raise ``ValueError`` if a stage name repeats or holds ``__`` or a control character;
+    with ``weights``, also if a fusion stage's weights do not match its branches."""
+    seen: set[str] = set()
+    for n, s in named:
+        if n in seen:
+            raise ValueError(f"{prefix}: stage name {n!r} is used twice")
+        if "__" in n:
+            raise ValueError(
+                f"{prefix}: stage name {n!r} holds '__' (it separates a step from its "
+                "parameter: step__param)"
+            )
+        bad = _control_char(n)
+        if bad is not None:
+            raise ValueError(f"{prefix}: stage name {n!r} holds control character {bad}")
+        seen.add(n)
+        if weights and isinstance(s, Parallel) and s.fuse is not None:
+            w = getattr(s.fuse[1], "weights", None)
+            if isinstance(w, (list, tuple)) and len(w) != len(s.branches):
+                raise ValueError(
+                    f"{prefix}: stage {s.fuse[0]!r} has {len(w)} weight(s) for the "
+                    f"{len(s.branches)} branches of {n!r}"
+                )
+
+
+def _check_parallel(branches: Any, fuse: Any) -> None:
+    """The checks of a :class:`Parallel`'s parameters."""
+    _check_pairs("Parallel", "branches", branches)
+    _check_fuse(fuse)
+    _check_nested(branches)
+    _check_names("Parallel", _walk(branches, fuse), weights=False)
+
+
+def _check_pipeline(name: Any, description: Any, steps: Any) -> None:
+    """The checks of a :class:`Pipeline`'s parameters (see :meth:`Pipeline.validate`)."""
+    if not isinstance(name, str):
+        raise InvalidParameterError(f"Pipeline: parameter 'name' must be a str; got {_shown(name)}")
+    if not name.strip():
+        raise ValueError(f"pipeline name must be a non-empty string, got {name!r}")
+    if not isinstance(description, str):
+        raise InvalidParameterError(
+            f"Pipeline: parameter 'description' must be a str; got {_shown(description)}"
+        )
+    bad = _control_char(name)
+    if bad is not None:
+        raise ValueError(f"pipeline {name!r}: the name holds control character {bad}")
+    bad = _control_char(description)
+    if bad is not None:
+        raise ValueError(f"pipeline {name!r}: the description holds control character {bad}")
+    _check_pairs("Pipeline", "steps", steps)
+    _check_nested(steps)
+    _check_names(f"pipeline {name!r}", _walk(steps), weights=True)
+
+
+_S = TypeVar("_S", bound=Stage)
+
+
+def _trial(stage: _S) -> _S:
+    """A shallow copy of ``stage`` to try ``set_params`` on: pipeline and parallel steps are
+    copied down to their leaves, each leaf is a shallow copy (setting a parameter on it
+    leaves the original alone; nothing is deep-copied or re-validated)."""
+    twin = copy.copy(stage)
+    if isinstance(stage, Pipeline):
+        twin.steps = [(n, _trial(s)) for n, s in stage.steps]  # type: ignore[attr-defined]
+    elif isinstance(stage, Parallel):
+        twin.branches = [(n, _trial(s)) for n, s in stage.branches]  # type: ignore[attr-defined]
+        if stage.fuse is not None:
+            twin.fuse = (stage.fuse[0], _trial(stage.fuse[1]))  # type: ignore[attr-defined]
+    return twin
+
+
+def _trial_value(value: Any) -> Any:
+    """``value`` with every stage in it (at any depth of lists and tuples) a :func:`_trial`
+    copy, so that trying later keys on it leaves the caller's stages alone."""
+    if isinstance(value, Stage):
+        return _trial(value)
+    if type(value) in (list, tuple):
+        return type(value)(_trial_value(v) for v in value)
+    return value
+
+
 class Parallel(Stage):
     """Run named branches on the same candidates and fuse their outputs.
 
@@ -123,6 +274,18 @@ class Parallel(Stage):
         self.branches = branches
         self.fuse = fuse
 
+    def _validate_params(self, params: dict[str, Any] | None = None) -> None:
+        """Check ``branches`` (``(name, stage)`` pairs, names unique, without ``__`` or a
+        control character) and ``fuse`` (``None`` or a ``(name, fusion stage)`` pair), with
+        ``params`` in place of the current values (after ``__init__`` and in ``set_params``,
+        before anything is set).
+
+        Raises:
+            ValueError: Naming ``Parallel``, the parameter and the value at fault.
+        """
+        values = {"branches": self.branches, "fuse": self.fuse, **(params or {})}
+        _check_parallel(values["branches"], values["fuse"])
+
     def clone(self) -> Parallel:
         return Parallel(
             branches=[(n, s.clone()) for n, s in self.branches],
@@ -131,12 +294,7 @@ class Parallel(Stage):
 
     def named_stages(self) -> Iterator[tuple[str, Stage]]:
         """Every named stage inside, depth first."""
-        for name, stage in self.branches:
-            yield name, stage
-            if isinstance(stage, (Pipeline, Parallel)):
-                yield from stage.named_stages()
-        if self.fuse is not None:
-            yield self.fuse
+        return _walk(self.branches, self.fuse)
 
     def declared_columns(self) -> dict[str, pl.DataType] | None:
         """The columns any branch or the fusion stage declares."""
@@ -241,21 +399,48 @@ class Pipeline(Stage):
         self.name = name
         self.description = description
 
+    def _validate_params(self, params: dict[str, Any] | None = None) -> None:
+        """The checks of :meth:`validate`, with ``params`` (``steps``, ``name``,
+        ``description``) in place of the current values (after ``__init__`` and in
+        :meth:`set_params`, before anything is set)."""
+        values = {
+            "steps": self.steps, "name": self.name, "description": self.description,
+            **(params or {}),
+        }
+        _check_pipeline(values["name"], values["description"], values["steps"])
+
     # ------------------------------------------------------------------ composition
     @classmethod
     def chain(cls, left: Stage, right: Stage) -> Pipeline:
-        """``left >> right`` with names taken from the stages' registry names."""
+        """``left >> right`` with names taken from the stages' registry names (``dense``,
+        then ``dense_2`` … for a name already taken).
+
+        Raises:
+            TypeError: A side is not a :class:`Stage`.
+        """
+        for side, part in (("left", left), ("right", right)):
+            if not isinstance(part, Stage):
+                raise TypeError(
+                    f"{_shown(left)} >> {_shown(right)}: the {side} side must be a Stage, got "
+                    f"{type(part).__name__}"
+                )
         steps: list[tuple[str, Stage]] = []
         for part in (left, right):
             if isinstance(part, Pipeline):
                 steps.extend(part.steps)
             else:
                 steps.append((part.stage_name or type(part).__name__.lower(), part))
-        used: dict[str, int] = {}
+        taken: set[str] = set()
         named = []
         for name, stage in steps:
-            used[name] = used.get(name, 0) + 1
-            named.append((name if used[name] == 1 else f"{name}_{used[name]}", stage))
+            new, k = name, 1
+            while new in taken:
+                k += 1
+                new = f"{name}_{k}"
+            named.append((new, stage))
+            taken.add(new)
+            if isinstance(stage, (Pipeline, Parallel)):
+                taken.update(n for n, _ in stage.named_stages())
         name = left.name if isinstance(left, Pipeline) else "pipeline"
         return cls(steps=named, name=name)
 
@@ -265,10 +450,7 @@ class Pipeline(Stage):
 
     def named_stages(self) -> Iterator[tuple[str, Stage]]:
         """Every named stage, depth first (parallel groups and their branches included)."""
-        for name, stage in self.steps:
-            yield name, stage
-            if isinstance(stage, (Pipeline, Parallel)):
-                yield from stage.named_stages()
+        return _walk(self.steps)
 
     def stage(self, name: str) -> Stage:
         """The stage named ``name`` anywhere in the pipeline."""
@@ -281,46 +463,15 @@ class Pipeline(Stage):
         )
 
     def validate(self) -> None:
-        """Raise ``ValueError`` if the name is not a non-empty string, stage names repeat, a
-        name holds a control character or ``__`` (which ``set_params`` could never reach), or
-        a fusion stage's weights do not match the branches it fuses."""
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"pipeline name must be a non-empty string, got {self.name!r}")
-        if not isinstance(self.description, str):
-            raise ValueError(
-                f"pipeline {self.name!r}: the description must be a string, got "
-                f"{type(self.description).__name__}"
-            )
-        bad = _control_char(self.name)
-        if bad is not None:
-            raise ValueError(f"pipeline {self.name!r}: the name holds control character {bad}")
-        bad = _control_char(self.description)
-        if bad is not None:
-            raise ValueError(
-                f"pipeline {self.name!r}: the description holds control character {bad}"
-            )
-        seen: set[str] = set()
-        for n, s in self.named_stages():
-            if n in seen:
-                raise ValueError(f"pipeline {self.name!r}: stage name {n!r} is used twice")
-            if "__" in n:
-                raise ValueError(
-                    f"pipeline {self.name!r}: stage name {n!r} holds '__' (it separates a step "
-                    "from its parameter: step__param)"
-                )
-            bad = _control_char(n)
-            if bad is not None:
-                raise ValueError(
-                    f"pipeline {self.name!r}: stage name {n!r} holds control character {bad}"
-                )
-            seen.add(n)
-            if isinstance(s, Parallel) and s.fuse is not None:
-                weights = getattr(s.fuse[1], "weights", None)
-                if isinstance(weights, (list, tuple)) and len(weights) != len(s.branches):
-                    raise ValueError(
-                        f"pipeline {self.name!r}: stage {s.fuse[0]!r} has {len(weights)} "
-                        f"weight(s) for the {len(s.branches)} branches of {n!r}"
-                    )
+        """Raise ``ValueError`` if the name is not a non-empty string, the description not a
+        string, the steps not ``(name, stage)`` pairs (a parallel step's branches and fusion
+        stage included), stage names repeat, a name holds a control character or ``__``
+        (which ``set_params`` could never reach), or a fusion stage's weights do not match the
+        branches it fuses.
+
+        The same checks run after ``__init__`` and in :meth:`set_params`; this one catches
+        what was assigned past them (``pipe.steps = ...``)."""
+        _check_pipeline(self.name, self.description, self.steps)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -337,16 +488,23 @@ class Pipeline(Stage):
         return out
 
     def set_params(self, **params: Any) -> Pipeline:
-        """Set ``stage__param`` values (or the pipeline's own ``name``/``description``)."""
+        """Set ``stage__param`` values and the pipeline's own ``steps``, ``name`` and
+        ``description``; nothing is set when any value is invalid.
+
+        Every value is tried first on a shallow copy of the pipeline (its own parameters
+        first, then each stage's, stage by stage in the order the keys name them), and the
+        copy is checked as a whole (:meth:`validate`); only then is the pipeline itself
+        changed, in the same order.
+
+        Raises:
+            ValueError: A key that is neither a parameter of the pipeline nor
+                ``stage__param``, an unknown stage or parameter, or a value a check refuses
+                (naming the class and the parameter).
+        """
+        own = {k: v for k, v in params.items() if k in _OWN_PARAMS}
+        nested: dict[str, dict[str, Any]] = {}
         for key, value in params.items():
-            if key in ("name", "description", "steps"):
-                before = getattr(self, key)
-                setattr(self, key, value)
-                try:
-                    self.validate()
-                except ValueError:
-                    setattr(self, key, before)  # nothing is set when a value is invalid
-                    raise
+            if key in _OWN_PARAMS:
                 continue
             stage_name, sep, param = key.partition("__")
             if not sep:
@@ -354,7 +512,22 @@ class Pipeline(Stage):
                     f"pipeline parameter {key!r} must be written stage__param "
                     f"(stages: {', '.join(n for n, _ in self.named_stages())})"
                 )
-            self.stage(stage_name).set_params(**{param: value})
+            nested.setdefault(stage_name, {})[param] = value
+        self._validate_params(own)
+        if nested:
+            candidate = copy.copy(self)
+            for key, value in own.items():
+                setattr(candidate, key, value)
+            trial = _trial(candidate)
+            for stage_name, group in nested.items():
+                trial.stage(stage_name).set_params(
+                    **{k: _trial_value(v) for k, v in group.items()}
+                )
+            trial._validate_params()
+        for key, value in own.items():
+            setattr(self, key, value)
+        for stage_name, group in nested.items():
+            self.stage(stage_name).set_params(**group)
         return self
 
     def clone(self) -> Pipeline:
@@ -549,7 +722,10 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
                 raise ConfigError(
                     f"{source}: step '{name}': key 'fuse': stage '{fuse}' cannot fuse branches"
                 )
-            return Parallel(branches=built, fuse=(fuse, fusion))
+            try:
+                return Parallel(branches=built, fuse=(fuse, fusion))
+            except ValueError as exc:
+                raise ConfigError(f"{source}: step '{name}': {first_line(exc)}") from None
         stage_type = table.pop("stage", None)
         if not isinstance(stage_type, str):
             raise ConfigError(f"{source}: step '{name}': key 'stage' must name a stage type")
@@ -592,12 +768,10 @@ def pipeline_from_config(cfg: dict[str, Any], *, source: str = "<config>") -> Pi
             f"{source}: key 'description' holds control character {bad} (it is "
             f"one line of a report)"
         )
-    pipe = Pipeline(steps=steps, name=cfg["name"], description=desc)
     try:
-        pipe.validate()
+        return Pipeline(steps=steps, name=cfg["name"], description=desc)  # validated
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    return pipe
 
 
 def config_dirs() -> list[Path]:

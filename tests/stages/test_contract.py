@@ -205,3 +205,28 @@ def test_rerank_puts_a_nan_score_last_with_or_without_a_store() -> None:
     out = rerank(frame)
     assert out["mem_id"].to_list() == ["a", "b", "d", "c"]
     assert out["rank"].to_list() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("cause", "kind"),
+    [(RuntimeError("x"), "StageError"), (ValueError("bad k"), "StageValueError"),
+     (TypeError("not a frame"), "StageTypeError")],
+)
+def test_a_stage_error_round_trips_through_pickle(cause: Exception, kind: str) -> None:
+    # a stage failing in a worker process reaches the parent pickled (joblib/loky)
+    import pickle
+
+    from memlab.stages.base import stage_error
+
+    err = stage_error("rrf", STAGES["rrf"](), "q1", cause)
+    assert type(err).__name__ == kind
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        back = pickle.loads(pickle.dumps(err, protocol=protocol))
+        assert type(back) is type(err)
+        assert str(back) == str(err) == (
+            f"stage 'rrf' (RRF) failed on query 'q1': {type(cause).__name__}: {cause}"
+        )
+        assert back.args == err.args
+        assert (back.step, back.qid) == ("rrf", "q1")
+        assert vars(back) == vars(err)
+        assert isinstance(back, type(cause))

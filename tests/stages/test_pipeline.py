@@ -131,11 +131,11 @@ def test_config_round_trip() -> None:
     cfg = pipe.to_config()
     assert cfg["steps"] == ["retrieve", "lifecycle", "mmr"]
     assert cfg["retrieve"] == {"parallel": ["dense", "bm25"], "fuse": "rrf"}
-    assert cfg["lifecycle"]["decaying_types"] == ["fact", "status"]
+    assert cfg["lifecycle"]["decaying_types"] == ["fact", "status", "preference", "summary"]
     assert "top_k" not in cfg["rrf"]  # None is left out
     again = pipeline_from_config(cfg)
     assert again.to_config() == cfg
-    assert again.stage("lifecycle").decaying_types == ("fact", "status")
+    assert again.stage("lifecycle").decaying_types == ("fact", "status", "preference", "summary")
 
 
 def test_toml_round_trip() -> None:
@@ -381,3 +381,170 @@ def test_set_params_and_save_refuse_what_a_configuration_cannot_hold(tmp_path: P
     with pytest.raises(ValueError, match="the description holds control character U\\+000A"):
         pipe.save(tmp_path / "p.toml")
     assert not (tmp_path / "p.toml").exists()
+
+
+# ---------------------------------------------------------------- container parameters
+def _steps_of(pipe: Pipeline) -> list[tuple[str, object]]:
+    return [(n, s) for n, s in pipe.named_stages()]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"steps": 5},
+         "Pipeline: parameter 'steps' must be a sequence of (str, Stage) pairs; got 5"),
+        ({"steps": [("a", 5)]},
+         "Pipeline: parameter 'steps' must be a sequence of (str, Stage) pairs; "
+         "item 0 is ('a', 5)"),
+        ({"steps": [("a", BM25()), (1, BM25())]},
+         "Pipeline: parameter 'steps' must be a sequence of (str, Stage) pairs; "
+         "item 1 is (1, BM25())"),
+        ({"steps": [("a", BM25()), ("a", Dense())]},
+         "pipeline 'hybrid': stage name 'a' is used twice"),
+        ({"name": 5}, "Pipeline: parameter 'name' must be a str; got 5"),
+        ({"description": None}, "Pipeline: parameter 'description' must be a str; got None"),
+        ({"retrieve__fuse": 5},
+         "Parallel: parameter 'fuse' must be None or a (str, fusion stage) pair; got 5"),
+        ({"retrieve__branches": [("lifecycle", Dense())]},
+         "pipeline 'hybrid': stage name 'lifecycle' is used twice"),
+        ({"rrf__weights": (1.0, 2.0, 3.0)},
+         "pipeline 'hybrid': stage 'rrf' has 3 weight(s) for the 2 branches of 'retrieve'"),
+        # several keys: the first ones are valid, a later one is not
+        ({"rrf__k": 30, "lifecycle__decay_factor": -5},
+         "Lifecycle: parameter 'decay_factor' must be a float in [0, 1]; got -5"),
+        ({"name": "renamed", "dense__top_k": 3, "mmr__top_k": 0},
+         "MMR: parameter 'top_k' must be an int in [1, inf) or None; got 0"),
+        ({"rrf__k": 30, "steps": 5},
+         "Pipeline: parameter 'steps' must be a sequence of (str, Stage) pairs; got 5"),
+        ({"rrf__k": 30, "faiss__k": 1},
+         "pipeline 'hybrid' has no stage 'faiss'; stages: retrieve, dense, bm25, rrf, "
+         "lifecycle, mmr"),
+    ],
+)
+def test_set_params_sets_nothing_when_a_value_is_invalid(
+    params: dict[str, object], message: str
+) -> None:
+    pipe = hybrid()
+    before = pipe.to_config()
+    steps, stages = pipe.steps, _steps_of(pipe)
+    with pytest.raises(ValueError) as info:
+        pipe.set_params(**params)
+    assert str(info.value) == message
+    assert pipe.steps is steps and _steps_of(pipe) == stages
+    assert pipe.to_config() == before  # still valid, nothing changed
+    assert pipe.stage("rrf").k == 60.0
+
+
+def test_set_params_with_several_keys_applies_all_of_them() -> None:
+    pipe = hybrid()
+    rrf = pipe.stage("rrf")
+    pipe.set_params(rrf__k=30, lifecycle__decay_factor=0.5, name="renamed", dense__top_k=7)
+    assert (rrf.k, pipe.stage("lifecycle").decay_factor, pipe.name) == (30, 0.5, "renamed")
+    assert pipe.stage("rrf") is rrf and pipe.stage("dense").top_k == 7  # set in place
+    # new branches and a parameter of one of them, in one call
+    pipe.set_params(retrieve__branches=[("d2", Dense()), ("b2", BM25())], d2__top_k=5)
+    assert [n for n, _ in pipe.named_stages()] == [
+        "retrieve", "d2", "b2", "rrf", "lifecycle", "mmr"
+    ]
+    assert pipe.stage("d2").top_k == 5
+    # weights and branches that match only together
+    pipe.set_params(retrieve__branches=[("d3", Dense())], rrf__weights=(2.0,))
+    assert pipe.stage("rrf").weights == (2.0,)
+    assert pipe.to_config()["retrieve"] == {"parallel": ["d3"], "fuse": "rrf"}
+
+
+def test_a_refused_set_params_leaves_the_given_stages_alone() -> None:
+    pipe = hybrid()
+    new = BM25(top_k=3)
+    with pytest.raises(ValueError, match="has no stage 'nowhere'"):
+        pipe.set_params(steps=[("x", new)], x__top_k=7, nowhere__k=1)
+    assert new.top_k == 3 and pipe.name == "hybrid" and len(pipe.steps) == 3
+    pipe.set_params(steps=[("x", new)], x__top_k=7)
+    assert pipe.steps == [("x", new)] and new.top_k == 7
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Pipeline(steps=5),
+         "Pipeline: parameter 'steps' must be a sequence of (str, Stage) pairs; got 5"),
+        (lambda: Pipeline([("a", 5)]),
+         "Pipeline: parameter 'steps' must be a sequence of (str, Stage) pairs; "
+         "item 0 is ('a', 5)"),
+        (lambda: Pipeline(["bm25"]),
+         "Pipeline: parameter 'steps' must be a sequence of (str, Stage) pairs; "
+         "item 0 is 'bm25'"),
+        (lambda: Pipeline(name=5), "Pipeline: parameter 'name' must be a str; got 5"),
+        (lambda: Pipeline(name=""), "pipeline name must be a non-empty string, got ''"),
+        (lambda: Pipeline(description=b"x"),
+         "Pipeline: parameter 'description' must be a str; got b'x'"),
+        (lambda: Pipeline([("a", BM25()), ("a", Dense())], name="p"),
+         "pipeline 'p': stage name 'a' is used twice"),
+        (lambda: Pipeline([("a__b", BM25())], name="p"),
+         "pipeline 'p': stage name 'a__b' holds '__' (it separates a step from its parameter: "
+         "step__param)"),
+        (lambda: Pipeline([("r", Parallel([("bm25", BM25())], fuse=("rrf", RRF()))),
+                           ("rrf", RRF())], name="p"),
+         "pipeline 'p': stage name 'rrf' is used twice"),
+        (lambda: Parallel(5),
+         "Parallel: parameter 'branches' must be a sequence of (str, Stage) pairs; got 5"),
+        (lambda: Parallel([("d", Dense())], fuse="rrf"),
+         "Parallel: parameter 'fuse' must be None or a (str, fusion stage) pair; got 'rrf'"),
+        (lambda: Parallel([("d", Dense())], fuse=("rrf", 5)),
+         "Parallel: parameter 'fuse' must be None or a (str, fusion stage) pair; "
+         "got ('rrf', 5)"),
+        (lambda: Parallel([("d", Dense())], fuse=("rrf", Dense())),
+         "Parallel: parameter 'fuse' must be None or a (str, fusion stage) pair; "
+         "got ('rrf', Dense())"),
+        (lambda: Parallel([("d", Dense())], fuse=("d", RRF())),
+         "Parallel: stage name 'd' is used twice"),
+        (lambda: Parallel([("d\n", Dense())]),
+         "Parallel: stage name 'd\\n' holds control character U+000A"),
+    ],
+)
+def test_containers_check_their_parameters_when_built(build, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        build()
+    assert str(info.value) == message
+
+
+def test_parallel_set_params_sets_nothing_when_a_value_is_invalid() -> None:
+    par = Parallel([("d", Dense())], fuse=("rrf", RRF()))
+    branches, fuse = par.branches, par.fuse
+    with pytest.raises(ValueError) as info:
+        par.set_params(branches=[("b", BM25())], fuse=("rrf", 5))
+    assert str(info.value) == (
+        "Parallel: parameter 'fuse' must be None or a (str, fusion stage) pair; got ('rrf', 5)"
+    )
+    assert (par.branches, par.fuse) == (branches, fuse)
+    par.set_params(branches=[("b", BM25())], fuse=None)
+    assert [n for n, _ in par.named_stages()] == ["b"]
+
+
+def test_validate_checks_what_was_assigned_past_set_params() -> None:
+    pipe = hybrid()
+    pipe.steps = 5
+    with pytest.raises(ValueError) as info:
+        pipe.validate()
+    assert str(info.value) == (
+        "Pipeline: parameter 'steps' must be a sequence of (str, Stage) pairs; got 5"
+    )
+    pipe = hybrid()
+    pipe.stage("retrieve").fuse = "rrf"
+    with pytest.raises(ValueError) as info:
+        pipe.to_config()
+    assert str(info.value) == (
+        "Parallel: parameter 'fuse' must be None or a (str, fusion stage) pair; got 'rrf'"
+    )
+
+
+def test_rshift_refuses_what_is_not_a_stage() -> None:
+    with pytest.raises(TypeError) as info:
+        Dense() >> 5
+    assert str(info.value) == "Dense() >> 5: the right side must be a Stage, got int"
+    with pytest.raises(TypeError) as info:
+        Pipeline.chain("bm25", Dense())
+    assert str(info.value) == "'bm25' >> Dense(): the left side must be a Stage, got str"
+    # a name taken further up gets the next free number
+    pipe = (Dense() >> Dense()) >> Dense()
+    assert [n for n, _ in pipe.steps] == ["dense", "dense_2", "dense_3"]

@@ -271,6 +271,19 @@ class StageError(RuntimeError):
             f"{type(cause).__name__}: {cause}"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle rebuilds an exception as ``cls(*self.args)``, which this four-argument
+        # ``__init__`` refuses: a stage failing in a worker process would reach the parent as
+        # "a result has failed to un-serialize". Rebuild it from its message and attributes.
+        return (type(self)._unpickle, (self.args, dict(self.__dict__)))
+
+    @classmethod
+    def _unpickle(cls, args: tuple[Any, ...], state: dict[str, Any]) -> StageError:
+        """The exception :meth:`__reduce__` describes (``__init__`` is not called)."""
+        exc = cls.__new__(cls, *args)
+        exc.__dict__.update(state)
+        return exc
+
 
 class StageValueError(StageError, ValueError):
     """A :class:`StageError` whose cause was a ``ValueError`` (bad input, not a crash)."""
