@@ -503,3 +503,15 @@ def test_cli_import_never_writes_over_its_input(tmp_path: Path, monkeypatch, cap
     assert code == 2
     assert capsys.readouterr().err.startswith(f"memlab: error: {message}")
     assert _files(data) == before and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_a_dataset_error_survives_pickling_as_itself() -> None:
+    import pickle
+
+    from memlab.datasets.format import DatasetError
+    from memlab.datasets.validate import Problem
+
+    err = DatasetError("d", [Problem("memories.jsonl", 3, "ts", "is not a time")])
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is DatasetError
+    assert (str(back), back.path, back.problems) == (str(err), "d", err.problems)

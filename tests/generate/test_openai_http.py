@@ -225,3 +225,12 @@ def test_repr_hides_api_key() -> None:
 )
 def test_chat_completions_url(base: str, endpoint: str) -> None:
     assert chat_completions_url(base) == endpoint
+
+
+def test_an_attempt_error_survives_pickling() -> None:
+    import pickle
+
+    from memlab.generate.openai_http import _AttemptError
+
+    back = pickle.loads(pickle.dumps(_AttemptError(True, "HTTP 503")))
+    assert (type(back), str(back), back.retryable) == (_AttemptError, "HTTP 503", True)

@@ -131,6 +131,11 @@ class DatasetError(ValueError):
         tail = f"\n  ... and {more} more" if more > 0 else ""
         super().__init__(f"{self.path}: {len(self.problems)} problem(s)\n  {shown}{tail}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its own arguments (pickle's default, ``cls(*args)``, would pass the
+        # message as ``path``): a worker's DatasetError reaches the parent as itself.
+        return (type(self), (self.path, self.problems))
+
 
 def _sorted_json(value: Any) -> Any:
     """Recursively order mapping keys so that arbitrary metadata serialises stably."""

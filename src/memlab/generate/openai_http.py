@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
 from memlab.generate.base import GeneratorError, generation_params, register_generator
 from memlab.io import loads_json
@@ -59,6 +60,9 @@ class _AttemptError(Exception):
     def __init__(self, retryable: bool, message: str) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.retryable, self.args[0]))
 
 
 def _redact(url: str) -> str:
