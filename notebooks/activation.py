@@ -61,6 +61,15 @@ def _(dataset_pick, default_dataset, free_text, mo, session, skipped, store_path
     embedder = session.notebook_embedder()
     replayer = session.make_replayer(dataset, embedder)
     _queries = dataset.queries
+    mo.stop(
+        not _queries,
+        mo.vstack([
+            dataset_pick,
+            mo.callout(mo.md(
+                f"This dataset has no query (`{dataset.path}`): pick another one."
+            ), kind="warn"),
+        ]),
+    )
     _multi_hop = [q for q in _queries if session.primary_tag(q) == "multi-hop"]
     query_pick = mo.ui.dropdown(
         session.query_options(_queries),
@@ -153,15 +162,10 @@ def _(act, constant_specs, constants, ctx, mo, tune):
 
 
 @app.cell
-def _(act, bfs, bfs_seeds, entity_graph, lif_trace, max_nodes, pl):
-    lif_seeds = [int(i) for i in (lif_trace.seed_currents > 0).nonzero()[0]]
-    _bfs_order = bfs.filter(pl.col("step") == bfs["step"].max()).sort(
-        "activation", descending=True
-    )["entity_idx"].to_list() if bfs.height else []
-    drawn = act.focus_nodes(
-        entity_graph,
-        [*bfs_seeds, *lif_seeds, *_bfs_order, *lif_trace.fired],
-        max_nodes=max_nodes.value,
+def _(act, bfs, bfs_seeds, entity_graph, lif_trace, max_nodes):
+    lif_seeds = act.lif_seeds(lif_trace)
+    drawn = act.drawn_entities(
+        entity_graph, bfs, bfs_seeds, lif_trace, max_nodes=max_nodes.value
     )
     layout = act.layout_frame(entity_graph, drawn)
     edges = act.network_edges(entity_graph, layout)

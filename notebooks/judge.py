@@ -20,13 +20,17 @@ def _():
 @app.cell
 def _(JudgeSession, Path, RECORDING, mo, shutil, tempfile):
     _args = mo.cli_args()
-    if _args.get("dataset"):
-        _dataset = Path(str(_args["dataset"]))
-    else:  # a scratch copy of the small recording: judging never writes into the repository
-        _dataset = Path(tempfile.mkdtemp(prefix="memlab-judge-")) / "recording"
-        shutil.copytree(RECORDING, _dataset)
     _pool = Path(str(_args["pool"])) if _args.get("pool") else None
-    sess = JudgeSession(_dataset, pool=_pool, judge=str(_args.get("judge") or "judge"))
+    try:
+        if _args.get("dataset"):
+            _dataset = Path(str(_args["dataset"]))
+        else:  # a scratch copy of the small recording: judging never writes into the repository
+            _dataset = Path(tempfile.mkdtemp(prefix="memlab-judge-")) / "recording"
+            shutil.copytree(RECORDING, _dataset)
+        sess = JudgeSession(_dataset, pool=_pool, judge=str(_args.get("judge") or "judge"))
+    except (ValueError, OSError) as exc:  # DatasetError is a ValueError
+        mo.stop(True, mo.callout(mo.md(f"Cannot open this dataset or pool: `{exc}`"),
+                                 kind="danger"))
     mo.md(
         f"""
         # Judge pooled memories

@@ -14,17 +14,7 @@ def _():
     from memlab.explore import runs as rx
     from memlab.explore import session
 
-    def rounded(frame):
-        """Floats rounded for display (p-values keep three significant digits)."""
-        return frame.with_columns(
-            [
-                pl.col(c).round_sig_figs(3) if c.startswith("p_") else pl.col(c).round(4)
-                for c, t in frame.schema.items()
-                if t == pl.Float64
-            ]
-        )
-
-    return compare_runs, mo, pl, rounded, rx, session, tag_chart
+    return compare_runs, mo, pl, rx, session, tag_chart
 
 
 @app.cell
@@ -59,18 +49,25 @@ def _(rx, session):
             )
         except (ValueError, OSError) as exc:
             demo_note = f"No run under `reports/`, and the demo run failed: `{exc}`"
-    runs = [
-        rx.load_run(p, root=reports if p.is_relative_to(reports) else p.parent)
-        for p in run_paths
-    ]
-    return demo_note, runs
+    runs, broken_runs = rx.load_runs(run_paths, reports=reports)
+    return broken_runs, demo_note, runs
 
 
 @app.cell
-def _(demo_note, mo, runs):
+def _(broken_runs, demo_note, mo, runs):
+    _broken = mo.callout(
+        mo.md(
+            f"Skipped {len(broken_runs)} run(s) that cannot be read:\n\n"
+            + "\n".join(f"- `{line}`" for line in broken_runs)
+        ),
+        kind="warn",
+    )
     mo.stop(
         not runs,
-        mo.callout(mo.md("No run found. " + demo_note), kind="warn"),
+        mo.vstack([
+            mo.callout(mo.md("No run found. " + demo_note), kind="warn"),
+            *([_broken] if broken_runs else []),
+        ]),
     )
     run_names = [r.name for r in runs]
     compare_pick = mo.ui.multiselect(run_names, value=run_names[:4], label="runs to compare")
@@ -78,6 +75,7 @@ def _(demo_note, mo, runs):
     mo.vstack(
         [
             mo.callout(mo.md(demo_note), kind="info") if demo_note else mo.md(""),
+            *([_broken] if broken_runs else []),
             mo.md(f"{len(runs)} run(s): " + ", ".join(f"`{n}`" for n in run_names)),
         ]
     )
@@ -85,22 +83,10 @@ def _(demo_note, mo, runs):
 
 
 @app.cell
-def _(compare_pick, mo, pl, rounded, runs, rx):
+def _(compare_pick, mo, runs, rx):
     _chosen = [r for r in runs if r.name in compare_pick.value] or runs[:1]
-    _wide = rx.metrics_wide(_chosen)
-    _counts = pl.DataFrame(
-        {
-            "run": [r.name for r in _chosen],
-            "queries": [rx.query_count(r) for r in _chosen],
-            "protocol": [rx.protocol_text(r) for r in _chosen],
-        },
-        schema={"run": pl.String, "queries": pl.Int64, "protocol": pl.String},
-    )
-    _wide = _wide.join(_counts, on="run", how="left").select(
-        "run", "pipeline", "queries", "protocol",
-        *[c for c in _wide.columns if c not in ("run", "pipeline")],
-    )
-    _rel = [m for m in _wide.columns if m.split("@")[0] in ("R_all", "Success", "nDCG", "MRR")]
+    _wide = rx.runs_overview(_chosen)
+    _rel = rx.relevance_columns(_wide)
     mo.vstack(
         [
             mo.md(
@@ -110,7 +96,7 @@ def _(compare_pick, mo, pl, rounded, runs, rx):
                 "tests two runs on the queries they share."
             ),
             compare_pick,
-            mo.ui.table(rounded(_wide), selection=None, page_size=12),
+            mo.ui.table(rx.rounded(_wide), selection=None, page_size=12),
             mo.as_html(rx.comparison_chart(_wide, _rel)) if _rel else mo.md(""),
         ]
     )
@@ -126,7 +112,7 @@ def _(mo, runs):
 
 
 @app.cell
-def _(compare_runs, mo, pair_a, pair_b, rounded, runs):
+def _(compare_runs, mo, pair_a, pair_b, runs, rx):
     _a = next(r for r in runs if r.name == pair_a.value)
     _b = next(r for r in runs if r.name == pair_b.value)
     _lacking = [
@@ -156,12 +142,12 @@ def _(compare_runs, mo, pair_a, pair_b, rounded, runs):
         _body = mo.vstack(
             [
                 *(mo.callout(mo.md(n), kind="info") for n in _res.notes),
-                mo.ui.table(rounded(_comp), selection=None, page_size=10),
+                mo.ui.table(rx.rounded(_comp), selection=None, page_size=10),
                 mo.md(
                     f"{_changed.height} of {_res.per_query.height} paired queries whose "
                     f"{_res.metric} changed, largest change first:"
                 ),
-                mo.ui.table(rounded(_changed), selection=None, page_size=8),
+                mo.ui.table(rx.rounded(_changed), selection=None, page_size=8),
             ]
         )
     mo.vstack(
@@ -216,7 +202,7 @@ def _(focus_pick, mo, runs, rx):
 
 
 @app.cell
-def _(metric_pick, mo, rounded, run, rx):
+def _(metric_pick, mo, run, rx):
     _sig = rx.significance_table(run, metric=metric_pick.value)
     mo.vstack(
         [
@@ -224,7 +210,7 @@ def _(metric_pick, mo, rounded, run, rx):
                 f"### Significance against `{run.baseline}` ({metric_pick.value})\n"
                 "Paired tests over the queries both pipelines scored (`n`)."
             ),
-            mo.ui.table(rounded(_sig), selection=None, page_size=10)
+            mo.ui.table(rx.rounded(_sig), selection=None, page_size=10)
             if _sig.height
             else mo.callout(
                 mo.md(
@@ -240,7 +226,7 @@ def _(metric_pick, mo, rounded, run, rx):
 
 
 @app.cell
-def _(metric_pick, mo, rounded, run, rx):
+def _(metric_pick, mo, run, rx):
     _by_tag = rx.tag_significance_table(run, metric=metric_pick.value)
     _why = (
         f"_This run lacks {', '.join(run.lacks('comparison_by_tag'))}._"
@@ -250,7 +236,7 @@ def _(metric_pick, mo, rounded, run, rx):
     mo.vstack(
         [
             mo.md(f"### Significance within each tag ({metric_pick.value}; `n`: queries)"),
-            mo.ui.table(rounded(_by_tag), selection=None, page_size=10)
+            mo.ui.table(rx.rounded(_by_tag), selection=None, page_size=10)
             if _by_tag.height
             else mo.md(_why),
         ]
@@ -259,7 +245,7 @@ def _(metric_pick, mo, rounded, run, rx):
 
 
 @app.cell
-def _(metric_pick, mo, rounded, run, rx, tag_chart):
+def _(metric_pick, mo, run, rx, tag_chart):
     _tags = rx.tag_table(run, metric_pick.value)
     _per_tag = run.tables["per_tag"]
     mo.vstack(
@@ -273,14 +259,14 @@ def _(metric_pick, mo, rounded, run, rx, tag_chart):
             else mo.md(
                 f"_No per-tag values: {', '.join(run.lacks('per_tag')) or 'empty table'}._"
             ),
-            mo.ui.table(rounded(_tags), selection=None, page_size=12),
+            mo.ui.table(rx.rounded(_tags), selection=None, page_size=12),
         ]
     )
     return
 
 
 @app.cell
-def _(metric_pick, mo, rounded, run, rx):
+def _(metric_pick, mo, run, rx):
     mo.stop(
         bool(run.lacks("per_query", "rankings")),
         mo.callout(
@@ -297,6 +283,13 @@ def _(metric_pick, mo, rounded, run, rx):
     _qids = _worst["qid"].to_list() or sorted(set(run.tables["rankings"]["qid"].to_list()))
     query_pick = mo.ui.dropdown(_qids, value=_qids[0] if _qids else None, label="query",
                                 searchable=True)
+    _no_query = mo.callout(
+        mo.md(
+            f"This run records no per-query {metric_pick.value} and no ranking for any query: "
+            "there is no query to drill into."
+        ),
+        kind="warn",
+    )
     k_pick = mo.ui.slider(1, 50, 1, value=10, label="cut-off k", show_value=True)
     _n_queries = int(run.manifest.get("dataset", {}).get("queries", 0))
     warm = mo.ui.switch(
@@ -304,7 +297,7 @@ def _(metric_pick, mo, rounded, run, rx):
         label="replay the earlier queries through the pipeline (exact access counts; slower)",
     )
     _per_query = rx.query_table(run, metric_pick.value, pipeline=run.pipelines[-1])
-    mo.vstack(
+    _view = mo.vstack(
         [
             mo.md(
                 f"### Per query ({metric_pick.value}, {_per_query.height} queries)\n"
@@ -312,12 +305,15 @@ def _(metric_pick, mo, rounded, run, rx):
                 f"`{run.baseline}` (`delta`). The query picker below lists the queries "
                 "worst first (for the last pipeline)."
             ),
-            mo.ui.table(rounded(_per_query), selection=None, page_size=8),
+            mo.ui.table(rx.rounded(_per_query), selection=None, page_size=8),
             mo.md("### Drill down"),
-            mo.hstack([pipeline_pick, query_pick, k_pick], justify="start"),
-            warm,
+            mo.hstack([pipeline_pick, query_pick, k_pick], justify="start") if _qids
+            else _no_query,
+            warm if _qids else mo.md(""),
         ]
     )
+    mo.stop(not _qids, _view)
+    mo.output.replace(_view)
     return k_pick, pipeline_pick, query_pick, warm
 
 
@@ -328,8 +324,14 @@ def _(mo, pipeline_pick, run, rx, session):
         _ds_path is None or not session.is_dataset_dir(_ds_path),
         mo.callout(mo.md(f"The run's dataset `{_ds_path}` is not available here."), kind="warn"),
     )
-    drill_dataset, _ = session.open_dataset(_ds_path)
-    drill_pipeline = rx.run_pipeline(run, pipeline_pick.value)
+    try:
+        drill_dataset, _ = session.open_dataset(_ds_path)
+        drill_pipeline = rx.run_pipeline(run, pipeline_pick.value)
+        _embedder = rx.embedder_from_id(run.manifest.get("embedder"), fast=session.fast_mode())
+        _config = rx.replay_config_of(run.manifest, drill_dataset)
+    except (ValueError, OSError) as exc:  # DatasetError and ConfigError are ValueErrors
+        mo.stop(True, mo.callout(mo.md(f"Cannot replay this run here: `{exc}`"),
+                                 kind="danger"))
     _generator = None
     from memlab.eval.experiment import default_generator, needs_generator
 
@@ -340,10 +342,7 @@ def _(mo, pipeline_pick, run, rx, session):
             mo.stop(True, mo.callout(mo.md(f"This pipeline needs a generator: {exc}"),
                                      kind="warn"))
     drill_replayer = session.make_replayer(
-        drill_dataset,
-        rx.embedder_from_id(run.manifest.get("embedder"), fast=session.fast_mode()),
-        generator=_generator,
-        config=rx.replay_config_of(run.manifest, drill_dataset),
+        drill_dataset, _embedder, generator=_generator, config=_config
     )
     try:
         n_fitted = rx.fit_like_run(run, drill_pipeline, drill_replayer)
@@ -357,6 +356,10 @@ def _(mo, pipeline_pick, run, rx, session):
 
 @app.cell
 def _(drill_pipeline, drill_replayer, mo, query_pick, rx, session, warm):
+    mo.stop(
+        query_pick.value is None,
+        mo.callout(mo.md("Pick a query to drill into."), kind="info"),
+    )
     try:
         drill_state = session.replay_to_query(
             drill_replayer, query_pick.value, pipeline=drill_pipeline if warm.value else None

@@ -94,6 +94,15 @@ def _(
 @app.cell
 def _(data, mo, tl):
     _clients = tl.client_table(data.store)
+    mo.stop(
+        _clients.height == 0,
+        mo.callout(mo.md(
+            f"The replay of `{data.dataset.meta.get('name', data.dataset.path)}` left no memory "
+            f"in the store ({len(data.dataset.ops)} memory operation(s), "
+            f"{len(data.dataset.queries)} quer{'y' if len(data.dataset.queries) == 1 else 'ies'})"
+            ": there is no client to show."
+        ), kind="warn"),
+    )
     client_pick = mo.ui.dropdown(
         {f"{c} ({n} memories)": c for c, n in _clients.iter_rows()},
         value=next(f"{c} ({n} memories)" for c, n in _clients.iter_rows()),
@@ -152,19 +161,9 @@ def _(data, mo, pl, records, tl, types_pick):
 
 
 @app.cell
-def _(boost, chains, data, decay, mo, pl, records, tl):
-    _counts = data.accesses.group_by("mem_id").agg(pl.len().alias("n"))
-    _decaying = records.filter(pl.col("type").is_in(["fact", "status"])).join(
-        _counts, left_on="id", right_on="mem_id", how="left"
-    ).with_columns(pl.col("n").fill_null(0))
-    _in_chains = set(chains["mem_id"].to_list())
-    _pick = (
-        _decaying.with_columns(pl.col("id").is_in(list(_in_chains)).alias("_chain"))
-        .sort(["_chain", "n", "id"], descending=[True, True, False])
-        .head(6)
-    )
+def _(boost, chains, data, decay, mo, records, tl):
     curves = tl.decay_curves(
-        records.filter(pl.col("id").is_in(_pick["id"].to_list())),
+        tl.decay_records(records, data.accesses, chains["mem_id"].to_list(), n=6),
         data.accesses,
         until=data.horizon,
         decay_factor=decay.value,
@@ -184,15 +183,8 @@ def _(boost, chains, data, decay, mo, pl, records, tl):
 
 
 @app.cell
-def _(data, mo, pl, records, tl):
-    _ids = records["id"].to_list()
-    _top = (
-        data.accesses.filter(pl.col("mem_id").is_in(_ids))
-        .group_by("mem_id")
-        .agg(pl.len().alias("accesses"))
-        .sort(["accesses", "mem_id"], descending=[True, False])
-        .head(8)
-    )
+def _(data, mo, records, tl):
+    _top = tl.most_accessed(data.accesses, records, n=8)
     _counts = tl.access_counts(data.accesses, _top["mem_id"].to_list())
     mo.vstack(
         [
@@ -201,12 +193,7 @@ def _(data, mo, pl, records, tl):
                 _counts, span=(float(records["created_at"].min()), data.horizon)
             )) if _counts.height
             else mo.md("_No memory of this client was accessed._"),
-            mo.ui.table(
-                _top.join(records.select(pl.col("id").alias("mem_id"), "type", "text"),
-                          on="mem_id", how="left"),
-                selection=None,
-                page_size=8,
-            ),
+            mo.ui.table(_top, selection=None, page_size=8),
         ]
     )
     return

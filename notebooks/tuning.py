@@ -228,7 +228,7 @@ def _(mo, params, pipeline, save_button, save_path, tuner):
         _out = tuner.save(params, save_path.value.strip(), name=f"{pipeline.name}-tuned")
     except (OSError, ValueError, TypeError) as exc:
         mo.stop(True, mo.callout(mo.md(f"Not saved: `{exc}`"), kind="danger"))
-    mo.callout(mo.md(f"Saved `{_out}`: load it with `memlab eval --pipeline {_out}`."),
+    mo.callout(mo.md(f"Saved `{_out}`: load it with `memlab eval DATASET --pipelines {_out}`."),
                kind="success")
     return
 

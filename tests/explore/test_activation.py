@@ -346,3 +346,21 @@ def test_store_context_opens_a_store_directory(tmp_path):
     assert (ctx.text, ctx.now, len(ctx.store)) == ("acme", 200.0, 2)
     with pytest.raises(ValueError, match="not a directory"):
         act.store_context(tmp_path / "nope", "x", embedder=emb)
+
+
+def test_lif_seeds_and_drawn_entities():
+    g = chain_graph()
+    trace = LIFTrace(
+        potentials=np.zeros((2, 4)),
+        spikes=np.zeros((2, 4), dtype=bool),
+        fired=[3],
+        seed_currents=np.array([0.0, 0.0, 0.7, 0.0]),
+    )
+    assert act.lif_seeds(trace) == [2]
+    assert act.lif_seeds(LIFTrace(potentials=np.zeros((1, 4)), spikes=np.zeros((1, 4)))) == []
+    bfs = act.bfs_steps(g, [0], max_depth=1)  # last step: A 1.0, B 1.6
+    # BFS seed A, LIF input C, last BFS step by activation (B, A), fired D
+    assert act.drawn_entities(g, bfs, [0], trace, max_nodes=30) == [0, 2, 1, 3]
+    assert act.drawn_entities(g, bfs, [0], trace, max_nodes=2) == [0, 2]
+    # no BFS at all: the LIF side alone, then the neighbours by strength
+    assert act.drawn_entities(g, bfs.head(0), [], trace, max_nodes=3) == [2, 3, 1]

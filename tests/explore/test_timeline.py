@@ -158,6 +158,15 @@ def test_decay_curves_take_the_constants_and_spare_events():
     assert event["factor"].to_list() == pytest.approx([1.0, 1.0, 1.6, 1.6])
 
 
+def test_decay_curves_read_the_kind_so_a_rule_is_spared():
+    rule = _records().with_columns(pl.lit("rule").alias("kind"))
+    curve = tl.decay_curves(rule, _accesses(), until=10 * DAY, n_points=2)
+    assert curve["factor"].to_list() == [1.0, 1.0]  # a fact by type, a rule by kind
+    pref = _records().with_columns(pl.lit("preference").alias("kind"))
+    assert tl.decay_curves(pref, _accesses(), until=10 * DAY, n_points=2)[
+        "factor"].to_list() == pytest.approx([1.0, 0.98**10])
+
+
 def test_decay_curves_stop_where_the_memory_stopped_being_valid():
     curves = tl.decay_curves(_records(valid_to=DAY), _accesses(3 * DAY), until=4 * DAY,
                              n_points=2)
@@ -229,3 +238,39 @@ def test_consolidation_log_lists_what_cycles_and_policies_did():
         ("consolidation", "expired", "e"),
     ]
     assert log["at"].to_list() == [t0 + 7200, t0 + 11 * 86_400.0]
+
+
+def _client(*rows: tuple[str, str, str]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema={"id": pl.String, "type": pl.String, "text": pl.String},
+                        orient="row")
+
+
+def _log(*mem_ids: str) -> pl.DataFrame:
+    n = len(mem_ids)
+    return pl.DataFrame({"ts": [float(i) for i in range(n)], "qid": ["q"] * n,
+                         "mem_id": list(mem_ids)},
+                        schema={"ts": pl.Float64, "qid": pl.String, "mem_id": pl.String})
+
+
+def test_decay_records_take_chain_members_then_the_most_accessed():
+    records = _client(("a", "fact", "A"), ("b", "status", "B"), ("c", "fact", "C"),
+                      ("d", "event", "D"), ("e", "fact", "E"))
+    accesses = _log("c", "c", "e", "d", "d", "d", "other")
+    # chain member b first (no access), then c (2), e (1), a (0); d is an event
+    assert tl.decay_records(records, accesses, ["b"], n=3)["id"].to_list() == ["b", "c", "e"]
+    assert tl.decay_records(records, accesses, ["b"], n=6)["id"].to_list() == [
+        "a", "b", "c", "e"
+    ]  # records order, every column kept
+    assert tl.decay_records(records, accesses, [], n=2).rows() == [
+        ("c", "fact", "C"), ("e", "fact", "E")
+    ]
+    assert tl.decay_records(records, _log(), [], n=2)["id"].to_list() == ["a", "b"]
+
+
+def test_most_accessed_lists_the_clients_memories_with_their_type_and_text():
+    records = _client(("a", "fact", "A"), ("b", "event", "B"), ("c", "fact", "C"))
+    accesses = _log("b", "c", "c", "b", "x", "x", "x", "a")
+    top = tl.most_accessed(accesses, records, n=2)
+    assert top.columns == ["mem_id", "accesses", "type", "text"]
+    assert top.rows() == [("b", 2, "event", "B"), ("c", 2, "fact", "C")]
+    assert tl.most_accessed(_log(), records).height == 0

@@ -372,3 +372,23 @@ def test_tuning_app_shows_a_failing_stage_where_the_results_go(tmp_path):
     assert "memory m-404 is not in the store" in html
     errors = html.count('"type": "error"') - html.count('"ename": "ancestor-stopped"')
     assert errors == 0, f"the export holds {errors} cell error(s)"
+
+
+def test_judge_app_shows_a_pool_it_cannot_use_as_a_callout(tmp_path):
+    """A pool naming a query the dataset does not hold: one callout, no cell error."""
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text('{"qid": "zz", "mem_id": "m01", "position": 1, "runs": ["a"], '
+                    '"best_rank": 1}\n', encoding="utf-8")
+    out = tmp_path / "judge.html"
+    res = subprocess.run(
+        [str(MARIMO), "export", "html", "--no-include-code", str(NOTEBOOKS / "judge.py"),
+         "-o", str(out), "--", "--pool", str(pool)],
+        cwd=ROOT, env=app_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    html = out.read_text(encoding="utf-8")
+    assert "Cannot open this dataset or pool" in html
+    # the message as the export escapes it: "pool.jsonl:1: query 'zz' is not in the dataset"
+    assert "pool.jsonl:1: query \\u0026#x27;zz\\u0026#x27; is not in the dataset" in html
+    errors = html.count('"type": "error"') - html.count('"ename": "ancestor-stopped"')
+    assert errors == 0, f"the export holds {errors} cell error(s)"

@@ -160,6 +160,50 @@ def focus_nodes(graph: EntityGraph, active: Sequence[int], *, max_nodes: int = 4
     return chosen
 
 
+def lif_seeds(trace: LIFTrace) -> list[int]:
+    """The LIF input neurons: entities whose seed current is positive, by index (none when the
+    trace records no seed current)."""
+    if trace.seed_currents is None:
+        return []
+    return [int(i) for i in (trace.seed_currents > 0).nonzero()[0]]
+
+
+def drawn_entities(
+    graph: EntityGraph,
+    bfs: pl.DataFrame,
+    bfs_seeds: Sequence[int],
+    trace: LIFTrace,
+    *,
+    max_nodes: int = 30,
+) -> list[int]:
+    """The entities both network charts draw (:func:`focus_nodes`).
+
+    Active entities come first, in this order: the BFS seeds, the LIF input neurons
+    (:func:`lif_seeds`), the entities active at the last BFS step (most activation first), the
+    neurons that fired; then their neighbours until ``max_nodes`` are chosen.
+
+    Args:
+        graph: The entity graph.
+        bfs: :func:`bfs_steps` of the query.
+        bfs_seeds: The BFS seed entities.
+        trace: The LIF run.
+        max_nodes: How many entities to draw.
+
+    Returns:
+        Entity indices, at most ``max_nodes``.
+    """
+    last = (
+        bfs.filter(pl.col("step") == bfs["step"].max())
+        .sort("activation", descending=True)["entity_idx"]
+        .to_list()
+        if bfs.height
+        else []
+    )
+    return focus_nodes(
+        graph, [*bfs_seeds, *lif_seeds(trace), *last, *trace.fired], max_nodes=max_nodes
+    )
+
+
 def layout_frame(graph: EntityGraph, nodes: Sequence[int]) -> pl.DataFrame:
     """A Kamada-Kawai layout (igraph) of the subgraph induced by ``nodes``.
 

@@ -15,6 +15,7 @@ import polars as pl
 
 from memlab.datasets.format import QUERIES_FILE, Dataset, load_dataset
 from memlab.datasets.importers import source_lines
+from memlab.io import decode_utf8, read_bytes
 from memlab.judge.judgments import judge, read_judgments
 from memlab.judge.pool import POOL_SCHEMA, read_pool, served_rankings
 from memlab.timeutil import to_iso
@@ -39,6 +40,54 @@ def served_pool(dataset: str | os.PathLike[str]) -> pl.DataFrame:
     ).cast(POOL_SCHEMA)  # type: ignore[arg-type]
 
 
+def pool_lines(path: str | os.PathLike[str]) -> dict[tuple[str, str], int]:
+    """Line number (from 1) of each ``(qid, mem_id)`` of a pool file :func:`read_pool` read.
+
+    The first line wins when a pair occurs twice; a line that is not a JSON object with
+    ``qid`` and ``mem_id`` is left out (:func:`read_pool` reports it).
+    """
+    out: dict[tuple[str, str], int] = {}
+    text = decode_utf8(read_bytes(Path(path)), str(path))
+    for number, raw in enumerate(source_lines(text), start=1):
+        try:
+            obj = json.loads(raw) if raw.strip() else None
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(obj, dict) and "qid" in obj and "mem_id" in obj:
+            out.setdefault((str(obj["qid"]), str(obj["mem_id"])), number)
+    return out
+
+
+def check_pool(
+    queue: pl.DataFrame,
+    qids: set[str],
+    mem_ids: set[str],
+    *,
+    source: str,
+    lines: dict[tuple[str, str], int] | None = None,
+) -> None:
+    """Refuse a judging queue naming a query or a memory the dataset does not hold.
+
+    Args:
+        queue: The queue (``qid``, ``mem_id``, ...), checked in queue order.
+        qids: The dataset's query ids.
+        mem_ids: The dataset's memory ids (its stores).
+        source: What the queue was read from (the pool file), for the message.
+        lines: ``(qid, mem_id)`` → line number in ``source`` (:func:`pool_lines`), when known.
+
+    Raises:
+        ValueError: ``"<source>[:<line>]: query 'q9' is not in the dataset"`` (or ``memory``)
+            for the first pair in queue order naming an unknown id.
+    """
+    for qid, mem_id in queue.select("qid", "mem_id").iter_rows():
+        line = None if lines is None else lines.get((qid, mem_id))
+        where = source if line is None else f"{source}:{line}"
+        if qid not in qids:
+            raise ValueError(f"{where}: query {qid!r} is not in the dataset")
+        if mem_id not in mem_ids:
+            raise ValueError(f"{where}: memory {mem_id!r} is not in the dataset")
+
+
 @dataclass
 class JudgeSession:
     """One judge working through a queue.
@@ -47,6 +96,12 @@ class JudgeSession:
         dataset: The dataset directory; judgments go to its ``judgments.jsonl``.
         pool: The judging queue file (default: the recording's served lists).
         judge: Who judges.
+
+    Raises:
+        DatasetError: If ``dataset`` is not a valid dataset directory (a ``ValueError``).
+        OSError: If the pool file cannot be read.
+        ValueError: If a pool line cannot be read, or names a query or memory the dataset does
+            not hold (:func:`check_pool`).
     """
 
     dataset: Path
@@ -64,6 +119,14 @@ class JudgeSession:
             if raw.strip():
                 obj = json.loads(raw)
                 self.raw_queries[obj["qid"]] = obj
+        source = f"the served lists of {self.dataset}" if self.pool is None else str(self.pool)
+        check_pool(
+            self.queue,
+            set(self.raw_queries),
+            {op.id for op in self.data.stores()},
+            source=source,
+            lines=None if self.pool is None else pool_lines(self.pool),
+        )
 
     def done(self) -> set[tuple[str, str]]:
         """(qid, mem_id) pairs this judge has judged (read from disk: survives a restart)."""

@@ -119,6 +119,76 @@ def load_run(path: str | Path, *, root: str | Path | None = None) -> Run:
     )
 
 
+def load_runs(paths: Sequence[str | Path], *, reports: str | Path) -> tuple[list[Run], list[str]]:
+    """Load every run of ``paths``, skipping those that cannot be read.
+
+    A run under ``reports`` is named relative to it, any other run relative to its parent
+    (:func:`load_run`).
+
+    Args:
+        paths: Run directories (:func:`find_runs`).
+        reports: The reports directory.
+
+    Returns:
+        The runs that loaded, in ``paths`` order, and one ``"<dir>: <reason>"`` line for each
+        run skipped (a file that is not JSON or not parquet, a field of the wrong type, an
+        unreadable file).
+    """
+    base = Path(reports)
+    runs: list[Run] = []
+    skipped: list[str] = []
+    for path in paths:
+        p = Path(path)
+        try:
+            runs.append(load_run(p, root=base if p.is_relative_to(base) else p.parent))
+        except (ValueError, OSError) as exc:
+            skipped.append(f"{p}: {exc}")
+    return runs, skipped
+
+
+def rounded(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its float columns rounded for display: p-values (``p_*``) to three
+    significant digits, any other float to four decimals."""
+    return frame.with_columns(
+        [
+            pl.col(c).round_sig_figs(3) if c.startswith("p_") else pl.col(c).round(4)
+            for c, t in frame.schema.items()
+            if t == pl.Float64
+        ]
+    )
+
+
+RELEVANCE_FAMILIES: tuple[str, ...] = ("R_all", "Success", "nDCG", "MRR")
+"""Metric families the comparison chart draws (the part of a metric's name before ``@``)."""
+
+
+def runs_overview(runs: Sequence[Run]) -> pl.DataFrame:
+    """:func:`metrics_wide` of ``runs`` with how many queries each run scored and its protocol.
+
+    Returns:
+        ``run, pipeline, queries, protocol`` (:func:`query_count`, :func:`protocol_text`), then
+        one column per metric; one row per (run, pipeline), in run order.
+    """
+    wide = metrics_wide(runs)
+    counts = pl.DataFrame(
+        {
+            "run": [r.name for r in runs],
+            "queries": [query_count(r) for r in runs],
+            "protocol": [protocol_text(r) for r in runs],
+        },
+        schema={"run": pl.String, "queries": pl.Int64, "protocol": pl.String},
+    )
+    return wide.join(counts, on="run", how="left", maintain_order="left").select(
+        "run", "pipeline", "queries", "protocol",
+        *[c for c in wide.columns if c not in ("run", "pipeline")],
+    )
+
+
+def relevance_columns(table: pl.DataFrame) -> list[str]:
+    """The columns of ``table`` whose metric family is in :data:`RELEVANCE_FAMILIES`."""
+    return [c for c in table.columns if c.split("@")[0] in RELEVANCE_FAMILIES]
+
+
 def metrics_long(runs: Sequence[Run]) -> pl.DataFrame:
     """Every aggregate metric of every run: ``run, pipeline, metric, value``."""
     rows = [
@@ -247,17 +317,79 @@ def run_pipeline(run: Run, name: str) -> Pipeline:
 
 
 def embedder_from_id(model_id: str | None, *, fast: bool = False) -> Any:
-    """An embedder for a manifest's ``embedder`` id.
+    """The embedder a run's manifest names by its ``model_id`` (``embedder``), rebuilt.
 
-    ``hashing-dD-sS-cC`` rebuilds that :class:`~memlab.embed.HashingEmbedder`; any other id means
-    MiniLM behind the on-disk cache, or with ``fast`` a 256-dimensional hashing embedder.
+    ``hashing-dD-sS-cC`` rebuilds that :class:`~memlab.embed.HashingEmbedder`. With ``fast``
+    (the apps' fast mode) any other id gives a 256-dimensional hashing embedder. Otherwise the
+    id must be that of an embedder of the registry (:data:`memlab.embed.EMBEDDERS`) with its
+    default settings (``all-MiniLM-L6-v2``, ``all-mpnet-base-v2``, the two
+    ``multilingual-e5-small-q4`` ones): it is built by name behind the on-disk cache
+    (:func:`memlab.embed.named_embedder`, as ``memlab eval --embedder NAME`` does), after
+    checking that its model is installed (MiniLM: its directory; any other: it is loaded).
+
+    Raises:
+        ValueError: If the manifest names no embedder, or one memlab cannot rebuild (a
+            ``path:DIR`` or ``onnx:DIR`` model: the manifest does not record the directory), or
+            one whose model is not installed here; the message names the embedder.
     """
-    from memlab.embed import HashingEmbedder, default_embedder
+    from memlab.embed import HashingEmbedder, named_embedder
 
     m = _HASHING_ID.fullmatch(model_id or "")
     if m is not None:
         return HashingEmbedder(dim=int(m["dim"]), seed=int(m["seed"]), char_ngram=int(m["ngram"]))
-    return HashingEmbedder(dim=256) if fast else default_embedder()
+    if fast:
+        return HashingEmbedder(dim=256)
+    if not model_id:
+        raise ValueError("the run's manifest.json names no embedder: cannot replay it here")
+    name = registered_embedder_name(model_id)
+    if name is None:
+        raise ValueError(
+            f"the run used the embedder {model_id!r}, which is not available here: it is not "
+            "a registered embedder with its default settings (a path: or onnx: model's "
+            "directory is not recorded in the run)"
+        )
+    emb = named_embedder(name)
+    try:
+        _check_available(emb.embedder)
+    except (OSError, ImportError, ValueError) as exc:
+        raise ValueError(
+            f"the run used the embedder {model_id!r} ({name}), which is not available here: "
+            f"{exc}"
+        ) from None
+    return emb
+
+
+def _check_available(embedder: Any) -> None:
+    """Raise if ``embedder``'s model is not installed: MiniLM's model directory is looked up
+    without loading it (its vectors may all be in the cache), any other model is loaded."""
+    from memlab.embed import MiniLMEmbedder, default_minilm_path
+
+    if isinstance(embedder, MiniLMEmbedder):
+        path = default_minilm_path() if embedder.model_path is None else embedder.model_path
+        if not Path(path).is_dir():
+            raise FileNotFoundError(f"{path}: not a directory")
+        return
+    load = getattr(embedder, "load", None)
+    if load is not None:
+        load()
+
+
+def registered_embedder_name(model_id: str) -> str | None:
+    """The name of the registered embedder (:data:`memlab.embed.EMBEDDERS`) whose default
+    settings give ``model_id``, or ``None``.
+
+    Embedders that need arguments (a model directory) are skipped: their ids name a directory
+    the registry cannot find again.
+    """
+    from memlab.embed import EMBEDDERS, make_embedder
+
+    for name in EMBEDDERS:
+        try:
+            if make_embedder(name).model_id == model_id:
+                return name
+        except (TypeError, ValueError, OSError):
+            continue
+    return None
 
 
 def replay_config_of(manifest: Mapping[str, Any], dataset: Any) -> Any:

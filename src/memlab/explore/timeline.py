@@ -169,8 +169,11 @@ def client_records(store: MemoryStore, client_id: str) -> pl.DataFrame:
 
     ``state`` is ``forgotten`` (soft-deleted), ``expired`` (TTL), ``superseded``, ``active``,
     or ``inactive`` (retired otherwise, e.g. a merge). ``label`` is ``id key-or-subject: text``.
+    ``kind`` is the type decay reads (:func:`memlab.memory.records.kind_of`).
     """
-    recs = store.records_frame().filter(pl.col("client_id") == client_id)
+    recs = store.records_frame().with_columns(
+        pl.Series("kind", store.column("kind").tolist(), dtype=pl.String)
+    ).filter(pl.col("client_id") == client_id)
     state = (
         pl.when(pl.col("forgotten_reason").is_not_null()).then(pl.lit("forgotten"))
         .when(pl.col("expired_at").is_not_null()).then(pl.lit("expired"))
@@ -276,7 +279,8 @@ def decay_curves(
     for ts, mid in accesses.select("ts", "mem_id").iter_rows():
         by_mem.setdefault(mid, []).append(float(ts))
     rows: list[tuple[str, str, float, int, int, float, float, float]] = []
-    cols = ("id", "label", "type", "confidence", "created_at", "valid_to", "expired_at")
+    kind = "kind" if "kind" in records.columns else "type"  # what decay reads
+    cols = ("id", "label", kind, "confidence", "created_at", "valid_to", "expired_at")
     for rec in records.select(*cols).iter_rows(named=True):
         created = float(rec["created_at"])
         ends = [float(rec[c]) for c in ("valid_to", "expired_at") if rec[c] is not None]
@@ -292,7 +296,7 @@ def decay_curves(
             last = float(hits[n - 1]) if n else created
             days = (t - last) / SECONDS_PER_DAY
             conf = float(rec["confidence"])
-            if rec["type"] in decaying_types:
+            if rec[kind] in decaying_types:
                 eff = float(effective_confidence(conf, days, decay_factor=decay_factor))
             else:
                 eff = conf
@@ -322,6 +326,68 @@ def access_counts(accesses: pl.DataFrame, mem_ids: Sequence[str]) -> pl.DataFram
         .sort("mem_id", "ts")
         .with_columns(pl.col("n").cum_sum().over("mem_id").alias("count"))
         .select("mem_id", "ts", "count")
+    )
+
+
+def decay_records(
+    records: pl.DataFrame,
+    accesses: pl.DataFrame,
+    chain_ids: Sequence[str],
+    *,
+    n: int = 6,
+    types: Sequence[str] = ("fact", "status"),
+) -> pl.DataFrame:
+    """The records whose decay curves are drawn: at most ``n`` of ``types``.
+
+    Members of a supersession chain (``chain_ids``) come first, then the most accessed, then
+    by id; the rows returned keep ``records`` order.
+
+    Args:
+        records: A client's records (:func:`client_records`).
+        accesses: The replay's accesses (``ts, qid, mem_id``).
+        chain_ids: Ids of the memories in a supersession chain (:func:`supersession_chains`).
+        n: How many memories to keep.
+        types: The memory types drawn.
+
+    Returns:
+        The chosen rows of ``records``, every column kept.
+    """
+    counts = accesses.group_by("mem_id").agg(pl.len().alias("_n"))
+    picked = (
+        records.filter(pl.col("type").is_in(list(types)))
+        .join(counts, left_on="id", right_on="mem_id", how="left")
+        .with_columns(pl.col("_n").fill_null(0))
+        .with_columns(pl.col("id").is_in(list(set(chain_ids))).alias("_chain"))
+        .sort(["_chain", "_n", "id"], descending=[True, True, False])
+        .head(n)
+    )
+    return records.filter(pl.col("id").is_in(picked["id"].to_list()))
+
+
+def most_accessed(accesses: pl.DataFrame, records: pl.DataFrame, *, n: int = 8) -> pl.DataFrame:
+    """The ``n`` memories of ``records`` accessed most often.
+
+    Args:
+        accesses: The replay's accesses (``ts, qid, mem_id``).
+        records: A client's records (:func:`client_records`).
+        n: How many memories to keep.
+
+    Returns:
+        ``mem_id, accesses, type, text``, most accesses first (ties by ``mem_id``); a memory
+        never accessed is not listed.
+    """
+    top = (
+        accesses.filter(pl.col("mem_id").is_in(records["id"].to_list()))
+        .group_by("mem_id")
+        .agg(pl.len().alias("accesses"))
+        .sort(["accesses", "mem_id"], descending=[True, False])
+        .head(n)
+    )
+    return top.join(
+        records.select(pl.col("id").alias("mem_id"), "type", "text"),
+        on="mem_id",
+        how="left",
+        maintain_order="left",
     )
 
 
