@@ -319,3 +319,48 @@ def test_clock_cannot_spin_on_a_step_below_float_precision():
     with pytest.raises(ValueError, match="does not advance the clock"):
         run._next_tick()
 
+
+
+def test_a_query_at_a_time_before_a_merge_is_judged_on_the_memory_it_saw():
+    # a (01:00) and b (02:00) merge at the 06:00 cycle; q_at asks what held at 03:00
+    text = "Acme invoices go to billing at acme example with PO number"
+    ds = dataset(
+        [
+            MemoryOp.store("a", T0 + 3600, text, "fact", key="k1", source_agent="x",
+                           client_id="acme"),
+            MemoryOp.store("b", T0 + 7200, text + " required", "fact", key="k2",
+                           source_agent="x", client_id="acme"),
+        ],
+        [
+            Query(0, "q_now", T0 + DAY, "where do Acme invoices go", client_id="acme",
+                  relevant={"a": 1}),
+            Query(0, "q_at", T0 + DAY, "where do Acme invoices go", client_id="acme",
+                  at_time=T0 + 3 * 3600, relevant={"a": 1}),
+        ],
+    )
+    config = ReplayConfig.from_mapping(
+        {"consolidation": {"interval_hours": 6.0, "merge": "extractive", "merge_threshold": 0.6}}
+    )
+    rep = Replayer(ds, embedder=HashingEmbedder(dim=16), progress=False, config=config)
+    res = rep.run(Pipeline([("all", AllVisible())], name="all"))
+    merged = res.merges[res.id_map["a"]][1]
+    assert ds.queries[1].seen_at == T0 + 3 * 3600 and ds.queries[0].seen_at == T0 + DAY
+    qrels = qrels_frame(ds, res.id_map, res)
+    assert dict(zip(qrels["qid"], qrels["mem_id"], strict=True)) == {
+        "q_now": merged, "q_at": res.id_map["a"],
+    }
+
+
+def test_a_consolidate_line_cleans_up_with_the_replays_ttl():
+    ds = dataset(
+        [
+            MemoryOp.store("g1", T0, "Globex kickoff call held", "event", importance="low",
+                           source_agent="x", client_id="globex"),
+            MemoryOp(0, "consolidate", None, T0 + 45 * DAY),
+        ],
+        [Query(0, "q1", T0 + 46 * DAY, "Globex kickoff call", client_id="globex")],
+    )
+    res, _ = run(ds, ttl_days=365.0, expire=False)
+    assert top(res, "q1") == ["g1"]  # 45 days old: within the replay's 365-day TTL
+    res, _ = run(ds, ttl_days=30.0, expire=False)
+    assert top(res, "q1") == []  # the cycle's cleanup at 45 days, with a 30-day TTL

@@ -340,6 +340,12 @@ class Query:
     include_superseded: bool = False
     served: tuple[str, ...] | None = None
 
+    @property
+    def seen_at(self) -> float:
+        """The moment whose memories the query sees: ``at_time`` when it asks about one, else
+        ``ts`` (where a relevant memory merged later is looked up, for one)."""
+        return self.ts if self.at_time is None else self.at_time
+
     def principal(self) -> Principal | None:
         """The reader as a :class:`~memlab.memory.scopes.Principal` (``None`` = a human)."""
         if self.agent is None:

@@ -46,6 +46,7 @@ def apply_op(
     id_map: dict[str, str],
     *,
     embedding: Any | None = None,
+    event_ttl_days: float = 30.0,
 ) -> Any | None:
     """Apply one operation of the write log to ``store``.
 
@@ -56,6 +57,7 @@ def apply_op(
             earlier record) and read by forgets.
         embedding: Vector of the scrubbed text of a store (``None``: the store's embedder, if
             any).
+        event_ttl_days: The TTL of a consolidate line's cleanup (the replay's ``ttl_days``).
 
     Returns:
         The store's write result of a store or correct operation (``None`` for the others).
@@ -93,7 +95,7 @@ def apply_op(
         elif op.op == "consolidate":
             from memlab.memory.consolidate import consolidate_scope
 
-            consolidate_scope(store, now=op.ts, **op.fields)
+            consolidate_scope(store, now=op.ts, event_ttl_days=event_ttl_days, **op.fields)
         else:
             raise ValueError(f"unknown op {op.op!r}")
     except INPUT_ERRORS as exc:

@@ -476,7 +476,7 @@ def fit_learned_stages(replayer: Replayer, pipeline: Pipeline, train: Sequence[Q
         if labels is None:  # read once (judgments.jsonl) for every learned step
             labels = training_labels(replayer)
         relevant = {
-            q.qid: {result.resolve(m, q.ts) for m in labels[q.qid]}
+            q.qid: {result.resolve(m, q.seen_at) for m in labels[q.qid]}
             for q in train if labels.get(q.qid)
         }
         stage.fit(
@@ -659,7 +659,8 @@ def score_rankings(
         aggregate=aggregate,
     )
     if replay.merges and qrels.height:
-        at = {q.qid: q.ts for q in dataset.queries}
+        # a memory merged after the moment a query sees (its at_time) is still itself there
+        at = {q.qid: q.seen_at for q in dataset.queries}
         merged = [replay.resolve(m, at[q]) for q, m in zip(qrels["qid"], qrels["mem_id"],
                                                            strict=True)]
         qrels = (

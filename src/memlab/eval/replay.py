@@ -822,7 +822,8 @@ class _Run:
             if vectors is None:
                 raise ValueError("the replayer is not prepared")
             vector = vectors[self.replayer.scrubs_[op.text][0]]
-        res = apply_op(self.store, op, self.id_map, embedding=vector)
+        res = apply_op(self.store, op, self.id_map, embedding=vector,
+                       event_ttl_days=self.config.ttl_days)
         try:
             if op.op in ("store", "correct") and res is not None:
                 if res.action == "created" and self.policy is not None:
@@ -1146,14 +1147,15 @@ def qrels_frame(
 ) -> pl.DataFrame:
     """``qid, mem_id, relevance`` with dataset ids mapped onto store ids (dedup).
 
-    With a ``replay``, a relevant memory merged into a fact before the query's time counts as
+    With a ``replay``, a relevant memory merged into a fact before the moment the query sees
+    (:attr:`~memlab.datasets.format.Query.seen_at`: its ``at_time``, else its ``ts``) counts as
     that fact (:meth:`ReplayResult.resolve`).
     """
     rows: dict[str, list[Any]] = {"qid": [], "mem_id": [], "relevance": []}
     for q in dataset.queries:
         best: dict[str, int] = {}
         for mid, grade in q.relevant.items():
-            sid = id_map.get(mid, mid) if replay is None else replay.resolve(mid, q.ts)
+            sid = id_map.get(mid, mid) if replay is None else replay.resolve(mid, q.seen_at)
             best[sid] = max(best.get(sid, 0), int(grade))
         for sid, grade in sorted(best.items()):
             rows["qid"].append(q.qid)

@@ -87,6 +87,7 @@ def consolidate_scope(
     client_id: str | None = None,
     scope: str | None = None,
     since: float | str | None = None,
+    event_ttl_days: float = 30.0,
 ) -> ConsolidationReport:
     """One consolidation cycle without a merger over a slice of the store (docs/design.md §D3.6
     ``consolidate(scope, since)``): the memories of ``client_id`` (not those of ``global``,
@@ -99,6 +100,9 @@ def consolidate_scope(
     consolidating one tenant's or one agent's memories never moves the edges that other
     principals' graph stages rank with. Only a cycle over the whole store (no client, no
     scope) runs the Hebbian upkeep, as :class:`Consolidator` does.
+
+    ``event_ttl_days`` is the TTL of the cycle's cleanup: a live server's ``ttl_days``, or a
+    replay's (``ReplayConfig.ttl_days``), as their scheduled cycles take it.
     """
     mask = store.visible_mask(client_id=client_id, now=now)
     if client_id is not None:  # its own memories: those of 'global' belong to every client
@@ -108,7 +112,11 @@ def consolidate_scope(
     if since is not None:
         mask &= store.column("created_at") >= coerce_ts(since, field="since")
     whole = client_id is None and scope is None
-    cycle = Consolidator() if whole else Consolidator(hebbian_rate=0.0, hebbian_decay=1.0)
+    cycle = (
+        Consolidator(event_ttl_days=event_ttl_days)
+        if whole
+        else Consolidator(event_ttl_days=event_ttl_days, hebbian_rate=0.0, hebbian_decay=1.0)
+    )
     return cycle.run(store, now=now, rows=np.flatnonzero(mask))
 
 

@@ -1275,7 +1275,8 @@ class MemoryService:
             now = self.now()
             self._begin()
             report = consolidate_scope(
-                self.store, now=now, client_id=self.client_id, scope=scope, since=t_since
+                self.store, now=now, client_id=self.client_id, scope=scope, since=t_since,
+                event_ttl_days=self.ttl_days,
             )
             line: dict[str, Any] = {"ts": _iso(now), "op": "consolidate",
                                     "client_id": self.client_id}
