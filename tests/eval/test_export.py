@@ -253,3 +253,41 @@ def test_export_replaces_an_export_marked_with_the_old_shared_kind(run_dir, tmp_
     assert (out / "notes.md").read_text() == "mine"
     marker = json.loads((out / ".memlab-output.json").read_text())
     assert marker["memlab"] == "export"
+
+
+def test_qrels_follow_merges_per_pipeline_and_export_them_so(run_dir, tmp_path):
+    from types import SimpleNamespace
+
+    from memlab.datasets.format import Query
+    from memlab.eval.experiment import scored_qrels
+
+    ds = SimpleNamespace(queries=[Query(0, "q1", 100.0, "x"),
+                                  Query(0, "q2", 100.0, "x", at_time=10.0)])
+    qrels = pl.DataFrame({"qid": ["q1", "q2"], "mem_id": ["a", "a"], "relevance": [1, 2]})
+
+    class Merged:  # 'a' merged into 'F' at time 50 (a ReplayResult's merges and resolve)
+        merges = {"a": (50.0, "F")}
+
+        def resolve(self, mid, at):
+            return "F" if mid == "a" and at >= 50.0 else mid
+
+    class Unmerged:
+        merges: dict = {}
+
+    alike = scored_qrels(qrels, ds, {"bm25": Merged(), "dense": Merged()})
+    # q2 asks about time 10, before the merge: still 'a'
+    assert alike.rows() == [("q1", "F", 1), ("q2", "a", 2)]
+    differ = scored_qrels(qrels, ds, {"bm25": Merged(), "dense": Unmerged()})
+    assert differ.rows() == [("bm25", "q1", "F", 1), ("bm25", "q2", "a", 2),
+                             ("dense", "q1", "a", 1), ("dense", "q2", "a", 2)]
+    run = _copy_run(run_dir, tmp_path / "run")
+    pl.concat([
+        pl.read_parquet(run / "qrels.parquet").select(pl.lit(n).alias("pipeline"), pl.all())
+        for n in ("bm25", "dense", "rrf")
+    ]).write_parquet(run / "qrels.parquet")
+    out, notes = export_run(run)
+    assert notes == [] and not (out / "qrels.trec").exists()
+    assert sorted(p.name for p in (out / "qrels").iterdir()) == [
+        "bm25.trec", "dense.trec", "rrf.trec"]
+    single, _ = export_run(run_dir, out=tmp_path / "single")
+    assert (out / "qrels" / "bm25.trec").read_text() == (single / "qrels.trec").read_text()

@@ -18,8 +18,10 @@ correction by default), breaks results down by query tag, and writes the output 
 metric within each query tag), ``DIR/per_tag.parquet``, ``DIR/timings.parquet``
     significance table, per-tag means, per-stage latencies.
 ``DIR/qrels.parquet``
-    ``qid, mem_id, relevance``: the judgements the relevance metrics used (store ids, evaluated
-    queries only, excluded tags left out).
+    ``qid, mem_id, relevance``: the judgements the relevance metrics used (store ids, a relevant
+    memory that a consolidation merged before its query's moment as the merged fact, evaluated
+    queries only, excluded tags left out); led by a ``pipeline`` column when the pipelines'
+    replays merged differently.
 ``DIR/queries.parquet``
     ``qid, text, client_id, tags``: the evaluated queries.
 ``DIR/report.md`` with charts as PNG and SVG beside it.
@@ -658,22 +660,45 @@ def score_rankings(
         qrels_source=qrels_source,
         aggregate=aggregate,
     )
-    if replay.merges and qrels.height:
-        # a memory merged after the moment a query sees (its at_time) is still itself there
-        at = {q.qid: q.seen_at for q in dataset.queries}
-        merged = [replay.resolve(m, at[q]) for q, m in zip(qrels["qid"], qrels["mem_id"],
-                                                           strict=True)]
-        qrels = (
-            qrels.with_columns(pl.Series("mem_id", merged, dtype=pl.String))
-            .group_by("qid", "mem_id", maintain_order=True)
-            .agg(pl.col("relevance").max())
-        )
+    qrels = follow_merges(qrels, dataset, replay)
     return evaluate(
         rankings.select("qid", "rank", "mem_id", "score"),
         qrels,
         metrics,
         queries=queries,
         memories=memories,
+    )
+
+
+def follow_merges(qrels: pl.DataFrame, dataset: Dataset, replay: ReplayResult) -> pl.DataFrame:
+    """``qrels`` with each relevant memory that a consolidation merged into a fact before the
+    moment its query sees (:attr:`~memlab.datasets.format.Query.seen_at`) replaced by that
+    fact (a fact carrying two relevant memories keeps the higher grade): the judgements the
+    relevance metrics of ``replay``'s pipeline use."""
+    if not replay.merges or not qrels.height:
+        return qrels
+    at = {q.qid: q.seen_at for q in dataset.queries}
+    merged = [replay.resolve(m, at[q]) for q, m in zip(qrels["qid"], qrels["mem_id"],
+                                                       strict=True)]
+    return (
+        qrels.with_columns(pl.Series("mem_id", merged, dtype=pl.String))
+        .group_by("qid", "mem_id", maintain_order=True)
+        .agg(pl.col("relevance").max())
+    )
+
+
+def scored_qrels(
+    qrels: pl.DataFrame, dataset: Dataset, replays: Mapping[str, ReplayResult]
+) -> pl.DataFrame:
+    """The judgements as the relevance metrics used them (:func:`follow_merges`): one table
+    when every pipeline's replay merged alike (the usual case), else the rows of each pipeline
+    under a leading ``pipeline`` column (its replay's touches moved what a cycle merged)."""
+    per = {name: follow_merges(qrels, dataset, rep) for name, rep in replays.items()}
+    tables = list(per.values())
+    if not tables or all(t.equals(tables[0]) for t in tables[1:]):
+        return tables[0] if tables else qrels
+    return pl.concat(
+        [t.select(pl.lit(name).alias("pipeline"), pl.all()) for name, t in per.items()]
     )
 
 
@@ -991,12 +1016,16 @@ def run_experiment(
         timings=timings,
         manifest=manifest,
         replays=replays,
-        qrels=evaluation_qrels(
+        qrels=scored_qrels(
+            evaluation_qrels(
+                ds,
+                first.id_map,
+                exclude_tags=exclude_tags,
+                qrels_source=qrels_source,
+                aggregate=aggregate,
+            ),
             ds,
-            first.id_map,
-            exclude_tags=exclude_tags,
-            qrels_source=qrels_source,
-            aggregate=aggregate,
+            {n: replays[n] for n in names},
         ),
         queries=evaluated_queries(ds),
     )

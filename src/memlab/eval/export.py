@@ -14,7 +14,10 @@ comparison written by ``memlab compare --out``) or holds the run (:func:`check_e
     rank, so trec_eval (and ir_measures, ranx, pytrec_eval) evaluate exactly the ranking memlab
     evaluated.
 ``qrels.trec``
-    ``qid 0 docno relevance``: the judgements the run's relevance metrics used.
+    ``qid 0 docno relevance``: the judgements the run's relevance metrics used (a relevant
+    memory a consolidation merged before its query as the merged fact). Where the pipelines'
+    replays merged differently, ``qrels/<run file>`` per pipeline instead, each for the run of
+    the same name.
 
 TREC files separate their fields by white space, so a query id, memory id or pipeline name
 holding white space or a control character (``m 0029``, a newline) cannot be written to them:
@@ -359,11 +362,24 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path
                 target=f"{Path(shown) / 'runs' / file}",
                 source=str(run / "rankings.parquet"),
             )
-    qrels = None
+    # One qrels.trec; or, where the pipelines' replays merged memories differently (the
+    # table has a pipeline column), one qrels file per pipeline beside its run file.
+    qrels: dict[str, list[str]] | None = None
     if "qrels.parquet" not in result.missing:
-        qrels = trec_qrels_lines(
-            result.qrels, target=str(Path(shown) / "qrels.trec"), source=str(run / "qrels.parquet")
-        )
+        table = result.qrels
+        if "pipeline" in table.columns:
+            qrels = {}
+            for name in result.pipelines:
+                file = f"qrels/{run_file_name(name, str(run / 'metrics.json'))}"
+                qrels[file] = trec_qrels_lines(
+                    table.filter(pl.col("pipeline") == name),
+                    target=str(Path(shown) / file),
+                    source=str(run / "qrels.parquet"),
+                )
+        else:
+            qrels = {"qrels.trec": trec_qrels_lines(
+                table, target=str(Path(shown) / "qrels.trec"), source=str(run / "qrels.parquet")
+            )}
     notes: list[str] = []
     check_export_dir(target, run)  # it may have changed while the run was read
     with atomic_directory(target, kind="export", replaces=EXPORT_KINDS) as tmp:
@@ -376,9 +392,11 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path
         else:
             notes.append("no TREC runs: the run has no rankings.parquet")
         if qrels is not None:
-            (tmp / "qrels.trec").write_text(
-                "\n".join(qrels) + ("\n" if qrels else ""), encoding="utf-8"
-            )
+            for file, lines in qrels.items():
+                (tmp / file).parent.mkdir(exist_ok=True)
+                (tmp / file).write_text(
+                    "\n".join(lines) + ("\n" if lines else ""), encoding="utf-8"
+                )
         else:
             notes.append("no qrels: the run has no qrels.parquet (re-run it with this memlab)")
         aggregate_frame(result).write_csv(tmp / "aggregate.csv")
