@@ -364,3 +364,32 @@ def test_a_consolidate_line_cleans_up_with_the_replays_ttl():
     assert top(res, "q1") == ["g1"]  # 45 days old: within the replay's 365-day TTL
     res, _ = run(ds, ttl_days=30.0, expire=False)
     assert top(res, "q1") == []  # the cycle's cleanup at 45 days, with a 30-day TTL
+
+
+def test_every_clarify_question_surfaces_once_with_the_first_query_touching_it():
+    # h1/i1 conflict on day 0; w1 (day 2) conflicts with both: three questions, h1 in two
+    text = "Guest checkout is {} on the Acme storefront"
+    ds = dataset(
+        [
+            MemoryOp.store("h1", T0, text.format("enabled"), "fact", key="k1", source_agent="x",
+                           client_id="acme"),
+            MemoryOp.store("i1", T0 + 3600, text.format("disabled"), "fact", key="k2",
+                           source_agent="x", client_id="acme"),
+            MemoryOp.store("w1", T0 + 2 * DAY, text.format("never enabled"), "fact", key="k3",
+                           source_agent="x", client_id="acme"),
+        ],
+        [
+            Query(0, "q1", T0 + DAY, "guest checkout", client_id="acme"),
+            Query(0, "q2", T0 + 3 * DAY, "guest checkout", client_id="acme"),
+            Query(0, "q3", T0 + 4 * DAY, "guest checkout", client_id="acme"),
+        ],
+    )
+    res, _ = run(ds, conflict_policy="clarify", conflict_threshold=0.0, touch_k=3)
+    q = "Which is current: “{}” or “{}”?"
+    enabled, disabled, never = (text.format(w) for w in ("enabled", "disabled", "never enabled"))
+    assert len(res.conflicts) == 3  # i1/h1, then w1 against each
+    assert sorted(res.clarifications) == ["q1", "q2"]  # q3: nothing is left to ask
+    assert res.clarifications["q1"] == [q.format(enabled, disabled)]
+    # h1 holds two questions (its metadata only the latest): both are asked
+    assert sorted(res.clarifications["q2"]) == sorted([q.format(enabled, never),
+                                                       q.format(disabled, never)])

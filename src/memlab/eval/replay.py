@@ -724,6 +724,10 @@ class _Run:
             config=config,
         )
         self.activated: list[str] = []
+        # clarify's questions not surfaced yet, by memory (a memory in two conflicts has two;
+        # the metadata holds only the latest): each surfaces once, with the first query
+        # whose touched hits include either of its memories.
+        self.pending_questions: dict[str, list[tuple[str, tuple[str, str]]]] = {}
         cons = config.consolidation
         # Merges and conflict resolutions write rows that differ between runs: a shared prefix
         # result is then valid within this run only.
@@ -851,6 +855,10 @@ class _Run:
             event = self.policy.resolve(self.store, mem_id, other, now=t).to_dict()
             event["detector_rule"] = verdict.rule
             self.result.conflicts.append(event)
+            if event["action"] == "clarify":
+                ask = (str(event["rule"]), (mem_id, other))
+                for mid in (mem_id, other):
+                    self.pending_questions.setdefault(mid, []).append(ask)
 
     # ------------------------------------------------------------------ reads
     def after_query(self, q: Query, top: pl.DataFrame) -> None:
@@ -870,11 +878,13 @@ class _Run:
         if self.consolidator is not None:
             self.activated.extend(touched)
         for mid in touched:
-            rec = store.get(mid)
-            question = rec.metadata.get("clarification_question")
-            if question and not rec.metadata.get("clarification_surfaced"):
+            for ask in self.pending_questions.pop(mid, []):
+                question, pair = ask
                 self.result.clarifications.setdefault(q.qid, []).append(question)
-                for other in [mid, *rec.metadata.get("conflicts_with", [])]:
+                for other in pair:
+                    if other != mid:  # asked once: the other memory's copy is answered too
+                        rest = [a for a in self.pending_questions.get(other, []) if a != ask]
+                        self.pending_questions[other] = rest
                     o = store.get(other)
                     if o.metadata.get("clarification_question") == question:
                         o.metadata = {**o.metadata, "clarification_surfaced": q.qid}
