@@ -393,3 +393,23 @@ def test_every_clarify_question_surfaces_once_with_the_first_query_touching_it()
     # h1 holds two questions (its metadata only the latest): both are asked
     assert sorted(res.clarifications["q2"]) == sorted([q.format(enabled, never),
                                                        q.format(disabled, never)])
+
+
+def test_a_memory_the_merge_policy_merged_is_judged_as_the_merged_memory():
+    ds = dataset(
+        [
+            MemoryOp.store("h1", T0, "Guest checkout is enabled on the Acme storefront", "fact",
+                           key="k1", source_agent="x", client_id="acme"),
+            MemoryOp.store("h2", T0 + DAY, "Guest checkout is disabled on the Acme storefront",
+                           "fact", key="k2", source_agent="x", client_id="acme"),
+        ],
+        [Query(0, "q1", T0 + 2 * DAY, "guest checkout", client_id="acme", relevant={"h1": 1})],
+    )
+    res, _ = run(ds, conflict_policy="merge", conflict_threshold=0.0)
+    (event,) = res.conflicts
+    assert event["action"] == "merged"
+    merged = event["created"]
+    assert res.merges == {res.id_map["h1"]: (T0 + DAY, merged),
+                          res.id_map["h2"]: (T0 + DAY, merged)}
+    qrels = qrels_frame(ds, res.id_map, res)
+    assert qrels.rows() == [("q1", merged, 1)]

@@ -426,7 +426,8 @@ class ReplayResult:
         flags: ``qid`` → ``low_confidence`` where a CRAG stage flagged it.
         consolidation: One report dict per consolidation cycle, in clock order.
         conflicts: One event dict per contradiction resolved at write time.
-        merges: Store id → ``(time, merged fact id)`` for memories a cycle merged.
+        merges: Store id → ``(time, merged fact id)`` for memories a cycle merged, or the
+            ``merge`` conflict policy merged into one memory that states both.
         archived: ``qid`` → ids among its rankings that were in the cold tier then.
         clarifications: ``qid`` → clarification questions surfaced by that query.
         purged: ``(time, store id)`` of forgotten memories purged.
@@ -855,6 +856,10 @@ class _Run:
             event = self.policy.resolve(self.store, mem_id, other, now=t).to_dict()
             event["detector_rule"] = verdict.rule
             self.result.conflicts.append(event)
+            if event["action"] == "merged" and event["created"] is not None:
+                for sid in (mem_id, other):  # as a cycle's merge: relevance follows it
+                    if sid != event["created"]:
+                        self.result.merges[sid] = (t, str(event["created"]))
             if event["action"] == "clarify":
                 ask = (str(event["rule"]), (mem_id, other))
                 for mid in (mem_id, other):
