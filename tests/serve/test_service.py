@@ -1137,3 +1137,11 @@ def test_a_refused_call_never_rebuilds_the_store(
             call()
     assert rebuilds == []
     assert svc.recall("helm")["ids"] == [mine]  # and the store serves as before
+
+
+def test_a_deduplicated_write_reports_the_memory_it_names(store: MemoryStore) -> None:
+    svc = _service(store, None)
+    rule = svc.store_memory("Always run the linter before pushing", "rule")
+    again = svc.store_memory("Always run the linter before pushing", "fact")
+    assert (again["id"], again["action"]) == (rule["id"], "deduplicated")
+    assert (again["memory_type"], again["scope"]) == ("rule", rule["scope"])

@@ -884,13 +884,16 @@ class MemoryService:
             raise ServiceError(str(exc)) from None
         if record:
             self._record([line], checked=True)
+        # The memory the answer names: a deduplicated write's is the earlier one, whose type
+        # (a rule, say, where a fact of the same text was asked for) the answer reports.
+        stored = self.store.get(res.id)
         out = {
             "id": res.id,
             "action": res.action,
             "superseded": res.superseded,
             "redactions": res.redactions,
-            "scope": target_scope,
-            "memory_type": memory_type,
+            "scope": stored.scope,
+            "memory_type": _meta_str(stored.metadata.get("memory_type")) or stored.type,
         }
         return out, line
 
