@@ -1145,3 +1145,17 @@ def test_a_deduplicated_write_reports_the_memory_it_names(store: MemoryStore) ->
     again = svc.store_memory("Always run the linter before pushing", "fact")
     assert (again["id"], again["action"]) == (rule["id"], "deduplicated")
     assert (again["memory_type"], again["scope"]) == ("rule", rule["scope"])
+
+
+def test_an_entity_store_entity_wrote_alone_is_found_by_its_profile(store: MemoryStore) -> None:
+    svc = _service(store, None)
+    made = svc.store_entity("Payments", "project", {"owner": "alice"})
+    got = svc.get_entity("Payments")
+    assert got["entity"] == {"name": "Payments", "type": "project"}
+    assert [m["id"] for m in got["profile"]] == [made["id"]]
+    assert (got["relations"], got["memories"]) == ([], [])
+    assert svc.resource("team", "Payments")["entity"]["name"] == "Payments"
+    with pytest.raises(ServiceError, match="field 'entity': unknown entity 'Nobody'"):
+        svc.resource("team", "Nobody")
+    with pytest.raises(ServiceError, match="field 'name': unknown entity 'Nobody'"):
+        svc.get_entity("Nobody")

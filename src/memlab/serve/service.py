@@ -1636,14 +1636,30 @@ class MemoryService:
                 return idx
         raise ServiceError(f"field '{field_name}': unknown entity {name!r}")
 
-    def get_entity(self, name: Any, depth: Any = 1, *, scope: Any = None) -> dict[str, Any]:
+    def get_entity(
+        self, name: Any, depth: Any = 1, *, scope: Any = None, field_name: str = "name"
+    ) -> dict[str, Any]:
         """``get_entity``: an entity, its relations up to ``depth`` hops and the memories
-        about it that the principal may read (``scope`` narrows them)."""
+        about it that the principal may read (``scope`` narrows them). An entity that only
+        ``store_entity`` wrote (no relation, no memory naming it) is its profile alone."""
         depth = _int(depth, "depth", 0, 3)
         scope = self._read_scope(scope)
         with self.lock:
             visible = self._visible()
-            start = self._find_entity(name, "name", visible)
+            try:
+                start = self._find_entity(name, field_name, visible)
+            except ServiceError:
+                facts = [r for r in self._entity_facts(str(name), visible)
+                         if scope is None or r.scope == scope]
+                if not facts:
+                    raise
+                latest = facts[-1].metadata["entity"]
+                return {
+                    "entity": {"name": str(latest.get("name")), "type": str(latest.get("type"))},
+                    "profile": [self.describe(r) for r in facts],
+                    "relations": [],
+                    "memories": [],
+                }
             graph = self.store.graph
             seen = {start}
             frontier = [start]
@@ -1718,7 +1734,7 @@ class MemoryService:
 
     def resource(self, scope: str, entity: str) -> dict[str, Any]:
         """``memory://{scope}/{entity}``: the entity and its memories in one scope."""
-        return self.get_entity(entity, 1, scope=scope)
+        return self.get_entity(entity, 1, scope=scope, field_name="entity")
 
     def health(self) -> dict[str, Any]:
         """Counts for an authorised ``GET /health``: the memories the principal may read in
