@@ -12,7 +12,8 @@ Writes are applied in timestamp order; each query runs against the store as it w
   because these feedbacks differ between pipelines.
 * **consolidation** — with ``consolidation.interval_hours`` set (design §D0.10 runs every 6 hours),
   a consolidation cycle runs on the store as it is at each tick of the simulated clock (ticks at
-  ``clock_origin + n × interval``): event TTL cleanup, Hebbian upkeep whose activation is what
+  ``clock_origin + n × interval`` for ``n ≥ 1``: the origin is where the count starts, not a
+  tick; see :func:`cycle_clock`): event TTL cleanup, Hebbian upkeep whose activation is what
   the pipeline retrieved since the last cycle, an LLM-free cluster merge (or docs/design.md §D3.6's
   generator merge), reclassification of ``general``, contradiction flagging and archival to a
   cold tier; each cycle's report (ids of what expired, merged, strengthened, flagged, archived)
