@@ -230,6 +230,16 @@ class _ReadGuard:
         self.fds = []
 
 
+def _writer_flock() -> bytes:
+    """``struct flock`` of a write lock on :data:`_WRITER_BYTE` (l_type, l_whence, l_start,
+    l_len, l_pid 0, padded to the kernel's 32 bytes), for ``F_OFD_SETLK`` and ``F_OFD_GETLK``."""
+    import fcntl
+    import struct
+
+    flock = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, _WRITER_BYTE, 1, 0)
+    return flock + bytes(32 - len(flock))
+
+
 def writer_byte_held(db_file: Path) -> bool:
     """Whether a writable store holds :data:`_WRITER_BYTE` of ``db_file``: the authority on
     "is a writer open?" that writers enforce among themselves, which holds even when
@@ -249,8 +259,7 @@ def writer_byte_held(db_file: Path) -> bool:
         return False
     try:
         # F_WRLCK asked on a read-only descriptor: GETLK only reports what would conflict
-        flock = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, _WRITER_BYTE, 1, 0)
-        out = fcntl.fcntl(fd, getlk, flock + bytes(32 - len(flock)))
+        out = fcntl.fcntl(fd, getlk, _writer_flock())
     except OSError:
         return False
     finally:
@@ -259,10 +268,10 @@ def writer_byte_held(db_file: Path) -> bool:
 
 
 VECTOR_DIM_KEY = "vector_dim"
-#: A live server's mark in ``meta``: ``recording:<recording path>`` -> the recording's file
-#: lengths at its last commit (:class:`memlab.serve.service.MemoryService`).
-RECORDING_MARK = "recording:"
 """The ``meta`` key under which a store records its vectors' dimension with its first vector."""
+RECORDING_MARK = "recording:"
+"""A live server's mark in ``meta``: ``recording:<recording path>`` -> the recording's file
+lengths at its last commit (:class:`memlab.serve.service.MemoryService`)."""
 
 
 class SQLiteIO:
@@ -647,7 +656,6 @@ class SQLiteIO:
         """
         try:
             import fcntl
-            import struct
         except ImportError:  # pragma: no cover - no POSIX locks (Windows)
             return
         ofd = getattr(fcntl, "F_OFD_SETLK", None)
@@ -657,8 +665,7 @@ class SQLiteIO:
             fd = os.open(db_file, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return
-        flock = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, _WRITER_BYTE, 1, 0)
-        flock += bytes(32 - len(flock))
+        flock = _writer_flock()
         timeout = float(self.lock_timeout)
         deadline = None if timeout < 0 else start + timeout
         while True:
