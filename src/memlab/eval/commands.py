@@ -128,6 +128,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def add_tune_command(sub: argparse._SubParsersAction) -> None:
     """Register ``memlab tune`` on the CLI's subparsers (the study's modules load when it runs)."""
+    from memlab.cli import EMBEDDER_HELP  # the help every command shares
+
     p = sub.add_parser("tune", help="Optuna study over pipeline constants (TPE)")
     p.add_argument("dataset")
     p.add_argument("--pipeline", required=True)
@@ -147,7 +149,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
         "continues (default: reports/tune-<timestamp>)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the split and the sampler")
-    p.add_argument("--embedder", default="minilm", help=_embedder_help())
+    p.add_argument("--embedder", default="minilm", help=EMBEDDER_HELP)
     p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
     p.add_argument("--generator", default=None, help="generator for HyDE")
     p.add_argument(
@@ -246,10 +248,3 @@ def add_finetune_command(sub: argparse._SubParsersAction) -> None:
                    help="with --cross-encoder: the pipeline whose rankings give the hard "
                         "negatives (default conversational)")
     p.set_defaults(func=cmd_finetune)
-
-
-def _embedder_help() -> str:
-    """The ``--embedder`` help every command shares (the command line's own)."""
-    from memlab.cli import EMBEDDER_HELP
-
-    return EMBEDDER_HELP

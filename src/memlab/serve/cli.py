@@ -314,6 +314,8 @@ def cmd_serve_http(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Register ``serve mcp`` and ``serve http`` under the ``memlab`` parser's subcommands."""
+    from memlab.cli import EMBEDDER_HELP  # the help every command shares
+
     top = sub.add_parser("serve", help="live servers: MCP tools, HTTP bulk ingest")
     serve = top.add_subparsers(dest="serve_command", required=True)
 
@@ -325,7 +327,7 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--human", action="store_true", help="serve a human (reads every scope)")
         p.add_argument("--client", default="global", help="tenant client id (default global)")
         p.add_argument("--record", help="append every write and recall to this dataset dir")
-        p.add_argument("--embedder", default="minilm", help=_embedder_help())
+        p.add_argument("--embedder", default="minilm", help=EMBEDDER_HELP)
         p.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
         p.add_argument("--no-chroma", action="store_true", help="no chromadb index beside SQLite")
         p.add_argument("--chroma-idle", type=float, default=1.0,
@@ -368,10 +370,3 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024,
                    help="largest request body")
     p.set_defaults(func=cmd_serve_http)
-
-
-def _embedder_help() -> str:
-    """The ``--embedder`` help every command shares (the command line's own)."""
-    from memlab.cli import EMBEDDER_HELP
-
-    return EMBEDDER_HELP
