@@ -33,13 +33,12 @@ string: scrubbed); ``source`` filters match it exactly.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
 from memlab.memory.records import MemoryRecord, UnknownMemoryError
-from memlab.serve.service import MemoryService, ServiceError
+from memlab.serve.service import MemoryService, ServiceError, iso_ms, tool_type
 from memlab.timeutil import coerce_ts
 
 #: Seed 003 §3.2's memory types and the memlab type each is stored as.
@@ -173,11 +172,6 @@ def readable_record(service: MemoryService, memory_id: str, name: str) -> Memory
     return rec
 
 
-def memory_type_of(service: MemoryService, rec: MemoryRecord) -> str:
-    """A record's §D4.1 type, as the tools report it."""
-    return str(service.describe(rec)["memory_type"])
-
-
 def source_of(rec: MemoryRecord) -> str | None:
     """The source a memory was stored with (``metadata.source``; ``None``: none)."""
     value = rec.metadata.get("source")
@@ -191,7 +185,7 @@ def check_collection(
     ``collection`` when one is given: a memory of another collection is unknown there, and
     refused with the same error as an unknown memory."""
     rec = readable_record(service, memory_id, name)
-    if collection is not None and collection_of(memory_type_of(service, rec)) != collection:
+    if collection is not None and collection_of(tool_type(rec)) != collection:
         raise ServiceError(f"field '{name}': unknown memory id {memory_id!r}")
     return rec
 
@@ -211,8 +205,7 @@ def iso_timestamp(value: str, name: str) -> str:
         t = coerce_ts(value, field=name)
     except (TypeError, ValueError) as exc:
         raise refuse(name, str(exc)) from None
-    dt = datetime.fromtimestamp(round(t * 1000.0) / 1000.0, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return str(iso_ms(t))  # as a recording writes times (four-digit years included)
 
 
 # ---------------------------------------------------------------------- search
@@ -302,7 +295,7 @@ def recall_filtered(
     sims: dict[str, float] = {}
 
     def keep(rec: MemoryRecord) -> bool:
-        mtype = memory_type_of(service, rec)
+        mtype = tool_type(rec)
         if local_types is not None and mtype not in local_types:
             return False
         if wanted is not None and collection_of(mtype) not in wanted:
@@ -467,7 +460,7 @@ def check_correction(
         ServiceError: naming the first argument that differs.
     """
     if memory_type is not None:
-        check_kept("memory_type", stored_type(memory_type), memory_type_of(service, rec),
+        check_kept("memory_type", stored_type(memory_type), tool_type(rec),
                    "the old memory's type")
     if tags is not None:
         old = service.describe(rec)["tags"]
@@ -529,7 +522,7 @@ def store_superseding(
     """
     with service.lock:
         rec = readable_record(service, old_id, "supersedes")
-        old_type = memory_type_of(service, rec)
+        old_type = tool_type(rec)
         if stored_type(memory_type) != old_type:
             raise refuse("supersedes", f"memory {old_id!r} is a {old_type!r}: a memory "
                          f"replaces one of its own type (got memory_type {memory_type!r})")

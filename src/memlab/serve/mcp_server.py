@@ -60,7 +60,7 @@ from pydantic import Field
 from memlab.memory.integrity import sqlite_detail
 from memlab.serve import compat
 from memlab.serve.net import Limits, StopSignals, bearer_guard, serve_app
-from memlab.serve.service import MemoryService, ServiceError
+from memlab.serve.service import MemoryService, ServiceError, tool_type
 
 log = logging.getLogger("memlab.serve")
 
@@ -383,7 +383,7 @@ def build_server(service: MemoryService, *, name: str = "memlab") -> Any:
             rec, out = compat.correct_checked(
                 service, id, corrected_content, correction_reason, collection=collection,
                 source=source, memory_type=memory_type, tags=tags, confidence=confidence)
-            return out | {"collection": compat.collection_of(compat.memory_type_of(service, rec))}
+            return out | {"collection": compat.collection_of(tool_type(rec))}
         return call(run, _name="correct_memory",
                     _fields={"old_id": "id", "new_content": "corrected_content",
                              "reason": "correction_reason"})

@@ -38,7 +38,7 @@ milliseconds and strictly increasing, so recorded timestamps order the calls as 
 
 Recording fidelity. A write's recording line holds exactly what the store holds: it is built
 from the record the store wrote (a deduplicated write's fields are scrubbed by the store's own
-scrubber), timestamps are written with four-digit years (:func:`_iso`), and every line is
+scrubber), timestamps are written with four-digit years (:func:`iso_ms`), and every line is
 checked against the dataset validator's rules before its call commits
 (:meth:`MemoryService._check_line`): a call the recording could not replay is refused, with
 nothing written. Names, keys, subjects, episode ids and scopes that hold a credential are
@@ -128,7 +128,7 @@ def scrub_text(text: str) -> str:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _iso(ts: float | None) -> str | None:
+def iso_ms(ts: float | None) -> str | None:
     """Epoch seconds as a recording writes them: ISO 8601 in UTC, whole milliseconds, ``Z``, a
     four-digit year (``0999-06-01T00:00:00.000Z``; years 1-999 included, which
     :func:`memlab.timeutil.to_iso` writes as ``999-…``, a text no ISO 8601 parser reads).
@@ -198,6 +198,12 @@ def _meta_str(value: Any) -> str | None:
     """A string read back from a memory's metadata (``None`` when it is not one: metadata from
     elsewhere, e.g. a dataset, is not checked by this service)."""
     return value if isinstance(value, str) else None
+
+
+def tool_type(rec: MemoryRecord) -> str:
+    """A memory's type as the tools report it: the §D4.1 type it was stored with
+    (``metadata.memory_type``), else its own type."""
+    return _meta_str(rec.metadata.get("memory_type")) or rec.type
 
 
 def _meta_strs(value: Any) -> list[str]:
@@ -741,7 +747,7 @@ class MemoryService:
         out: dict[str, Any] = {
             "id": rec.id,
             "text": rec.text,
-            "memory_type": _meta_str(rec.metadata.get("memory_type")) or rec.type,
+            "memory_type": tool_type(rec),
             "type": rec.type,
             "scope": rec.scope,
             "client_id": rec.client_id,
@@ -749,7 +755,7 @@ class MemoryService:
             "confidence": rec.confidence,
             "importance": rec.importance,
             "tags": _meta_strs(rec.metadata.get("tags")),
-            "created_at": _iso(rec.created_at),
+            "created_at": iso_ms(rec.created_at),
             "active": rec.active,
         }
         for name in ("key", "subject", "status_value"):
@@ -760,7 +766,7 @@ class MemoryService:
             if linked is not None and self._readable_id(linked):
                 out[name] = linked
         if rec.valid_from is not None:
-            out["valid_from"] = _iso(rec.valid_from)
+            out["valid_from"] = iso_ms(rec.valid_from)
         if score is not None:
             out["score"] = float(score)
         return out
@@ -893,7 +899,7 @@ class MemoryService:
             "superseded": res.superseded,
             "redactions": res.redactions,
             "scope": stored.scope,
-            "memory_type": _meta_str(stored.metadata.get("memory_type")) or stored.type,
+            "memory_type": tool_type(stored),
         }
         return out, line
 
@@ -923,9 +929,9 @@ class MemoryService:
                     stored[name] = scrubber.scrub(stored[name])[0]
             if "metadata" in stored:
                 stored["metadata"] = scrubber.scrub_value(stored["metadata"], field="metadata")[0]
-        line: dict[str, Any] = {"id": ident, "ts": _iso(now), "type": mtype, "text": rec.text}
+        line: dict[str, Any] = {"id": ident, "ts": iso_ms(now), "type": mtype, "text": rec.text}
         for name, value in stored.items():
-            line[name] = _iso(value) if name == "valid_from" else value
+            line[name] = iso_ms(value) if name == "valid_from" else value
         return line
 
     def store_many(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -1138,7 +1144,7 @@ class MemoryService:
         strength = self._visible_strength(a, b, rel)  # a human: the graph's; an agent: its own
         # The names hold no credential (_ident), so the store keeps them as given.
         line: dict[str, Any] = {
-            "ts": _iso(now), "op": "relate", "from": src, "relation": rel, "to": dst,
+            "ts": iso_ms(now), "op": "relate", "from": src, "relation": rel, "to": dst,
             "scope": target_scope,
         }
         if self.client_id != GLOBAL_CLIENT:
@@ -1213,7 +1219,7 @@ class MemoryService:
                 raise ServiceError(str(exc)) from None
             stored = self.store.get(rec.id).forgotten_reason  # as the store keeps it: scrubbed
             self._record(
-                [{"ts": _iso(now), "op": "forget", "target": rec.id,
+                [{"ts": iso_ms(now), "op": "forget", "target": rec.id,
                   "reason": stored if stored is not None else self._scrub(reason)}]
             )
         return {"id": rec.id, "forgotten": True}
@@ -1235,7 +1241,7 @@ class MemoryService:
             new = self.store.get(res.id)  # the line holds what the store holds: scrubbed
             stored_reason = _meta_str(new.metadata.get("correction_reason"))
             self._record(
-                [{"id": res.id, "ts": _iso(now), "op": "correct", "target": rec.id,
+                [{"id": res.id, "ts": iso_ms(now), "op": "correct", "target": rec.id,
                   "text": new.text,
                   "reason": stored_reason if stored_reason is not None else self._scrub(reason),
                   "source_agent": new.source_agent}]
@@ -1258,7 +1264,7 @@ class MemoryService:
                 res = self.store.promote(rec.id, now=now, supersede=self.principal is None)
             except (TypeError, ValueError) as exc:
                 raise ServiceError(str(exc)) from None
-            self._record([{"ts": _iso(now), "op": "promote", "target": rec.id}])
+            self._record([{"ts": iso_ms(now), "op": "promote", "target": rec.id}])
         return {"id": res.id, "scope": TEAM, "superseded": res.superseded}
 
     def consolidate(self, scope: Any = None, since: Any = None) -> dict[str, Any]:
@@ -1281,12 +1287,12 @@ class MemoryService:
                 self.store, now=now, client_id=self.client_id, scope=scope, since=t_since,
                 event_ttl_days=self.ttl_days,
             )
-            line: dict[str, Any] = {"ts": _iso(now), "op": "consolidate",
+            line: dict[str, Any] = {"ts": iso_ms(now), "op": "consolidate",
                                     "client_id": self.client_id}
             if scope is not None:
                 line["scope"] = scope
             if t_since is not None:
-                line["since"] = _iso(t_since)
+                line["since"] = iso_ms(t_since)
             self._record([line])
         # The TTL cleanup a cycle runs retires old events store-wide (as every recall's does);
         # the caller is told of the ones it may read only.
@@ -1388,7 +1394,7 @@ class MemoryService:
         with self.lock, self._unit():
             now = self.now()
             if t_at is not None and t_at > now:
-                raise ServiceError(f"field 'at_time': {_iso(t_at)} is in the future")
+                raise ServiceError(f"field 'at_time': {iso_ms(t_at)} is in the future")
             self._begin()
             if self.expire:
                 expire_events(self.store, now=now, event_ttl_days=self.ttl_days)
@@ -1441,14 +1447,14 @@ class MemoryService:
             described = [self.describe(rec, score) for rec, score in served]
             self._remember(recall_id, ids)
             if self.recorder is not None:
-                line: dict[str, Any] = {"qid": recall_id, "ts": _iso(now),
+                line: dict[str, Any] = {"qid": recall_id, "ts": iso_ms(now),
                                         "client_id": self.client_id}
                 if self.principal is not None:
                     line["agent"] = self.principal.agent
                     if self.principal.projects:
                         line["projects"] = list(self.principal.projects)
                 if t_at is not None:
-                    line["at_time"] = _iso(t_at)
+                    line["at_time"] = iso_ms(t_at)
                 if include_superseded:
                     line["include_superseded"] = True
                 line.update({"text": text, "relevant": {}, "tags": ["live"], "served": ids})
@@ -1502,7 +1508,7 @@ class MemoryService:
                 for mid in ids:
                     line: dict[str, Any] = {"qid": recall_id, "mem_id": mid, "grade": grade,
                                             "source": source, "judge": self.judge,
-                                            "ts": _iso(now)}
+                                            "ts": iso_ms(now)}
                     if note is not None:
                         line["note"] = self._scrub(note)
                     lines.append(line)
