@@ -32,7 +32,7 @@ import polars as pl
 from memlab.datasets.format import Dataset, Query
 from memlab.eval.replay import Replayer
 from memlab.memory.lifecycle import access_boost, effective_confidence
-from memlab.memory.records import DECAYING_TYPES
+from memlab.memory.records import DECAYING_KINDS
 from memlab.memory.store import MemoryStore
 from memlab.pipeline import Pipeline
 from memlab.stages.base import QueryContext
@@ -254,7 +254,7 @@ def decay_curves(
     n_points: int = 60,
     decay_factor: float = 0.98,
     boost_weight: float = 0.3,
-    decaying_types: tuple[str, ...] = DECAYING_TYPES,
+    decaying_types: tuple[str, ...] = DECAYING_KINDS,
 ) -> pl.DataFrame:
     """Design §D0.5's lifecycle factor of each memory from its creation to ``until``.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from memlab.memory.records import DECAYING_TYPES
+from memlab.memory.records import DECAYING_KINDS
 from memlab.timeutil import SECONDS_PER_DAY
 
 
@@ -53,7 +53,7 @@ def lifecycle_factor(
     *,
     decay_factor: float = 0.98,
     boost_weight: float = 0.3,
-    decaying_types: tuple[str, ...] = DECAYING_TYPES,
+    decaying_types: tuple[str, ...] = DECAYING_KINDS,
 ) -> np.ndarray:
     """``effective_confidence × access_boost`` per memory, decay on ``decaying_types`` only
     (``types`` are the memories' kinds: :func:`memlab.memory.records.kind_of`)."""

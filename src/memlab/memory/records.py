@@ -28,7 +28,7 @@ DESIGN_TYPES: tuple[str, ...] = ("rule", "preference", "summary")
 MEMORY_KINDS: tuple[str, ...] = (*MEMORY_TYPES, *DESIGN_TYPES)
 #: Kinds whose confidence decays: design §D0.5's facts and statuses, and §D4.3's kinds that
 #: "receive recency weighting" (preference, summary); a ``rule``, like a ``decision``, does not.
-DECAYING_TYPES: tuple[str, ...] = ("fact", "status", "preference", "summary")
+DECAYING_KINDS: tuple[str, ...] = ("fact", "status", "preference", "summary")
 #: Kinds whose recency is always 1 (design §D4.3: "rule and decision do not decay").
 NON_DECAYING_KINDS: tuple[str, ...] = ("decision", "rule")
 IMPORTANCE_LEVELS: tuple[str, ...] = ("critical", "high", "medium", "low")

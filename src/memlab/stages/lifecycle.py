@@ -28,7 +28,7 @@ import polars as pl
 
 from memlab.fastframe import f64_series, i64_series, take_rows
 from memlab.memory.lifecycle import days_since, lifecycle_factor
-from memlab.memory.records import DECAYING_TYPES, MEMORY_KINDS
+from memlab.memory.records import DECAYING_KINDS, MEMORY_KINDS
 from memlab.stages.base import (
     ROW_COLUMN,
     QueryContext,
@@ -83,7 +83,7 @@ class Lifecycle(Stage):
         decay_factor: float = 0.98,
         boost_weight: float = 0.3,
         min_similarity: float = 0.3,
-        decaying_types: tuple[str, ...] = DECAYING_TYPES,
+        decaying_types: tuple[str, ...] = DECAYING_KINDS,
         relevance: str = "score",
     ) -> None:
         self.decay_factor = decay_factor
